@@ -1,0 +1,165 @@
+"""Draft-tree structure: the shape (who is whose parent) and the drafted tokens.
+
+Conventions used by the drafter, the target, the verifiers and the tree files:
+  * node 0 is the root: the last committed token, already known, not verified;
+  * nodes are in breadth-first order: `parents[i] < i` and `parents[1:]` is non-decreasing,
+    so every level is a contiguous slice and the children of a node are contiguous;
+  * the children of a node are in draw order: `child_rank[i]` is 1 for the first draft of
+    its parent, 2 for the second, ...; the root has rank 0.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import torch
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """The shape of a draft tree, given by its parent list (see the module conventions)."""
+
+    parents: tuple[int, ...]
+
+    def __post_init__(self):
+        parents = tuple(int(x) for x in self.parents)
+        object.__setattr__(self, "parents", parents)
+        if not parents or parents[0] != -1:
+            raise ValueError("a tree's node 0 is the root and has parent -1")
+        for i, parent in enumerate(parents[1:], start=1):
+            if not 0 <= parent < i:
+                raise ValueError(f"node {i} has parent {parent}; parents must precede children")
+            if parent < parents[i - 1]:
+                raise ValueError(
+                    f"nodes must be in breadth-first order: node {i} (parent {parent}) comes "
+                    f"after node {i - 1} (parent {parents[i - 1]})"
+                )
+
+    # ------------------------------------------------------------ constructors
+    @classmethod
+    def chain(cls, n: int) -> "TreeShape":
+        """The root and n drafted tokens in a line."""
+        if n < 0:
+            raise ValueError(f"a chain needs n >= 0 drafted tokens, got {n}")
+        return cls((-1, *range(n)))
+
+    @classmethod
+    def kary(cls, k: int, depth: int) -> "TreeShape":
+        """k children under every node, `depth` drafted levels below the root."""
+        if k < 1 or depth < 0:
+            raise ValueError(f"a k-ary tree needs k >= 1 and depth >= 0, got k={k}, depth={depth}")
+        parents, level = [-1], [0]
+        for _ in range(depth):
+            next_level = []
+            for node in level:
+                for _ in range(k):
+                    next_level.append(len(parents))
+                    parents.append(node)
+            level = next_level
+        return cls(tuple(parents))
+
+    @classmethod
+    def from_json(cls, text_or_dict) -> "TreeShape":
+        data = json.loads(text_or_dict) if isinstance(text_or_dict, str) else text_or_dict
+        shape = cls(tuple(data["parents"]))
+        if "child_rank" in data and list(data["child_rank"]) != list(shape.child_rank):
+            raise ValueError("child_rank does not match the parent list's draw order")
+        return shape
+
+    def to_dict(self) -> dict:
+        return {"parents": list(self.parents), "child_rank": list(self.child_rank)}
+
+    # -------------------------------------------------------------- structure
+    @property
+    def size(self) -> int:
+        return len(self.parents)
+
+    @cached_property
+    def depth(self) -> tuple[int, ...]:
+        depth = [0] * self.size
+        for i in range(1, self.size):
+            depth[i] = depth[self.parents[i]] + 1
+        return tuple(depth)
+
+    @property
+    def max_depth(self) -> int:
+        return max(self.depth)
+
+    @cached_property
+    def children(self) -> tuple[tuple[int, ...], ...]:
+        kids: list[list[int]] = [[] for _ in range(self.size)]
+        for i in range(1, self.size):
+            kids[self.parents[i]].append(i)
+        return tuple(tuple(k) for k in kids)
+
+    @cached_property
+    def child_rank(self) -> tuple[int, ...]:
+        rank = [0] * self.size
+        for kids in self.children:
+            for r, child in enumerate(kids, start=1):
+                rank[child] = r
+        return tuple(rank)
+
+    @cached_property
+    def num_children(self) -> tuple[int, ...]:
+        return tuple(len(k) for k in self.children)
+
+    @cached_property
+    def first_child(self) -> tuple[int, ...]:
+        """Index of each node's first child (children are contiguous); -1 for a leaf."""
+        return tuple(k[0] if k else -1 for k in self.children)
+
+    @cached_property
+    def max_children(self) -> int:
+        return max(len(k) for k in self.children)
+
+    @cached_property
+    def levels(self) -> tuple[range, ...]:
+        """Node index ranges of each depth (contiguous by the breadth-first order)."""
+        bounds, start = [], 0
+        for d in range(self.max_depth + 1):
+            end = start
+            while end < self.size and self.depth[end] == d:
+                end += 1
+            bounds.append(range(start, end))
+            start = end
+        return tuple(bounds)
+
+    @cached_property
+    def internal_nodes(self) -> tuple[int, ...]:
+        return tuple(i for i, kids in enumerate(self.children) if kids)
+
+    def ancestor_mask(self) -> torch.Tensor:
+        """Bool [N, N]: entry (i, j) is true iff j is i or an ancestor of i."""
+        mask = torch.zeros(self.size, self.size, dtype=torch.bool)
+        for i in range(self.size):
+            if i:
+                mask[i] = mask[self.parents[i]]
+            mask[i, i] = True
+        return mask
+
+    def path_to(self, node: int) -> list[int]:
+        """Nodes from the root's first child down to `node` (the root excluded)."""
+        path = []
+        while node > 0:
+            path.append(node)
+            node = self.parents[node]
+        return path[::-1]
+
+
+@dataclass
+class DraftTree:
+    """A tree shape with its tokens: tokens[0] is the root (last committed) token."""
+
+    shape: TreeShape
+    tokens: torch.Tensor = field(repr=False)
+
+    def __post_init__(self):
+        self.tokens = torch.as_tensor(self.tokens, dtype=torch.long)
+        if self.tokens.shape != (self.shape.size,):
+            raise ValueError(
+                f"a tree of {self.shape.size} nodes needs {self.shape.size} tokens, "
+                f"got shape {tuple(self.tokens.shape)}"
+            )

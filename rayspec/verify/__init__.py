@@ -1,0 +1,62 @@
+"""Token-level verifiers: which drafted tokens the target accepts.
+
+    >>> from rayspec.verify import get_verifier, available_verifiers
+    >>> v = get_verifier("rrsw")
+    >>> drafts = v.sample_drafts(q, k=4, generator=g)
+    >>> token, index = v.verify(p, q, drafts, g)
+
+See `rayspec.verify.base` for the contract and the notation (p target, q draft).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+from rayspec.verify.base import Verifier
+from rayspec.verify.tree_walk import TreeVerdict, walk_tree
+
+# name -> "module:class"; imported on first use, so a CLI listing names stays fast.
+_REGISTRY: dict[str, str] = {
+    "greedy": "rayspec.verify.greedy:GreedyVerifier",
+    "sps": "rayspec.verify.sps:SpeculativeSampling",
+    "rrs": "rayspec.verify.rrs:RecursiveRejectionSampling",
+    "rrsw": "rayspec.verify.rrsw:RecursiveRejectionSamplingWithoutReplacement",
+    "spectr": "rayspec.verify.spectr:SpecTr",
+    "spechub": "rayspec.verify.spechub:SpecHub",
+    "is": "rayspec.verify.importance:ImportanceSampling",
+    "is-weighted": "rayspec.verify.importance:WeightedImportanceSampling",
+    "gumbel": "rayspec.verify.gumbel:GumbelCoupling",
+    "minhash": "rayspec.verify.minhash:MinHashCoupling",
+    "mentored": "rayspec.verify.mentored:MentoredDecoding",
+}
+
+
+def available_verifiers() -> list[str]:
+    return list(_REGISTRY)
+
+
+def verifier_class(name: str) -> type[Verifier]:
+    if name not in _REGISTRY:
+        raise ValueError(
+            f"unknown verifier {name!r}; available: {', '.join(available_verifiers())}"
+        )
+    module, cls = _REGISTRY[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def get_verifier(name: str, **params) -> Verifier:
+    """The verifier `name`, configured by `params` (e.g. get_verifier("mentored", kl_budget=0.1))."""
+    cls = verifier_class(name)
+    accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
+    unknown = set(params) - accepted
+    if unknown:
+        allowed = ", ".join(sorted(accepted)) or "none"
+        raise ValueError(
+            f"verifier {name!r} takes no parameter(s) {', '.join(sorted(unknown))}; "
+            f"its parameters: {allowed}"
+        )
+    return cls(**params)
+
+
+__all__ = ["Verifier", "TreeVerdict", "available_verifiers", "get_verifier", "verifier_class", "walk_tree"]

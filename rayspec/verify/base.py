@@ -1,0 +1,244 @@
+"""The verifier interface: one contract for every token-level verification scheme.
+
+Notation, fixed across the package whatever letters a paper uses:
+
+    p        the target's next-token distribution at a tree node, after temperature, top-k
+             and top-p: the law the output must follow                               [V]
+    q        the drafter's distribution at that node: the law the drafts are drawn from [V]
+    drafts   the tokens drafted at the node (its children), in draw order              [k]
+    emitted  what verification outputs at a node: an accepted draft, or a *correction*
+             token drawn from a residual law once every draft is rejected.
+    bonus    the token drawn from p at a leaf, where no draft is left to check.
+
+A verifier owns its drafting scheme (`sample_drafts`), because losslessness is a property of
+the pair (draft law, selection rule), not of the selection rule alone.
+
+Randomness is explicit.  `generator` is a CPU `torch.Generator` for the verifiers whose
+randomness is private (every uniform is drawn on the CPU and moved to the data's device, so
+a seed means the same numbers on any device); the coupling verifiers also accept a
+`rayspec.coupling.KeyedNoise`, the randomness shared by drafter and target and keyed by
+(seed, absolute position).
+"""
+
+from __future__ import annotations
+
+import itertools
+from abc import ABC, abstractmethod
+from typing import ClassVar, Union
+
+import torch
+
+from rayspec.tree.structure import DraftTree
+
+Randomness = Union[torch.Generator, "rayspec.coupling.KeyedNoise"]  # noqa: F821
+
+
+class Verifier(ABC):
+    """Base class of all verifiers.
+
+    Per-node API (used by tests and by checks outside the package; names are stable):
+        sample_drafts(q, k, generator) -> LongTensor[<=k]
+        draft_law(q, k)                -> [(draft tuple, probability)], exact, small V
+        output_law(p, q, drafts)       -> Tensor[V], exact law of the emitted token
+        verify(p, q, drafts, generator)-> (token, index of the accepted draft or -1)
+        lossless                       -> bool
+
+    Batched forms take a leading batch dimension over independent nodes; missing drafts
+    are padded with -1.  `verify_tree` walks a whole draft tree from its root.
+    """
+
+    name: ClassVar[str]
+    lossless: ClassVar[bool] = True
+    max_drafts: ClassVar[int | None] = None  # None: any number of drafts per node
+    drafter_invariant: ClassVar[bool] = False  # output independent of the drafter (coupling)
+    needs_draft_probs: ClassVar[bool] = True  # whether verification reads q (data placement)
+
+    # ----------------------------------------------------------------- drafting
+    @abstractmethod
+    def sample_drafts_batch(self, q: torch.Tensor, k: int, generator: Randomness) -> torch.Tensor:
+        """Draw up to k drafts per row of q [B, V]; returns [B, k], -1 where a row has fewer.
+
+        Every scheme here is sequential, so the first j columns are a valid j-draft sample:
+        a tree node with fewer children than k takes a prefix."""
+
+    def sample_drafts(self, q: torch.Tensor, k: int, generator: Randomness) -> torch.Tensor:
+        self._check_k(k)
+        drafts = self.sample_drafts_batch(q.unsqueeze(0), k, generator)[0]
+        return drafts[drafts >= 0]
+
+    @abstractmethod
+    def draft_law(self, q: torch.Tensor, k: int) -> list[tuple[tuple[int, ...], float]]:
+        """The exact law of the draft tuple, in draw order (enumerates; small V only)."""
+
+    # ------------------------------------------------------------- verification
+    @abstractmethod
+    def verify_batch(
+        self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, generator: Randomness
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Verify B independent nodes: p, q [B, V], drafts [B, k] (-1 padded).
+
+        Returns (tokens [B], accepted draft index [B] or -1)."""
+
+    def verify(
+        self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, generator: Randomness
+    ) -> tuple[int, int]:
+        drafts = torch.as_tensor(drafts, dtype=torch.long, device=p.device).reshape(1, -1)
+        tokens, index = self.verify_batch(p.unsqueeze(0), q.unsqueeze(0), drafts, generator)
+        return int(tokens[0]), int(index[0])
+
+    def output_law(self, p: torch.Tensor, q: torch.Tensor, drafts) -> torch.Tensor:
+        """Exact law of the emitted token given the drafts (in the dtype of p)."""
+        drafts = torch.as_tensor(drafts, dtype=torch.long, device=p.device).reshape(1, -1)
+        return self.output_law_batch(p.unsqueeze(0), q.unsqueeze(0), drafts)[0]
+
+    def output_law_batch(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
+        """`output_law` for B nodes: p, q [B, V], drafts [B, k] (-1 padded) -> [B, V]."""
+        raise NotImplementedError(
+            f"{self.name}: the emitted token has no law given the drafts alone "
+            "(its randomness is shared with the drafter)"
+        )
+
+    def sample_target(self, p: torch.Tensor, generator: Randomness) -> int:
+        """A token from p alone: the bonus token at a leaf, and target-only decoding."""
+        return int(self.sample_target_batch(p.unsqueeze(0), generator)[0])
+
+    def sample_target_batch(self, p: torch.Tensor, generator: Randomness) -> torch.Tensor:
+        """`sample_target` for the rows of p [B, V] -> [B]."""
+        u = draw_uniform(generator, (p.shape[0],), p.device)
+        return sample_categorical(p, u, p)
+
+    # -------------------------------------------------------------------- trees
+    def verify_tree(
+        self, tree: DraftTree, p_rows: torch.Tensor, q_rows: torch.Tensor | None, generator: Randomness
+    ):
+        """Walk `tree` from its root -> `TreeVerdict`; see `rayspec.verify.tree_walk`."""
+        from rayspec.verify.tree_walk import walk_tree
+
+        return walk_tree(self, tree, p_rows, q_rows, generator)
+
+    def verify_trees(self, shape, tokens, p_rows, q_rows, generator):
+        """Walk B trees of one shape at once -> `TreeWalkBatch`; see `rayspec.verify.tree_walk`."""
+        from rayspec.verify.tree_walk import walk_trees
+
+        return walk_trees(self, shape, tokens, p_rows, q_rows, generator)
+
+    def tree_randomness(self, generator: Randomness, depth: int) -> Randomness:
+        """The randomness to verify a node at `depth` below the root.
+
+        Private-randomness verifiers draw from one stream as the walk goes; the coupling
+        verifiers override this to key their noise by position."""
+        return generator
+
+    # ------------------------------------------------------------------ helpers
+    def _check_k(self, k: int) -> None:
+        if k < 1:
+            raise ValueError(f"{self.name}: need at least one draft, got k={k}")
+        if self.max_drafts is not None and k > self.max_drafts:
+            raise ValueError(
+                f"{self.name}: at most {self.max_drafts} draft(s) per node, got k={k}"
+            )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+# --------------------------------------------------------------------------- shared maths
+
+
+def draw_uniform(generator: torch.Generator, shape, device=None) -> torch.Tensor:
+    """Uniforms in [0, 1), float64, drawn on the generator's device and moved to `device`.
+
+    Drawing on one device (the CPU, for the engine's generators) keeps a seed's numbers
+    the same wherever the probability rows live."""
+    u = torch.rand(shape, generator=generator, dtype=torch.float64, device=generator.device)
+    return u if device is None else u.to(device)
+
+
+def sample_from_weights(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draws from non-negative, unnormalised weights, one per uniform.
+
+    weights [B, V]; u [B] or [B, m] uniforms in [0, 1); returns indices shaped like u.
+    A zero-weight entry is never returned; a row whose weights sum to zero gives -1, and
+    the caller decides the fallback.
+    """
+    squeeze = u.dim() == 1
+    u = u.unsqueeze(-1) if squeeze else u
+    cdf = torch.cumsum(weights, dim=-1)
+    total = cdf[:, -1:]
+    # right=True: the first index whose cumulative mass exceeds the threshold, which can
+    # only be an index of positive weight (u = 0 must not pick a leading zero).
+    index = torch.searchsorted(cdf, u.to(cdf.dtype) * total, right=True)
+    index = index.clamp_max(weights.shape[-1] - 1)
+    ok = (total > 0) & (weights.gather(-1, index) > 0)
+    index = torch.where(ok, index, torch.full_like(index, -1))
+    return index.squeeze(-1) if squeeze else index
+
+
+def sample_categorical(weights: torch.Tensor, u: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+    """`sample_from_weights`, falling back to the rows of `fallback` where weights vanish.
+
+    A residual of zero mass is reached with probability zero in exact arithmetic; in floating
+    point it can appear after cancellation.  The target row is the safe fallback there."""
+    index = sample_from_weights(weights, u)
+    bad = index < 0
+    if bool(bad.any()):
+        index[bad] = sample_from_weights(fallback[bad], u[bad])
+    return index
+
+
+def positive_part_normalized(x: torch.Tensor) -> torch.Tensor:
+    """norm((x)^+) along the last dimension; rows of zero mass stay zero (no NaN)."""
+    x = x.clamp_min(0)
+    total = x.sum(-1, keepdim=True)
+    return torch.where(total > 0, x / torch.where(total > 0, total, 1), x)
+
+
+def iid_draft_law(q: torch.Tensor, k: int) -> list[tuple[tuple[int, ...], float]]:
+    """k i.i.d. draws from q."""
+    support = [int(i) for i in torch.nonzero(q > 0).flatten()]
+    law = []
+    for tup in itertools.product(support, repeat=k):
+        prob = 1.0
+        for x in tup:
+            prob *= float(q[x])
+        law.append((tup, prob))
+    return law
+
+
+def without_replacement_draft_law(q: torch.Tensor, k: int) -> list[tuple[tuple[int, ...], float]]:
+    """Ordered draws without replacement from q, renormalised after each draw.
+
+    Fewer than k draws when q's support is smaller."""
+    support = [int(i) for i in torch.nonzero(q > 0).flatten()]
+    k = min(k, len(support))
+    mass = {x: float(q[x]) for x in support}
+    law = []
+    for tup in itertools.permutations(support, k):
+        prob, drawn = 1.0, set()
+        for x in tup:
+            # The mass left is summed, not obtained by subtraction: 1 - (1 - 1e-12) would
+            # lose every digit of a 1e-12 remainder.
+            prob *= mass[x] / sum(m for y, m in mass.items() if y not in drawn)
+            drawn.add(x)
+        law.append((tup, prob))
+    return law
+
+
+def sample_iid(q: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:
+    """k i.i.d. draws per row of q [B, V] by inverse CDF (device-agnostic randomness)."""
+    return sample_from_weights(q, draw_uniform(generator, (q.shape[0], k), q.device))
+
+
+def sample_without_replacement(q: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:
+    """Up to k ordered draws per row without replacement, q renormalised after each draw.
+
+    Rows whose support is smaller than k are padded with -1."""
+    u = draw_uniform(generator, (q.shape[0], k), q.device)
+    left = q.clone()
+    out = torch.full((q.shape[0], k), -1, dtype=torch.long, device=q.device)
+    for j in range(k):
+        index = sample_from_weights(left, u[:, j])
+        out[:, j] = index
+        rows = torch.nonzero(index >= 0).flatten()
+        left[rows, index[rows]] = 0
+    return out

@@ -1,0 +1,54 @@
+"""From logits to the distributions verifiers see: temperature, then top-k, then top-p.
+
+The same function serves the target and the drafter, so both sides see identically
+processed laws (a mismatch between the q drafts are drawn from and the q used in the ratios
+would break losslessness).  Temperature 0 means greedy: a one-hot law on the first argmax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: no top-k truncation
+
+    def __post_init__(self):
+        if not (self.temperature >= 0 and self.temperature == self.temperature):
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def logits_to_probs(logits: torch.Tensor, params: SamplingParams, dtype=torch.float32) -> torch.Tensor:
+    """[..., V] logits -> [..., V] probabilities after temperature, top-k and top-p."""
+    logits = logits.to(dtype)
+    if params.greedy:
+        probs = torch.zeros_like(logits)
+        return probs.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+    logits = logits / params.temperature
+    if 0 < params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if params.top_p < 1:
+        sorted_probs, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+        mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+        # Keep the smallest prefix reaching top_p: a token stays if the mass before it is
+        # still short of top_p (so the most likely token always stays).
+        keep_sorted = mass_before < params.top_p
+        keep = torch.zeros_like(keep_sorted).scatter_(-1, order, keep_sorted)
+        probs = torch.where(keep, probs, torch.zeros_like(probs))
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs

@@ -1,0 +1,65 @@
+"""Recursive rejection sampling with replacement: SpecInfer's multi-step speculative sampling.
+
+Miao et al. 2024 (SpecInfer), "MSS"; seed 001 App. B.3; seed 003 Alg. 1.  The k drafts are
+i.i.d. from q.  Draft i is accepted with probability min(1, p_i(x_i)/q(x_i)), where p_1 = p
+and after each rejection p_{i+1} = norm((p_i - q)^+) — the same q every round.  A duplicate
+of a rejected token is rejected with probability one, but the residual update is still
+applied for it (skipping it is a known biased variant).  After k rejections the correction
+token is drawn from p_{k+1}.  Acceptance: 1 - prod_i (1 - a_i), a_i = sum min(p_i, q).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rayspec.verify.base import (
+    iid_draft_law,
+    positive_part_normalized,
+    sample_iid,
+)
+from rayspec.verify.chain import RejectionChain, SequentialVerifier, acceptance_ratio, gather_rows
+
+
+class RecursiveRejectionChain(RejectionChain):
+    """p_i and (for sampling without replacement) q_i, updated after each rejection."""
+
+    def __init__(self, p, q, drafts, without_replacement: bool):
+        super().__init__(p, q, drafts)
+        self.n_steps = drafts.shape[-1]
+        self.target = p
+        self.draft = q
+        self.without_replacement = without_replacement
+
+    def accept_prob(self, j):
+        x = self.drafts[:, j]
+        prob = acceptance_ratio(gather_rows(self.target, x), gather_rows(self.draft, x))
+        return prob * self.valid[:, j]
+
+    def reject(self, j):
+        valid = self.valid[:, j : j + 1]
+        self.target = torch.where(
+            valid, positive_part_normalized(self.target - self.draft), self.target
+        )
+        if self.without_replacement:
+            # The next draft came from q with the rejected token removed and renormalised;
+            # the residual above used the q the rejected draft was drawn from.
+            removed = self.draft.scatter(-1, self.drafts[:, j : j + 1].clamp_min(0), 0)
+            self.draft = torch.where(valid, positive_part_normalized(removed), self.draft)
+
+    def residual(self):
+        return self.target
+
+
+class RecursiveRejectionSampling(SequentialVerifier):
+    name = "rrs"
+
+    def sample_drafts_batch(self, q, k, generator):
+        self._check_k(k)
+        return sample_iid(q, k, generator)
+
+    def draft_law(self, q, k):
+        self._check_k(k)
+        return iid_draft_law(q, k)
+
+    def chain(self, p, q, drafts):
+        return RecursiveRejectionChain(p, q, drafts, without_replacement=False)

@@ -1,0 +1,29 @@
+"""Recursive rejection sampling without replacement (Sequoia; Jeon et al.; seed 003 Alg. 1).
+
+The k drafts are drawn from q without replacement, q renormalised after each draw.  Draft i
+is accepted with probability min(1, p_i(x_i)/q_i(x_i)) where q_i is the renormalised draft
+law it was drawn from; after a rejection p_{i+1} = norm((p_i - q_i)^+) (with the q_i of the
+rejected draft) and q_{i+1} = norm(q_i with x_i removed).  Needs k <= |supp q|; fewer drafts
+are drawn when the support is smaller.
+"""
+
+from __future__ import annotations
+
+from rayspec.verify.base import sample_without_replacement, without_replacement_draft_law
+from rayspec.verify.chain import SequentialVerifier
+from rayspec.verify.rrs import RecursiveRejectionChain
+
+
+class RecursiveRejectionSamplingWithoutReplacement(SequentialVerifier):
+    name = "rrsw"
+
+    def sample_drafts_batch(self, q, k, generator):
+        self._check_k(k)
+        return sample_without_replacement(q, k, generator)
+
+    def draft_law(self, q, k):
+        self._check_k(k)
+        return without_replacement_draft_law(q, k)
+
+    def chain(self, p, q, drafts):
+        return RecursiveRejectionChain(p, q, drafts, without_replacement=True)

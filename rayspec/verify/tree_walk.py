@@ -1,0 +1,138 @@
+"""Verification of whole draft trees: the walk from the root (SpecInfer, Sequoia, seed 001
+Alg. 3).
+
+At a node with children, the verifier emits one token given the children's drafts.
+Whenever the emitted token equals a child's token the walk descends into that child —
+also when the token came from the residual rather than an accepted draft ("membership"
+continuation; valid because the child's own subtree was drafted from q(.|path, token)
+independently of this node's randomness).  The walk stops at the first emitted token that
+matches no child, or at a leaf, where it emits a bonus token drawn from p.  Every emitted
+token follows the target's law given the tokens before it, so their concatenation does too.
+
+`walk_trees` walks B trees of one shape level by level, each level one batched call of the
+verifier; `walk_tree` is the same walk for one tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from rayspec.tree.structure import DraftTree, TreeShape
+
+
+@dataclass
+class TreeVerdict:
+    """The outcome of one tree walk.
+
+    path    accepted node indices, root excluded, from the top down
+    tokens  the emitted tokens: the accepted nodes' tokens, then one correction or bonus
+            token; len(tokens) == len(path) + 1
+    ranks   for each visited node that has children, the 1-based draw rank of the child
+            the walk descended into, 0 where it descended into none
+    """
+
+    path: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+
+    @property
+    def num_accepted(self) -> int:
+        return len(self.path)
+
+
+@dataclass
+class TreeWalkBatch:
+    """Outcomes of B walks over trees of one shape (-1 pads every ragged row).
+
+    tokens [B, D+1]  emitted tokens; row b holds num_accepted[b] + 1 of them
+    path   [B, D]    accepted nodes
+    ranks  [B, D+1]  rank of the child descended into at each visited internal node (0: none)
+    """
+
+    tokens: torch.Tensor
+    path: torch.Tensor
+    ranks: torch.Tensor
+    num_accepted: torch.Tensor
+
+    def verdict(self, b: int) -> TreeVerdict:
+        n = int(self.num_accepted[b])
+        ranks = [int(r) for r in self.ranks[b] if r >= 0]
+        return TreeVerdict(self.path[b, :n].tolist(), self.tokens[b, : n + 1].tolist(), ranks)
+
+
+def _select(randomness, rows: torch.Tensor, batch: int):
+    """The randomness of a subset of rows (a generator serves any subset as it is)."""
+    if hasattr(randomness, "select") and rows.numel() != batch:
+        return randomness.select(rows)
+    return randomness
+
+
+def walk_trees(verifier, shape: TreeShape, tokens, p_rows, q_rows, generator) -> TreeWalkBatch:
+    """Walk B trees of one shape.
+
+    tokens [B, N] drafted tokens (column 0 the root's); p_rows [B, N, V] the target's law
+    after each node's path; q_rows [B, N, V] the law each node's children were drafted
+    from, or None for verifiers that never read q.  Only the rows of visited nodes are read.
+    """
+    batch, depth_max = tokens.shape[0], shape.max_depth
+    device = p_rows.device
+    first_child = torch.tensor(shape.first_child, device=device)
+    num_children = torch.tensor(shape.num_children, device=device)
+    width = max(shape.max_children, 1)
+    columns = torch.arange(width, device=device)
+    tokens = tokens.to(device)
+
+    emitted = torch.full((batch, depth_max + 1), -1, dtype=torch.long, device=device)
+    ranks = torch.full((batch, depth_max + 1), -1, dtype=torch.long, device=device)
+    path = torch.full((batch, max(depth_max, 1)), -1, dtype=torch.long, device=device)
+    num_accepted = torch.zeros(batch, dtype=torch.long, device=device)
+    node = torch.zeros(batch, dtype=torch.long, device=device)
+    walking = torch.arange(batch, device=device)
+
+    for depth in range(depth_max + 1):
+        randomness = verifier.tree_randomness(generator, depth)
+        here = node[walking]
+        is_leaf = num_children[here] == 0
+        leaves, inner = walking[is_leaf], walking[~is_leaf]
+        if leaves.numel():
+            p_leaf = p_rows[leaves, node[leaves]]
+            emitted[leaves, depth] = verifier.sample_target_batch(p_leaf, _select(randomness, is_leaf.nonzero().flatten(), walking.numel()))
+        if not inner.numel():
+            break
+        at = node[inner]
+        child = first_child[at].unsqueeze(-1) + columns
+        valid = columns < num_children[at].unsqueeze(-1)
+        drafts = torch.where(valid, tokens[inner.unsqueeze(-1), child.clamp_max(shape.size - 1)], -1)
+        q = None if q_rows is None else q_rows[inner, at]
+        token, index = verifier.verify_batch(
+            p_rows[inner, at], q, drafts, _select(randomness, (~is_leaf).nonzero().flatten(), walking.numel())
+        )
+        emitted[inner, depth] = token
+        # Membership: a residual token equal to a draft continues into that child too.
+        hit = (drafts == token.unsqueeze(-1)) & valid
+        first_hit = torch.where(hit.any(-1), hit.to(torch.int8).argmax(-1), -1)
+        column = torch.where(index >= 0, index, first_hit)
+        went_down = column >= 0
+        ranks[inner, depth] = column + 1  # 0 where the walk stops here
+        down = inner[went_down]
+        node[down] = first_child[at[went_down]] + column[went_down]
+        if depth < depth_max:
+            path[down, depth] = node[down]
+        num_accepted[down] += 1
+        walking = down
+    return TreeWalkBatch(emitted, path[:, :depth_max], ranks, num_accepted)
+
+
+def walk_tree(verifier, tree: DraftTree, p_rows, q_rows, generator) -> TreeVerdict:
+    """Walk one tree: p_rows, q_rows [N, V] (q_rows may be None); see `walk_trees`."""
+    batch = walk_trees(
+        verifier,
+        tree.shape,
+        tree.tokens.unsqueeze(0),
+        p_rows.unsqueeze(0),
+        None if q_rows is None else q_rows.unsqueeze(0),
+        generator,
+    )
+    return batch.verdict(0)
