@@ -189,8 +189,8 @@ def sample_categorical(weights: torch.Tensor, u: torch.Tensor, fallback: torch.T
 def positive_part_normalized(x: torch.Tensor) -> torch.Tensor:
     """norm((x)^+) along the last dimension; rows of zero mass stay zero (no NaN)."""
     x = x.clamp_min(0)
-    total = x.sum(-1, keepdim=True)
-    return torch.where(total > 0, x / torch.where(total > 0, total, 1), x)
+    # A row of zero mass is all zeros, and 0 / tiny = 0: no branch needed.
+    return x / x.sum(-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
 
 
 def iid_draft_law(q: torch.Tensor, k: int) -> list[tuple[tuple[int, ...], float]]:
@@ -239,6 +239,6 @@ def sample_without_replacement(q: torch.Tensor, k: int, generator: torch.Generat
     for j in range(k):
         index = sample_from_weights(left, u[:, j])
         out[:, j] = index
-        rows = torch.nonzero(index >= 0).flatten()
-        left[rows, index[rows]] = 0
+        # A row with nothing left (-1) has only zeros, so zeroing its entry 0 changes nothing.
+        left.scatter_(-1, index.clamp_min(0).unsqueeze(-1), 0)
     return out

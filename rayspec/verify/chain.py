@@ -91,9 +91,13 @@ class SequentialVerifier(Verifier):
                 if not bool(undecided.any()):
                     return token, index
             chain.reject(j)
+        # index_select, not advanced indexing: the latter is an OpenMP-parallel kernel that
+        # stalls for milliseconds on a busy CPU.
         rows = torch.nonzero(undecided).flatten()
-        token[rows] = sample_categorical(chain.residual()[rows], u[rows, -1], p[rows])
-        return token, index
+        correction = sample_categorical(
+            chain.residual().index_select(0, rows), u[:, -1].index_select(0, rows), p.index_select(0, rows)
+        )
+        return token.index_copy(0, rows, correction), index
 
     def output_law_batch(self, p, q, drafts):
         drafts = drafts.to(p.device)

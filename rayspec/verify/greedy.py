@@ -49,5 +49,5 @@ class GreedyVerifier(Verifier):
     def output_law_batch(self, p, q, drafts):
         return torch.zeros_like(p).scatter_(-1, first_argmax(p).unsqueeze(-1), 1)
 
-    def sample_target(self, p, generator=None):
-        return int(first_argmax(p))
+    def sample_target_batch(self, p, generator=None):
+        return first_argmax(p)

@@ -37,14 +37,17 @@ class RecursiveRejectionChain(RejectionChain):
 
     def reject(self, j):
         valid = self.valid[:, j : j + 1]
-        self.target = torch.where(
-            valid, positive_part_normalized(self.target - self.draft), self.target
-        )
+        every_row = bool(valid.all())
+
+        def update(old, new):  # padded drafts leave their row unchanged
+            return new if every_row else torch.where(valid, new, old)
+
+        self.target = update(self.target, positive_part_normalized(self.target - self.draft))
         if self.without_replacement:
             # The next draft came from q with the rejected token removed and renormalised;
             # the residual above used the q the rejected draft was drawn from.
             removed = self.draft.scatter(-1, self.drafts[:, j : j + 1].clamp_min(0), 0)
-            self.draft = torch.where(valid, positive_part_normalized(removed), self.draft)
+            self.draft = update(self.draft, positive_part_normalized(removed))
 
     def residual(self):
         return self.target

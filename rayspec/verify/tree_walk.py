@@ -83,6 +83,12 @@ def walk_trees(verifier, shape: TreeShape, tokens, p_rows, q_rows, generator) ->
     width = max(shape.max_children, 1)
     columns = torch.arange(width, device=device)
     tokens = tokens.to(device)
+    nodes = shape.size
+
+    def rows_of(table, walkers, at):
+        # index_select on flattened rows: advanced indexing with two index tensors into a
+        # [B, N, V] tensor costs milliseconds on the CPU, this costs microseconds.
+        return table.reshape(batch * nodes, -1).index_select(0, walkers * nodes + at)
 
     emitted = torch.full((batch, depth_max + 1), -1, dtype=torch.long, device=device)
     ranks = torch.full((batch, depth_max + 1), -1, dtype=torch.long, device=device)
@@ -97,7 +103,7 @@ def walk_trees(verifier, shape: TreeShape, tokens, p_rows, q_rows, generator) ->
         is_leaf = num_children[here] == 0
         leaves, inner = walking[is_leaf], walking[~is_leaf]
         if leaves.numel():
-            p_leaf = p_rows[leaves, node[leaves]]
+            p_leaf = rows_of(p_rows, leaves, node[leaves])
             emitted[leaves, depth] = verifier.sample_target_batch(p_leaf, _select(randomness, is_leaf.nonzero().flatten(), walking.numel()))
         if not inner.numel():
             break
@@ -105,9 +111,9 @@ def walk_trees(verifier, shape: TreeShape, tokens, p_rows, q_rows, generator) ->
         child = first_child[at].unsqueeze(-1) + columns
         valid = columns < num_children[at].unsqueeze(-1)
         drafts = torch.where(valid, tokens[inner.unsqueeze(-1), child.clamp_max(shape.size - 1)], -1)
-        q = None if q_rows is None else q_rows[inner, at]
+        q = None if q_rows is None else rows_of(q_rows, inner, at)
         token, index = verifier.verify_batch(
-            p_rows[inner, at], q, drafts, _select(randomness, (~is_leaf).nonzero().flatten(), walking.numel())
+            rows_of(p_rows, inner, at), q, drafts, _select(randomness, (~is_leaf).nonzero().flatten(), walking.numel())
         )
         emitted[inner, depth] = token
         # Membership: a residual token equal to a draft continues into that child too.
@@ -126,13 +132,30 @@ def walk_trees(verifier, shape: TreeShape, tokens, p_rows, q_rows, generator) ->
 
 
 def walk_tree(verifier, tree: DraftTree, p_rows, q_rows, generator) -> TreeVerdict:
-    """Walk one tree: p_rows, q_rows [N, V] (q_rows may be None); see `walk_trees`."""
-    batch = walk_trees(
-        verifier,
-        tree.shape,
-        tree.tokens.unsqueeze(0),
-        p_rows.unsqueeze(0),
-        None if q_rows is None else q_rows.unsqueeze(0),
-        generator,
-    )
-    return batch.verdict(0)
+    """Walk one tree: p_rows, q_rows [N, V] (q_rows may be None).
+
+    The same walk as `walk_trees` for B = 1 — same verifier calls with the same shapes, so the
+    same randomness and the same verdict — with the tree bookkeeping in Python integers: for
+    one tree, tensor bookkeeping would cost more than the verification itself."""
+    shape, tokens = tree.shape, tree.tokens.tolist()
+    verdict = TreeVerdict()
+    node = 0
+    while True:
+        randomness = verifier.tree_randomness(generator, shape.depth[node])
+        p = p_rows[node : node + 1]
+        children = shape.children[node]
+        if not children:
+            verdict.tokens.append(int(verifier.sample_target_batch(p, randomness)[0]))
+            return verdict
+        drafts = torch.tensor([[tokens[c] for c in children]], device=p.device)
+        q = None if q_rows is None else q_rows[node : node + 1]
+        token, index = (int(x[0]) for x in verifier.verify_batch(p, q, drafts, randomness))
+        verdict.tokens.append(token)
+        if index < 0:  # membership: a residual token equal to a draft continues too
+            index = next((i for i, c in enumerate(children) if tokens[c] == token), -1)
+        if index < 0:
+            verdict.ranks.append(0)
+            return verdict
+        node = children[index]
+        verdict.ranks.append(index + 1)
+        verdict.path.append(node)

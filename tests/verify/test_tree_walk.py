@@ -1,0 +1,143 @@
+"""Tree verification: deterministic walks, one walk == batched walk, and the law of the
+first emitted tokens through a depth-3 tree equals the target's for every lossless verifier."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rayspec.coupling import KeyedNoise
+from rayspec.tree.structure import DraftTree, TreeShape
+from rayspec.verify import available_verifiers, get_verifier
+from rayspec.verify.chain import RejectionChain, SequentialVerifier, acceptance_ratio, gather_rows
+from rayspec.verify.base import iid_draft_law, sample_iid
+from tests.stats import assert_frequencies_match
+from tests.verify.synthetic import TablePair, decode_first_tokens
+
+LOSSLESS = [n for n in available_verifiers() if get_verifier(n).lossless]
+
+#        0
+#     1  2  3
+#    4 5 6
+#   7 8
+WIDE = TreeShape((-1, 0, 0, 0, 1, 1, 2, 4, 4))
+
+
+def one_hot_rows(argmaxes, vocab=6):
+    return torch.nn.functional.one_hot(torch.tensor(argmaxes), vocab).double()
+
+
+# ----------------------------------------------------------------- deterministic walks
+
+
+@pytest.mark.parametrize(
+    "target_argmax, expected_path, expected_tokens, expected_ranks",
+    [
+        # argmax of p at nodes 0..8; node tokens are (root), 1, 2, 3, 3, 4, 4, 0, 1
+        ([1, 3, 0, 0, 5, 0, 0, 0, 0], [1, 4], [1, 3, 5], [1, 1, 0]),  # node 4's children rejected
+        ([2, 0, 4, 0, 0, 0, 0, 0, 0], [2, 6], [2, 4, 0], [2, 1]),  # second sibling, then its child
+        ([5, 0, 0, 0, 0, 0, 0, 0, 0], [], [5], [0]),  # first token rejected: correction only
+        ([1, 4, 0, 0, 0, 2, 0, 0, 0], [1, 5], [1, 4, 2], [1, 2]),  # sibling 5 after 4; leaf bonus
+        ([1, 3, 0, 0, 0, 0, 0, 2, 0], [1, 4, 7], [1, 3, 0, 2], [1, 1, 1]),  # full depth + bonus
+    ],
+)
+def test_greedy_walk_tables(target_argmax, expected_path, expected_tokens, expected_ranks):
+    tokens = torch.tensor([9, 1, 2, 3, 3, 4, 4, 0, 1]) % 6
+    p_rows = one_hot_rows(target_argmax)
+    verdict = get_verifier("greedy").verify_tree(DraftTree(WIDE, tokens), p_rows, None, None)
+    assert verdict.path == expected_path
+    assert verdict.tokens == expected_tokens
+    assert verdict.ranks == expected_ranks
+
+
+def test_membership_continues_into_the_matching_child():
+    """A correction token equal to a drafted child's token descends into that child."""
+    # Root: drafts (0, 1); p puts no mass on 0, q drafted 0 first.  sps-style residual after
+    # rejecting 0 is p itself, which may emit 1 -> membership into node 2.
+    shape = TreeShape((-1, 0, 0, 2))
+    tokens = torch.tensor([3, 0, 1, 2])
+    p_rows = torch.tensor([[0.0, 1.0, 0.0, 0.0], [0.25] * 4, [0.0, 0.0, 1.0, 0.0], [0.25] * 4], dtype=torch.float64)
+    q_rows = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.25] * 4, [0.0, 0.0, 1.0, 0.0], [0.25] * 4], dtype=torch.float64)
+    verdict = get_verifier("rrs").verify_tree(DraftTree(shape, tokens), p_rows, q_rows, torch.Generator().manual_seed(0))
+    assert verdict.tokens[:2] == [1, 2] and verdict.path == [2, 3] and verdict.ranks[0] == 2
+
+
+@pytest.mark.parametrize("name", available_verifiers())
+def test_single_walk_equals_batched_walk(name):
+    verifier = get_verifier(name)
+    width = min(3, verifier.max_drafts or 3)
+    shape = TreeShape.kary(width, 3) if width > 1 else TreeShape.chain(4)
+    pair = TablePair(vocab=7, seed=3)
+    generator = torch.Generator().manual_seed(1)
+    for trial in range(20):
+        tokens = torch.randint(7, (shape.size,), generator=generator)
+        previous = torch.cat([torch.tensor([2]), tokens[list(shape.parents[1:])]])
+        p_rows, q_rows = pair.p[previous, tokens], pair.q[previous, tokens]
+        if verifier.drafter_invariant:
+            single, batched = KeyedNoise(trial, 40), KeyedNoise(trial, 40)
+        else:
+            single, batched = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
+        one = verifier.verify_tree(DraftTree(shape, tokens), p_rows, q_rows, single)
+        many = verifier.verify_trees(shape, tokens[None], p_rows[None], q_rows[None], batched).verdict(0)
+        assert one == many
+
+
+# ------------------------------------------------------------ statistical law of a walk
+
+
+def tree_for(verifier) -> TreeShape:
+    if verifier.max_drafts == 1:
+        return TreeShape.chain(3)
+    if verifier.max_drafts == 2:
+        return TreeShape((-1, 0, 0, 1, 1, 2, 3, 3, 4, 5))
+    return TreeShape((-1, 0, 0, 0, 1, 1, 2, 4, 4, 5, 6))
+
+
+def first_three_tokens(verifier, samples: int, seed: int = 0):
+    pair = TablePair(vocab=5, seed=0)
+    first = decode_first_tokens(verifier, pair, tree_for(verifier), (0, 1), samples, 3, seed=seed)
+    return [tuple(row) for row in first.tolist()], pair.law_of_continuation((0, 1), 3)
+
+
+@pytest.mark.parametrize("name", LOSSLESS)
+def test_first_three_tokens_through_a_depth3_tree_follow_the_target(name):
+    verifier = get_verifier(name)
+    assert tree_for(verifier).max_depth == 3
+    samples, law = first_three_tokens(verifier, 200_000)
+    assert_frequencies_match(samples, law, what=f"{name}: first 3 tokens")
+
+
+class _NaiveMultiDraft(SequentialVerifier):
+    """Seed 001 §4's invalid scheme: test each i.i.d. draft against p without updating p."""
+
+    name = "naive"
+
+    class _Chain(RejectionChain):
+        def __init__(self, p, q, drafts):
+            super().__init__(p, q, drafts)
+            self.n_steps = drafts.shape[-1]
+
+        def accept_prob(self, j):
+            x = self.drafts[:, j]
+            return acceptance_ratio(gather_rows(self.p, x), gather_rows(self.q, x)) * self.valid[:, j]
+
+        def reject(self, j):
+            pass
+
+        def residual(self):
+            return (self.p - self.q).clamp_min(0)
+
+    def sample_drafts_batch(self, q, k, generator):
+        return sample_iid(q, k, generator)
+
+    def draft_law(self, q, k):
+        return iid_draft_law(q, k)
+
+    def chain(self, p, q, drafts):
+        return self._Chain(p, q, drafts)
+
+
+def test_the_statistical_check_catches_a_biased_verifier():
+    samples, law = first_three_tokens(_NaiveMultiDraft(), 50_000)
+    with pytest.raises(AssertionError, match="chi-square p-value"):
+        assert_frequencies_match(samples, law)
