@@ -104,7 +104,7 @@ def walk_trees(verifier, shape: TreeShape, tokens, p_rows, q_rows, generator) ->
         leaves, inner = walking[is_leaf], walking[~is_leaf]
         if leaves.numel():
             p_leaf = rows_of(p_rows, leaves, node[leaves])
-            emitted[leaves, depth] = verifier.sample_target_batch(p_leaf, _select(randomness, is_leaf.nonzero().flatten(), walking.numel()))
+            emitted[leaves, depth] = verifier.sample_target_batch(p_leaf, _select(randomness, leaves, batch))
         if not inner.numel():
             break
         at = node[inner]
@@ -113,7 +113,7 @@ def walk_trees(verifier, shape: TreeShape, tokens, p_rows, q_rows, generator) ->
         drafts = torch.where(valid, tokens[inner.unsqueeze(-1), child.clamp_max(shape.size - 1)], -1)
         q = None if q_rows is None else rows_of(q_rows, inner, at)
         token, index = verifier.verify_batch(
-            rows_of(p_rows, inner, at), q, drafts, _select(randomness, (~is_leaf).nonzero().flatten(), walking.numel())
+            rows_of(p_rows, inner, at), q, drafts, _select(randomness, inner, batch)
         )
         emitted[inner, depth] = token
         # Membership: a residual token equal to a draft continues into that child too.

@@ -62,21 +62,32 @@ def test_membership_continues_into_the_matching_child():
     assert verdict.tokens[:2] == [1, 2] and verdict.path == [2, 3] and verdict.ranks[0] == 2
 
 
+def draft_one_tree(verifier, shape, pair, context, randomness):
+    """Tokens and rows of one tree drafted by the verifier's own scheme from `context`."""
+    tokens = torch.zeros(shape.size, dtype=torch.long)
+    previous = torch.zeros(shape.size, dtype=torch.long)
+    previous[0], tokens[0] = context
+    for node in shape.internal_nodes:
+        children = list(shape.children[node])
+        noise = randomness.shifted(shape.depth[node]) if isinstance(randomness, KeyedNoise) else randomness
+        drafts = verifier.sample_drafts_batch(pair.q[previous[node], tokens[node]][None], len(children), noise)[0]
+        tokens[children] = drafts
+        previous[children] = tokens[node]
+    return tokens, pair.p[previous, tokens], pair.q[previous, tokens]
+
+
 @pytest.mark.parametrize("name", available_verifiers())
 def test_single_walk_equals_batched_walk(name):
     verifier = get_verifier(name)
     width = min(3, verifier.max_drafts or 3)
     shape = TreeShape.kary(width, 3) if width > 1 else TreeShape.chain(4)
     pair = TablePair(vocab=7, seed=3)
-    generator = torch.Generator().manual_seed(1)
     for trial in range(20):
-        tokens = torch.randint(7, (shape.size,), generator=generator)
-        previous = torch.cat([torch.tensor([2]), tokens[list(shape.parents[1:])]])
-        p_rows, q_rows = pair.p[previous, tokens], pair.q[previous, tokens]
         if verifier.drafter_invariant:
-            single, batched = KeyedNoise(trial, 40), KeyedNoise(trial, 40)
+            draft, single, batched = (KeyedNoise(trial, 40) for _ in range(3))
         else:
-            single, batched = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
+            draft, single, batched = (torch.Generator().manual_seed(trial + i) for i in (100, 0, 0))
+        tokens, p_rows, q_rows = draft_one_tree(verifier, shape, pair, (trial % 7, 2), draft)
         one = verifier.verify_tree(DraftTree(shape, tokens), p_rows, q_rows, single)
         many = verifier.verify_trees(shape, tokens[None], p_rows[None], q_rows[None], batched).verdict(0)
         assert one == many
