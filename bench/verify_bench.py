@@ -7,7 +7,8 @@ positional acceptance vector (the shape a Sequoia-style planner produces).  Veri
 limited to two drafts per node (SpecHub) get the binary tree grown the same way; the
 single-draft ones (sps, mentored) a chain of 8.  Probability rows are float32 on the
 device; each node's drafts are drawn by the verifier's own scheme from its q row; the
-target rows are a perturbation of the draft rows (per-token 1 - TV around 0.6-0.7).
+target rows are Zipf-like (top token 0.2-0.6) and the draft rows a noisy copy
+(per-token 1 - TV about 0.7).
 
 For each figure the physical floor is printed beside it: the time to read, once, the p and q
 rows the walk actually touches (visited nodes), at the memory bandwidth measured by summing
@@ -75,10 +76,14 @@ def tree_for(verifier) -> TreeShape:
 
 
 def make_rows(size: int, vocab: int, device, generator) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = torch.randn(size, vocab, generator=generator) * 2.5
-    draft = torch.softmax(logits, -1)
-    target = torch.softmax(logits + torch.randn(size, vocab, generator=generator) * 0.6, -1)
-    return target.to(device), draft.to(device)
+    """LM-like rows: Zipf logits (exponent 1.1-2.0 per node, random token order) for the
+    target; the drafter's logits are the target's plus Gaussian noise."""
+    exponent = 1.1 + 0.9 * torch.rand(size, 1, generator=generator)
+    ranks = torch.argsort(torch.rand(size, vocab, generator=generator), dim=-1) + 1
+    logits = -exponent * ranks.double().log()
+    target = torch.softmax(logits, -1)
+    draft = torch.softmax(logits + 0.8 * torch.randn(size, vocab, generator=generator, dtype=torch.float64), -1)
+    return target.float().to(device), draft.float().to(device)
 
 
 def draft_tree(verifier, shape: TreeShape, q: torch.Tensor, randomness) -> DraftTree:
