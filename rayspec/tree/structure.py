@@ -71,6 +71,12 @@ class TreeShape:
     def to_dict(self) -> dict:
         return {"parents": list(self.parents), "child_rank": list(self.child_rank)}
 
+    def truncated(self, max_depth: int) -> "TreeShape":
+        """The nodes at depth <= max_depth (a prefix, by the breadth-first order)."""
+        if max_depth >= self.max_depth:
+            return self
+        return TreeShape(self.parents[: sum(1 for d in self.depth if d <= max(max_depth, 0))])
+
     # -------------------------------------------------------------- structure
     @property
     def size(self) -> int:
@@ -130,6 +136,15 @@ class TreeShape:
     @cached_property
     def internal_nodes(self) -> tuple[int, ...]:
         return tuple(i for i, kids in enumerate(self.children) if kids)
+
+    @cached_property
+    def internal_index(self) -> tuple[int, ...]:
+        """Row of each internal node among `internal_nodes` (-1 for a leaf): where a node's
+        draft law sits in a table holding rows for internal nodes only."""
+        index = [-1] * self.size
+        for row, node in enumerate(self.internal_nodes):
+            index[node] = row
+        return tuple(index)
 
     def ancestor_mask(self) -> torch.Tensor:
         """Bool [N, N]: entry (i, j) is true iff j is i or an ancestor of i."""

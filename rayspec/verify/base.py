@@ -52,6 +52,9 @@ class Verifier(ABC):
     max_drafts: ClassVar[int | None] = None  # None: any number of drafts per node
     drafter_invariant: ClassVar[bool] = False  # output independent of the drafter (coupling)
     needs_draft_probs: ClassVar[bool] = True  # whether verification reads q (data placement)
+    # Parameters that make a lossy verifier exact; the engine applies them at temperature 0,
+    # where the request asks for the target's greedy output.
+    exact_params: ClassVar[dict | None] = None
 
     # ----------------------------------------------------------------- drafting
     @abstractmethod

@@ -298,6 +298,7 @@ class MentoredDecoding(SequentialVerifier):
     name = "mentored"
     lossless = False
     max_drafts = 1
+    exact_params = {"kl_budget": 0.0}  # standard speculative sampling
 
     def __init__(self, kl_budget: float = 0.05, within_target_support: bool = False):
         self.kl_budget = check_kl_budget(kl_budget)

@@ -73,8 +73,9 @@ def walk_trees(verifier, shape: TreeShape, tokens, p_rows, q_rows, generator) ->
     """Walk B trees of one shape.
 
     tokens [B, N] drafted tokens (column 0 the root's); p_rows [B, N, V] the target's law
-    after each node's path; q_rows [B, N, V] the law each node's children were drafted
-    from, or None for verifiers that never read q.  Only the rows of visited nodes are read.
+    after each node's path; q_rows the law each node's children were drafted from, either
+    [B, N, V] or, for internal nodes only, [B, I, V] in `shape.internal_nodes` order; None
+    for verifiers that never read q.  Only the rows of visited nodes are read.
     """
     batch, depth_max = tokens.shape[0], shape.max_depth
     device = p_rows.device
@@ -85,10 +86,15 @@ def walk_trees(verifier, shape: TreeShape, tokens, p_rows, q_rows, generator) ->
     tokens = tokens.to(device)
     nodes = shape.size
 
+    internal_row = torch.tensor(shape.internal_index, device=device)
+
     def rows_of(table, walkers, at):
         # index_select on flattened rows: advanced indexing with two index tensors into a
         # [B, N, V] tensor costs milliseconds on the CPU, this costs microseconds.
-        return table.reshape(batch * nodes, -1).index_select(0, walkers * nodes + at)
+        width = table.shape[1]
+        if width != nodes:  # rows for internal nodes only
+            at = internal_row[at]
+        return table.reshape(batch * width, -1).index_select(0, walkers * width + at)
 
     emitted = torch.full((batch, depth_max + 1), -1, dtype=torch.long, device=device)
     ranks = torch.full((batch, depth_max + 1), -1, dtype=torch.long, device=device)
@@ -132,7 +138,7 @@ def walk_trees(verifier, shape: TreeShape, tokens, p_rows, q_rows, generator) ->
 
 
 def walk_tree(verifier, tree: DraftTree, p_rows, q_rows, generator) -> TreeVerdict:
-    """Walk one tree: p_rows, q_rows [N, V] (q_rows may be None).
+    """Walk one tree: p_rows [N, V]; q_rows [N, V], [I, V] for the internal nodes only, or None.
 
     The same walk as `walk_trees` for B = 1 — same verifier calls with the same shapes, so the
     same randomness and the same verdict — with the tree bookkeeping in Python integers: for
@@ -148,7 +154,8 @@ def walk_tree(verifier, tree: DraftTree, p_rows, q_rows, generator) -> TreeVerdi
             verdict.tokens.append(int(verifier.sample_target_batch(p, randomness)[0]))
             return verdict
         drafts = torch.tensor([[tokens[c] for c in children]], device=p.device)
-        q = None if q_rows is None else q_rows[node : node + 1]
+        row = node if q_rows is None or q_rows.shape[0] == shape.size else shape.internal_index[node]
+        q = None if q_rows is None else q_rows[row : row + 1]
         token, index = (int(x[0]) for x in verifier.verify_batch(p, q, drafts, randomness))
         verdict.tokens.append(token)
         if index < 0:  # membership: a residual token equal to a draft continues too

@@ -1,0 +1,258 @@
+"""The speculative decoding loop: one loop for in-process and distributed decoding.
+
+    engine = SpeculativeEngine(target, drafter, verifier="rrsw", tree="kary:2x4")
+    for chunk in engine.generate(prompt_ids, max_new_tokens=64, temperature=0.6, seed=1):
+        ...  # chunk.tokens: the tokens accepted by one verification step
+
+Each step: the drafter drafts a tree (committing the previous step's outcome first), the
+target scores it in one forward pass and its verifier walks it; the emitted tokens are
+yielded at once.  `target` and `drafter` are anything implementing the interfaces of
+`rayspec.engine.interfaces`: in-process models or gRPC handles to remote workers.
+Without a drafter (or with the tree "none") this is target-only decoding through the same
+path — the baseline, and the fallback.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+
+import torch
+
+from rayspec.engine.interfaces import Draft, SequenceSpec
+from rayspec.engine.trees import parse_tree_spec
+from rayspec.tree.structure import DraftTree, TreeShape
+from rayspec.verify import verifier_class
+from rayspec.verify.processing import SamplingParams
+
+
+@dataclass
+class StepStats:
+    """One verification step.  Times in seconds; `other` is what remains of the step's wall
+    time (transport between processes, serialisation, the engine's own bookkeeping)."""
+
+    drafted: int
+    accepted: int
+    ranks: list[int]
+    draft: float
+    score: float
+    verify: float
+    wall: float
+
+    @property
+    def other(self) -> float:
+        return max(self.wall - self.draft - self.score - self.verify, 0.0)
+
+
+@dataclass
+class Chunk:
+    tokens: list[int]
+    step: StepStats
+    finish_reason: str | None = None  # "length" or "stop" on the last chunk
+
+
+@dataclass
+class GenerationStats:
+    steps: list[StepStats] = field(default_factory=list)
+    tokens: int = 0
+    seconds: float = 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.tokens / max(len(self.steps), 1)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def depth_acceptance(self) -> list[float]:
+        """At each depth, the fraction of visits to an internal node there that descended."""
+        visits, accepted = [], []
+        for step in self.steps:
+            for depth, rank in enumerate(step.ranks):
+                if depth == len(visits):
+                    visits.append(0)
+                    accepted.append(0)
+                visits[depth] += 1
+                accepted[depth] += rank > 0
+        return [a / v for a, v in zip(accepted, visits)]
+
+    def phase_seconds(self) -> dict[str, float]:
+        return {
+            phase: sum(getattr(s, phase) for s in self.steps)
+            for phase in ("draft", "score", "verify", "other")
+        }
+
+    def summary(self) -> str:
+        phases = ", ".join(f"{k} {v:.2f}s" for k, v in self.phase_seconds().items())
+        return (
+            f"{self.tokens} tokens in {len(self.steps)} steps: {self.tokens_per_step:.2f} tokens/step, "
+            f"{self.tokens_per_second:.1f} tokens/s ({phases})"
+        )
+
+
+@dataclass
+class Generation:
+    tokens: list[int]
+    finish_reason: str
+    stats: GenerationStats
+    seed: int
+
+
+class SpeculativeEngine:
+    """Speculative decoding over a target and (optionally) a drafter."""
+
+    def __init__(self, target, drafter=None, verifier: str = "rrsw", tree: str | TreeShape = "chain:4",
+                 verifier_params: dict | None = None, tokenizer=None):
+        self.target = target
+        self.drafter = drafter
+        self.tokenizer = tokenizer
+        self.verifier = verifier
+        self.verifier_params = dict(verifier_params or {})
+        self.tree = parse_tree_spec(tree) if drafter is not None else TreeShape.chain(0)
+        self._check(verifier, self.verifier_params, self.tree)
+
+    def _check(self, verifier: str, params: dict, shape: TreeShape) -> None:
+        cls = verifier_class(verifier)  # unknown names raise with the list of known ones
+        if cls.max_drafts is not None and shape.size > 1 and shape.max_children > cls.max_drafts:
+            raise ValueError(
+                f"verifier {verifier!r} takes at most {cls.max_drafts} draft(s) per node, "
+                f"the tree has a node with {shape.max_children} children"
+            )
+        from rayspec.verify import get_verifier
+
+        get_verifier(verifier, **params)  # refuses unknown or bad parameters now, not mid-stream
+
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        max_new_tokens: int = 128,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int | None = None,
+        stop: Sequence[str | int] | None = None,
+        verifier: str | None = None,
+        tree: str | TreeShape | None = None,
+        verifier_params: dict | None = None,
+        stats: GenerationStats | None = None,
+    ) -> Iterator[Chunk]:
+        """Yield the tokens of each verification step as soon as it is verified.
+
+        stop: strings (needs the engine's tokenizer) and/or token ids; the target's EOS ids
+        always stop.  Stop tokens are not yielded; a stop string's text is (trim it with
+        `rayspec.engine.text.TextAssembler`).  `stats` (optional) is filled as steps go."""
+        params = SamplingParams(temperature, top_p, top_k)
+        if int(max_new_tokens) < 1:
+            raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise ValueError("the prompt must contain at least one token")
+        bad = [t for t in prompt if not 0 <= t < self.target.vocab_size]
+        if bad:
+            raise ValueError(f"prompt token ids out of the vocabulary [0, {self.target.vocab_size}): {bad[:5]}")
+        context = self.target.context_length
+        if len(prompt) >= context:
+            raise ValueError(f"the prompt has {len(prompt)} tokens; the model's context holds {context}, "
+                             "leaving no room to generate")
+        verifier = verifier or self.verifier
+        verifier_params = self.verifier_params if verifier_params is None else dict(verifier_params)
+        exact = verifier_class(verifier).exact_params
+        if params.greedy and exact:  # T = 0 asks for the target's greedy output, exactly
+            verifier_params = {**verifier_params, **exact}
+        shape = self.tree if tree is None or self.drafter is None else parse_tree_spec(tree)
+        if (verifier, shape) != (self.verifier, self.tree) or verifier_params is not self.verifier_params:
+            self._check(verifier, verifier_params, shape)
+        stop_ids = set(self.target.eos_token_ids) | {int(s) for s in stop or () if not isinstance(s, str)}
+        stop_texts = [s for s in stop or () if isinstance(s, str) and s]
+        if stop_texts and self.tokenizer is None:
+            raise ValueError("stop strings need a tokenizer; give the engine one, or stop on token ids")
+        seed = secrets.randbits(63) if seed is None else int(seed)
+        spec = SequenceSpec(tuple(prompt), params, seed, verifier, verifier_params)
+        stats = stats if stats is not None else GenerationStats()
+        started = time.perf_counter()
+
+        with ExitStack() as sessions:
+            target = sessions.enter_context(_closing(self.target.open(spec)))
+            drafter = None
+            if self.drafter is not None and shape.size > 1:
+                drafter = sessions.enter_context(_closing(self.drafter.open(spec)))
+            produced: list[int] = []
+            outcome = None
+            while True:
+                step_start = time.perf_counter()
+                length = len(prompt) + len(produced)
+                step_shape = shape.truncated(context - length - 1)
+                if drafter is not None and step_shape.size > 1:
+                    draft = drafter.draft(step_shape, outcome)
+                else:
+                    draft = Draft(DraftTree(TreeShape.chain(0), torch.tensor([(prompt + produced)[-1]])), None)
+                outcome = target.verify(draft)
+                new = list(outcome.tokens)
+                finish = None
+                for i, token in enumerate(new):
+                    if token in stop_ids:
+                        new, finish = new[:i], "stop"
+                        break
+                if len(produced) + len(new) >= max_new_tokens:
+                    new, finish = new[: max_new_tokens - len(produced)], finish or "length"
+                if finish is None and stop_texts:
+                    cut = self._stop_string_cut(produced, new, stop_texts)
+                    if cut is not None:
+                        new, finish = new[:cut], "stop"
+                produced += new
+                if finish is None and len(prompt) + len(produced) >= context:
+                    finish = "length"
+                step = StepStats(
+                    drafted=draft.tree.shape.size - 1,
+                    accepted=len(outcome.path),
+                    ranks=list(outcome.ranks),
+                    draft=draft.seconds,
+                    score=outcome.score_seconds,
+                    verify=outcome.verify_seconds,
+                    wall=time.perf_counter() - step_start,
+                )
+                stats.steps.append(step)
+                stats.tokens = len(produced)
+                stats.seconds = time.perf_counter() - started
+                yield Chunk(new, step, finish)
+                if finish is not None:
+                    return
+
+    def _stop_string_cut(self, produced: list[int], new: list[int], stop_texts: list[str]) -> int | None:
+        """The number of new tokens up to and including the one that completes a stop string."""
+        before = self.tokenizer.decode(produced)
+        if not any(s in self.tokenizer.decode(produced + new)[max(len(before) - max(map(len, stop_texts)), 0):] for s in stop_texts):
+            return None
+        for n in range(1, len(new) + 1):
+            text = self.tokenizer.decode(produced + new[:n])
+            if any(s in text for s in stop_texts):
+                return n
+        return None
+
+    def run(self, prompt_ids: Sequence[int], **kwargs) -> Generation:
+        """`generate` to the end: all tokens, the finish reason and the statistics."""
+        stats = GenerationStats()
+        tokens, finish = [], "length"
+        seed = kwargs.pop("seed", None)
+        seed = secrets.randbits(63) if seed is None else int(seed)
+        for chunk in self.generate(prompt_ids, seed=seed, stats=stats, **kwargs):
+            tokens += chunk.tokens
+            finish = chunk.finish_reason or finish
+        return Generation(tokens, finish, stats, seed)
+
+
+class _closing:
+    """Context manager closing a session (sessions are not all context managers)."""
+
+    def __init__(self, session):
+        self.session = session
+
+    def __enter__(self):
+        return self.session
+
+    def __exit__(self, *exc):
+        self.session.close()

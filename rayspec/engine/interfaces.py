@@ -1,0 +1,105 @@
+"""The two small interfaces the speculative loop talks to, and what crosses them.
+
+The engine (`rayspec.engine.SpeculativeEngine`) owns the loop; a `Drafter` and a `Target`
+own the models.  Each `open`s a session per sequence.  Per step, exactly this crosses:
+
+    drafter.draft(shape, last outcome) -> Draft(tree tokens, q rows of internal nodes or None)
+    target.verify(tree, q rows)        -> Outcome(emitted tokens, accepted path, ranks)
+
+Verification runs on the target's side: it holds the target's rows, and the only other
+input — the drafter's rows of the internal nodes — is the smaller side (a tree has more
+nodes than internal nodes; verifiers that never read q, greedy and the couplings, ship
+token ids only).  In-process models implement these interfaces (`rayspec.engine.local`),
+and so do gRPC handles to remote workers (`rayspec.rpc`): the same loop runs both, so a seed
+gives the same tokens in-process and distributed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from rayspec.tree.structure import DraftTree, TreeShape
+from rayspec.verify.processing import SamplingParams
+
+
+@dataclass(frozen=True)
+class SequenceSpec:
+    """Everything both sides must agree on for one sequence."""
+
+    prompt_ids: tuple[int, ...]
+    params: SamplingParams
+    seed: int
+    verifier: str
+    verifier_params: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "prompt_ids", tuple(int(t) for t in self.prompt_ids))
+        if not self.prompt_ids:
+            raise ValueError("the prompt must contain at least one token")
+
+
+def derive_seed(seed: int, stream: str) -> int:
+    """A 63-bit seed for one consumer of randomness (drafter, verifier) of a request seed.
+
+    Drafter and target draw from independent streams, so neither's consumption shifts the
+    other's: the same seed gives the same tokens whether they share a process or not."""
+    digest = hashlib.sha256(f"{int(seed)}:{stream}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def stream_generator(seed: int, stream: str) -> torch.Generator:
+    return torch.Generator().manual_seed(derive_seed(seed, stream))
+
+
+@dataclass
+class Draft:
+    """A drafted tree and the draft law of each internal node (`shape.internal_nodes` order)."""
+
+    tree: DraftTree
+    q_rows: torch.Tensor | None  # [I, V] float32, None when the verifier never reads q
+    seconds: float = 0.0  # drafter compute time, as measured where the drafter runs
+
+
+@dataclass
+class Outcome:
+    """What verification of one tree emitted.
+
+    tokens: accepted draft tokens then one correction or bonus token; path: accepted node
+    indices; ranks: at each visited internal node, the rank of the child descended into
+    (0 = none)."""
+
+    tokens: list[int]
+    path: list[int]
+    ranks: list[int]
+    score_seconds: float = 0.0  # target forward
+    verify_seconds: float = 0.0  # the verifier's walk
+
+
+class DrafterSession(Protocol):
+    def draft(self, shape: TreeShape, previous: Outcome | None) -> Draft:
+        """Commit the previous step's outcome, then draft a tree of (at most) `shape`."""
+
+    def close(self) -> None: ...
+
+
+class TargetSession(Protocol):
+    def verify(self, draft: Draft) -> Outcome:
+        """Score the tree in one forward pass, verify it, commit what was accepted."""
+
+    def close(self) -> None: ...
+
+
+class Drafter(Protocol):
+    def open(self, spec: SequenceSpec) -> DrafterSession: ...
+
+
+class Target(Protocol):
+    vocab_size: int
+    context_length: int
+    eos_token_ids: tuple[int, ...]
+
+    def open(self, spec: SequenceSpec) -> TargetSession: ...

@@ -1,0 +1,179 @@
+"""In-process drafter and target: HF causal LMs behind the engine's two interfaces.
+
+The drafter grows the tree level by level, one forward for all of a level's internal nodes,
+over its own KV cache; the target scores the whole tree in one forward and verifies it.
+Both commit only the accepted path's keys and values (`TreeLM.keep`).  The same classes run
+inside the gRPC workers of `rayspec.rpc`, so remote and local decoding are one code path.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from rayspec.coupling import KeyedNoise
+from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec, stream_generator
+from rayspec.models.tree_lm import TreeLM
+from rayspec.tree.structure import DraftTree, TreeShape
+from rayspec.verify import get_verifier
+from rayspec.verify.processing import SamplingParams, logits_to_probs
+
+
+def model_context_length(model) -> int:
+    return int(getattr(model.config, "max_position_embeddings", 2048))
+
+
+def model_eos_ids(model) -> tuple[int, ...]:
+    eos = getattr(model.generation_config, "eos_token_id", None) or getattr(model.config, "eos_token_id", None)
+    if eos is None:
+        return ()
+    return tuple(eos) if isinstance(eos, (list, tuple)) else (int(eos),)
+
+
+class _Session:
+    """What both sides keep per sequence: the tokens, the cache, the verifier, randomness."""
+
+    def __init__(self, model, spec: SequenceSpec, stream: str):
+        self.lm = TreeLM(model)
+        self.tokens = list(spec.prompt_ids)
+        self.params = spec.params
+        self.seed = spec.seed
+        self.verifier = get_verifier(spec.verifier, **spec.verifier_params)
+        self.generator = stream_generator(spec.seed, stream)
+
+    def randomness(self):
+        """Private verifiers draw from this side's stream; couplings share keyed noise whose
+        position is that of the root's children (the next token to emit)."""
+        if self.verifier.drafter_invariant:
+            return KeyedNoise(self.seed, len(self.tokens))
+        return self.generator
+
+    def close(self) -> None:
+        self.lm = None
+
+
+class LocalTargetSession(_Session):
+    def __init__(self, model, spec: SequenceSpec):
+        super().__init__(model, spec, "verify")
+        if len(self.tokens) > 1:
+            self.lm.prefill(self.tokens[:-1])  # the last prompt token is the first step's root
+
+    def verify(self, draft: Draft) -> Outcome:
+        tree = draft.tree
+        if int(tree.tokens[0]) != self.tokens[-1]:
+            raise ValueError(f"the tree's root {int(tree.tokens[0])} is not the last committed token {self.tokens[-1]}")
+        start = time.perf_counter()
+        logits = self.lm.forward(tree.tokens.tolist(), tree.shape.parents, tree.shape.depth)
+        p_rows = logits_to_probs(logits, self.params)
+        scored = time.perf_counter()
+        q_rows = None if draft.q_rows is None else draft.q_rows.to(p_rows.device)
+        verdict = self.verifier.verify_tree(tree, p_rows, q_rows, self.randomness())
+        verified = time.perf_counter()
+        self.lm.keep([self.lm.committed + node for node in (0, *verdict.path)])
+        self.tokens += verdict.tokens
+        return Outcome(verdict.tokens, verdict.path, verdict.ranks, scored - start, verified - scored)
+
+
+class LocalDrafterSession(_Session):
+    def __init__(self, model, spec: SequenceSpec):
+        super().__init__(model, spec, "draft")
+        self.slots: dict[int, int] = {}  # node of the last tree -> its cache row
+
+    def _commit(self, previous: Outcome) -> None:
+        kept = []
+        for node in previous.path:  # a prefix of the path was forwarded (the rest: leaves)
+            if node not in self.slots:
+                break
+            kept.append(self.slots[node])
+        self.lm.keep(kept)
+        self.tokens += previous.tokens
+
+    def _draft_law(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(law to draft from, law to ship): greedy drafts the top-k of the drafter's plain
+        scores, every other verifier the processed law it is verified against."""
+        q = logits_to_probs(logits, self.params)
+        if self.verifier.name == "greedy":
+            return logits_to_probs(logits, SamplingParams()), q
+        return q, q
+
+    def draft(self, shape: TreeShape, previous: Outcome | None) -> Draft:
+        start = time.perf_counter()
+        if previous is not None:
+            self._commit(previous)
+        self.slots = {}
+        pending = self.tokens[self.lm.committed :]
+        root_logits = self.lm.prefill(pending)[-1:]  # the root is now committed
+
+        parents, tokens, planned, depth = [-1], [self.tokens[-1]], [0], [0]
+        q_rows = []
+        # `level`: this depth's nodes that have planned children, with their logits.
+        level, level_logits = ([0] if shape.num_children[0] else []), root_logits
+        randomness = self.randomness()
+        for d in range(shape.max_depth):
+            if not level:
+                break
+            draw_from, ship = self._draft_law(level_logits)
+            widest = max(shape.num_children[planned[node]] for node in level)
+            noise = randomness.shifted(d) if isinstance(randomness, KeyedNoise) else randomness
+            drafts = self.verifier.sample_drafts_batch(draw_from, widest, noise).tolist()
+            next_level = []
+            for row, node in enumerate(level):
+                planned_children = shape.children[planned[node]]
+                chosen = [t for t in drafts[row][: len(planned_children)] if t >= 0]
+                for rank, token in enumerate(chosen):
+                    next_level.append(len(tokens))
+                    parents.append(node)
+                    tokens.append(token)
+                    planned.append(planned_children[rank])
+                    depth.append(d + 1)
+                if chosen:
+                    q_rows.append(ship[row])
+            level = [n for n in next_level if shape.num_children[planned[n]]]
+            if level and d + 1 < shape.max_depth:
+                level_logits = self._forward_level(level, parents, tokens, depth)
+        tree = DraftTree(TreeShape(tuple(parents)), torch.tensor(tokens))
+        ship_q = torch.stack(q_rows).float() if q_rows and self.verifier.needs_draft_probs else None
+        return Draft(tree, ship_q, time.perf_counter() - start)
+
+    def _forward_level(self, level, parents, tokens, depth) -> torch.Tensor:
+        """Logits of one level's internal nodes; each sees its forwarded ancestors."""
+        pending_rows = self.lm.cached - self.lm.committed
+        visible = torch.zeros(len(level), pending_rows, dtype=torch.bool)
+        for i, node in enumerate(level):
+            ancestor = parents[node]
+            while ancestor > 0:  # the root is committed, always visible
+                visible[i, self.slots[ancestor] - self.lm.committed] = True
+                ancestor = parents[ancestor]
+        first_row = self.lm.cached
+        logits = self.lm.forward(
+            [tokens[n] for n in level], [-1] * len(level), [depth[n] - 1 for n in level], visible
+        )
+        for i, node in enumerate(level):
+            self.slots[node] = first_row + i
+        return logits
+
+
+class LocalTarget:
+    """A target model in this process."""
+
+    def __init__(self, model):
+        self.model = model
+        self.vocab_size = int(model.config.vocab_size)
+        self.context_length = model_context_length(model)
+        self.eos_token_ids = model_eos_ids(model)
+
+    def open(self, spec: SequenceSpec) -> LocalTargetSession:
+        return LocalTargetSession(self.model, spec)
+
+
+class LocalDrafter:
+    """A drafter model in this process."""
+
+    def __init__(self, model):
+        self.model = model
+        self.vocab_size = int(model.config.vocab_size)
+        self.context_length = model_context_length(model)
+
+    def open(self, spec: SequenceSpec) -> LocalDrafterSession:
+        return LocalDrafterSession(self.model, spec)

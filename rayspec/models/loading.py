@@ -1,0 +1,47 @@
+"""Loading causal language models: any HF checkpoint, from a local path or a hub id.
+
+Nothing here downloads unless the user asks for a hub id on a machine with network access;
+tests and CI set HF_HUB_OFFLINE=1.  The demo pair (`rayspec.demo`) is the default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """`auto`: float32 on CPU (half-precision matmuls are slow there), bfloat16 on CUDA."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "auto"):
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of auto, {', '.join(_DTYPES)}; got {dtype!r}")
+    return _DTYPES[dtype]
+
+
+def load_causal_lm(path_or_id: str | Path, device="auto", dtype="auto"):
+    """(model, tokenizer) for a causal LM checkpoint, in eval mode on `device`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = resolve_device(device)
+    dtype = resolve_dtype(dtype, device)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path_or_id), dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(str(path_or_id))
+    except OSError as error:
+        raise FileNotFoundError(
+            f"cannot load a causal LM from {str(path_or_id)!r}: give a local checkpoint directory "
+            f"(config.json + weights) or, with network access, a hub id ({error})"
+        ) from error
+    return model.to(device).eval(), tokenizer

@@ -1,0 +1,90 @@
+"""One forward pass for a whole draft tree over a KV cache, and cache compaction.
+
+`TreeLM` wraps a HF causal LM and one sequence's `DynamicCache`.  The cache holds the KV of
+the *committed* tokens; a step appends tree nodes to it, and `keep` then drops every
+appended node that was not accepted.  Each appended node attends to the committed prefix
+and to its own ancestors only (SpecInfer's topology-aware mask), at position id
+`committed length + depth`, so its logits are those of its root-to-node path run alone.
+
+transformers 5 details (see the project's environment notes): the mask must be a *float*
+additive 4D mask [1, 1, n, cache + n] (0 = attend, finfo.min = masked) — a bool mask with
+eager attention is silently wrong; and `DynamicCache.crop` only removes, so compaction
+selects the kept rows of every layer's keys and values along the sequence dimension.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+
+class TreeLM:
+    """A causal LM with the KV cache of one sequence; tree-masked forwards and compaction."""
+
+    def __init__(self, model):
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.cache = DynamicCache(config=model.config)
+        self.committed = 0  # cache rows of committed tokens (a prefix of the cache)
+
+    @property
+    def cached(self) -> int:
+        """Rows in the cache: committed tokens plus the nodes appended this step."""
+        return self.cache.get_seq_length()
+
+    @torch.inference_mode()
+    def forward(self, tokens, parents, offsets, visible_slots=None) -> torch.Tensor:
+        """Append n nodes and return their logits [n, V] (float32).
+
+        tokens [n]: the new nodes' tokens.  parents [n]: for each new node, the index of its
+        parent among the new nodes, or -1 if its parent is not among them.  offsets [n]:
+        position ids relative to the committed prefix (position id = committed + offset),
+        i.e. the node's depth below the first uncommitted position.  visible_slots
+        [n, cached - committed] (bool, optional): which already-appended, uncommitted rows
+        each new node sees (its ancestors from earlier forwards of the same step).
+        """
+        n = len(tokens)
+        tokens = torch.as_tensor(tokens, dtype=torch.long, device=self.device).view(1, n)
+        offsets = torch.as_tensor(offsets, dtype=torch.long, device=self.device)
+        pending = self.cached - self.committed
+        visible = torch.zeros(n, self.committed + pending + n, dtype=torch.bool, device=self.device)
+        visible[:, : self.committed] = True
+        if visible_slots is not None and pending:
+            visible[:, self.committed : self.committed + pending] = torch.as_tensor(visible_slots, device=self.device)
+        # Ancestors among the new nodes: parents come first, so one pass fills the rows.
+        start = self.committed + pending
+        for i, parent in enumerate(parents):
+            if parent >= 0:
+                visible[i] |= visible[parent]
+            visible[i, start + i] = True
+        mask = torch.zeros(visible.shape, dtype=self.dtype, device=self.device)
+        mask.masked_fill_(~visible, torch.finfo(self.dtype).min)
+        out = self.model(
+            input_ids=tokens,
+            attention_mask=mask.view(1, 1, n, -1),
+            position_ids=(self.committed + offsets).view(1, n),
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        return out.logits[0].float()
+
+    def keep(self, rows) -> None:
+        """Commit the appended rows listed in `rows` (cache indices >= committed, in order)
+        and drop every other appended row."""
+        rows = [int(r) for r in rows]
+        if any(not self.committed <= r < self.cached for r in rows) or rows != sorted(set(rows)):
+            raise ValueError(f"rows to keep must be increasing, uncommitted cache rows; got {rows}")
+        if len(rows) != self.cached - self.committed or rows != list(range(self.committed, self.cached)):
+            index = torch.tensor(list(range(self.committed)) + rows, dtype=torch.long, device=self.device)
+            for layer in self.cache.layers:
+                layer.keys = layer.keys.index_select(-2, index)
+                layer.values = layer.values.index_select(-2, index)
+        self.committed += len(rows)
+
+    def prefill(self, tokens) -> torch.Tensor:
+        """Append and commit a causal chain of tokens; returns its logits [n, V]."""
+        n = len(tokens)
+        logits = self.forward(tokens, list(range(-1, n - 1)), list(range(n)))
+        self.keep(range(self.committed, self.committed + n))
+        return logits
