@@ -1,0 +1,200 @@
+"""Hardware- and network-aware tree size (Sequoia, Chen et al. 2024, §3.2 "hardware-aware
+tree optimizer"): among candidate trees, the one minimising the expected seconds per token
+
+    seconds/token = (t_draft(tree) + t_target(n) + network(tree) + overhead) / E[tokens/step]
+
+where n is the tree's node count (root included: the target scores the root too) and
+  * t_draft(tree) = sum over drafted levels of t_level(nodes expanded for that level):
+    Sequoia's D * t_draft when t_level is a constant;
+  * network(tree) = rtt + [draft_rtt + bytes(tree) / bandwidth if the tree drafts]: `rtt` is
+    the round trip every step pays (a remote target, target-only decoding included; large
+    trees amortise it), `draft_rtt` and the bytes the extra traffic of drafting (a drafter
+    on another machine, draft laws shipped to the verifier).
+The baseline is target-only decoding: t_target(1) + rtt + overhead per token.  Measuring
+the timings is the caller's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rayspec.tree.sequoia import SequoiaSolution, expected_tokens, solve
+from rayspec.tree.structure import TreeShape
+
+
+@dataclass(frozen=True)
+class MeasuredTimes:
+    """Seconds measured at some sizes, linearly interpolated in between; outside the
+    measured range it refuses rather than guess."""
+
+    sizes: tuple[int, ...]
+    seconds: tuple[float, ...]
+
+    def __post_init__(self):
+        order = np.argsort(self.sizes)
+        sizes = tuple(int(self.sizes[i]) for i in order)
+        seconds = tuple(float(self.seconds[i]) for i in order)
+        if not sizes or len(sizes) != len(seconds) or len(set(sizes)) != len(sizes):
+            raise ValueError("need one time per distinct measured size")
+        if min(seconds) < 0 or not np.isfinite(seconds).all():
+            raise ValueError("times must be finite and non-negative")
+        object.__setattr__(self, "sizes", sizes)
+        object.__setattr__(self, "seconds", seconds)
+
+    @classmethod
+    def from_dict(cls, table: dict) -> "MeasuredTimes":
+        return cls(tuple(int(k) for k in table), tuple(float(v) for v in table.values()))
+
+    def __call__(self, size: float) -> float:
+        if not self.sizes[0] <= size <= self.sizes[-1]:
+            raise ValueError(f"size {size} is outside the measured range {self.sizes[0]}..{self.sizes[-1]}")
+        return float(np.interp(size, self.sizes, self.seconds))
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Seconds of one speculative step (see the module docstring).  target_seconds(n): the
+    target's forward and verification of an n-node tree; draft_seconds: per drafted level, a
+    constant or a function of the number of nodes that level expands; bandwidth in bytes/s
+    with bytes_per_step(tree): the drafting traffic of a step; overhead: per step."""
+
+    target_seconds: Callable[[int], float]
+    draft_seconds: float | Callable[[int], float] = 0.0
+    rtt: float = 0.0
+    draft_rtt: float = 0.0
+    bandwidth: float = float("inf")
+    bytes_per_step: Callable[[TreeShape], float] | None = None
+    overhead: float = 0.0
+
+    def __post_init__(self):
+        if not self.bandwidth > 0 or min(self.rtt, self.draft_rtt, self.overhead) < 0:
+            raise ValueError("need bandwidth > 0 and non-negative rtt, draft_rtt and overhead")
+
+    def draft(self, shape: TreeShape) -> float:
+        # the nodes of depth d with children are what the drafter expands for level d + 1
+        expanded = np.bincount(np.array([shape.depth[i] for i in shape.internal_nodes], dtype=np.int64),
+                               minlength=shape.max_depth)
+        if callable(self.draft_seconds):
+            return float(sum(self.draft_seconds(int(w)) for w in expanded))
+        return float(self.draft_seconds) * shape.max_depth
+
+    def network(self, shape: TreeShape) -> float:
+        if shape.size == 1:
+            return self.rtt
+        payload = 0.0 if self.bytes_per_step is None else float(self.bytes_per_step(shape))
+        return self.rtt + self.draft_rtt + payload / self.bandwidth
+
+    def step(self, shape: TreeShape) -> float:
+        return self.draft(shape) + self.network(shape) + float(self.target_seconds(shape.size)) + self.overhead
+
+    @property
+    def baseline(self) -> float:
+        """Seconds per token of target-only decoding."""
+        return self.step(TreeShape.chain(0))
+
+
+def payload_bytes(shape: TreeShape, vocab_size: int, ships_q_rows: bool, value_bytes: int = 4,
+                  id_bytes: int = 8) -> float:
+    """A step's drafter<->target bytes: the tree's token ids, the draft law of every internal
+    node for the verifiers that read q (float32 rows), and the emitted tokens back."""
+    rows = len(shape.internal_nodes) * vocab_size * value_bytes if ships_q_rows else 0
+    return float(shape.size * id_bytes + rows + (shape.max_depth + 1) * id_bytes)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A tree to price: what it was planned for (budget, depth) and its expected tokens."""
+
+    budget: int
+    max_depth: int
+    shape: TreeShape
+    tokens_per_step: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    candidate: Candidate
+    step_seconds: float
+    seconds_per_token: float
+    speedup: float  # over target-only decoding
+
+    @property
+    def budget(self) -> int:
+        return self.candidate.budget
+
+    @property
+    def max_depth(self) -> int:
+        return self.candidate.max_depth
+
+    @property
+    def shape(self) -> TreeShape:
+        return self.candidate.shape
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.candidate.tokens_per_step
+
+
+def candidates_from_solution(solution: SequoiaSolution, budgets: Iterable[int] | None = None,
+                             depths: Iterable[int] | None = None) -> list[Candidate]:
+    """The DP's trees over a grid (default: every budget and depth it solved)."""
+    budgets = range(1, solution.budget + 1) if budgets is None else budgets
+    depths = range(solution.max_depth + 1) if depths is None else depths
+    return [
+        Candidate(int(n), int(d), solution.tree(n, d), solution.value(n, d))
+        for n in budgets
+        for d in depths
+    ]
+
+
+def price(candidates: Iterable[Candidate], cost: CostModel) -> list[Plan]:
+    """Every candidate priced, fastest first (ties: fewer nodes, then shallower)."""
+    plans = []
+    for candidate in candidates:
+        if candidate.tokens_per_step <= 0:
+            raise ValueError(f"a tree yields at least 1 token per step, got {candidate.tokens_per_step}")
+        step = cost.step(candidate.shape)
+        per_token = step / candidate.tokens_per_step
+        plans.append(Plan(candidate, step, per_token, cost.baseline / per_token if per_token > 0 else float("inf")))
+    if not plans:
+        raise ValueError("no candidate trees to plan from")
+    return sorted(plans, key=lambda p: (p.seconds_per_token, p.shape.size, p.shape.max_depth))
+
+
+def plan(candidates: Iterable[Candidate], cost: CostModel) -> Plan:
+    """The candidate with the fewest expected seconds per token."""
+    return price(candidates, cost)[0]
+
+
+def plan_tree(acceptance, cost: CostModel, budgets: Sequence[int], max_depth: int,
+              max_children: int | None = None) -> Plan:
+    """Sequoia's hardware-aware choice: the DP's trees at the given budgets (e.g. the sizes
+    whose target time was measured) and every depth up to `max_depth`."""
+    solution = solve(acceptance, max(budgets), max_depth, max_children)
+    return plan(candidates_from_solution(solution, budgets), cost)
+
+
+@dataclass(frozen=True)
+class Replan:
+    current: Plan  # the tree in use, priced under the new vector
+    best: Plan
+    gain: float  # relative drop in seconds per token: 1 - best / current
+    replan: bool
+
+
+def should_replan(current_seconds_per_token: float, best_seconds_per_token: float, threshold: float) -> bool:
+    """Re-plan iff the best tree is faster by more than `threshold` (relative)."""
+    return 1.0 - best_seconds_per_token / current_seconds_per_token > threshold
+
+
+def replan_decision(current: TreeShape, acceptance, cost: CostModel, budgets: Sequence[int], max_depth: int,
+                    threshold: float = 0.05, max_children: int | None = None) -> Replan:
+    """Price the tree in use and the best planned tree under a newly estimated vector."""
+    tokens = expected_tokens(current, acceptance)
+    priced = price([Candidate(current.size, current.max_depth, current, tokens)], cost)[0]
+    best = plan_tree(acceptance, cost, budgets, max_depth, max_children)
+    gain = 1.0 - best.seconds_per_token / priced.seconds_per_token
+    return Replan(priced, best, gain, should_replan(priced.seconds_per_token, best.seconds_per_token, threshold))

@@ -1,0 +1,133 @@
+"""The hardware/network-aware planner on timing tables whose answer is known."""
+
+from __future__ import annotations
+
+import pytest
+
+from rayspec.tree.planner import (
+    Candidate,
+    CostModel,
+    MeasuredTimes,
+    payload_bytes,
+    plan,
+    plan_tree,
+    price,
+    replan_decision,
+    should_replan,
+)
+from rayspec.tree.sequoia import expected_tokens, optimal_tree
+from rayspec.tree.structure import TreeShape
+
+MS = 1e-3
+SEQUOIA_BUDGETS = [1, 2, 4, 8, 16, 32]  # Sequoia's demo-config.json sizes and times
+SEQUOIA_TIMES = MeasuredTimes(tuple(SEQUOIA_BUDGETS), tuple(t * MS for t in (10, 10, 10, 12, 14, 18)))
+
+
+def test_hand_computed_chain_choice_on_sequoia_timings():
+    """a = [0.5]: only chains; a chain of k drafts yields 2 - 2^-k tokens.  (4 nodes, 3
+    drafts): (3 * 0.3 + 10) / 1.875 = 5.813 ms/token beats (2, 1): 6.867, (8, 7): 7.078 and
+    (8, 4): 5 nodes at 10.5 ms, (1.2 + 10.5) / 1.9375 = 6.039."""
+    best = plan_tree([0.5], CostModel(SEQUOIA_TIMES, 0.3 * MS), SEQUOIA_BUDGETS, max_depth=10)
+    assert (best.budget, best.max_depth, best.shape) == (4, 3, TreeShape.chain(3))
+    assert best.tokens_per_step == pytest.approx(1.875)
+    assert best.seconds_per_token == pytest.approx(10.9 * MS / 1.875)
+    assert best.speedup == pytest.approx(10 / (10.9 / 1.875))
+
+
+def test_flat_target_cost_takes_the_largest_tree():
+    flat = MeasuredTimes((1, 64), (10 * MS, 10 * MS))
+    best = plan_tree([0.8, 0.1, 0.05], CostModel(flat, 0.1 * MS), range(1, 65), max_depth=12)
+    assert best.shape.size == 64 and best.shape.max_children > 1
+
+
+def test_steep_target_cost_takes_a_short_chain():
+    """10 ms + 2 ms per node: the chain of k drafts costs (10 + 2.3k) / sum(0.8^i); k = 4 is
+    the best of them (5.712 ms/token) and no branching tree beats it."""
+    steep = MeasuredTimes((1, 64), (10 * MS, (10 + 2 * 63) * MS))
+    best = plan_tree([0.8, 0.1, 0.05], CostModel(steep, 0.3 * MS), range(1, 65), max_depth=12)
+    assert best.shape == TreeShape.chain(4)
+    assert best.seconds_per_token == pytest.approx(19.2 * MS / 3.3616)
+    very_steep = MeasuredTimes((1, 64), (10 * MS, (10 + 20 * 63) * MS))
+    assert plan_tree([0.8, 0.1], CostModel(very_steep, 0.3 * MS), range(1, 65), 12).shape.size == 1
+
+
+def test_round_trips_are_amortised_by_larger_trees():
+    steep = MeasuredTimes((1, 64), (10 * MS, (10 + 2 * 63) * MS))
+    sizes = [
+        plan_tree([0.6, 0.2, 0.1], CostModel(steep, 0.3 * MS, rtt=rtt * MS), range(1, 65), 12).shape.size
+        for rtt in (0, 5, 20, 50)
+    ]
+    assert sizes == sorted(sizes) and sizes[-1] > sizes[0]
+    # A drafter on another machine (an extra round trip only when drafting) shrinks the tree.
+    near = plan_tree([0.6, 0.2, 0.1], CostModel(steep, 0.3 * MS, rtt=20 * MS), range(1, 65), 12)
+    far = plan_tree([0.6, 0.2, 0.1], CostModel(steep, 0.3 * MS, rtt=20 * MS, draft_rtt=20 * MS), range(1, 65), 12)
+    assert far.speedup < near.speedup
+
+
+def test_shipping_draft_laws_favours_fewer_internal_nodes():
+    flat = MeasuredTimes((1, 64), (10 * MS, 10 * MS))
+    a = [0.6, 0.2, 0.1]
+
+    def cost(ships):
+        return CostModel(flat, 0.1 * MS, bandwidth=1.25e9,  # 10 GbE
+                         bytes_per_step=lambda shape: payload_bytes(shape, 32000, ships))
+
+    ids_only, with_q = (plan_tree(a, cost(ships), range(1, 65), 10) for ships in (False, True))
+    assert len(with_q.shape.internal_nodes) < len(ids_only.shape.internal_nodes)
+
+
+def test_cost_model_pieces():
+    tree = TreeShape.kary(2, 3)  # levels of 1, 2, 4, 8 nodes
+    assert CostModel(lambda n: 0.0, draft_seconds=0.5).draft(tree) == pytest.approx(1.5)
+    assert CostModel(lambda n: 0.0, draft_seconds=lambda width: width).draft(tree) == pytest.approx(1 + 2 + 4)
+    cost = CostModel(lambda n: n * MS, 0.5 * MS, rtt=2 * MS, draft_rtt=1 * MS, bandwidth=1e6,
+                     bytes_per_step=lambda shape: 1000.0, overhead=0.25 * MS)
+    assert cost.step(tree) == pytest.approx((1.5 + 2 + 1 + 1 + 15 + 0.25) * MS)
+    assert cost.baseline == pytest.approx((1 + 2 + 0.25) * MS)  # target-only: no drafting traffic
+    assert payload_bytes(tree, 100, ships_q_rows=True) == 15 * 8 + 7 * 100 * 4 + 4 * 8
+    assert payload_bytes(tree, 100, ships_q_rows=False) == 15 * 8 + 4 * 8
+
+
+def test_measured_times_interpolate_and_refuse_to_extrapolate():
+    times = MeasuredTimes.from_dict({16: 0.014, 1: 0.010, 8: 0.012})
+    assert times.sizes == (1, 8, 16)
+    assert times(12) == pytest.approx(0.013)
+    with pytest.raises(ValueError):
+        times(17)
+    with pytest.raises(ValueError):
+        MeasuredTimes((1, 1), (0.1, 0.2))
+
+
+def test_arbitrary_candidate_grid():
+    a = [0.7, 0.2]
+    candidates = [Candidate(s.size, s.max_depth, s, expected_tokens(s, a))
+                  for s in (TreeShape.chain(0), TreeShape.chain(3), TreeShape.kary(2, 2))]
+    cost = CostModel(MeasuredTimes((1, 7), (10 * MS, 11 * MS)), 0.5 * MS)
+    priced = price(candidates, cost)
+    assert [p.seconds_per_token for p in priced] == sorted(p.seconds_per_token for p in priced)
+    best = plan(candidates, cost)
+    assert best == priced[0]
+    assert best.speedup == pytest.approx(cost.baseline / best.seconds_per_token)
+    with pytest.raises(ValueError):
+        plan([], cost)
+
+
+def test_replanning_decision():
+    cost = CostModel(MeasuredTimes((1, 64), (10 * MS, 14 * MS)), 0.3 * MS)
+    old = [0.8, 0.02]
+    current = plan_tree(old, cost, range(1, 65), 10).shape
+    same = replan_decision(current, old, cost, range(1, 65), 10, threshold=0.02)
+    assert same.gain == pytest.approx(0.0, abs=1e-12) and not same.replan
+    wider = [0.45, 0.3, 0.15]  # a chain wastes the mass now on ranks 2 and 3
+    moved = replan_decision(current, wider, cost, range(1, 65), 10, threshold=0.02)
+    assert moved.replan and moved.gain > 0.1
+    assert moved.current.tokens_per_step == pytest.approx(expected_tokens(current, wider))
+    assert moved.best.shape.max_children > 1
+    assert should_replan(1.0, 0.9, 0.05) and not should_replan(1.0, 0.97, 0.05)
+
+
+def test_planned_tree_agrees_with_the_dp_at_its_size():
+    a = [0.484, 0.138]
+    best = plan_tree(a, CostModel(SEQUOIA_TIMES, 0.3 * MS), SEQUOIA_BUDGETS, 8)
+    shape, value = optimal_tree(a, best.budget, best.max_depth)
+    assert best.shape == shape and best.tokens_per_step == pytest.approx(value)
