@@ -1,0 +1,234 @@
+"""The speculative engine on tiny random models: exactness at T = 0 for every verifier,
+seeded reproducibility, the law of the emitted tokens end to end, tree construction by the
+drafter, and clear errors for bad requests."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.tree.structure import TreeShape
+from rayspec.verify import available_verifiers, get_verifier
+from tests.stats import assert_frequencies_match
+from tests.tiny_models import noisy_copy, tiny_llama
+
+VERIFIER_TREES = {
+    "greedy": "kary:3x3", "sps": "chain:4", "rrs": "kary:3x2", "rrsw": "kary:2x3", "spectr": "kary:2x3",
+    "spechub": "kary:2x3", "is": "kary:2x2", "is-weighted": "kary:2x2", "gumbel": "kary:2x3",
+    "minhash": "kary:2x2", "mentored": "chain:3",
+}
+assert set(VERIFIER_TREES) == set(available_verifiers())
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_llama(vocab=64, seed=0)
+    return target, noisy_copy(target, noise=0.05)
+
+
+@pytest.fixture(scope="module")
+def greedy_reference(pair):
+    engine = SpeculativeEngine(LocalTarget(pair[0]))
+    prompts = [[1, 2, 3], [5, 9, 14, 20, 33], [60], [7, 7, 7, 7]]
+    return prompts, [engine.run(p, max_new_tokens=24, temperature=0).tokens for p in prompts]
+
+
+def test_target_only_greedy_equals_hf_generate(pair):
+    target = pair[0]
+    engine = SpeculativeEngine(LocalTarget(target))
+    prompt = [3, 1, 4, 1, 5]
+    with torch.no_grad():
+        hf = target.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False, pad_token_id=0)
+    assert engine.run(prompt, max_new_tokens=20, temperature=0).tokens == hf[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("name", available_verifiers())
+def test_temperature_zero_equals_target_greedy_for_every_verifier(pair, greedy_reference, name):
+    target, drafter = pair
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier=name, tree=VERIFIER_TREES[name])
+    prompts, references = greedy_reference
+    steps = 0
+    for prompt, reference in zip(prompts, references):
+        out = engine.run(prompt, max_new_tokens=24, temperature=0)
+        assert out.tokens == reference
+        steps += len(out.stats.steps)
+    assert steps < sum(map(len, references)), "no draft was ever accepted: the test would be vacuous"
+
+
+@pytest.mark.parametrize("name", ["rrsw", "gumbel", "spechub", "mentored"])
+def test_same_seed_same_tokens(pair, name):
+    target, drafter = pair
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier=name, tree=VERIFIER_TREES[name])
+    runs = [engine.run([4, 8, 15], max_new_tokens=30, temperature=0.9, seed=seed).tokens for seed in (1, 1, 2)]
+    assert runs[0] == runs[1]
+    assert runs[0] != runs[2]
+
+
+def test_coupling_output_does_not_depend_on_the_drafter(pair):
+    target, drafter = pair
+    other = noisy_copy(target, noise=0.5, seed=7)
+    outputs = []
+    for draft_model, tree in [(drafter, "kary:2x3"), (other, "kary:3x2"), (None, None)]:
+        engine = SpeculativeEngine(LocalTarget(target), draft_model and LocalDrafter(draft_model),
+                                   verifier="gumbel", tree=tree or "none")
+        outputs.append(engine.run([2, 7, 1, 8], max_new_tokens=40, temperature=1.0, seed=11).tokens)
+    assert outputs[0] == outputs[1] == outputs[2]
+
+
+# ---------------------------------------------------------------- law of emitted tokens
+
+
+def exact_law_of_first_tokens(model, prompt, length):
+    law = {}
+    for tokens in itertools.product(range(model.config.vocab_size), repeat=length):
+        prob = 1.0
+        for i, token in enumerate(tokens):
+            with torch.no_grad():
+                logits = model(torch.tensor([list(prompt) + list(tokens[:i])])).logits[0, -1]
+            prob *= float(torch.softmax(logits.double(), -1)[token])
+        law[tokens] = prob
+    return law
+
+
+@pytest.fixture(scope="module")
+def context_pair():
+    target = tiny_llama(vocab=4, hidden=16, layers=1, seed=3)
+    return target, noisy_copy(target, noise=0.8), exact_law_of_first_tokens(target, [0, 1, 2], 3)
+
+
+def _first_three(context_pair, name, samples):
+    target, drafter, law = context_pair
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier=name, tree=VERIFIER_TREES[name])
+    outs = [engine.run([0, 1, 2], max_new_tokens=3, temperature=1.0, seed=seed) for seed in range(samples)]
+    steps = [step for out in outs for step in out.stats.steps]
+    paths = {
+        "two or more accepted": sum(s.accepted >= 2 for s in steps),
+        "a later sibling accepted": sum(any(r >= 2 for r in s.ranks) for s in steps),
+        "all drafts of a node rejected": sum(0 in s.ranks for s in steps),
+    }
+    return [tuple(o.tokens) for o in outs], law, paths
+
+
+@pytest.mark.parametrize("name", ["rrsw", "gumbel", "spechub", "spectr"])
+def test_first_three_tokens_follow_the_target_end_to_end(context_pair, name):
+    samples, law, paths = _first_three(context_pair, name, 2500)
+    assert min(paths.values()) >= 40, f"every kind of walk must occur often enough to be tested: {paths}"
+    assert_frequencies_match(samples, law, what=f"{name}: first 3 tokens through the engine")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in available_verifiers() if get_verifier(n).lossless])
+def test_first_three_tokens_follow_the_target_end_to_end_long(context_pair, name):
+    samples, law, _ = _first_three(context_pair, name, 20_000)
+    assert_frequencies_match(samples, law, what=f"{name}: first 3 tokens through the engine")
+
+
+# ------------------------------------------------------------------------ the drafter
+
+
+def test_drafted_trees_follow_the_planned_shape_and_ship_internal_rows(pair):
+    target, drafter = pair
+    planned = TreeShape((-1, 0, 0, 0, 1, 1, 2, 4, 4, 7))
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="rrsw", tree=planned)
+    seen = []
+    original = engine.target.open
+
+    def spy(spec):
+        session = original(spec)
+        verify = session.verify
+
+        def record(draft):
+            seen.append(draft)
+            return verify(draft)
+
+        session.verify = record
+        return session
+
+    engine.target.open = spy
+    engine.run([1, 2, 3], max_new_tokens=20, temperature=1.0, seed=0)
+    assert seen
+    for draft in seen:
+        shape = draft.tree.shape
+        assert shape.size <= planned.size and shape.max_depth <= planned.max_depth
+        assert all(len(kids) <= 3 for kids in shape.children)
+        assert draft.q_rows.shape == (len(shape.internal_nodes), 64)
+        assert torch.allclose(draft.q_rows.sum(-1), torch.ones(len(shape.internal_nodes)), atol=1e-5)
+    assert any(d.tree.shape.size == planned.size for d in seen)
+
+
+def test_top_k_one_turns_a_without_replacement_tree_into_a_chain(pair):
+    """q's support has one token: the drafter draws fewer children than planned."""
+    target, drafter = pair
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="rrsw", tree="kary:3x3")
+    out = engine.run([1, 2, 3], max_new_tokens=20, temperature=1.0, top_k=1, seed=0)
+    reference = SpeculativeEngine(LocalTarget(target)).run([1, 2, 3], max_new_tokens=20, temperature=0).tokens
+    assert out.tokens == reference  # top-k = 1 is greedy
+    assert all(s.drafted <= 3 for s in out.stats.steps)
+
+
+def test_drafter_cache_equals_a_fresh_prefill_after_many_steps(pair):
+    target, drafter = pair
+    spec_engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="rrs", tree="kary:3x2")
+    from rayspec.engine.interfaces import SequenceSpec
+    from rayspec.verify.processing import SamplingParams
+
+    spec = SequenceSpec((1, 2, 3), SamplingParams(0.8), seed=4, verifier="rrs")
+    drafter_session = spec_engine.drafter.open(spec)
+    target_session = spec_engine.target.open(spec)
+    outcome = None
+    for _ in range(6):
+        draft = drafter_session.draft(TreeShape.kary(3, 2), outcome)
+        outcome = target_session.verify(draft)
+    drafter_session.draft(TreeShape.chain(1), outcome)  # commits the last outcome
+    lm = drafter_session.lm
+    committed = drafter_session.tokens[: lm.committed]
+    with torch.no_grad():
+        fresh = drafter(torch.tensor([committed]), use_cache=True).past_key_values
+    for mine, theirs in zip(lm.cache.layers, fresh.layers):
+        assert torch.allclose(mine.keys[..., : lm.committed, :], theirs.keys, atol=1e-5)
+
+
+# ---------------------------------------------------------------------- bad requests
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"prompt_ids": []}, "at least one token"),
+        ({"prompt_ids": [1] * 200}, "context holds 128"),
+        ({"prompt_ids": [1, 999]}, "out of the vocabulary"),
+        ({"max_new_tokens": 0}, "max_new_tokens must be at least 1"),
+        ({"temperature": -1}, "temperature must be >= 0"),
+        ({"top_p": 1.5}, "top_p must be in"),
+        ({"verifier": "nope"}, "unknown verifier"),
+        ({"tree": "kary:3"}, "bad tree spec"),
+        ({"verifier": "spechub", "tree": "kary:3x2"}, "at most 2 draft"),
+        ({"stop": ["\n"]}, "stop strings need a tokenizer"),
+        ({"verifier": "mentored", "tree": "chain:2", "verifier_params": {"kl_budget": -1}}, "kl_budget"),
+    ],
+)
+def test_bad_requests_get_clear_errors(pair, kwargs, message):
+    engine = SpeculativeEngine(LocalTarget(pair[0]), LocalDrafter(pair[1]), verifier="rrsw", tree="kary:2x2")
+    request = {"prompt_ids": [1, 2], "max_new_tokens": 5, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        list(engine.generate(**request))
+
+
+def test_generation_stops_at_the_end_of_the_context(pair):
+    target, drafter = pair
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="rrsw", tree="kary:2x4")
+    out = engine.run([1] * 120, max_new_tokens=50, temperature=1.0, seed=3)
+    assert out.finish_reason == "length" and len(out.tokens) == 8
+
+
+def test_eos_and_stop_ids_end_generation_without_being_emitted():
+    target = tiny_llama(vocab=64, seed=0, eos=None)
+    reference = SpeculativeEngine(LocalTarget(target)).run([1, 2, 3], max_new_tokens=24, temperature=0).tokens
+    stop_at = reference[10]
+    first = reference.index(stop_at)
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(noisy_copy(target)), verifier="rrsw", tree="kary:2x3")
+    out = engine.run([1, 2, 3], max_new_tokens=24, temperature=0, stop=[stop_at])
+    assert out.tokens == reference[:first] and out.finish_reason == "stop"

@@ -1,0 +1,101 @@
+"""One forward pass for a whole tree: the logits of every node equal those of its
+root-to-node path run alone, and after committing the accepted path decoding continues
+exactly as if those tokens had been decoded one by one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rayspec.models import TreeLM
+from rayspec.tree.structure import TreeShape
+from tests.tiny_models import tiny_llama
+
+SHAPES = [TreeShape.chain(5), TreeShape.kary(3, 2), TreeShape((-1, 0, 0, 0, 1, 1, 2, 4, 4, 7))]
+
+
+def path_logits(model, tokens):
+    with torch.no_grad():
+        return model(torch.tensor([tokens])).logits[0, -1].float()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama(vocab=96, layers=3)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s.size}-nodes")
+def test_tree_logits_equal_path_logits(model, shape):
+    generator = torch.Generator().manual_seed(shape.size)
+    prefix = torch.randint(96, (9,), generator=generator).tolist()
+    tokens = torch.randint(96, (shape.size,), generator=generator).tolist()
+    tokens[0] = prefix[-1]
+    lm = TreeLM(model)
+    lm.prefill(prefix[:-1])
+    logits = lm.forward(tokens, shape.parents, shape.depth)
+    worst = max(
+        float((logits[node] - path_logits(model, prefix[:-1] + [tokens[i] for i in [0, *shape.path_to(node)]])).abs().max())
+        for node in range(shape.size)
+    )
+    assert worst <= 1e-4
+
+
+def test_level_by_level_forwards_equal_one_tree_forward(model):
+    """The drafter's pattern: a level at a time, each seeing its forwarded ancestors."""
+    shape = TreeShape((-1, 0, 0, 1, 1, 2, 3, 3))
+    tokens = [5, 11, 12, 21, 22, 23, 31, 32]
+    prefix = [1, 2, 3, 4, 5]
+    whole = TreeLM(model)
+    whole.prefill(prefix)
+    expected = whole.forward(tokens[1:], [-1, -1, 0, 0, 1, 2, 2], [d - 1 for d in shape.depth[1:]])
+    levels = TreeLM(model)
+    levels.prefill(prefix)
+    got, slot = {}, {}
+    for level in shape.levels[1:]:
+        nodes = list(level)
+        visible = torch.zeros(len(nodes), levels.cached - levels.committed, dtype=torch.bool)
+        for i, node in enumerate(nodes):
+            for ancestor in shape.path_to(node)[:-1]:
+                visible[i, slot[ancestor] - levels.committed] = True
+        first = levels.cached
+        out = levels.forward([tokens[n] for n in nodes], [-1] * len(nodes), [shape.depth[n] - 1 for n in nodes], visible)
+        for i, node in enumerate(nodes):
+            got[node], slot[node] = out[i], first + i
+    for node in range(1, shape.size):
+        assert float((got[node] - expected[node - 1]).abs().max()) <= 1e-4
+
+
+def test_commit_then_continue_equals_one_by_one_decoding(model):
+    shape = TreeShape.kary(2, 3)
+    prefix = [7, 8, 9, 10]
+    tokens = [10, 40, 41, 50, 51, 52, 53, 60, 61, 62, 63, 64, 65, 66, 67]
+    lm = TreeLM(model)
+    lm.prefill(prefix[:-1])
+    lm.forward(tokens, shape.parents, shape.depth)
+    accepted = [0, 2, 5, 12]  # root, then a path 2 -> 5 -> 12
+    assert accepted[1:] == shape.path_to(12)
+    lm.keep([lm.committed + node for node in accepted])
+    sequence = prefix[:-1] + [tokens[n] for n in accepted]
+    assert lm.committed == len(sequence)
+    continued = lm.forward([70, 71], [-1, 0], [0, 1])  # two more tokens, a chain
+    for i, token_list in enumerate(([70], [70, 71])):
+        assert float((continued[i] - path_logits(model, sequence + token_list)).abs().max()) <= 1e-4
+    # and the kept cache is the one a fresh one-by-one prefill builds
+    fresh = TreeLM(model)
+    for token in sequence:
+        fresh.prefill([token])
+    for mine, theirs in zip(lm.cache.layers, fresh.cache.layers):
+        assert torch.allclose(mine.keys[..., : len(sequence), :], theirs.keys, atol=1e-5)
+        assert torch.allclose(mine.values[..., : len(sequence), :], theirs.values, atol=1e-5)
+
+
+def test_keep_refuses_committed_or_unordered_rows(model):
+    lm = TreeLM(model)
+    lm.prefill([1, 2, 3])
+    lm.forward([4, 5, 6], [-1, 0, 0], [0, 1, 1])
+    with pytest.raises(ValueError, match="increasing, uncommitted"):
+        lm.keep([1])
+    with pytest.raises(ValueError, match="increasing, uncommitted"):
+        lm.keep([5, 4])
+    lm.keep([3, 5])
+    assert lm.committed == lm.cached == 5
