@@ -33,7 +33,9 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
 def load_causal_lm(path_or_id: str | Path, device="auto", dtype="auto"):
     """(model, tokenizer) for a causal LM checkpoint, in eval mode on `device`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a service's logs are not a terminal
     device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)
     try:
