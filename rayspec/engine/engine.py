@@ -41,6 +41,7 @@ class StepStats:
     score: float
     verify: float
     wall: float
+    wire_bytes: int = 0
 
     @property
     def other(self) -> float:
@@ -214,6 +215,7 @@ class SpeculativeEngine:
                     score=outcome.score_seconds,
                     verify=outcome.verify_seconds,
                     wall=time.perf_counter() - step_start,
+                    wire_bytes=draft.wire_bytes + outcome.wire_bytes,
                 )
                 stats.steps.append(step)
                 stats.tokens = len(produced)

@@ -62,6 +62,7 @@ class Draft:
     tree: DraftTree
     q_rows: torch.Tensor | None  # [I, V] float32, None when the verifier never reads q
     seconds: float = 0.0  # drafter compute time, as measured where the drafter runs
+    wire_bytes: int = 0  # bytes that crossed a process boundary to get it (0 in-process)
 
 
 @dataclass
@@ -77,6 +78,7 @@ class Outcome:
     ranks: list[int]
     score_seconds: float = 0.0  # target forward
     verify_seconds: float = 0.0  # the verifier's walk
+    wire_bytes: int = 0  # bytes that crossed a process boundary to get it (0 in-process)
 
 
 class DrafterSession(Protocol):

@@ -59,19 +59,38 @@ class LocalTargetSession(_Session):
         if len(self.tokens) > 1:
             self.lm.prefill(self.tokens[:-1])  # the last prompt token is the first step's root
 
-    def verify(self, draft: Draft) -> Outcome:
-        tree = draft.tree
+    def score(self, tree: DraftTree) -> torch.Tensor:
+        """The target's law after every node's path, [N, V], from one tree-masked forward.
+
+        The tree's rows stay in the cache until `commit` keeps the accepted path's."""
         if int(tree.tokens[0]) != self.tokens[-1]:
             raise ValueError(f"the tree's root {int(tree.tokens[0])} is not the last committed token {self.tokens[-1]}")
-        start = time.perf_counter()
         logits = self.lm.forward(tree.tokens.tolist(), tree.shape.parents, tree.shape.depth)
-        p_rows = logits_to_probs(logits, self.params)
+        return logits_to_probs(logits, self.params)
+
+    def node_samples(self, tree: DraftTree, p_rows: torch.Tensor) -> torch.Tensor:
+        """Each node's own sample, [N]: what token-only verifiers (greedy, couplings) need of
+        the target — the token the walk emits there if it gets there."""
+        samples = torch.empty(tree.shape.size, dtype=torch.long)
+        for depth, level in enumerate(tree.shape.levels):
+            rows = p_rows[level.start : level.stop]
+            noise = self.verifier.tree_randomness(self.randomness(), depth)
+            samples[level.start : level.stop] = self.verifier.sample_target_batch(rows, noise).cpu()
+        return samples
+
+    def commit(self, tokens: list[int], path: list[int]) -> None:
+        """Keep the root's and the accepted path's rows; the emitted tokens are committed."""
+        self.lm.keep([self.lm.committed + node for node in (0, *path)])
+        self.tokens += tokens
+
+    def verify(self, draft: Draft) -> Outcome:
+        start = time.perf_counter()
+        p_rows = self.score(draft.tree)
         scored = time.perf_counter()
         q_rows = None if draft.q_rows is None else draft.q_rows.to(p_rows.device)
-        verdict = self.verifier.verify_tree(tree, p_rows, q_rows, self.randomness())
+        verdict = self.verifier.verify_tree(draft.tree, p_rows, q_rows, self.randomness())
         verified = time.perf_counter()
-        self.lm.keep([self.lm.committed + node for node in (0, *verdict.path)])
-        self.tokens += verdict.tokens
+        self.commit(verdict.tokens, verdict.path)
         return Outcome(verdict.tokens, verdict.path, verdict.ranks, scored - start, verified - scored)
 
 
@@ -80,7 +99,8 @@ class LocalDrafterSession(_Session):
         super().__init__(model, spec, "draft")
         self.slots: dict[int, int] = {}  # node of the last tree -> its cache row
 
-    def _commit(self, previous: Outcome) -> None:
+    def commit(self, previous: Outcome) -> None:
+        """Keep the cache rows of the accepted path's drafted nodes; commit the emitted tokens."""
         kept = []
         for node in previous.path:  # a prefix of the path was forwarded (the rest: leaves)
             if node not in self.slots:
@@ -100,7 +120,7 @@ class LocalDrafterSession(_Session):
     def draft(self, shape: TreeShape, previous: Outcome | None) -> Draft:
         start = time.perf_counter()
         if previous is not None:
-            self._commit(previous)
+            self.commit(previous)
         self.slots = {}
         pending = self.tokens[self.lm.committed :]
         root_logits = self.lm.prefill(pending)[-1:]  # the root is now committed

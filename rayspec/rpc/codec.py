@@ -1,0 +1,222 @@
+"""Between engine objects and protobuf messages: tensors as raw bytes, metadata as msgpack.
+
+Tensors travel as row-major little-endian bytes with their dtype and shape in band
+(`rayspec.v1.Tensor`); probability rows either dense or, when they are truncated laws (top-k
+or top-p sampling), as their non-zero entries only — exact, not an approximation.  Every
+decoder validates what it reads and raises `CodecError` (a ValueError: the servers answer
+INVALID_ARGUMENT) with a message, never a crash.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import msgpack
+import torch
+
+from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec
+from rayspec.rpc.generated import tensor_pb2, worker_pb2
+from rayspec.tree.structure import DraftTree, TreeShape
+from rayspec.verify.processing import SamplingParams
+
+DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+}
+_NAMES = {dtype: name for name, dtype in DTYPES.items()}
+_LITTLE = sys.byteorder == "little"
+# A sparse table is sent when it holds at most this share of non-zeros: an entry then costs
+# index + value (2x a dense entry), so below 1/2 it is smaller; 1/4 leaves margin for offsets.
+SPARSE_BELOW = 0.25
+
+
+class CodecError(ValueError):
+    """A message that does not decode: wrong dtype, shape, size or content."""
+
+
+# ------------------------------------------------------------------------------- tensors
+
+
+def encode_tensor(tensor: torch.Tensor) -> tensor_pb2.Tensor:
+    if tensor.dtype not in _NAMES:
+        raise CodecError(f"cannot send a tensor of dtype {tensor.dtype}; supported: {', '.join(DTYPES)}")
+    flat = tensor.detach().contiguous().cpu()
+    raw = flat.view(torch.int16) if flat.dtype == torch.bfloat16 else flat  # numpy has no bfloat16
+    data = raw.numpy().tobytes() if _LITTLE else raw.numpy().byteswap().tobytes()
+    return tensor_pb2.Tensor(dtype=_NAMES[flat.dtype], shape=list(flat.shape), data=data)
+
+
+def decode_tensor(message: tensor_pb2.Tensor, expect: set[str] | None = None, what: str = "tensor") -> torch.Tensor:
+    if message.dtype not in DTYPES:
+        raise CodecError(f"{what}: unknown dtype {message.dtype!r}; supported: {', '.join(DTYPES)}")
+    if expect is not None and message.dtype not in expect:
+        raise CodecError(f"{what}: dtype {message.dtype} not allowed here; expected {' or '.join(sorted(expect))}")
+    shape = tuple(int(d) for d in message.shape)
+    if any(d < 0 for d in shape):
+        raise CodecError(f"{what}: negative dimension in shape {shape}")
+    dtype = DTYPES[message.dtype]
+    count = 1
+    for d in shape:
+        count *= d
+    itemsize = torch.tensor([], dtype=dtype).element_size()
+    if len(message.data) != count * itemsize:
+        raise CodecError(
+            f"{what}: {len(message.data)} bytes do not hold a {message.dtype} tensor of shape {list(shape)} "
+            f"({count * itemsize} bytes)"
+        )
+    if count == 0:
+        return torch.zeros(shape, dtype=dtype)
+    storage = torch.int16 if dtype == torch.bfloat16 else dtype
+    tensor = torch.frombuffer(bytearray(message.data), dtype=storage)
+    if not _LITTLE:
+        tensor = tensor.byteswap()
+    return tensor.view(dtype).reshape(shape)
+
+
+# ------------------------------------------------------------------------ probability rows
+
+
+def encode_rows(rows: torch.Tensor, dtype: torch.dtype = torch.float32) -> tensor_pb2.ProbabilityRows:
+    """[R, V] probability rows, dense or as exact sparse rows, whichever is smaller."""
+    rows = rows.to(dtype)
+    nonzero = rows != 0
+    count = int(nonzero.sum())
+    if count > SPARSE_BELOW * rows.numel():
+        return tensor_pb2.ProbabilityRows(dense=encode_tensor(rows))
+    per_row = nonzero.sum(-1)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), per_row.cumsum(0)])
+    row_index, column = nonzero.nonzero(as_tuple=True)
+    values = rows.reshape(-1).index_select(0, row_index * rows.shape[1] + column)
+    return tensor_pb2.ProbabilityRows(
+        sparse=tensor_pb2.SparseRows(
+            width=rows.shape[1],
+            offsets=encode_tensor(offsets),
+            indices=encode_tensor(column.to(torch.int32)),
+            values=encode_tensor(values),
+        )
+    )
+
+
+def decode_rows(message, rows: int, width: int, what: str = "probability rows") -> torch.Tensor | None:
+    """The [rows, width] float32 table of a ProbabilityRows message, None if it is empty."""
+    kind = message.WhichOneof("rows")
+    if kind is None:
+        return None
+    floats = {"float32", "float16", "bfloat16"}
+    if kind == "dense":
+        table = decode_tensor(message.dense, floats, what)
+        if tuple(table.shape) != (rows, width):
+            raise CodecError(f"{what}: shape {list(table.shape)}, expected [{rows}, {width}]")
+        table = table.float()
+    else:
+        sparse = message.sparse
+        if sparse.width != width:
+            raise CodecError(f"{what}: width {sparse.width}, expected {width}")
+        offsets = decode_tensor(sparse.offsets, {"int64"}, f"{what} offsets")
+        indices = decode_tensor(sparse.indices, {"int32", "int64"}, f"{what} indices").long()
+        values = decode_tensor(sparse.values, floats, f"{what} values").float()
+        if offsets.shape != (rows + 1,) or int(offsets[0]) != 0 or bool((offsets.diff() < 0).any()):
+            raise CodecError(f"{what}: offsets must be {rows + 1} non-decreasing values from 0")
+        if indices.shape != values.shape or int(offsets[-1]) != indices.numel():
+            raise CodecError(f"{what}: {indices.numel()} indices, {values.numel()} values, offsets end at {int(offsets[-1])}")
+        if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= width):
+            raise CodecError(f"{what}: column indices outside [0, {width})")
+        row_of = torch.repeat_interleave(torch.arange(rows), offsets.diff())
+        table = torch.zeros(rows * width)
+        table.index_put_((row_of * width + indices,), values, accumulate=True)
+        table = table.reshape(rows, width)
+    if not bool(torch.isfinite(table).all()) or bool((table < 0).any()):
+        raise CodecError(f"{what}: probabilities must be finite and non-negative")
+    return table
+
+
+# ------------------------------------------------------------------------ engine objects
+
+
+def encode_spec(spec: SequenceSpec) -> worker_pb2.SequenceSpec:
+    return worker_pb2.SequenceSpec(
+        prompt_ids=list(spec.prompt_ids),
+        params=worker_pb2.SamplingParams(
+            temperature=spec.params.temperature, top_p=spec.params.top_p, top_k=spec.params.top_k
+        ),
+        seed=spec.seed,
+        verifier=spec.verifier,
+        verifier_params=msgpack.packb(spec.verifier_params),
+    )
+
+
+def decode_spec(message: worker_pb2.SequenceSpec) -> SequenceSpec:
+    params = decode_msgpack_map(message.verifier_params, "verifier_params")
+    return SequenceSpec(
+        tuple(message.prompt_ids),
+        SamplingParams(message.params.temperature, message.params.top_p, message.params.top_k),
+        message.seed,
+        message.verifier,
+        params,
+    )
+
+
+def decode_msgpack_map(data: bytes, what: str) -> dict:
+    if not data:
+        return {}
+    try:
+        value = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except (ValueError, msgpack.UnpackException) as error:
+        raise CodecError(f"{what}: not a msgpack map ({error})") from error
+    if not isinstance(value, dict):
+        raise CodecError(f"{what}: expected a msgpack map, got {type(value).__name__}")
+    return value
+
+
+def encode_tree(tree: DraftTree | TreeShape) -> worker_pb2.Tree:
+    shape = tree.shape if isinstance(tree, DraftTree) else tree
+    tokens = tree.tokens.tolist() if isinstance(tree, DraftTree) else []
+    return worker_pb2.Tree(parents=list(shape.parents), tokens=tokens)
+
+
+def decode_shape(message: worker_pb2.Tree, max_nodes: int = 4096) -> TreeShape:
+    if len(message.parents) > max_nodes:
+        raise CodecError(f"tree of {len(message.parents)} nodes exceeds the limit of {max_nodes}")
+    try:
+        return TreeShape(tuple(message.parents))
+    except ValueError as error:
+        raise CodecError(f"bad tree: {error}") from error
+
+
+def decode_tree(message: worker_pb2.Tree, vocab_size: int, max_nodes: int = 4096) -> DraftTree:
+    shape = decode_shape(message, max_nodes)
+    if len(message.tokens) != shape.size:
+        raise CodecError(f"a tree of {shape.size} nodes needs {shape.size} tokens, got {len(message.tokens)}")
+    tokens = torch.tensor(list(message.tokens), dtype=torch.long)
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
+        raise CodecError(f"tree tokens outside the vocabulary [0, {vocab_size})")
+    return DraftTree(shape, tokens)
+
+
+def encode_outcome(outcome: Outcome) -> worker_pb2.Outcome:
+    return worker_pb2.Outcome(
+        tokens=outcome.tokens, path=outcome.path, ranks=outcome.ranks,
+        score_seconds=outcome.score_seconds, verify_seconds=outcome.verify_seconds,
+    )
+
+
+def decode_outcome(message: worker_pb2.Outcome) -> Outcome:
+    return Outcome(
+        list(message.tokens), list(message.path), list(message.ranks), message.score_seconds, message.verify_seconds
+    )
+
+
+def encode_draft(draft: Draft) -> worker_pb2.DraftReply:
+    reply = worker_pb2.DraftReply(tree=encode_tree(draft.tree), seconds=draft.seconds)
+    if draft.q_rows is not None:
+        reply.q_rows.CopyFrom(encode_rows(draft.q_rows))
+    return reply
+
+
+def decode_draft(reply: worker_pb2.DraftReply, vocab_size: int) -> Draft:
+    tree = decode_tree(reply.tree, vocab_size)
+    q_rows = decode_rows(reply.q_rows, len(tree.shape.internal_nodes), vocab_size, "q rows")
+    return Draft(tree, q_rows, reply.seconds)

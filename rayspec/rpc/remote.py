@@ -1,0 +1,159 @@
+"""gRPC handles to remote workers, implementing the engine's `Target` and `Drafter`.
+
+The engine runs unchanged over these: `SpeculativeEngine(RemoteTarget(addr), RemoteDrafter(addr))`
+is the distributed coordinator.  Per step, two calls cross the network: Draft (the planned
+shape and the previous outcome out; the tree and the internal nodes' q rows back) and Verify
+(the tree and the q rows out; the outcome back).
+
+Where the verifier runs (`verify_at`):
+  "target"       (default) in the target worker: it holds the target's rows, so only the
+                 drafter's q rows of internal nodes travel — fewer than the tree's nodes —
+                 and for greedy and the couplings nothing but token ids;
+  "coordinator"  here: the target returns what the verifier needs (every node's p row, or
+                 every node's own sample for token-only verifiers) and then commits the
+                 path the coordinator chose.  More bytes for q-reading verifiers; the same
+                 tokens, because the verifier's randomness stream is the same.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import grpc
+import torch
+
+from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec, stream_generator
+from rayspec.coupling import KeyedNoise
+from rayspec.rpc import codec
+from rayspec.rpc.generated import worker_pb2, worker_pb2_grpc
+from rayspec.rpc.server import GRPC_OPTIONS
+from rayspec.tree.structure import TreeShape
+from rayspec.verify import get_verifier
+
+DEFAULT_TIMEOUT = 60.0
+
+
+class RemoteError(RuntimeError):
+    """A worker failed or could not be reached."""
+
+
+def call(method, request, timeout: float):
+    """One RPC with a deadline; INVALID_ARGUMENT becomes ValueError (the caller's input was
+    bad), every other failure a RemoteError naming the status."""
+    try:
+        return method(request, timeout=timeout)
+    except grpc.RpcError as error:
+        code, details = error.code(), error.details()
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            raise ValueError(details) from None
+        raise RemoteError(f"{code.name}: {details}") from None
+
+
+def _channel(address: str) -> grpc.Channel:
+    return grpc.insecure_channel(address, options=GRPC_OPTIONS)
+
+
+class RemoteTarget:
+    """A target worker at `address` (host:port)."""
+
+    def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT, verify_at: str = "target"):
+        if verify_at not in ("target", "coordinator"):
+            raise ValueError(f"verify_at must be 'target' or 'coordinator', got {verify_at!r}")
+        self.address, self.timeout, self.verify_at = address, timeout, verify_at
+        self.channel = _channel(address)
+        self.stub = worker_pb2_grpc.TargetServiceStub(self.channel)
+        info = call(self.stub.Info, worker_pb2.InfoRequest(), timeout)
+        self.model_id = info.model_id
+        self.vocab_size = int(info.vocab_size)
+        self.context_length = int(info.context_length)
+        self.eos_token_ids = tuple(info.eos_token_ids)
+
+    def open(self, spec: SequenceSpec) -> "RemoteTargetSession":
+        session_id = uuid.uuid4().hex
+        call(self.stub.Open, worker_pb2.OpenRequest(session_id=session_id, spec=codec.encode_spec(spec)), self.timeout)
+        return RemoteTargetSession(self, session_id, spec)
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+class RemoteTargetSession:
+    def __init__(self, target: RemoteTarget, session_id: str, spec: SequenceSpec):
+        self.target, self.session_id = target, session_id
+        if target.verify_at == "coordinator":
+            self.verifier = get_verifier(spec.verifier, **spec.verifier_params)
+            self.generator = stream_generator(spec.seed, "verify")  # the target side's stream
+            self.seed, self.length = spec.seed, len(spec.prompt_ids)
+
+    def verify(self, draft: Draft) -> Outcome:
+        if self.target.verify_at == "coordinator":
+            return self._verify_here(draft)
+        request = worker_pb2.VerifyRequest(
+            session_id=self.session_id, tree=codec.encode_tree(draft.tree), draft_seconds=draft.seconds
+        )
+        if draft.q_rows is not None:
+            request.q_rows.CopyFrom(codec.encode_rows(draft.q_rows))
+        reply = call(self.target.stub.Verify, request, self.target.timeout)
+        outcome = codec.decode_outcome(reply.outcome)
+        outcome.wire_bytes = request.ByteSize() + reply.ByteSize()
+        return outcome
+
+    def _verify_here(self, draft: Draft) -> Outcome:
+        request = worker_pb2.ScoreRequest(session_id=self.session_id, tree=codec.encode_tree(draft.tree))
+        reply = call(self.target.stub.Score, request, self.target.timeout)
+        size = draft.tree.shape.size
+        if self.verifier.needs_draft_probs:
+            p_rows = codec.decode_rows(reply.p_rows, size, self.target.vocab_size, "p rows")
+        else:  # each node's own sample as a point mass: the walk emits exactly those tokens
+            p_rows = torch.nn.functional.one_hot(torch.tensor(list(reply.node_tokens)), self.target.vocab_size).float()
+        randomness = KeyedNoise(self.seed, self.length) if self.verifier.drafter_invariant else self.generator
+        verdict = self.verifier.verify_tree(draft.tree, p_rows, draft.q_rows, randomness)
+        outcome = Outcome(verdict.tokens, verdict.path, verdict.ranks, score_seconds=reply.seconds)
+        commit = worker_pb2.CommitRequest(session_id=self.session_id, outcome=codec.encode_outcome(outcome))
+        call(self.target.stub.Commit, commit, self.target.timeout)
+        self.length += len(verdict.tokens)
+        outcome.wire_bytes = request.ByteSize() + reply.ByteSize() + commit.ByteSize()
+        return outcome
+
+    def close(self) -> None:
+        try:
+            self.target.stub.Release(worker_pb2.ReleaseRequest(session_id=self.session_id), timeout=5.0)
+        except grpc.RpcError:
+            pass  # the worker expires idle sessions anyway
+
+
+class RemoteDrafter:
+    """A drafter worker at `address` (host:port)."""
+
+    def __init__(self, address: str, vocab_size: int, timeout: float = DEFAULT_TIMEOUT):
+        self.address, self.timeout, self.vocab_size = address, timeout, vocab_size
+        self.channel = _channel(address)
+        self.stub = worker_pb2_grpc.DrafterServiceStub(self.channel)
+
+    def open(self, spec: SequenceSpec) -> "RemoteDrafterSession":
+        session_id = uuid.uuid4().hex
+        call(self.stub.Open, worker_pb2.OpenRequest(session_id=session_id, spec=codec.encode_spec(spec)), self.timeout)
+        return RemoteDrafterSession(self, session_id)
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+class RemoteDrafterSession:
+    def __init__(self, drafter: RemoteDrafter, session_id: str):
+        self.drafter, self.session_id = drafter, session_id
+
+    def draft(self, shape: TreeShape, previous: Outcome | None) -> Draft:
+        request = worker_pb2.DraftRequest(session_id=self.session_id, shape=codec.encode_tree(shape))
+        if previous is not None:
+            request.previous.CopyFrom(codec.encode_outcome(previous))
+        reply = call(self.drafter.stub.Draft, request, self.drafter.timeout)
+        draft = codec.decode_draft(reply, self.drafter.vocab_size)
+        draft.wire_bytes = request.ByteSize() + reply.ByteSize()
+        return draft
+
+    def close(self) -> None:
+        try:
+            self.drafter.stub.Release(worker_pb2.ReleaseRequest(session_id=self.session_id), timeout=5.0)
+        except grpc.RpcError:
+            pass

@@ -1,0 +1,158 @@
+"""What every rayspec gRPC server shares: options, error mapping, sessions, health.
+
+Errors: bad input (a `ValueError`, codec errors included) is INVALID_ARGUMENT with its
+message; an unknown session NOT_FOUND; too many sessions RESOURCE_EXHAUSTED; anything else
+INTERNAL with the exception's message — the server keeps serving in every case.
+
+Sizes: the transport accepts messages up to `TRANSPORT_LIMIT`; requests above the service's
+own `max_request_bytes` are refused with INVALID_ARGUMENT and a message saying so, rather
+than left to the transport's generic RESOURCE_EXHAUSTED.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import threading
+import time
+from concurrent import futures
+
+import grpc
+
+from rayspec.rpc.generated import health_pb2, health_pb2_grpc
+
+log = logging.getLogger("rayspec.rpc")
+
+TRANSPORT_LIMIT = 1024 * 1024 * 1024  # 1 GiB: above every application limit
+DEFAULT_MAX_REQUEST_BYTES = 256 * 1024 * 1024
+# Compression off (the default): probability rows compress poorly and cost CPU time.
+GRPC_OPTIONS = [
+    ("grpc.max_send_message_length", TRANSPORT_LIMIT),
+    ("grpc.max_receive_message_length", TRANSPORT_LIMIT),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+
+
+class SessionLimitError(RuntimeError):
+    pass
+
+
+class UnknownSessionError(KeyError):
+    pass
+
+
+def rpc_errors(method):
+    """Map exceptions raised by a servicer method to gRPC status codes with messages."""
+
+    def abort(context, error):
+        if isinstance(error, ValueError):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        if isinstance(error, UnknownSessionError):
+            context.abort(grpc.StatusCode.NOT_FOUND, str(error.args[0]))
+        if isinstance(error, SessionLimitError):
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+        log.exception("internal error in %s", method.__name__)
+        context.abort(grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}")
+
+    @functools.wraps(method)
+    def unary(self, request, context):
+        try:
+            self.check_size(request)
+            return method(self, request, context)
+        except Exception as error:  # noqa: BLE001 — every failure becomes a status
+            abort(context, error)
+
+    @functools.wraps(method)
+    def streaming(self, request, context):
+        try:
+            self.check_size(request)
+            yield from method(self, request, context)
+        except Exception as error:  # noqa: BLE001
+            abort(context, error)
+
+    return streaming if inspect.isgeneratorfunction(method) else unary
+
+
+class Servicer:
+    """Base of rayspec servicers: request size limit, sessions with idle expiry."""
+
+    def __init__(self, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, max_sessions: int = 256,
+                 idle_seconds: float = 600.0):
+        self.max_request_bytes = max_request_bytes
+        self.max_sessions = max_sessions
+        self.idle_seconds = idle_seconds
+        self._sessions: dict[str, tuple[object, float]] = {}
+        self._sessions_lock = threading.Lock()
+        self.compute = threading.Lock()  # one model computation at a time per process
+
+    def check_size(self, request) -> None:
+        size = request.ByteSize()
+        if size > self.max_request_bytes:
+            raise ValueError(f"request of {size} bytes exceeds this server's limit of {self.max_request_bytes} bytes")
+
+    def add_session(self, session_id: str, session) -> None:
+        if not session_id:
+            raise ValueError("a session id is required")
+        with self._sessions_lock:
+            self._expire_idle()
+            if session_id in self._sessions:
+                raise ValueError(f"session {session_id!r} is already open")
+            if len(self._sessions) >= self.max_sessions:
+                raise SessionLimitError(f"{len(self._sessions)} sessions open, the limit is {self.max_sessions}")
+            self._sessions[session_id] = (session, time.monotonic())
+
+    def session(self, session_id: str):
+        with self._sessions_lock:
+            if session_id not in self._sessions:
+                raise UnknownSessionError(f"no open session {session_id!r} (released, expired or never opened)")
+            session, _ = self._sessions[session_id]
+            self._sessions[session_id] = (session, time.monotonic())
+            return session
+
+    def release(self, session_id: str) -> None:
+        with self._sessions_lock:
+            entry = self._sessions.pop(session_id, None)
+        if entry is not None:
+            entry[0].close()
+
+    def _expire_idle(self) -> None:
+        now = time.monotonic()
+        for session_id in [s for s, (_, used) in self._sessions.items() if now - used > self.idle_seconds]:
+            self._sessions.pop(session_id)[0].close()
+            log.info("session %s expired after %.0f s idle", session_id, self.idle_seconds)
+
+
+class HealthServicer(health_pb2_grpc.HealthServicer):
+    """grpc.health.v1: SERVING for the server ("") and the services it hosts."""
+
+    def __init__(self, services: list[str]):
+        self.statuses = {name: health_pb2.HealthCheckResponse.SERVING for name in ["", *services]}
+
+    def set_serving(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in self.statuses:
+            self.statuses[name] = status
+
+    def Check(self, request, context):
+        if request.service not in self.statuses:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+        return health_pb2.HealthCheckResponse(status=self.statuses[request.service])
+
+    def Watch(self, request, context):
+        status = self.statuses.get(request.service, health_pb2.HealthCheckResponse.SERVICE_UNKNOWN)
+        yield health_pb2.HealthCheckResponse(status=status)
+
+
+def start_server(register, address: str, max_workers: int = 16) -> tuple[grpc.Server, int]:
+    """A started gRPC server; `register(server)` adds the servicers.  Returns (server, port)."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=GRPC_OPTIONS)
+    register(server)
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot bind a gRPC server to {address}")
+    server.start()
+    return server, port

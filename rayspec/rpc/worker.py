@@ -1,0 +1,210 @@
+"""Drafter and target workers: gRPC servers around the in-process model sessions.
+
+    python -m rayspec.rpc.worker --role target  --port 50051 [--model PATH] [--device cuda]
+    python -m rayspec.rpc.worker --role drafter --port 50052 [--model PATH]
+    python -m rayspec.rpc.worker --role coordinator --port 9000 --target HOST:50051 --drafter HOST:50052
+
+Plain processes, no Ray: the GPU machines run them as they are; `rayspec.cluster` wraps the
+same servers in Ray actors.  Each prints one line `READY <role> <host:port>` once serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+
+import torch
+
+from rayspec.engine.interfaces import Draft
+from rayspec.engine.local import LocalDrafter, LocalTarget
+from rayspec.rpc import codec
+from rayspec.rpc.generated import health_pb2_grpc, worker_pb2, worker_pb2_grpc
+from rayspec.rpc.server import HealthServicer, Servicer, rpc_errors, start_server
+
+
+def _open_checks(spec, vocab_size: int, context_length: int) -> None:
+    bad = [t for t in spec.prompt_ids if not 0 <= t < vocab_size]
+    if bad:
+        raise ValueError(f"prompt token ids outside the vocabulary [0, {vocab_size}): {bad[:5]}")
+    if len(spec.prompt_ids) >= context_length:
+        raise ValueError(f"the prompt has {len(spec.prompt_ids)} tokens; the context holds {context_length}")
+
+
+class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
+    def __init__(self, target: LocalTarget, model_id: str = "target", **limits):
+        super().__init__(**limits)
+        self.target = target
+        self.model_id = model_id
+
+    @rpc_errors
+    def Info(self, request, context):
+        return worker_pb2.WorkerInfo(
+            model_id=self.model_id,
+            vocab_size=self.target.vocab_size,
+            context_length=self.target.context_length,
+            eos_token_ids=list(self.target.eos_token_ids),
+            device=str(next(self.target.model.parameters()).device),
+        )
+
+    @rpc_errors
+    def Open(self, request, context):
+        spec = codec.decode_spec(request.spec)
+        _open_checks(spec, self.target.vocab_size, self.target.context_length)
+        with self.compute:
+            session = self.target.open(spec)
+        self.add_session(request.session_id, session)
+        return worker_pb2.OpenReply()
+
+    @rpc_errors
+    def Verify(self, request, context):
+        session = self.session(request.session_id)
+        tree = codec.decode_tree(request.tree, self.target.vocab_size)
+        q_rows = codec.decode_rows(request.q_rows, len(tree.shape.internal_nodes), self.target.vocab_size, "q rows")
+        if q_rows is None and session.verifier.needs_draft_probs and tree.shape.size > 1:
+            raise ValueError(f"verifier {session.verifier.name!r} needs the drafter's q rows")
+        with self.compute:
+            outcome = session.verify(Draft(tree, q_rows, request.draft_seconds))
+        return worker_pb2.VerifyReply(outcome=codec.encode_outcome(outcome))
+
+    @rpc_errors
+    def Score(self, request, context):
+        session = self.session(request.session_id)
+        tree = codec.decode_tree(request.tree, self.target.vocab_size)
+        with self.compute:
+            started = time.perf_counter()
+            p_rows = session.score(tree)
+            if session.verifier.needs_draft_probs:
+                reply = worker_pb2.ScoreReply(p_rows=codec.encode_rows(p_rows))
+            else:
+                reply = worker_pb2.ScoreReply(node_tokens=session.node_samples(tree, p_rows).tolist())
+            reply.seconds = time.perf_counter() - started
+        return reply
+
+    @rpc_errors
+    def Commit(self, request, context):
+        session = self.session(request.session_id)
+        outcome = codec.decode_outcome(request.outcome)
+        with self.compute:
+            session.commit(outcome.tokens, outcome.path)
+        return worker_pb2.CommitReply()
+
+    @rpc_errors
+    def Release(self, request, context):
+        self.release(request.session_id)
+        return worker_pb2.ReleaseReply()
+
+
+class DrafterServicer(Servicer, worker_pb2_grpc.DrafterServiceServicer):
+    def __init__(self, drafter: LocalDrafter, **limits):
+        super().__init__(**limits)
+        self.drafter = drafter
+
+    @rpc_errors
+    def Open(self, request, context):
+        spec = codec.decode_spec(request.spec)
+        _open_checks(spec, self.drafter.vocab_size, self.drafter.context_length)
+        session = self.drafter.open(spec)  # no forward yet: the first draft prefills
+        self.add_session(request.session_id, session)
+        return worker_pb2.OpenReply()
+
+    @rpc_errors
+    def Draft(self, request, context):
+        session = self.session(request.session_id)
+        shape = codec.decode_shape(request.shape)
+        previous = codec.decode_outcome(request.previous) if request.HasField("previous") else None
+        with self.compute:
+            draft = session.draft(shape, previous)
+        return codec.encode_draft(draft)
+
+    @rpc_errors
+    def Commit(self, request, context):
+        session = self.session(request.session_id)
+        with self.compute:
+            session.commit(codec.decode_outcome(request.outcome))
+        return worker_pb2.CommitReply()
+
+    @rpc_errors
+    def Release(self, request, context):
+        self.release(request.session_id)
+        return worker_pb2.ReleaseReply()
+
+
+def serve_target(target: LocalTarget, address: str, model_id: str = "target", **limits):
+    servicer = TargetServicer(target, model_id, **limits)
+    health = HealthServicer(["rayspec.v1.TargetService"])
+
+    def register(server):
+        worker_pb2_grpc.add_TargetServiceServicer_to_server(servicer, server)
+        health_pb2_grpc.add_HealthServicer_to_server(health, server)
+
+    return start_server(register, address)
+
+
+def serve_drafter(drafter: LocalDrafter, address: str, **limits):
+    servicer = DrafterServicer(drafter, **limits)
+    health = HealthServicer(["rayspec.v1.DrafterService"])
+
+    def register(server):
+        worker_pb2_grpc.add_DrafterServiceServicer_to_server(servicer, server)
+        health_pb2_grpc.add_HealthServicer_to_server(health, server)
+
+    return start_server(register, address)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="A rayspec gRPC worker (no Ray needed).")
+    parser.add_argument("--role", choices=["target", "drafter", "coordinator"], required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
+    parser.add_argument("--model", default=None, help="checkpoint path or hub id (default: the demo pair)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--target", help="coordinator: the target worker's host:port")
+    parser.add_argument("--drafter", help="coordinator: the drafter worker's host:port (omit: target-only)")
+    parser.add_argument("--verifier", default="rrsw", help="coordinator: default verifier")
+    parser.add_argument("--tree", default="kary:2x3", help="coordinator: default tree")
+    parser.add_argument("--verify-at", choices=["target", "coordinator"], default="target",
+                        help="coordinator: where the verifier runs")
+    parser.add_argument("--tokenizer", default=None, help="coordinator: tokenizer path (default: the demo pair's)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    address = f"{args.host}:{args.port}"
+
+    if args.role == "coordinator":
+        from rayspec.rpc.coordinator import serve_generation_from_workers
+
+        if not args.target:
+            parser.error("--role coordinator needs --target HOST:PORT")
+        server, port = serve_generation_from_workers(
+            address, args.target, args.drafter, verifier=args.verifier, tree=args.tree, verify_at=args.verify_at,
+            tokenizer_path=args.tokenizer,
+        )
+    else:
+        from rayspec.demo import DRAFTER_PATH, TARGET_PATH
+        from rayspec.models import load_causal_lm
+
+        default = TARGET_PATH if args.role == "target" else DRAFTER_PATH
+        model, _ = load_causal_lm(args.model or default, args.device, args.dtype)
+        if args.role == "target":
+            server, port = serve_target(LocalTarget(model), address, model_id=str(args.model or "rayspec-demo-target"))
+        else:
+            server, port = serve_drafter(LocalDrafter(model), address)
+
+    print(f"READY {args.role} {args.host}:{port}", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    server.stop(grace=2).wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Tensors and probability rows on the wire: exact round trips, and clear refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rayspec.rpc import codec
+from rayspec.rpc.generated import tensor_pb2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64])
+def test_tensor_round_trip_is_bit_exact(dtype):
+    tensor = (torch.randn(3, 5) * 100).to(dtype)
+    back = codec.decode_tensor(codec.encode_tensor(tensor))
+    assert back.dtype == dtype and back.shape == tensor.shape
+    assert torch.equal(back.view(torch.int16) if dtype == torch.bfloat16 else back,
+                       tensor.view(torch.int16) if dtype == torch.bfloat16 else tensor)
+
+
+def test_dense_and_sparse_rows_round_trip_exactly():
+    dense = torch.softmax(torch.randn(4, 100), -1)
+    message = codec.encode_rows(dense)
+    assert message.WhichOneof("rows") == "dense"
+    assert torch.equal(codec.decode_rows(message, 4, 100), dense)
+    truncated = dense.clone()
+    truncated[:, 10:] = 0
+    truncated /= truncated.sum(-1, keepdim=True)
+    message = codec.encode_rows(truncated)
+    assert message.WhichOneof("rows") == "sparse"
+    assert torch.equal(codec.decode_rows(message, 4, 100), truncated)
+    assert message.ByteSize() < codec.encode_tensor(truncated).ByteSize() / 3
+
+
+@pytest.mark.parametrize(
+    "message, match",
+    [
+        (tensor_pb2.Tensor(dtype="float64", shape=[2], data=b"\0" * 16), "unknown dtype"),
+        (tensor_pb2.Tensor(dtype="float32", shape=[3], data=b"\0" * 8), "do not hold"),
+        (tensor_pb2.Tensor(dtype="float32", shape=[-1], data=b""), "negative dimension"),
+    ],
+)
+def test_malformed_tensors_are_refused_with_a_message(message, match):
+    with pytest.raises(codec.CodecError, match=match):
+        codec.decode_tensor(message)
+
+
+def test_rows_of_the_wrong_dtype_shape_or_content_are_refused():
+    rows = torch.softmax(torch.randn(2, 8), -1)
+    with pytest.raises(codec.CodecError, match="not allowed here"):
+        codec.decode_rows(tensor_pb2.ProbabilityRows(dense=codec.encode_tensor(rows.to(torch.int32))), 2, 8)
+    with pytest.raises(codec.CodecError, match="shape"):
+        codec.decode_rows(codec.encode_rows(rows), 3, 8)
+    with pytest.raises(codec.CodecError, match="finite and non-negative"):
+        codec.decode_rows(codec.encode_rows(-rows), 2, 8)
+    bad = codec.encode_rows(torch.tensor([[0.0, 0, 0, 1, 0, 0, 0, 0]] * 2))
+    bad.sparse.indices.CopyFrom(codec.encode_tensor(torch.tensor([3, 99], dtype=torch.int32)))
+    with pytest.raises(codec.CodecError, match="column indices outside"):
+        codec.decode_rows(bad, 2, 8)
+
+
+def test_verifier_params_must_be_a_msgpack_map():
+    with pytest.raises(codec.CodecError, match="msgpack map"):
+        codec.decode_msgpack_map(b"\xc1", "verifier_params")
+    import msgpack
+
+    with pytest.raises(codec.CodecError, match="expected a msgpack map"):
+        codec.decode_msgpack_map(msgpack.packb([1, 2]), "verifier_params")
+    assert codec.decode_msgpack_map(msgpack.packb({"kl_budget": 0.1}), "x") == {"kl_budget": 0.1}

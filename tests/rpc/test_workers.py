@@ -1,0 +1,141 @@
+"""Drafter, target and coordinator as plain processes talking gRPC (no Ray): the same seed
+gives exactly the tokens of the in-process engine, wherever the verifier runs; bad input is
+refused with INVALID_ARGUMENT and a message, and the workers keep serving."""
+
+from __future__ import annotations
+
+import grpc
+import msgpack
+import pytest
+import torch
+
+from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.models import load_causal_lm
+from rayspec.rpc.generated import (
+    generation_pb2, generation_pb2_grpc, health_pb2, health_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc,
+)
+from rayspec.rpc.remote import RemoteDrafter, RemoteTarget
+from tests.rpc.processes import Worker, save_tiny_pair
+
+CASES = [("rrsw", "kary:2x3", 0.8), ("spechub", "kary:2x2", 1.0), ("gumbel", "kary:2x3", 1.0), ("greedy", "kary:3x2", 0.0)]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("workers")
+    target_path, drafter_path = save_tiny_pair(tmp)
+    target = Worker(tmp / "target.log", "--role", "target", "--model", str(target_path))
+    drafter = Worker(tmp / "drafter.log", "--role", "drafter", "--model", str(drafter_path))
+    coordinator = Worker(
+        tmp / "coordinator.log", "--role", "coordinator", "--target", target.address, "--drafter", drafter.address,
+        "--verifier", "rrsw", "--tree", "kary:2x3", "--tokenizer", str(target_path),
+    )
+    yield {"target": target, "drafter": drafter, "coordinator": coordinator, "paths": (target_path, drafter_path)}
+    for worker in (coordinator, drafter, target):
+        worker.stop()
+
+
+@pytest.fixture(scope="module")
+def local_engine_parts(cluster):
+    target_path, drafter_path = cluster["paths"]
+    target, tokenizer = load_causal_lm(target_path, "cpu", "float32")
+    drafter, _ = load_causal_lm(drafter_path, "cpu", "float32")
+    return LocalTarget(target), LocalDrafter(drafter), tokenizer
+
+
+@pytest.mark.parametrize("verify_at", ["target", "coordinator"])
+@pytest.mark.parametrize("verifier, tree, temperature", CASES)
+def test_remote_engine_gives_the_in_process_tokens(cluster, local_engine_parts, verifier, tree, temperature, verify_at):
+    local_target, local_drafter, _ = local_engine_parts
+    remote_target = RemoteTarget(cluster["target"].address, verify_at=verify_at)
+    remote_drafter = RemoteDrafter(cluster["drafter"].address, remote_target.vocab_size)
+    prompt = [11, 500, 7, 4000]
+    kwargs = dict(max_new_tokens=40, temperature=temperature, seed=123)
+    local = SpeculativeEngine(local_target, local_drafter, verifier=verifier, tree=tree).run(prompt, **kwargs)
+    remote = SpeculativeEngine(remote_target, remote_drafter, verifier=verifier, tree=tree).run(prompt, **kwargs)
+    assert remote.tokens == local.tokens
+    assert [s.accepted for s in remote.stats.steps] == [s.accepted for s in local.stats.steps]
+    assert all(s.wire_bytes > 0 for s in remote.stats.steps)
+
+
+def test_token_only_verifiers_ship_far_fewer_bytes(cluster):
+    target = RemoteTarget(cluster["target"].address)
+    drafter = RemoteDrafter(cluster["drafter"].address, target.vocab_size)
+    per_step = {}
+    for verifier in ("rrsw", "gumbel"):
+        out = SpeculativeEngine(target, drafter, verifier=verifier, tree="kary:2x3").run([5, 6, 7], max_new_tokens=20, seed=1)
+        per_step[verifier] = sum(s.wire_bytes for s in out.stats.steps) / len(out.stats.steps)
+    # rrsw ships 7 internal rows of 8192 float32 (~229 kB); gumbel only token ids
+    assert per_step["rrsw"] > 150_000 and per_step["gumbel"] < 2_000
+
+
+def test_generation_service_matches_the_in_process_engine(cluster, local_engine_parts):
+    local_target, local_drafter, tokenizer = local_engine_parts
+    stub = generation_pb2_grpc.GenerationStub(grpc.insecure_channel(cluster["coordinator"].address))
+    prompt = "def add(a, b):"
+    reply = stub.Generate(generation_pb2.GenerateRequest(prompt=prompt, max_tokens=30, temperature=0.7, seed=9), timeout=60)
+    local = SpeculativeEngine(local_target, local_drafter, verifier="rrsw", tree="kary:2x3").run(
+        tokenizer.encode(prompt, add_special_tokens=False), max_new_tokens=30, temperature=0.7, seed=9
+    )
+    assert list(reply.token_ids) == local.tokens and reply.seed == 9
+    assert reply.usage.completion_tokens == 30 and reply.usage.steps == len(local.stats.steps)
+    stream = list(stub.GenerateStream(generation_pb2.GenerateRequest(prompt=prompt, max_tokens=30, temperature=0.7, seed=9), timeout=60))
+    chunks = [m.chunk for m in stream if m.HasField("chunk")]
+    assert [t for c in chunks for t in c.token_ids] == local.tokens
+    assert "".join(c.text for c in chunks) == reply.text
+    assert stream[-1].HasField("complete") and stream[-1].complete.finish_reason == "length"
+
+
+def test_health_is_serving_on_every_worker(cluster):
+    for role in ("target", "drafter", "coordinator"):
+        stub = health_pb2_grpc.HealthStub(grpc.insecure_channel(cluster[role].address))
+        assert stub.Check(health_pb2.HealthCheckRequest(), timeout=10).status == health_pb2.HealthCheckResponse.SERVING
+
+
+def _status(call):
+    with pytest.raises(grpc.RpcError) as raised:
+        call()
+    return raised.value.code(), raised.value.details()
+
+
+def test_bad_input_is_refused_and_the_workers_keep_serving(cluster):
+    target = worker_pb2_grpc.TargetServiceStub(grpc.insecure_channel(cluster["target"].address))
+    generation = generation_pb2_grpc.GenerationStub(grpc.insecure_channel(cluster["coordinator"].address))
+    spec = worker_pb2.SequenceSpec(prompt_ids=[1, 2], params=worker_pb2.SamplingParams(temperature=1, top_p=1), seed=1, verifier="nope")
+    code, details = _status(lambda: target.Open(worker_pb2.OpenRequest(session_id="a", spec=spec), timeout=10))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "unknown verifier" in details
+    spec.verifier = "rrsw"
+    target.Open(worker_pb2.OpenRequest(session_id="b", spec=spec), timeout=10)
+    bad_rows = worker_pb2.VerifyRequest(session_id="b", tree=worker_pb2.Tree(parents=[-1, 0], tokens=[2, 5]))
+    bad_rows.q_rows.dense.CopyFrom(tensor_pb2.Tensor(dtype="float64", shape=[1, 8192], data=b"\0" * 8 * 8192))
+    code, details = _status(lambda: target.Verify(bad_rows, timeout=10))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "dtype" in details
+    code, details = _status(lambda: target.Verify(worker_pb2.VerifyRequest(session_id="nope"), timeout=10))
+    assert code == grpc.StatusCode.NOT_FOUND
+    cases = [
+        (generation_pb2.GenerateRequest(prompt="x", verifier="nope"), "unknown verifier"),
+        (generation_pb2.GenerateRequest(prompt="x", max_tokens=-3), "max_tokens"),
+        (generation_pb2.GenerateRequest(prompt_ids=[1] * 600), "context"),
+        (generation_pb2.GenerateRequest(prompt="x", tree="kary:9"), "tree spec"),
+        (generation_pb2.GenerateRequest(prompt="x", verifier_params=msgpack.packb([1])), "verifier_params"),
+        (generation_pb2.GenerateRequest(), "exactly one of prompt"),
+    ]
+    for request, message in cases:
+        code, details = _status(lambda: generation.Generate(request, timeout=30))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and message in details, (details, message)
+    assert len(generation.Generate(generation_pb2.GenerateRequest(prompt="ok", max_tokens=5), timeout=30).token_ids) == 5
+
+
+def test_oversized_requests_get_invalid_argument_with_a_message():
+    from rayspec.rpc.worker import serve_target
+    from tests.tiny_models import tiny_llama
+
+    server, port = serve_target(LocalTarget(tiny_llama(vocab=64)), "127.0.0.1:0", max_request_bytes=10_000)
+    try:
+        stub = worker_pb2_grpc.TargetServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        request = worker_pb2.VerifyRequest(session_id="s", tree=worker_pb2.Tree(parents=[-1] + [0] * 5000, tokens=[1] * 5001))
+        code, details = _status(lambda: stub.Verify(request, timeout=10))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "exceeds this server's limit" in details
+        assert stub.Info(worker_pb2.InfoRequest(), timeout=10).vocab_size == 64
+    finally:
+        server.stop(0)
