@@ -25,7 +25,7 @@ import torch
 from rayspec.engine.interfaces import Draft, SequenceSpec
 from rayspec.engine.trees import parse_tree_spec
 from rayspec.tree.structure import DraftTree, TreeShape
-from rayspec.verify import verifier_class
+from rayspec.verify import get_verifier, verifier_class
 from rayspec.verify.processing import SamplingParams
 
 
@@ -103,6 +103,18 @@ class Generation:
     seed: int
 
 
+def check_setting(verifier: str, params: dict, shape: TreeShape) -> None:
+    """Refuse, with a message, a verifier, its parameters or a tree that cannot work together
+    (checked when a request arrives, never mid-stream)."""
+    cls = verifier_class(verifier)  # unknown names raise with the list of known ones
+    if cls.max_drafts is not None and shape.size > 1 and shape.max_children > cls.max_drafts:
+        raise ValueError(
+            f"verifier {verifier!r} takes at most {cls.max_drafts} draft(s) per node, "
+            f"the tree has a node with {shape.max_children} children"
+        )
+    get_verifier(verifier, **params)
+
+
 class SpeculativeEngine:
     """Speculative decoding over a target and (optionally) a drafter."""
 
@@ -114,18 +126,7 @@ class SpeculativeEngine:
         self.verifier = verifier
         self.verifier_params = dict(verifier_params or {})
         self.tree = parse_tree_spec(tree) if drafter is not None else TreeShape.chain(0)
-        self._check(verifier, self.verifier_params, self.tree)
-
-    def _check(self, verifier: str, params: dict, shape: TreeShape) -> None:
-        cls = verifier_class(verifier)  # unknown names raise with the list of known ones
-        if cls.max_drafts is not None and shape.size > 1 and shape.max_children > cls.max_drafts:
-            raise ValueError(
-                f"verifier {verifier!r} takes at most {cls.max_drafts} draft(s) per node, "
-                f"the tree has a node with {shape.max_children} children"
-            )
-        from rayspec.verify import get_verifier
-
-        get_verifier(verifier, **params)  # refuses unknown or bad parameters now, not mid-stream
+        check_setting(verifier, self.verifier_params, self.tree)
 
     def generate(
         self,
@@ -166,7 +167,7 @@ class SpeculativeEngine:
             verifier_params = {**verifier_params, **exact}
         shape = self.tree if tree is None or self.drafter is None else parse_tree_spec(tree)
         if (verifier, shape) != (self.verifier, self.tree) or verifier_params is not self.verifier_params:
-            self._check(verifier, verifier_params, shape)
+            check_setting(verifier, verifier_params, shape)
         stop_ids = set(self.target.eos_token_ids) | {int(s) for s in stop or () if not isinstance(s, str)}
         stop_texts = [s for s in stop or () if isinstance(s, str) and s]
         if stop_texts and self.tokenizer is None:

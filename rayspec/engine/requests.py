@@ -1,0 +1,88 @@
+"""A generation request as every front end sees it: validated once, run through the engine.
+
+The gRPC `Generation` service and the OpenAI-compatible HTTP app both turn their messages
+into a `GenerationRequest`, so the same fields get the same checks and the same messages,
+and iterate `run()` for the text of each verification step.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from dataclasses import dataclass
+
+from rayspec.engine.engine import GenerationStats, SpeculativeEngine
+from rayspec.engine.text import TextAssembler
+
+
+@dataclass
+class Limits:
+    default_max_tokens: int = 256
+    max_tokens: int = 4096
+
+
+def usage_of(stats: GenerationStats, prompt_tokens: int) -> dict:
+    accepted = sum(s.accepted for s in stats.steps)
+    drafted = sum(s.drafted for s in stats.steps)
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": stats.tokens,
+        "accepted_draft_tokens": accepted,
+        "rejected_draft_tokens": drafted - accepted,
+        "steps": len(stats.steps),
+    }
+
+
+class GenerationRequest:
+    """A validated generation request, whatever the front end (gRPC or HTTP)."""
+
+    def __init__(self, engine: SpeculativeEngine, tokenizer, limits: Limits, *, prompt=None, prompt_ids=None,
+                 max_tokens=None, temperature=None, top_p=None, top_k=None, seed=None, stop=None,
+                 verifier=None, tree=None, verifier_params=None, request_id=None):
+        if (prompt is None) == (prompt_ids is None):
+            raise ValueError("give exactly one of prompt (text) and prompt_ids (token ids)")
+        if prompt is not None:
+            if not isinstance(prompt, str):
+                raise ValueError("prompt must be a string")
+            prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+        self.prompt_ids = [int(t) for t in prompt_ids]
+        max_tokens = limits.default_max_tokens if max_tokens in (None, 0) else int(max_tokens)
+        if not 1 <= max_tokens <= limits.max_tokens:
+            raise ValueError(f"max_tokens must be between 1 and {limits.max_tokens}, got {max_tokens}")
+        stop = [stop] if isinstance(stop, str) else stop
+        if stop is not None and not all(isinstance(s, str) for s in stop):
+            raise ValueError("stop must be a string or a list of strings")
+        if verifier_params is not None and not isinstance(verifier_params, dict):
+            raise ValueError("verifier_params must be an object")
+        self.seed = secrets.randbits(63) if seed is None else int(seed)
+        self.request_id = request_id or uuid.uuid4().hex
+        self.kwargs = dict(
+            max_new_tokens=max_tokens,
+            temperature=1.0 if temperature is None else float(temperature),
+            top_p=1.0 if top_p is None else float(top_p),
+            top_k=int(top_k or 0),
+            seed=self.seed,
+            stop=list(stop or []),
+            verifier=verifier or None,
+            tree=tree or None,
+            verifier_params=verifier_params,
+        )
+        self.engine, self.tokenizer = engine, tokenizer
+
+    def run(self):
+        """Yield (text delta, token ids, step stats) per step; then `self.finish_reason`,
+        `self.text`, `self.token_ids`, `self.stats` hold the totals."""
+        self.stats = GenerationStats()
+        self.token_ids, self.finish_reason = [], "length"
+        assembler = TextAssembler(self.tokenizer, self.kwargs["stop"])
+        for chunk in self.engine.generate(self.prompt_ids, stats=self.stats, **self.kwargs):
+            self.token_ids += chunk.tokens
+            self.finish_reason = chunk.finish_reason or self.finish_reason
+            text = assembler.push(chunk.tokens)
+            if chunk.finish_reason:
+                text += assembler.finish()
+            yield text, chunk.tokens, chunk.step
+        self.text = assembler.text
+
+    def usage(self) -> dict:
+        return usage_of(self.stats, len(self.prompt_ids))

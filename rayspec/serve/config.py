@@ -1,0 +1,122 @@
+"""The service configuration: one YAML file, every key optional.
+
+    rayspec serve config.yaml
+
+    model_id: rayspec-demo            # the name clients pass as `model`
+    target:   {path: null, device: auto, dtype: auto, num_gpus: auto, threads: null}
+    drafters: [{path: null, device: auto, dtype: auto, num_gpus: auto, threads: null}]
+    verifier: rrsw                    # the default; requests may choose another
+    verifier_params: {}
+    tree: kary:2x3                    # the default tree; requests may choose another
+    verify_at: target                 # where the verifier runs: target | coordinator
+    placement:
+      strategy: PACK                  # PACK (one node if it fits) | STRICT_SPREAD (distinct nodes)
+      target_resources: {}            # extra Ray resources for the target, e.g. {rayspec_target: 1}
+      drafter_resources: {}
+    http: {host: 127.0.0.1, port: 8000}
+    grpc: {host: 127.0.0.1, port: 9000}
+    limits: {default_max_tokens: 256, max_tokens: 4096, max_concurrent_requests: 64}
+
+A null model path is the shipped demo pair.  `num_gpus: auto` is 1 when the cluster has
+GPUs and 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from rayspec.engine.engine import check_setting
+from rayspec.engine.trees import parse_tree_spec
+
+
+@dataclass
+class ModelConfig:
+    path: str | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+    num_gpus: float | str = "auto"
+    threads: int | None = None
+
+
+@dataclass
+class PlacementConfig:
+    strategy: str = "PACK"
+    target_resources: dict = field(default_factory=dict)
+    drafter_resources: dict = field(default_factory=dict)
+
+
+@dataclass
+class Endpoint:
+    host: str = "127.0.0.1"
+    port: int = 8000
+
+
+@dataclass
+class LimitsConfig:
+    default_max_tokens: int = 256
+    max_tokens: int = 4096
+    max_concurrent_requests: int = 64
+
+
+@dataclass
+class ServiceConfig:
+    model_id: str = "rayspec-demo"
+    target: ModelConfig = field(default_factory=ModelConfig)
+    drafters: list[ModelConfig] = field(default_factory=lambda: [ModelConfig()])
+    verifier: str = "rrsw"
+    verifier_params: dict = field(default_factory=dict)
+    tree: str = "kary:2x3"
+    verify_at: str = "target"
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    http: Endpoint = field(default_factory=Endpoint)
+    grpc: Endpoint = field(default_factory=lambda: Endpoint(port=9000))
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+
+    def __post_init__(self):
+        if self.placement.strategy not in ("PACK", "STRICT_PACK", "SPREAD", "STRICT_SPREAD"):
+            raise ValueError(f"placement.strategy must be PACK, STRICT_PACK, SPREAD or STRICT_SPREAD, got {self.placement.strategy!r}")
+        if self.verify_at not in ("target", "coordinator"):
+            raise ValueError(f"verify_at must be target or coordinator, got {self.verify_at!r}")
+        check_setting(self.verifier, self.verifier_params, parse_tree_spec(self.tree))
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "ServiceConfig":
+        return _build(cls, data or {}, "config")
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "ServiceConfig":
+        try:
+            data = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError) as error:
+            raise ValueError(f"cannot read the service config {path}: {error}") from error
+        if data is not None and not isinstance(data, dict):
+            raise ValueError(f"the service config {path} must be a mapping")
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _build(cls, data: dict, where: str):
+    """A dataclass from a dict, refusing unknown keys with their location."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where} must be a mapping, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(data) - set(fields)
+    if unknown:
+        raise ValueError(f"unknown key(s) in {where}: {', '.join(sorted(unknown))}; known: {', '.join(fields)}")
+    values = {}
+    for name, value in data.items():
+        kind = {"target": ModelConfig, "placement": PlacementConfig, "http": Endpoint, "grpc": Endpoint, "limits": LimitsConfig}.get(name)
+        if kind is not None:
+            value = _build(kind, value or {}, f"{where}.{name}")
+        elif name == "drafters":
+            if not isinstance(value, list):
+                raise ValueError(f"{where}.drafters must be a list")
+            value = [_build(ModelConfig, d or {}, f"{where}.drafters[{i}]") for i, d in enumerate(value)]
+        values[name] = value
+    return cls(**values)
