@@ -29,6 +29,7 @@ _REGISTRY: dict[str, str] = {
     "gumbel": "rayspec.verify.gumbel:GumbelCoupling",
     "minhash": "rayspec.verify.minhash:MinHashCoupling",
     "mentored": "rayspec.verify.mentored:MentoredDecoding",
+    "topk": "rayspec.verify.topk:TopKPointMass",
 }
 
 

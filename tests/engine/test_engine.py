@@ -18,7 +18,7 @@ from tests.tiny_models import noisy_copy, tiny_llama
 VERIFIER_TREES = {
     "greedy": "kary:3x3", "sps": "chain:4", "rrs": "kary:3x2", "rrsw": "kary:2x3", "spectr": "kary:2x3",
     "spechub": "kary:2x3", "is": "kary:2x2", "is-weighted": "kary:2x2", "gumbel": "kary:2x3",
-    "minhash": "kary:2x2", "mentored": "chain:3",
+    "minhash": "kary:2x2", "mentored": "chain:3", "topk": "kary:3x3",
 }
 assert set(VERIFIER_TREES) == set(available_verifiers())
 

@@ -1,0 +1,31 @@
+"""Several drafters serving one target: a `Drafter` that hands each sequence to the next.
+
+A sequence keeps its drafter for its whole life (the drafter holds its KV cache), so the
+pool balances sequences, not steps: round robin, skipping nothing — a failed drafter fails
+the requests it gets, and the caller sees which.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+from rayspec.engine.interfaces import SequenceSpec
+
+
+class DrafterPool:
+    def __init__(self, drafters: list):
+        if not drafters:
+            raise ValueError("a drafter pool needs at least one drafter")
+        sizes = {d.vocab_size for d in drafters}
+        if len(sizes) > 1:
+            raise ValueError(f"drafters of one pool must share a vocabulary, got sizes {sorted(sizes)}")
+        self.drafters = list(drafters)
+        self.vocab_size = drafters[0].vocab_size
+        self._next = itertools.cycle(range(len(drafters)))
+        self._lock = threading.Lock()
+
+    def open(self, spec: SequenceSpec):
+        with self._lock:
+            index = next(self._next)
+        return self.drafters[index].open(spec)
