@@ -24,6 +24,7 @@ import torch
 
 from rayspec.engine.interfaces import Draft, SequenceSpec
 from rayspec.engine.trees import parse_tree_spec
+from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import DraftTree, TreeShape
 from rayspec.verify import get_verifier, verifier_class
 from rayspec.verify.processing import SamplingParams
@@ -103,10 +104,15 @@ class Generation:
     seed: int
 
 
-def check_setting(verifier: str, params: dict, shape: TreeShape) -> None:
+def check_setting(verifier: str, params: dict, shape: TreeShape | DynamicPlan) -> None:
     """Refuse, with a message, a verifier, its parameters or a tree that cannot work together
     (checked when a request arrives, never mid-stream)."""
     cls = verifier_class(verifier)  # unknown names raise with the list of known ones
+    if isinstance(shape, DynamicPlan) and not cls.deterministic_drafts:
+        raise ValueError(
+            f"a dynamic tree chooses its drafts deterministically; verifier {verifier!r} needs them sampled "
+            "by its own scheme — verify dynamic trees with topk (or greedy at temperature 0)"
+        )
     if cls.max_drafts is not None and shape.size > 1 and shape.max_children > cls.max_drafts:
         raise ValueError(
             f"verifier {verifier!r} takes at most {cls.max_drafts} draft(s) per node, "

@@ -15,6 +15,7 @@ import torch
 from rayspec.coupling import KeyedNoise
 from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec, stream_generator
 from rayspec.models.tree_lm import TreeLM
+from rayspec.tree.dynamic import DynamicPlan, select_dynamic_tree
 from rayspec.tree.structure import DraftTree, TreeShape
 from rayspec.verify import get_verifier
 from rayspec.verify.processing import SamplingParams, logits_to_probs
@@ -69,8 +70,8 @@ class LocalTargetSession(_Session):
         return logits_to_probs(logits, self.params)
 
     def node_samples(self, tree: DraftTree, p_rows: torch.Tensor) -> torch.Tensor:
-        """Each node's own sample, [N]: what token-only verifiers (greedy, couplings) need of
-        the target — the token the walk emits there if it gets there."""
+        """Each node's own sample, [N]: all that token-only verifiers (greedy, couplings) need
+        of the target — the token the walk emits there if it gets there."""
         samples = torch.empty(tree.shape.size, dtype=torch.long)
         for depth, level in enumerate(tree.shape.levels):
             rows = p_rows[level.start : level.stop]
@@ -117,13 +118,16 @@ class LocalDrafterSession(_Session):
             return logits_to_probs(logits, SamplingParams()), q
         return q, q
 
-    def draft(self, shape: TreeShape, previous: Outcome | None) -> Draft:
+    def draft(self, shape: TreeShape | DynamicPlan, previous: Outcome | None) -> Draft:
         start = time.perf_counter()
         if previous is not None:
             self.commit(previous)
         self.slots = {}
         pending = self.tokens[self.lm.committed :]
         root_logits = self.lm.prefill(pending)[-1:]  # the root is now committed
+        if isinstance(shape, DynamicPlan):
+            tree = self._draft_dynamic(shape, root_logits)
+            return Draft(tree, None, time.perf_counter() - start)
 
         parents, tokens, planned, depth = [-1], [self.tokens[-1]], [0], [0]
         q_rows = []
@@ -155,6 +159,32 @@ class LocalDrafterSession(_Session):
         tree = DraftTree(TreeShape(tuple(parents)), torch.tensor(tokens))
         ship_q = torch.stack(q_rows).float() if q_rows and self.verifier.needs_draft_probs else None
         return Draft(tree, ship_q, time.perf_counter() - start)
+
+    def _draft_dynamic(self, plan: DynamicPlan, root_logits: torch.Tensor) -> DraftTree:
+        """EAGLE-2: expand the `top_k` best candidates of each level into their `top_k` most
+        likely children (scored by cumulative log-probability of the drafter's plain softmax),
+        then keep the `budget` best.  Deterministic drafts: verified as point masses (topk)."""
+        parents, tokens, scores, depth = [-1], [self.tokens[-1]], [0.0], [0]  # candidate 0: the root
+        frontier, logits = [0], root_logits
+        for d in range(plan.depth):
+            log_q = torch.log_softmax(logits.float(), -1)
+            best = torch.topk(log_q, min(plan.top_k, log_q.shape[-1]), dim=-1)
+            level = []
+            for row, node in enumerate(frontier):
+                for value, token in zip(best.values[row].tolist(), best.indices[row].tolist()):
+                    level.append(len(tokens))
+                    parents.append(node)
+                    tokens.append(token)
+                    scores.append(scores[node] + value)
+                    depth.append(d + 1)
+            frontier = sorted(level, key=lambda c: -scores[c])[: plan.top_k]
+            if d + 1 < plan.depth:
+                frontier.sort()
+                logits = self._forward_level(frontier, parents, tokens, depth)
+        chosen = select_dynamic_tree([p - 1 for p in parents[1:]], scores[1:], plan.budget)
+        candidate = [-1] + [int(c) + 1 for c in chosen.candidates[1:]]
+        self.slots = {node: self.slots[c] for node, c in enumerate(candidate) if c in self.slots}
+        return DraftTree(chosen.shape, torch.tensor([tokens[c] if c >= 0 else tokens[0] for c in candidate]))
 
     def _forward_level(self, level, parents, tokens, depth) -> torch.Tensor:
         """Logits of one level's internal nodes; each sees its forwarded ancestors."""

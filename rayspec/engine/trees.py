@@ -3,6 +3,8 @@
     chain:N        N drafted tokens in a line
     kary:KxD       K children under every node, D drafted levels
     file:PATH      a JSON tree file: {"parents": [...], "child_rank": [...], ...}
+    dynamic:B      an EAGLE-2 tree chosen each step, B nodes (also dynamic:BxDxK: D levels,
+                   top-K expansion); its drafts are deterministic: verify with topk
     none           the root alone: target-only decoding
 """
 
@@ -12,13 +14,14 @@ import json
 import re
 from pathlib import Path
 
+from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import TreeShape
 
-TREE_SPEC_HELP = "chain:N, kary:KxD (K children per node, D levels), file:PATH.json, or none"
+TREE_SPEC_HELP = "chain:N, kary:KxD (K children per node, D levels), file:PATH.json, dynamic:B[xDxK], or none"
 
 
-def parse_tree_spec(spec: str | TreeShape) -> TreeShape:
-    if isinstance(spec, TreeShape):
+def parse_tree_spec(spec: str | TreeShape | DynamicPlan) -> TreeShape | DynamicPlan:
+    if isinstance(spec, (TreeShape, DynamicPlan)):
         return spec
     text = str(spec).strip()
     try:
@@ -28,6 +31,9 @@ def parse_tree_spec(spec: str | TreeShape) -> TreeShape:
             return TreeShape.chain(int(match[1]))
         if match := re.fullmatch(r"kary:(\d+)x(\d+)", text):
             return TreeShape.kary(int(match[1]), int(match[2]))
+        if match := re.fullmatch(r"dynamic:(\d+)(?:x(\d+)x(\d+))?", text):
+            extra = {} if match[2] is None else {"depth": int(match[2]), "top_k": int(match[3])}
+            return DynamicPlan(int(match[1]), **extra)
         if text.startswith("file:"):
             path = Path(text[5:])
             return TreeShape.from_json(json.loads(path.read_text()))

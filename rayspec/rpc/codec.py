@@ -16,6 +16,7 @@ import torch
 
 from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec
 from rayspec.rpc.generated import tensor_pb2, worker_pb2
+from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import DraftTree, TreeShape
 from rayspec.verify.processing import SamplingParams
 
@@ -184,6 +185,28 @@ def decode_shape(message: worker_pb2.Tree, max_nodes: int = 4096) -> TreeShape:
         return TreeShape(tuple(message.parents))
     except ValueError as error:
         raise CodecError(f"bad tree: {error}") from error
+
+
+def encode_plan(request: worker_pb2.DraftRequest, plan: TreeShape | DynamicPlan) -> None:
+    if isinstance(plan, DynamicPlan):
+        request.dynamic.CopyFrom(worker_pb2.DynamicPlan(budget=plan.budget, depth=plan.depth, top_k=plan.top_k))
+    else:
+        request.shape.CopyFrom(encode_tree(plan))
+
+
+def decode_plan(request: worker_pb2.DraftRequest, max_nodes: int = 4096) -> TreeShape | DynamicPlan:
+    kind = request.WhichOneof("plan")
+    if kind == "dynamic":
+        plan = request.dynamic
+        if plan.budget > max_nodes or plan.depth > max_nodes or plan.top_k > max_nodes:
+            raise CodecError(f"dynamic tree {plan.budget}x{plan.depth}x{plan.top_k} exceeds the limit of {max_nodes}")
+        try:
+            return DynamicPlan(plan.budget, plan.depth, plan.top_k)
+        except ValueError as error:
+            raise CodecError(str(error)) from error
+    if kind is None:
+        raise CodecError("a draft request needs a tree shape or a dynamic plan")
+    return decode_shape(request.shape, max_nodes)
 
 
 def decode_tree(message: worker_pb2.Tree, vocab_size: int, max_nodes: int = 4096) -> DraftTree:

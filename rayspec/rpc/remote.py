@@ -27,6 +27,7 @@ from rayspec.coupling import KeyedNoise
 from rayspec.rpc import codec
 from rayspec.rpc.generated import worker_pb2, worker_pb2_grpc
 from rayspec.rpc.server import GRPC_OPTIONS
+from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import TreeShape
 from rayspec.verify import get_verifier
 
@@ -102,10 +103,10 @@ class RemoteTargetSession:
         request = worker_pb2.ScoreRequest(session_id=self.session_id, tree=codec.encode_tree(draft.tree))
         reply = call(self.target.stub.Score, request, self.target.timeout)
         size = draft.tree.shape.size
-        if self.verifier.needs_draft_probs:
-            p_rows = codec.decode_rows(reply.p_rows, size, self.target.vocab_size, "p rows")
-        else:  # each node's own sample as a point mass: the walk emits exactly those tokens
+        if self.verifier.token_only:  # each node's own sample as a point mass: the walk emits exactly those
             p_rows = torch.nn.functional.one_hot(torch.tensor(list(reply.node_tokens)), self.target.vocab_size).float()
+        else:
+            p_rows = codec.decode_rows(reply.p_rows, size, self.target.vocab_size, "p rows")
         randomness = KeyedNoise(self.seed, self.length) if self.verifier.drafter_invariant else self.generator
         verdict = self.verifier.verify_tree(draft.tree, p_rows, draft.q_rows, randomness)
         outcome = Outcome(verdict.tokens, verdict.path, verdict.ranks, score_seconds=reply.seconds)
@@ -143,8 +144,9 @@ class RemoteDrafterSession:
     def __init__(self, drafter: RemoteDrafter, session_id: str):
         self.drafter, self.session_id = drafter, session_id
 
-    def draft(self, shape: TreeShape, previous: Outcome | None) -> Draft:
-        request = worker_pb2.DraftRequest(session_id=self.session_id, shape=codec.encode_tree(shape))
+    def draft(self, shape: TreeShape | DynamicPlan, previous: Outcome | None) -> Draft:
+        request = worker_pb2.DraftRequest(session_id=self.session_id)
+        codec.encode_plan(request, shape)
         if previous is not None:
             request.previous.CopyFrom(codec.encode_outcome(previous))
         reply = call(self.drafter.stub.Draft, request, self.drafter.timeout)

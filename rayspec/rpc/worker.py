@@ -77,10 +77,10 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
         with self.compute:
             started = time.perf_counter()
             p_rows = session.score(tree)
-            if session.verifier.needs_draft_probs:
-                reply = worker_pb2.ScoreReply(p_rows=codec.encode_rows(p_rows))
-            else:
+            if session.verifier.token_only:
                 reply = worker_pb2.ScoreReply(node_tokens=session.node_samples(tree, p_rows).tolist())
+            else:
+                reply = worker_pb2.ScoreReply(p_rows=codec.encode_rows(p_rows))
             reply.seconds = time.perf_counter() - started
         return reply
 
@@ -114,7 +114,7 @@ class DrafterServicer(Servicer, worker_pb2_grpc.DrafterServiceServicer):
     @rpc_errors
     def Draft(self, request, context):
         session = self.session(request.session_id)
-        shape = codec.decode_shape(request.shape)
+        shape = codec.decode_plan(request)
         previous = codec.decode_outcome(request.previous) if request.HasField("previous") else None
         with self.compute:
             draft = session.draft(shape, previous)

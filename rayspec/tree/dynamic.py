@@ -19,6 +19,36 @@ from rayspec.tree.structure import TreeShape
 
 
 @dataclass(frozen=True)
+class DynamicPlan:
+    """Draft an EAGLE-2 tree each step: `depth` levels, expanding the `top_k` best frontier
+    candidates into their `top_k` most likely children, then keep the `budget` best nodes
+    (root included).  Quacks like a `TreeShape` where the engine asks for sizes."""
+
+    budget: int
+    depth: int = 6
+    top_k: int = 8
+
+    def __post_init__(self):
+        if self.budget < 1 or self.depth < 0 or self.top_k < 1:
+            raise ValueError(f"a dynamic tree needs budget >= 1, depth >= 0, top_k >= 1; got {self}")
+
+    @property
+    def size(self) -> int:
+        return self.budget if self.depth else 1
+
+    @property
+    def max_depth(self) -> int:
+        return self.depth
+
+    @property
+    def max_children(self) -> int:
+        return self.top_k
+
+    def truncated(self, max_depth: int) -> "DynamicPlan":
+        return self if max_depth >= self.depth else DynamicPlan(self.budget, max(max_depth, 0), self.top_k)
+
+
+@dataclass(frozen=True)
 class DynamicTree:
     shape: TreeShape
     candidates: np.ndarray  # [N]: the candidate each node is (-1 for the root)

@@ -52,9 +52,14 @@ class Verifier(ABC):
     max_drafts: ClassVar[int | None] = None  # None: any number of drafts per node
     drafter_invariant: ClassVar[bool] = False  # output independent of the drafter (coupling)
     needs_draft_probs: ClassVar[bool] = True  # whether verification reads q (data placement)
+    # Whether the emitted token is the target's own sample from p alone (argmax, a coupled
+    # sample), whatever the drafts: the target then ships token ids, no probability rows.
+    token_only: ClassVar[bool] = False
     # Parameters that make a lossy verifier exact; the engine applies them at temperature 0,
     # where the request asks for the target's greedy output.
     exact_params: ClassVar[dict | None] = None
+    # Whether drafts chosen deterministically by the drafter (dynamic trees) keep it lossless.
+    deterministic_drafts: ClassVar[bool] = False
 
     # ----------------------------------------------------------------- drafting
     @abstractmethod

@@ -31,6 +31,7 @@ class CouplingVerifier(Verifier):
     lossless = True
     drafter_invariant = True
     needs_draft_probs = False
+    token_only = True
 
     @abstractmethod
     def sample_target_batch(self, p: torch.Tensor, generator) -> torch.Tensor:

@@ -21,8 +21,10 @@ def first_argmax(x: torch.Tensor) -> torch.Tensor:
 
 class GreedyVerifier(Verifier):
     name = "greedy"
+    deterministic_drafts = True
     lossless = False
     needs_draft_probs = False
+    token_only = True
 
     def sample_drafts_batch(self, q, k, generator=None):
         self._check_k(k)

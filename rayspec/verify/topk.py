@@ -45,6 +45,7 @@ class _PointMassChain(RejectionChain):
 
 class TopKPointMass(SequentialVerifier):
     name = "topk"
+    deterministic_drafts = True
     needs_draft_probs = False
     sample_drafts_batch = GreedyVerifier.sample_drafts_batch
     draft_law = GreedyVerifier.draft_law

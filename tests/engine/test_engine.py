@@ -67,6 +67,17 @@ def test_same_seed_same_tokens(pair, name):
     assert runs[0] != runs[2]
 
 
+@pytest.mark.parametrize("tree", ["dynamic:16", "dynamic:24x5x4", "dynamic:6x2x1"])
+def test_dynamic_trees_are_exact_at_temperature_zero(pair, greedy_reference, tree):
+    target, drafter = pair
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="topk", tree=tree)
+    prompts, references = greedy_reference
+    for prompt, reference in zip(prompts, references):
+        out = engine.run(prompt, max_new_tokens=24, temperature=0)
+        assert out.tokens == reference
+        assert all(s.drafted <= int(tree.split(":")[1].split("x")[0]) - 1 for s in out.stats.steps)
+
+
 def test_coupling_output_does_not_depend_on_the_drafter(pair):
     target, drafter = pair
     other = noisy_copy(target, noise=0.5, seed=7)
@@ -99,9 +110,9 @@ def context_pair():
     return target, noisy_copy(target, noise=0.8), exact_law_of_first_tokens(target, [0, 1, 2], 3)
 
 
-def _first_three(context_pair, name, samples):
+def _first_three(context_pair, name, samples, tree=None):
     target, drafter, law = context_pair
-    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier=name, tree=VERIFIER_TREES[name])
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier=name, tree=tree or VERIFIER_TREES[name])
     outs = [engine.run([0, 1, 2], max_new_tokens=3, temperature=1.0, seed=seed) for seed in range(samples)]
     steps = [step for out in outs for step in out.stats.steps]
     paths = {
@@ -112,9 +123,10 @@ def _first_three(context_pair, name, samples):
     return [tuple(o.tokens) for o in outs], law, paths
 
 
-@pytest.mark.parametrize("name", ["rrsw", "gumbel", "spechub", "spectr"])
-def test_first_three_tokens_follow_the_target_end_to_end(context_pair, name):
-    samples, law, paths = _first_three(context_pair, name, 2500)
+@pytest.mark.parametrize("name, tree", [("rrsw", None), ("gumbel", None), ("spechub", None), ("spectr", None),
+                                        ("topk", "dynamic:8x3x2")])
+def test_first_three_tokens_follow_the_target_end_to_end(context_pair, name, tree):
+    samples, law, paths = _first_three(context_pair, name, 2500, tree)
     assert min(paths.values()) >= 40, f"every kind of walk must occur often enough to be tested: {paths}"
     assert_frequencies_match(samples, law, what=f"{name}: first 3 tokens through the engine")
 
@@ -208,6 +220,7 @@ def test_drafter_cache_equals_a_fresh_prefill_after_many_steps(pair):
         ({"verifier": "spechub", "tree": "kary:3x2"}, "at most 2 draft"),
         ({"stop": ["\n"]}, "stop strings need a tokenizer"),
         ({"verifier": "mentored", "tree": "chain:2", "verifier_params": {"kl_budget": -1}}, "kl_budget"),
+        ({"verifier": "rrsw", "tree": "dynamic:16"}, "verify dynamic trees with topk"),
     ],
 )
 def test_bad_requests_get_clear_errors(pair, kwargs, message):

@@ -17,7 +17,8 @@ from rayspec.rpc.generated import (
 from rayspec.rpc.remote import RemoteDrafter, RemoteTarget
 from tests.rpc.processes import Worker, save_tiny_pair
 
-CASES = [("rrsw", "kary:2x3", 0.8), ("spechub", "kary:2x2", 1.0), ("gumbel", "kary:2x3", 1.0), ("greedy", "kary:3x2", 0.0)]
+CASES = [("rrsw", "kary:2x3", 0.8), ("spechub", "kary:2x2", 1.0), ("gumbel", "kary:2x3", 1.0), ("greedy", "kary:3x2", 0.0),
+         ("topk", "dynamic:12x3x3", 0.9)]
 
 
 @pytest.fixture(scope="module")

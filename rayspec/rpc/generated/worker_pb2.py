@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from rayspec.rpc.generated import tensor_pb2 as rayspec_dot_v1_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17rayspec/v1/worker.proto\x12\nrayspec.v1\x1a\x17rayspec/v1/tensor.proto\"C\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\"\x87\x01\n\x0cSequenceSpec\x12\x12\n\nprompt_ids\x18\x01 \x03(\x05\x12*\n\x06params\x18\x02 \x01(\x0b\x32\x1a.rayspec.v1.SamplingParams\x12\x0c\n\x04seed\x18\x03 \x01(\x03\x12\x10\n\x08verifier\x18\x04 \x01(\t\x12\x17\n\x0fverifier_params\x18\x05 \x01(\x0c\"I\n\x0bOpenRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12&\n\x04spec\x18\x02 \x01(\x0b\x32\x18.rayspec.v1.SequenceSpec\"\x0b\n\tOpenReply\"$\n\x0eReleaseRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x0e\n\x0cReleaseReply\"\'\n\x04Tree\x12\x0f\n\x07parents\x18\x01 \x03(\x05\x12\x0e\n\x06tokens\x18\x02 \x03(\x05\"e\n\x07Outcome\x12\x0e\n\x06tokens\x18\x01 \x03(\x05\x12\x0c\n\x04path\x18\x02 \x03(\x05\x12\r\n\x05ranks\x18\x03 \x03(\x05\x12\x15\n\rscore_seconds\x18\x04 \x01(\x01\x12\x16\n\x0everify_seconds\x18\x05 \x01(\x01\"j\n\x0c\x44raftRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1f\n\x05shape\x18\x02 \x01(\x0b\x32\x10.rayspec.v1.Tree\x12%\n\x08previous\x18\x03 \x01(\x0b\x32\x13.rayspec.v1.Outcome\"j\n\nDraftReply\x12\x1e\n\x04tree\x18\x01 \x01(\x0b\x32\x10.rayspec.v1.Tree\x12+\n\x06q_rows\x18\x02 \x01(\x0b\x32\x1b.rayspec.v1.ProbabilityRows\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\"I\n\rCommitRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12$\n\x07outcome\x18\x02 \x01(\x0b\x32\x13.rayspec.v1.Outcome\"\r\n\x0b\x43ommitReply\"q\n\nWorkerInfo\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x12\n\nvocab_size\x18\x02 \x01(\x03\x12\x16\n\x0e\x63ontext_length\x18\x03 \x01(\x03\x12\x15\n\reos_token_ids\x18\x04 \x03(\x05\x12\x0e\n\x06\x64\x65vice\x18\x05 \x01(\t\"\r\n\x0bInfoRequest\"\x87\x01\n\rVerifyRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1e\n\x04tree\x18\x02 \x01(\x0b\x32\x10.rayspec.v1.Tree\x12+\n\x06q_rows\x18\x03 \x01(\x0b\x32\x1b.rayspec.v1.ProbabilityRows\x12\x15\n\rdraft_seconds\x18\x04 \x01(\x01\"3\n\x0bVerifyReply\x12$\n\x07outcome\x18\x01 \x01(\x0b\x32\x13.rayspec.v1.Outcome\"B\n\x0cScoreRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1e\n\x04tree\x18\x02 \x01(\x0b\x32\x10.rayspec.v1.Tree\"_\n\nScoreReply\x12+\n\x06p_rows\x18\x01 \x01(\x0b\x32\x1b.rayspec.v1.ProbabilityRows\x12\x13\n\x0bnode_tokens\x18\x02 \x03(\x05\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\x32\x82\x02\n\x0e\x44rafterService\x12\x36\n\x04Open\x12\x17.rayspec.v1.OpenRequest\x1a\x15.rayspec.v1.OpenReply\x12\x39\n\x05\x44raft\x12\x18.rayspec.v1.DraftRequest\x1a\x16.rayspec.v1.DraftReply\x12<\n\x06\x43ommit\x12\x19.rayspec.v1.CommitRequest\x1a\x17.rayspec.v1.CommitReply\x12?\n\x07Release\x12\x1a.rayspec.v1.ReleaseRequest\x1a\x18.rayspec.v1.ReleaseReply2\xf8\x02\n\rTargetService\x12\x37\n\x04Info\x12\x17.rayspec.v1.InfoRequest\x1a\x16.rayspec.v1.WorkerInfo\x12\x36\n\x04Open\x12\x17.rayspec.v1.OpenRequest\x1a\x15.rayspec.v1.OpenReply\x12<\n\x06Verify\x12\x19.rayspec.v1.VerifyRequest\x1a\x17.rayspec.v1.VerifyReply\x12\x39\n\x05Score\x12\x18.rayspec.v1.ScoreRequest\x1a\x16.rayspec.v1.ScoreReply\x12<\n\x06\x43ommit\x12\x19.rayspec.v1.CommitRequest\x1a\x17.rayspec.v1.CommitReply\x12?\n\x07Release\x12\x1a.rayspec.v1.ReleaseRequest\x1a\x18.rayspec.v1.ReleaseReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17rayspec/v1/worker.proto\x12\nrayspec.v1\x1a\x17rayspec/v1/tensor.proto\"C\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\"\x87\x01\n\x0cSequenceSpec\x12\x12\n\nprompt_ids\x18\x01 \x03(\x05\x12*\n\x06params\x18\x02 \x01(\x0b\x32\x1a.rayspec.v1.SamplingParams\x12\x0c\n\x04seed\x18\x03 \x01(\x03\x12\x10\n\x08verifier\x18\x04 \x01(\t\x12\x17\n\x0fverifier_params\x18\x05 \x01(\x0c\"I\n\x0bOpenRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12&\n\x04spec\x18\x02 \x01(\x0b\x32\x18.rayspec.v1.SequenceSpec\"\x0b\n\tOpenReply\"$\n\x0eReleaseRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x0e\n\x0cReleaseReply\"\'\n\x04Tree\x12\x0f\n\x07parents\x18\x01 \x03(\x05\x12\x0e\n\x06tokens\x18\x02 \x03(\x05\"e\n\x07Outcome\x12\x0e\n\x06tokens\x18\x01 \x03(\x05\x12\x0c\n\x04path\x18\x02 \x03(\x05\x12\r\n\x05ranks\x18\x03 \x03(\x05\x12\x15\n\rscore_seconds\x18\x04 \x01(\x01\x12\x16\n\x0everify_seconds\x18\x05 \x01(\x01\";\n\x0b\x44ynamicPlan\x12\x0e\n\x06\x62udget\x18\x01 \x01(\x05\x12\r\n\x05\x64\x65pth\x18\x02 \x01(\x05\x12\r\n\x05top_k\x18\x03 \x01(\x05\"\xa0\x01\n\x0c\x44raftRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12!\n\x05shape\x18\x02 \x01(\x0b\x32\x10.rayspec.v1.TreeH\x00\x12*\n\x07\x64ynamic\x18\x04 \x01(\x0b\x32\x17.rayspec.v1.DynamicPlanH\x00\x12%\n\x08previous\x18\x03 \x01(\x0b\x32\x13.rayspec.v1.OutcomeB\x06\n\x04plan\"j\n\nDraftReply\x12\x1e\n\x04tree\x18\x01 \x01(\x0b\x32\x10.rayspec.v1.Tree\x12+\n\x06q_rows\x18\x02 \x01(\x0b\x32\x1b.rayspec.v1.ProbabilityRows\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\"I\n\rCommitRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12$\n\x07outcome\x18\x02 \x01(\x0b\x32\x13.rayspec.v1.Outcome\"\r\n\x0b\x43ommitReply\"q\n\nWorkerInfo\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x12\n\nvocab_size\x18\x02 \x01(\x03\x12\x16\n\x0e\x63ontext_length\x18\x03 \x01(\x03\x12\x15\n\reos_token_ids\x18\x04 \x03(\x05\x12\x0e\n\x06\x64\x65vice\x18\x05 \x01(\t\"\r\n\x0bInfoRequest\"\x87\x01\n\rVerifyRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1e\n\x04tree\x18\x02 \x01(\x0b\x32\x10.rayspec.v1.Tree\x12+\n\x06q_rows\x18\x03 \x01(\x0b\x32\x1b.rayspec.v1.ProbabilityRows\x12\x15\n\rdraft_seconds\x18\x04 \x01(\x01\"3\n\x0bVerifyReply\x12$\n\x07outcome\x18\x01 \x01(\x0b\x32\x13.rayspec.v1.Outcome\"B\n\x0cScoreRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1e\n\x04tree\x18\x02 \x01(\x0b\x32\x10.rayspec.v1.Tree\"_\n\nScoreReply\x12+\n\x06p_rows\x18\x01 \x01(\x0b\x32\x1b.rayspec.v1.ProbabilityRows\x12\x13\n\x0bnode_tokens\x18\x02 \x03(\x05\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\x32\x82\x02\n\x0e\x44rafterService\x12\x36\n\x04Open\x12\x17.rayspec.v1.OpenRequest\x1a\x15.rayspec.v1.OpenReply\x12\x39\n\x05\x44raft\x12\x18.rayspec.v1.DraftRequest\x1a\x16.rayspec.v1.DraftReply\x12<\n\x06\x43ommit\x12\x19.rayspec.v1.CommitRequest\x1a\x17.rayspec.v1.CommitReply\x12?\n\x07Release\x12\x1a.rayspec.v1.ReleaseRequest\x1a\x18.rayspec.v1.ReleaseReply2\xf8\x02\n\rTargetService\x12\x37\n\x04Info\x12\x17.rayspec.v1.InfoRequest\x1a\x16.rayspec.v1.WorkerInfo\x12\x36\n\x04Open\x12\x17.rayspec.v1.OpenRequest\x1a\x15.rayspec.v1.OpenReply\x12<\n\x06Verify\x12\x19.rayspec.v1.VerifyRequest\x1a\x17.rayspec.v1.VerifyReply\x12\x39\n\x05Score\x12\x18.rayspec.v1.ScoreRequest\x1a\x16.rayspec.v1.ScoreReply\x12<\n\x06\x43ommit\x12\x19.rayspec.v1.CommitRequest\x1a\x17.rayspec.v1.CommitReply\x12?\n\x07Release\x12\x1a.rayspec.v1.ReleaseRequest\x1a\x18.rayspec.v1.ReleaseReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -48,28 +48,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TREE']._serialized_end=452
   _globals['_OUTCOME']._serialized_start=454
   _globals['_OUTCOME']._serialized_end=555
-  _globals['_DRAFTREQUEST']._serialized_start=557
-  _globals['_DRAFTREQUEST']._serialized_end=663
-  _globals['_DRAFTREPLY']._serialized_start=665
-  _globals['_DRAFTREPLY']._serialized_end=771
-  _globals['_COMMITREQUEST']._serialized_start=773
-  _globals['_COMMITREQUEST']._serialized_end=846
-  _globals['_COMMITREPLY']._serialized_start=848
-  _globals['_COMMITREPLY']._serialized_end=861
-  _globals['_WORKERINFO']._serialized_start=863
-  _globals['_WORKERINFO']._serialized_end=976
-  _globals['_INFOREQUEST']._serialized_start=978
-  _globals['_INFOREQUEST']._serialized_end=991
-  _globals['_VERIFYREQUEST']._serialized_start=994
-  _globals['_VERIFYREQUEST']._serialized_end=1129
-  _globals['_VERIFYREPLY']._serialized_start=1131
-  _globals['_VERIFYREPLY']._serialized_end=1182
-  _globals['_SCOREREQUEST']._serialized_start=1184
-  _globals['_SCOREREQUEST']._serialized_end=1250
-  _globals['_SCOREREPLY']._serialized_start=1252
-  _globals['_SCOREREPLY']._serialized_end=1347
-  _globals['_DRAFTERSERVICE']._serialized_start=1350
-  _globals['_DRAFTERSERVICE']._serialized_end=1608
-  _globals['_TARGETSERVICE']._serialized_start=1611
-  _globals['_TARGETSERVICE']._serialized_end=1987
+  _globals['_DYNAMICPLAN']._serialized_start=557
+  _globals['_DYNAMICPLAN']._serialized_end=616
+  _globals['_DRAFTREQUEST']._serialized_start=619
+  _globals['_DRAFTREQUEST']._serialized_end=779
+  _globals['_DRAFTREPLY']._serialized_start=781
+  _globals['_DRAFTREPLY']._serialized_end=887
+  _globals['_COMMITREQUEST']._serialized_start=889
+  _globals['_COMMITREQUEST']._serialized_end=962
+  _globals['_COMMITREPLY']._serialized_start=964
+  _globals['_COMMITREPLY']._serialized_end=977
+  _globals['_WORKERINFO']._serialized_start=979
+  _globals['_WORKERINFO']._serialized_end=1092
+  _globals['_INFOREQUEST']._serialized_start=1094
+  _globals['_INFOREQUEST']._serialized_end=1107
+  _globals['_VERIFYREQUEST']._serialized_start=1110
+  _globals['_VERIFYREQUEST']._serialized_end=1245
+  _globals['_VERIFYREPLY']._serialized_start=1247
+  _globals['_VERIFYREPLY']._serialized_end=1298
+  _globals['_SCOREREQUEST']._serialized_start=1300
+  _globals['_SCOREREQUEST']._serialized_end=1366
+  _globals['_SCOREREPLY']._serialized_start=1368
+  _globals['_SCOREREPLY']._serialized_end=1463
+  _globals['_DRAFTERSERVICE']._serialized_start=1466
+  _globals['_DRAFTERSERVICE']._serialized_end=1724
+  _globals['_TARGETSERVICE']._serialized_start=1727
+  _globals['_TARGETSERVICE']._serialized_end=2103
 # @@protoc_insertion_point(module_scope)
