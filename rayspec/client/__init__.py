@@ -1,0 +1,48 @@
+"""Client SDK of the rayspec gRPC service (`rayspec.v1.Generation`, default port 9000).
+
+    from rayspec.client import Client
+
+    with Client("127.0.0.1:9000", timeout=30) as client:
+        completion = client.generate("Once upon a time", max_tokens=32, seed=1)
+        print(completion.text, completion.usage)
+
+- `Client` (blocking, `rayspec.client.sync`) and `AsyncClient` (asyncio,
+  `rayspec.client.aio`): `generate`, `stream`, `health`, `close`, context managers.
+- Typed values (`rayspec.client.types`): `GenerateRequest`, `Completion`, `CompletionChunk`,
+  `Usage`.
+- Exceptions mapped from gRPC status codes (`rayspec.client.errors`), all `RayspecError`.
+- Retries only for idempotent calls, with exponential backoff (`rayspec.client.retry`).
+"""
+
+from rayspec.client.aio import AsyncClient, AsyncCompletionStream
+from rayspec.client.errors import (
+    DeadlineExceededError,
+    InvalidRequestError,
+    NotFoundError,
+    OverloadedError,
+    RayspecError,
+    ServerError,
+    UnavailableError,
+)
+from rayspec.client.retry import RetryPolicy
+from rayspec.client.sync import Client, CompletionStream
+from rayspec.client.types import Completion, CompletionChunk, GenerateRequest, Usage
+
+__all__ = [
+    "AsyncClient",
+    "AsyncCompletionStream",
+    "Client",
+    "Completion",
+    "CompletionChunk",
+    "CompletionStream",
+    "DeadlineExceededError",
+    "GenerateRequest",
+    "InvalidRequestError",
+    "NotFoundError",
+    "OverloadedError",
+    "RayspecError",
+    "RetryPolicy",
+    "ServerError",
+    "UnavailableError",
+    "Usage",
+]

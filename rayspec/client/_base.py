@@ -1,0 +1,78 @@
+"""What `Client` and `AsyncClient` share: settings, the channel, and the stubs."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from importlib import metadata
+from typing import Any
+
+import grpc
+
+from rayspec.client.retry import RetryPolicy
+from rayspec.rpc.generated import generation_pb2_grpc, health_pb2_grpc
+
+DEFAULT_TIMEOUT = 60.0
+DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+USER_AGENT = f"rayspec-client/{metadata.version('rayspec')}"
+
+
+class BaseClient:
+    """Settings (all keyword-only):
+
+    timeout: the default deadline of every call, in seconds (a stream's covers the whole
+        stream); each method's `timeout=` overrides it for one call.
+    retries: how many times an idempotent call is replayed after UNAVAILABLE (an int), or a
+        `RetryPolicy` for the backoff too; 0 turns retries off.  See `rayspec.client.retry`.
+    options: extra gRPC channel arguments, e.g. [("grpc.keepalive_time_ms", 30000)]; they
+        override the client's own.
+    max_message_bytes: the largest message sent or received.
+    credentials: `grpc.ssl_channel_credentials(...)` for TLS; plaintext when None.
+
+    Compression is off: requests and token chunks are small, and latency is what counts.
+    """
+
+    _grpc: Any = grpc  # the module whose channels this client uses: grpc or grpc.aio
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int | RetryPolicy = 3,
+        options: Sequence[tuple[str, Any]] = (),
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        credentials: grpc.ChannelCredentials | None = None,
+    ):
+        if not timeout > 0:
+            raise ValueError(f"timeout must be positive (every call has a deadline), got {timeout}")
+        self.target = target
+        self.timeout = float(timeout)
+        self.retry = RetryPolicy.coerce(retries)
+        channel_args = dict(
+            [
+                ("grpc.max_send_message_length", max_message_bytes),
+                ("grpc.max_receive_message_length", max_message_bytes),
+                ("grpc.primary_user_agent", USER_AGENT),
+            ]
+            + list(options)
+        )
+        args, compression = list(channel_args.items()), grpc.Compression.NoCompression
+        if credentials is None:
+            self._channel = self._grpc.insecure_channel(target, args, compression)
+        else:
+            self._channel = self._grpc.secure_channel(target, credentials, args, compression)
+        self._generation = generation_pb2_grpc.GenerationStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+
+    def _timeout(self, timeout: float | None) -> float:
+        return self.timeout if timeout is None else timeout
+
+    def __repr__(self) -> str:
+        name, retries = type(self).__name__, self.retry.max_retries
+        return f"{name}({self.target!r}, timeout={self.timeout}, retries={retries})"
+
+
+def new_request_id() -> str:
+    """Ids are made on the client, so that every retry of a request carries the same one."""
+    return uuid.uuid4().hex

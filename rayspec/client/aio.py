@@ -1,0 +1,184 @@
+"""The asyncio client (grpc.aio), method for method the twin of `rayspec.client.Client`.
+
+    async with AsyncClient("127.0.0.1:9000") as client:
+        completion = await client.generate("Once upon a time", max_tokens=32, seed=1)
+        async with client.stream("Once upon a time", max_tokens=32) as stream:
+            async for chunk in stream:
+                print(chunk.text, end="", flush=True)
+        print(stream.completion.usage)
+
+Create the client inside the event loop that uses it: a grpc.aio channel belongs to one loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from rayspec.client._base import BaseClient, new_request_id
+from rayspec.client.errors import (
+    DeadlineExceededError,
+    NotFoundError,
+    ServerError,
+    UnavailableError,
+    error_from_rpc,
+)
+from rayspec.client.retry import Deadline, RetryPolicy
+from rayspec.client.types import Completion, CompletionChunk, GenerateRequest
+from rayspec.rpc.generated import health_pb2
+
+
+class AsyncClient(BaseClient):
+    """An asyncio client of a rayspec server's `rayspec.v1.Generation` gRPC service; same
+    settings, methods, retries and exceptions as `Client`, awaited."""
+
+    _grpc = grpc.aio
+
+    async def generate(
+        self,
+        prompt: str | Sequence[int],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        seed: int | None = None,
+        stop: str | Sequence[str] | None = None,
+        verifier: str | None = None,
+        tree: str | None = None,
+        verifier_params: Mapping[str, Any] | None = None,
+        request_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Completion:
+        """Generate a completion; see `Client.generate`."""
+        request = GenerateRequest(
+            prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+            stop=stop, verifier=verifier, tree=tree, verifier_params=verifier_params or {},
+            request_id=request_id or new_request_id(),
+        )
+        message = request.to_proto()
+        response = await self._call(self._generation.Generate, message, timeout, idempotent=request.idempotent)
+        return Completion.from_proto(response)
+
+    def stream(
+        self,
+        prompt: str | Sequence[int],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        seed: int | None = None,
+        stop: str | Sequence[str] | None = None,
+        verifier: str | None = None,
+        tree: str | None = None,
+        verifier_params: Mapping[str, Any] | None = None,
+        request_id: str | None = None,
+        timeout: float | None = None,
+    ) -> AsyncCompletionStream:
+        """An `AsyncCompletionStream` to `async for` over (not awaited); see `Client.stream`."""
+        request = GenerateRequest(
+            prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+            stop=stop, verifier=verifier, tree=tree, verifier_params=verifier_params or {},
+            request_id=request_id or new_request_id(),
+        )
+        message = request.to_proto()
+        return AsyncCompletionStream(
+            lambda remaining: self._generation.GenerateStream(message, timeout=remaining),
+            self._timeout(timeout),
+            self.retry if request.idempotent else None,
+        )
+
+    async def health(self, service: str = "", *, timeout: float | None = None) -> bool:
+        """See `Client.health`."""
+        request = health_pb2.HealthCheckRequest(service=service)
+        try:
+            response = await self._call(self._health.Check, request, timeout, idempotent=True)
+        except (UnavailableError, DeadlineExceededError, NotFoundError):
+            return False
+        return response.status == health_pb2.HealthCheckResponse.SERVING
+
+    async def _call(self, method: Callable, request, timeout: float | None, idempotent: bool):
+        deadline = Deadline(self._timeout(timeout))
+        retries = 0
+        while True:
+            try:
+                return await method(request, timeout=deadline.remaining())
+            except grpc.RpcError as error:
+                pause = self.retry.pause(retries, error.code(), deadline) if idempotent else None
+                if pause is None:
+                    raise error_from_rpc(error) from error
+            retries += 1
+            await asyncio.sleep(pause)
+
+    async def close(self) -> None:
+        """Close the channel; calls in flight are cancelled."""
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+
+class AsyncCompletionStream(AsyncIterator[CompletionChunk]):
+    """The chunks of one streamed generation; see `rayspec.client.sync.CompletionStream`.
+    `cancel()` or leaving an `async with` block cancels the call."""
+
+    def __init__(self, open_call: Callable[[float], Any], timeout: float, retry: RetryPolicy | None):
+        self.completion: Completion | None = None
+        self._open_call = open_call
+        self._timeout = timeout
+        self._retry = retry
+        self._call = None
+        self._cancelled = False
+        self._chunks = self._run()
+
+    async def __anext__(self) -> CompletionChunk:
+        return await self._chunks.__anext__()
+
+    async def _run(self) -> AsyncIterator[CompletionChunk]:
+        deadline = Deadline(self._timeout)
+        chunks: list[CompletionChunk] = []
+        retries = 0
+        while not self._cancelled:
+            self._call = self._open_call(deadline.remaining())
+            try:
+                async for message in self._call:
+                    if message.HasField("complete"):
+                        self.completion = Completion.from_stream(chunks, message.complete)
+                        return
+                    chunks.append(CompletionChunk.from_proto(message.chunk))
+                    yield chunks[-1]
+            except asyncio.CancelledError:
+                if self._cancelled:  # our cancel(), not the task's
+                    return
+                raise
+            except grpc.RpcError as error:
+                if self._cancelled:
+                    return
+                replayable = self._retry is not None and not chunks  # nothing handed out yet
+                pause = self._retry.pause(retries, error.code(), deadline) if replayable else None
+                if pause is None:
+                    raise error_from_rpc(error) from error
+                retries += 1
+                await asyncio.sleep(pause)
+                continue
+            raise ServerError("the stream ended without its completion message")
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        if self._call is not None:
+            self._call.cancel()
+
+    async def __aenter__(self) -> AsyncCompletionStream:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.cancel()
+        await self._chunks.aclose()

@@ -1,0 +1,72 @@
+"""Exceptions of the client SDK, one class per kind of failure a caller handles differently.
+
+    RayspecError                  any failed call; .code (grpc.StatusCode or None), .message
+    ├── InvalidRequestError       INVALID_ARGUMENT: fix the request, do not retry it
+    ├── NotFoundError             NOT_FOUND: unknown session, model or health service
+    ├── OverloadedError           RESOURCE_EXHAUSTED: the server sheds load; back off
+    ├── DeadlineExceededError     DEADLINE_EXCEEDED: the call's timeout ran out
+    ├── UnavailableError          UNAVAILABLE: the server cannot be reached (or is shutting down)
+    └── ServerError               INTERNAL / UNKNOWN / UNIMPLEMENTED / DATA_LOSS: a server bug
+
+Other status codes (CANCELLED, PERMISSION_DENIED, ...) raise a plain `RayspecError`.  The
+original `grpc.RpcError` is chained as `__cause__`.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class RayspecError(Exception):
+    """A call to a rayspec server failed; `message` is the server's status message."""
+
+    def __init__(self, message: str, code: grpc.StatusCode | None = None):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+    def __str__(self) -> str:
+        return f"{self.code.name}: {self.message}" if self.code is not None else self.message
+
+
+class InvalidRequestError(RayspecError):
+    """The server refused the request's content (unknown verifier, negative max_tokens, ...)."""
+
+
+class NotFoundError(RayspecError):
+    """The named thing (session, model, health service) does not exist on the server."""
+
+
+class OverloadedError(RayspecError):
+    """The server is at capacity; retry later, with backoff."""
+
+
+class DeadlineExceededError(RayspecError):
+    """The call did not finish within its timeout."""
+
+
+class UnavailableError(RayspecError):
+    """The server could not be reached, or dropped the connection."""
+
+
+class ServerError(RayspecError):
+    """The server failed while handling a valid request."""
+
+
+_BY_CODE: dict[grpc.StatusCode, type[RayspecError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidRequestError,
+    grpc.StatusCode.NOT_FOUND: NotFoundError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: OverloadedError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
+    grpc.StatusCode.UNAVAILABLE: UnavailableError,
+    grpc.StatusCode.INTERNAL: ServerError,
+    grpc.StatusCode.UNKNOWN: ServerError,
+    grpc.StatusCode.UNIMPLEMENTED: ServerError,
+    grpc.StatusCode.DATA_LOSS: ServerError,
+}
+
+
+def error_from_rpc(error: grpc.RpcError) -> RayspecError:
+    """The SDK exception for a failed gRPC call (sync `grpc.RpcError` or `grpc.aio.AioRpcError`)."""
+    code = error.code()
+    return _BY_CODE.get(code, RayspecError)(error.details() or code.name, code)

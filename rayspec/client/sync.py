@@ -1,0 +1,195 @@
+"""The blocking client.
+
+    with Client("127.0.0.1:9000") as client:
+        print(client.generate("Once upon a time", max_tokens=32, seed=1).text)
+        with client.stream("Once upon a time", max_tokens=32) as stream:
+            for chunk in stream:
+                print(chunk.text, end="", flush=True)
+        print(stream.completion.usage)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import grpc
+
+from rayspec.client._base import BaseClient, new_request_id
+from rayspec.client.errors import (
+    DeadlineExceededError,
+    NotFoundError,
+    ServerError,
+    UnavailableError,
+    error_from_rpc,
+)
+from rayspec.client.retry import Deadline, RetryPolicy
+from rayspec.client.types import Completion, CompletionChunk, GenerateRequest
+from rayspec.rpc.generated import health_pb2
+
+
+class Client(BaseClient):
+    """A blocking client of a rayspec server's `rayspec.v1.Generation` gRPC service.
+
+    `Client("host:port", timeout=60.0, retries=3, options=(), max_message_bytes=16 MiB,
+    credentials=None)`; see `BaseClient` for the settings.  Thread-safe: share one client
+    (one channel) between threads.  Failed calls raise `rayspec.client.errors.RayspecError`
+    subclasses.
+    """
+
+    def generate(
+        self,
+        prompt: str | Sequence[int],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        seed: int | None = None,
+        stop: str | Sequence[str] | None = None,
+        verifier: str | None = None,
+        tree: str | None = None,
+        verifier_params: Mapping[str, Any] | None = None,
+        request_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Completion:
+        """Generate a completion; the parameters are `GenerateRequest`'s.  Replayed after
+        UNAVAILABLE only when `seed` is given (see `rayspec.client.retry`)."""
+        request = GenerateRequest(
+            prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+            stop=stop, verifier=verifier, tree=tree, verifier_params=verifier_params or {},
+            request_id=request_id or new_request_id(),
+        )
+        message = request.to_proto()
+        response = self._call(self._generation.Generate, message, timeout, idempotent=request.idempotent)
+        return Completion.from_proto(response)
+
+    def stream(
+        self,
+        prompt: str | Sequence[int],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        seed: int | None = None,
+        stop: str | Sequence[str] | None = None,
+        verifier: str | None = None,
+        tree: str | None = None,
+        verifier_params: Mapping[str, Any] | None = None,
+        request_id: str | None = None,
+        timeout: float | None = None,
+    ) -> CompletionStream:
+        """Generate, chunk by chunk as the server verifies them: a `CompletionStream` to
+        iterate, whose `.completion` holds the totals once it is exhausted.  The call starts
+        at the first iteration; `timeout` bounds the whole stream."""
+        request = GenerateRequest(
+            prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+            stop=stop, verifier=verifier, tree=tree, verifier_params=verifier_params or {},
+            request_id=request_id or new_request_id(),
+        )
+        message = request.to_proto()
+        return CompletionStream(
+            lambda remaining: self._generation.GenerateStream(message, timeout=remaining),
+            self._timeout(timeout),
+            self.retry if request.idempotent else None,
+        )
+
+    def health(self, service: str = "", *, timeout: float | None = None) -> bool:
+        """Whether the server reports SERVING for `service` ("" is the whole server).  False
+        when it is not serving, does not know the service, or cannot be reached in time."""
+        request = health_pb2.HealthCheckRequest(service=service)
+        try:
+            response = self._call(self._health.Check, request, timeout, idempotent=True)
+        except (UnavailableError, DeadlineExceededError, NotFoundError):
+            return False
+        return response.status == health_pb2.HealthCheckResponse.SERVING
+
+    def _call(self, method: Callable, request, timeout: float | None, idempotent: bool):
+        deadline = Deadline(self._timeout(timeout))
+        retries = 0
+        while True:
+            try:
+                return method(request, timeout=deadline.remaining())
+            except grpc.RpcError as error:
+                pause = self.retry.pause(retries, error.code(), deadline) if idempotent else None
+                if pause is None:
+                    raise error_from_rpc(error) from error
+            retries += 1
+            time.sleep(pause)
+
+    def close(self) -> None:
+        """Close the channel; calls in flight are cancelled."""
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class CompletionStream(Iterator[CompletionChunk]):
+    """The chunks of one streamed generation, in order.
+
+    After the last chunk, `completion` is the whole `Completion`: its text is the
+    concatenation of the chunks', the rest (token_ids, finish_reason, usage, seed,
+    request_id) comes from the server's final message.  It is None until then, and stays
+    None if the stream fails or is cancelled.
+
+    `cancel()` (from any thread) or leaving a `with` block cancels the call on the server;
+    iteration then ends quietly.  Before its first message arrives, a seeded stream is
+    replayed after UNAVAILABLE like `generate`; once a chunk is out, never.
+    """
+
+    def __init__(self, open_call: Callable[[float], Any], timeout: float, retry: RetryPolicy | None):
+        self.completion: Completion | None = None
+        self._open_call = open_call
+        self._timeout = timeout
+        self._retry = retry
+        self._call = None
+        self._cancelled = False
+        self._chunks = self._run()
+
+    def __next__(self) -> CompletionChunk:
+        return next(self._chunks)
+
+    def _run(self) -> Iterator[CompletionChunk]:
+        deadline = Deadline(self._timeout)  # from the first iteration, when the call starts
+        chunks: list[CompletionChunk] = []
+        retries = 0
+        while not self._cancelled:
+            self._call = self._open_call(deadline.remaining())
+            if self._cancelled:  # cancel() ran while the call was being opened
+                self._call.cancel()
+            try:
+                for message in self._call:
+                    if message.HasField("complete"):
+                        self.completion = Completion.from_stream(chunks, message.complete)
+                        return
+                    chunks.append(CompletionChunk.from_proto(message.chunk))
+                    yield chunks[-1]
+            except grpc.RpcError as error:
+                if self._cancelled:
+                    return
+                replayable = self._retry is not None and not chunks  # nothing handed out yet
+                pause = self._retry.pause(retries, error.code(), deadline) if replayable else None
+                if pause is None:
+                    raise error_from_rpc(error) from error
+                retries += 1
+                time.sleep(pause)
+                continue
+            raise ServerError("the stream ended without its completion message")
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        if self._call is not None:
+            self._call.cancel()
+
+    def __enter__(self) -> CompletionStream:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cancel()
+        self._chunks.close()

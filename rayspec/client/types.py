@@ -1,0 +1,224 @@
+"""Typed requests and results of the `rayspec.v1.Generation` service, and their one
+conversion to and from protobuf (`protos/rayspec/v1/generation.proto`).
+
+`verifier_params` travel as a msgpack map (never pickle); the server can decode a request
+with `GenerateRequest.from_proto`, which refuses malformed parameters with a ValueError.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from rayspec.rpc.generated import generation_pb2 as pb
+
+
+def pack_params(params: Mapping[str, Any]) -> bytes:
+    try:
+        return msgpack.packb(dict(params), use_bin_type=True) if params else b""
+    except (TypeError, ValueError, OverflowError) as error:
+        raise TypeError(f"verifier_params must be msgpack-serialisable: {error}") from None
+
+
+def unpack_params(data: bytes) -> dict[str, Any]:
+    if not data:
+        return {}
+    try:
+        params = msgpack.unpackb(data, raw=False)
+    except (ValueError, msgpack.UnpackException) as error:
+        raise ValueError(f"verifier_params is not valid msgpack: {error}") from None
+    if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
+        raise ValueError("verifier_params must be a msgpack map with string keys")
+    return params
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """One generation request.  `None` leaves a parameter to the server's default.
+
+    prompt: text, or token ids.  max_tokens: new tokens at most.  temperature, top_p, top_k:
+    sampling, applied identically to target and drafter.  seed: makes the output
+    reproducible (and the request retryable); without one the server draws a seed and
+    returns it.  stop: strings that end generation (not included in the text).  verifier,
+    tree: a name of `rayspec.verify` and a tree spec such as "kary:2x4".  verifier_params:
+    keyword arguments of the verifier.  request_id: echoed in the response and the logs.
+    """
+
+    prompt: str | tuple[int, ...]
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    verifier: str | None = None
+    tree: str | None = None
+    verifier_params: Mapping[str, Any] = field(default_factory=dict)
+    request_id: str | None = None
+
+    def __post_init__(self):
+        # frozen: normalise through object.__setattr__ so that equal requests compare equal
+        object.__setattr__(self, "prompt", _prompt(self.prompt))
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+        object.__setattr__(self, "stop", stop)
+        if not all(isinstance(s, str) for s in self.stop):
+            raise TypeError("stop must be a string or a sequence of strings")
+        if not isinstance(self.verifier_params, Mapping):
+            raise TypeError(f"verifier_params must be a mapping, got {type(self.verifier_params).__name__}")
+
+    @property
+    def idempotent(self) -> bool:
+        """A seeded request's output is a function of the request alone: replaying it is safe."""
+        return self.seed is not None
+
+    def to_proto(self) -> pb.GenerateRequest:
+        message = pb.GenerateRequest(
+            max_tokens=self.max_tokens or 0,
+            top_k=self.top_k or 0,
+            stop=self.stop,
+            verifier=self.verifier or "",
+            tree=self.tree or "",
+            verifier_params=pack_params(self.verifier_params),
+            request_id=self.request_id or "",
+        )
+        if isinstance(self.prompt, str):
+            message.prompt = self.prompt
+        else:
+            message.prompt_ids.extend(self.prompt)
+        for name in ("temperature", "top_p", "seed"):  # proto3 `optional`: unset means default
+            if getattr(self, name) is not None:
+                setattr(message, name, getattr(self, name))
+        return message
+
+    @classmethod
+    def from_proto(cls, message: pb.GenerateRequest) -> GenerateRequest:
+        """The request a server received; ValueError for a prompt given twice or bad params."""
+        if message.prompt and message.prompt_ids:
+            raise ValueError("give either prompt or prompt_ids, not both")
+
+        def optional(name: str):
+            return getattr(message, name) if message.HasField(name) else None
+
+        return cls(
+            prompt=tuple(message.prompt_ids) if message.prompt_ids else message.prompt,
+            max_tokens=message.max_tokens or None,
+            temperature=optional("temperature"),
+            top_p=optional("top_p"),
+            top_k=message.top_k or None,
+            seed=optional("seed"),
+            stop=tuple(message.stop),
+            verifier=message.verifier or None,
+            tree=message.tree or None,
+            verifier_params=unpack_params(message.verifier_params),
+            request_id=message.request_id or None,
+        )
+
+
+def _prompt(prompt: str | Iterable[int]) -> str | tuple[int, ...]:
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, (bytes, bytearray, Mapping)) or not isinstance(prompt, Iterable):
+        raise TypeError(f"prompt must be a str or a sequence of token ids, got {type(prompt).__name__}")
+    try:
+        return tuple(operator.index(t) for t in prompt)
+    except TypeError:
+        raise TypeError("prompt token ids must be integers") from None
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts of one generation: draft tokens the verifier accepted and rejected, and
+    the number of verification steps (completion_tokens / steps is the speed-up's source)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    accepted_draft_tokens: int = 0
+    rejected_draft_tokens: int = 0
+    steps: int = 0
+
+    @classmethod
+    def from_proto(cls, message: pb.Usage) -> Usage:
+        return cls(
+            prompt_tokens=message.prompt_tokens,
+            completion_tokens=message.completion_tokens,
+            accepted_draft_tokens=message.accepted_draft_tokens,
+            rejected_draft_tokens=message.rejected_draft_tokens,
+            steps=message.steps,
+        )
+
+    def to_proto(self) -> pb.Usage:
+        return pb.Usage(
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            accepted_draft_tokens=self.accepted_draft_tokens,
+            rejected_draft_tokens=self.rejected_draft_tokens,
+            steps=self.steps,
+        )
+
+
+@dataclass(frozen=True)
+class CompletionChunk:
+    """What one verification step added: its text (stop strings held back), its tokens, and
+    how many of them were accepted drafts."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    accepted: int
+
+    @classmethod
+    def from_proto(cls, message: pb.Chunk) -> CompletionChunk:
+        return cls(text=message.text, token_ids=tuple(message.token_ids), accepted=message.accepted)
+
+    def to_proto(self) -> pb.Chunk:
+        return pb.Chunk(text=self.text, token_ids=self.token_ids, accepted=self.accepted)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A finished generation.  finish_reason: "length" or "stop".  seed: the one used (the
+    request's, or the server's draw), so that the result can be reproduced."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str
+    usage: Usage
+    seed: int
+    request_id: str
+
+    @classmethod
+    def from_proto(cls, message: pb.GenerateResponse) -> Completion:
+        return cls(
+            text=message.text,
+            token_ids=tuple(message.token_ids),
+            finish_reason=message.finish_reason,
+            usage=Usage.from_proto(message.usage),
+            seed=message.seed,
+            request_id=message.request_id,
+        )
+
+    @classmethod
+    def from_stream(cls, chunks: Sequence[CompletionChunk], complete: pb.GenerateResponse) -> Completion:
+        """A stream's completion: the text of its chunks, everything else from the final
+        message (which carries every total but the text, so as not to send it twice)."""
+        return cls(
+            text="".join(c.text for c in chunks),
+            token_ids=tuple(complete.token_ids),
+            finish_reason=complete.finish_reason,
+            usage=Usage.from_proto(complete.usage),
+            seed=complete.seed,
+            request_id=complete.request_id,
+        )
+
+    def to_proto(self) -> pb.GenerateResponse:
+        return pb.GenerateResponse(
+            text=self.text,
+            token_ids=self.token_ids,
+            finish_reason=self.finish_reason,
+            usage=self.usage.to_proto(),
+            seed=self.seed,
+            request_id=self.request_id,
+        )

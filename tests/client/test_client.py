@@ -1,0 +1,551 @@
+"""The client SDK against a real gRPC server on a localhost port.
+
+The server runs a deterministic stand-in for the coordinator's Generation servicer (the
+completion cycles through the prompt's tokens from an offset set by the seed, three tokens
+per chunk), plus grpc.health.v1.  Knobs on the fakes script failures: UNAVAILABLE for the
+next N calls, UNAVAILABLE in the middle of a stream, a delay, any status code."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from concurrent import futures
+from types import SimpleNamespace
+
+import grpc
+import msgpack
+import pytest
+
+from rayspec.client import (
+    AsyncClient,
+    Client,
+    Completion,
+    CompletionChunk,
+    DeadlineExceededError,
+    GenerateRequest,
+    InvalidRequestError,
+    NotFoundError,
+    OverloadedError,
+    RayspecError,
+    RetryPolicy,
+    ServerError,
+    UnavailableError,
+    Usage,
+)
+from rayspec.rpc.generated import generation_pb2 as pb
+from rayspec.rpc.generated import generation_pb2_grpc, health_pb2, health_pb2_grpc
+
+FAST = RetryPolicy(max_retries=3, initial_backoff=0.01, max_backoff=0.04)
+VERIFIERS = ("", "sps", "rrsw")
+
+
+def _wait_while_active(context, seconds: float) -> None:
+    """Sleep up to `seconds`, waking when the call ends (cancelled, past its deadline)."""
+    end = time.monotonic() + seconds
+    while context.is_active() and time.monotonic() < end:
+        time.sleep(0.005)
+
+
+class FakeGeneration(generation_pb2_grpc.GenerationServicer):
+    CHUNK = 3
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self):
+        self.requests: list[pb.GenerateRequest] = []  # every attempt, retries included
+        self.unavailable = 0  # fail the next N calls with UNAVAILABLE
+        self.unavailable_after_chunks: int | None = None
+        self.abort_with: tuple[grpc.StatusCode, str] | None = None
+        self.crash = False
+        self.delay = 0.0
+        self.chunk_delay = 0.0
+        self.interrupted = threading.Event()  # a call ended before its handler finished
+
+    def _admit(self, request, context) -> threading.Event:
+        """Check and record a call; returns the event its handler sets when it has finished."""
+        finished = threading.Event()
+        # the termination callback, not a check after `yield`: the server stops iterating a
+        # cancelled stream at its pending yield, and never resumes the handler
+        context.add_callback(lambda: finished.is_set() or self.interrupted.set())
+        with self._lock:
+            self.requests.append(request)
+            fail = self.unavailable > 0
+            self.unavailable -= fail
+        if fail:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "warming up")
+        if self.abort_with:
+            context.abort(*self.abort_with)
+        if self.crash:
+            raise RuntimeError("boom")
+        if self.delay:
+            _wait_while_active(context, self.delay)
+        if request.max_tokens < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"max_tokens must be >= 0, got {request.max_tokens}")
+        if request.verifier not in VERIFIERS:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown verifier {request.verifier!r}")
+        if not (request.prompt or request.prompt_ids):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "empty prompt")
+        return finished
+
+    @staticmethod
+    def _complete(request) -> pb.GenerateResponse:
+        prompt = list(request.prompt_ids) or [ord(c) for c in request.prompt]
+        seed = request.seed if request.HasField("seed") else 424242
+        tokens = [prompt[(seed + i) % len(prompt)] for i in range(request.max_tokens or 8)]
+        text, finish = "".join(map(chr, tokens)), "length"
+        cuts = [text.find(s) for s in request.stop if s in text]
+        if cuts:  # one token per character: cut text and tokens at the first stop string
+            text, tokens, finish = text[: min(cuts)], tokens[: min(cuts)], "stop"
+        steps = -(-len(tokens) // FakeGeneration.CHUNK)
+        usage = pb.Usage(prompt_tokens=len(prompt), completion_tokens=len(tokens),
+                         accepted_draft_tokens=len(tokens) - steps, rejected_draft_tokens=steps, steps=steps)
+        return pb.GenerateResponse(text=text, token_ids=tokens, finish_reason=finish, usage=usage,
+                                   seed=seed, request_id=request.request_id)
+
+    def Generate(self, request, context):
+        finished = self._admit(request, context)
+        response = self._complete(request)
+        finished.set()
+        return response
+
+    def GenerateStream(self, request, context):
+        finished = self._admit(request, context)
+        complete = self._complete(request)
+        for n, start in enumerate(range(0, len(complete.token_ids), self.CHUNK)):
+            if n == self.unavailable_after_chunks:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "drafter lost")
+            ids = complete.token_ids[start: start + self.CHUNK]
+            yield pb.GenerateStreamResponse(chunk=pb.Chunk(text="".join(map(chr, ids)), token_ids=ids,
+                                                           accepted=len(ids) - 1))
+            if self.chunk_delay:
+                _wait_while_active(context, self.chunk_delay)
+        complete.ClearField("text")  # the final message repeats no text (the token ids it does)
+        yield pb.GenerateStreamResponse(complete=complete)
+        finished.set()
+
+
+class FakeHealth(health_pb2_grpc.HealthServicer):
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.status = health_pb2.HealthCheckResponse.SERVING
+        self.unavailable = 0
+        self.calls = 0
+
+    def Check(self, request, context):
+        self.calls += 1
+        if self.unavailable > 0:
+            self.unavailable -= 1
+            context.abort(grpc.StatusCode.UNAVAILABLE, "restarting")
+        if request.service not in ("", "rayspec.v1.Generation"):
+            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+        return health_pb2.HealthCheckResponse(status=self.status)
+
+
+@pytest.fixture(scope="module")
+def _server():
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    generation, health = FakeGeneration(), FakeHealth()
+    generation_pb2_grpc.add_GenerationServicer_to_server(generation, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield SimpleNamespace(address=f"127.0.0.1:{port}", generation=generation, health=health)
+    server.stop(None)
+
+
+@pytest.fixture
+def server(_server):
+    _server.generation.reset()
+    _server.health.reset()
+    return _server
+
+
+@pytest.fixture
+def client(server):
+    with Client(server.address, timeout=5, retries=FAST) as client:
+        yield client
+
+
+def closed_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def expected_text(prompt: str, seed: int, n: int) -> str:
+    return "".join(prompt[(seed + i) % len(prompt)] for i in range(n))
+
+
+# ---------------------------------------------------------------- sync: results and typing
+
+def test_generate_returns_a_typed_completion(client, server):
+    completion = client.generate("abcdef", max_tokens=7, seed=2, temperature=0.5, top_p=0.9, top_k=5,
+                                 verifier="sps", tree="kary:2x2")
+    assert isinstance(completion, Completion) and isinstance(completion.usage, Usage)
+    assert completion.text == expected_text("abcdef", 2, 7) == "cdefabc"
+    assert completion.token_ids == tuple(map(ord, "cdefabc"))
+    assert completion.finish_reason == "length" and completion.seed == 2
+    assert completion.usage == Usage(prompt_tokens=6, completion_tokens=7, accepted_draft_tokens=4,
+                                     rejected_draft_tokens=3, steps=3)
+    [sent] = server.generation.requests
+    assert completion.request_id == sent.request_id and len(sent.request_id) == 32
+    assert (sent.prompt, sent.max_tokens, sent.top_k, sent.seed) == ("abcdef", 7, 5, 2)
+    assert sent.temperature == pytest.approx(0.5) and sent.top_p == pytest.approx(0.9)
+    assert (sent.verifier, sent.tree) == ("sps", "kary:2x2")
+
+
+def test_token_id_prompt_and_server_defaults(client, server):
+    completion = client.generate([100, 101, 102], request_id="mine")
+    [sent] = server.generation.requests
+    assert list(sent.prompt_ids) == [100, 101, 102] and sent.prompt == ""
+    assert not any(sent.HasField(f) for f in ("temperature", "top_p", "seed"))  # left to the server
+    assert (sent.max_tokens, sent.top_k, sent.verifier, sent.tree, sent.verifier_params) == (0, 0, "", "", b"")
+    assert completion.seed == 424242 and completion.request_id == "mine"
+    assert len(completion.token_ids) == 8
+
+
+def test_verifier_params_arrive_intact_as_msgpack(client, server):
+    params = {"kl_budget": 0.125, "alphabet_size": 40, "within_target_support": False,
+              "weights": [0.5, 0.25], "nested": {"name": "é", "none": None}, "raw": b"\x00\xff"}
+    client.generate("abc", verifier="sps", verifier_params=params)
+    [sent] = server.generation.requests
+    assert msgpack.unpackb(sent.verifier_params, raw=False) == params
+    assert GenerateRequest.from_proto(sent).verifier_params == params
+
+
+def test_stream_yields_chunks_then_the_completion(client, server):
+    unary = client.generate("hello world", max_tokens=10, seed=3)
+    stream = client.stream("hello world", max_tokens=10, seed=3)
+    assert stream.completion is None
+    chunks = list(stream)
+    assert all(isinstance(c, CompletionChunk) for c in chunks)
+    assert [len(c.token_ids) for c in chunks] == [3, 3, 3, 1] and [c.accepted for c in chunks] == [2, 2, 2, 0]
+    assert "".join(c.text for c in chunks) == unary.text
+    done = stream.completion
+    assert (done.text, done.token_ids, done.finish_reason, done.usage, done.seed) == (
+        unary.text, unary.token_ids, unary.finish_reason, unary.usage, unary.seed)
+    assert done.request_id == server.generation.requests[-1].request_id
+
+
+def test_stop_strings(client):
+    completion = client.generate("abcdef", max_tokens=12, seed=0, stop=["zz", "de"])
+    assert (completion.text, completion.finish_reason) == ("abc", "stop")
+    with client.stream("abcdef", max_tokens=12, seed=0, stop="de") as stream:
+        assert "".join(c.text for c in stream) == "abc"
+    assert stream.completion.finish_reason == "stop"
+
+
+# ---------------------------------------------------------------- sync: errors and deadlines
+
+def test_invalid_argument_maps_to_invalid_request_error(client, server):
+    with pytest.raises(InvalidRequestError) as info:
+        client.generate("abc", max_tokens=-1, seed=1)
+    assert info.value.message == "max_tokens must be >= 0, got -1"
+    assert info.value.code is grpc.StatusCode.INVALID_ARGUMENT and isinstance(info.value, RayspecError)
+    assert "INVALID_ARGUMENT" in str(info.value)
+    with pytest.raises(InvalidRequestError, match="unknown verifier 'nope'"):
+        list(client.stream("abc", verifier="nope", seed=1))
+    assert len(server.generation.requests) == 2  # seeded, yet not replayed
+    assert client.generate("abc", max_tokens=2).text  # and the server keeps serving
+
+
+@pytest.mark.parametrize("code, error", [
+    (grpc.StatusCode.NOT_FOUND, NotFoundError),
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, OverloadedError),
+    (grpc.StatusCode.INTERNAL, ServerError),
+    (grpc.StatusCode.UNIMPLEMENTED, ServerError),
+    (grpc.StatusCode.PERMISSION_DENIED, RayspecError),
+])
+def test_status_codes_map_to_exceptions(client, server, code, error):
+    server.generation.abort_with = (code, f"says {code.name}")
+    with pytest.raises(error) as info:
+        client.generate("abc", seed=1)
+    assert type(info.value) is error and info.value.code is code and info.value.message == f"says {code.name}"
+    assert len(server.generation.requests) == 1
+
+
+def test_a_server_exception_is_a_server_error(client, server):
+    server.generation.crash = True
+    with pytest.raises(ServerError) as info:
+        client.generate("abc")
+    assert info.value.code is grpc.StatusCode.UNKNOWN
+
+
+def test_per_call_deadline(server):
+    server.generation.delay = 5.0
+    with Client(server.address, timeout=10, retries=FAST) as client:
+        start = time.monotonic()
+        with pytest.raises(DeadlineExceededError):
+            client.generate("abc", seed=1, timeout=0.3)
+        assert time.monotonic() - start < 1.5
+        start = time.monotonic()
+        with pytest.raises(DeadlineExceededError):
+            list(client.stream("abc", seed=1, timeout=0.3))
+        assert time.monotonic() - start < 1.5
+    assert len(server.generation.requests) == 2  # never replayed
+    assert server.generation.interrupted.wait(2)  # the server saw the client give up
+
+
+def test_client_default_deadline_and_override(server):
+    server.generation.delay = 0.4
+    with Client(server.address, timeout=0.2, retries=FAST) as client:
+        with pytest.raises(DeadlineExceededError):
+            client.generate("abc")
+        assert client.generate("abc", max_tokens=2, timeout=5).text
+
+
+# ---------------------------------------------------------------- sync: retries
+
+def test_seeded_generate_is_retried_on_unavailable(client, server):
+    server.generation.unavailable = 2
+    assert client.generate("abcdef", max_tokens=4, seed=1).text == "bcde"
+    ids = {r.request_id for r in server.generation.requests}
+    assert len(server.generation.requests) == 3 and len(ids) == 1  # one request, replayed
+
+
+def test_unseeded_generate_is_not_retried(client, server):
+    server.generation.unavailable = 1
+    with pytest.raises(UnavailableError, match="warming up"):
+        client.generate("abcdef")
+    assert len(server.generation.requests) == 1
+
+
+def test_retries_are_bounded_by_count_and_deadline(server):
+    server.generation.unavailable = 100
+    with Client(server.address, retries=RetryPolicy(2, 0.01, 0.02)) as client:
+        with pytest.raises(UnavailableError):
+            client.generate("abc", seed=1)
+    assert len(server.generation.requests) == 3
+    server.generation.reset()
+    server.generation.unavailable = 100
+    with Client(server.address, retries=RetryPolicy(5, initial_backoff=1.0)) as client:
+        start = time.monotonic()
+        with pytest.raises(UnavailableError):
+            client.generate("abc", seed=1, timeout=0.3)  # a 1 s pause would overrun the deadline
+        assert time.monotonic() - start < 0.5
+    assert len(server.generation.requests) == 1
+    server.generation.unavailable = 100
+    with Client(server.address, retries=0) as client, pytest.raises(UnavailableError):
+        client.generate("abc", seed=1)
+    assert len(server.generation.requests) == 2
+
+
+def test_stream_retried_only_before_its_first_chunk(client, server):
+    server.generation.unavailable = 1
+    assert "".join(c.text for c in client.stream("abcdef", max_tokens=4, seed=1)) == "bcde"
+    assert len(server.generation.requests) == 2
+
+    server.generation.reset()
+    server.generation.unavailable = 1
+    with pytest.raises(UnavailableError):
+        list(client.stream("abcdef", max_tokens=4))  # no seed: not replayed
+    assert len(server.generation.requests) == 1
+
+    server.generation.reset()
+    server.generation.unavailable_after_chunks = 1
+    stream = client.stream("abcdef", max_tokens=9, seed=1)
+    received = []
+    with pytest.raises(UnavailableError, match="drafter lost"):
+        for chunk in stream:
+            received.append(chunk.text)
+    assert received == ["bcd"] and stream.completion is None
+    assert len(server.generation.requests) == 1
+
+
+# ---------------------------------------------------------------- sync: health and lifecycle
+
+def test_health(client, server):
+    assert client.health() and client.health("rayspec.v1.Generation")
+    assert not client.health("no.such.Service")
+    server.health.status = health_pb2.HealthCheckResponse.NOT_SERVING
+    assert not client.health()
+    server.health.reset()
+    server.health.unavailable = 2
+    assert client.health() and server.health.calls == 3  # health checks are always retried
+    with Client(closed_port(), retries=FAST) as nowhere:
+        start = time.monotonic()
+        assert not nowhere.health(timeout=2)
+        assert time.monotonic() - start < 1.5
+
+
+def test_context_managers_close_channel_and_cancel_stream(server):
+    server.generation.chunk_delay = 5.0
+    with Client(server.address, retries=FAST) as client:
+        with client.stream("abcdef", max_tokens=9) as stream:
+            assert next(stream).text == "abc"
+        assert list(stream) == [] and stream.completion is None
+        assert server.generation.interrupted.wait(2)  # the server saw the cancellation
+    raw = generation_pb2_grpc.GenerationStub(client._channel)
+    with pytest.raises(ValueError, match="closed channel"):
+        raw.Generate(pb.GenerateRequest(prompt="abc"), timeout=1)
+
+
+def test_cancel_from_another_thread_ends_the_stream_quietly(client, server):
+    server.generation.chunk_delay = 5.0
+    stream = client.stream("abcdef", max_tokens=9)
+    received = []
+    for chunk in stream:  # blocks waiting for the second chunk until the timer cancels
+        received.append(chunk.text)
+        threading.Timer(0.1, stream.cancel).start()
+    assert received == ["abc"] and stream.completion is None
+    assert server.generation.interrupted.wait(2)
+
+
+# ---------------------------------------------------------------- async twin
+
+def run(coroutine):
+    return asyncio.run(asyncio.wait_for(coroutine, 10))
+
+
+def test_async_generate_and_stream(server):
+    async def main():
+        async with AsyncClient(server.address, timeout=5, retries=FAST) as client:
+            unary = await client.generate("hello world", max_tokens=10, seed=3, verifier_params={"k": [1, 2]})
+            stream = client.stream("hello world", max_tokens=10, seed=3)
+            chunks = [chunk async for chunk in stream]
+            return unary, chunks, stream.completion
+
+    unary, chunks, done = run(main())
+    assert isinstance(unary, Completion) and unary.text == expected_text("hello world", 3, 10)
+    assert all(isinstance(c, CompletionChunk) for c in chunks) and len(chunks) == 4
+    assert "".join(c.text for c in chunks) == unary.text
+    assert (done.token_ids, done.usage, done.seed, done.finish_reason) == (
+        unary.token_ids, unary.usage, unary.seed, unary.finish_reason)
+    assert msgpack.unpackb(server.generation.requests[0].verifier_params) == {"k": [1, 2]}
+
+
+def test_async_errors_and_deadline(server):
+    async def main():
+        async with AsyncClient(server.address, retries=FAST) as client:
+            with pytest.raises(InvalidRequestError) as info:
+                await client.generate("abc", verifier="nope", seed=1)
+            assert info.value.message == "unknown verifier 'nope'"
+            with pytest.raises(InvalidRequestError, match="max_tokens"):
+                async for _ in client.stream("abc", max_tokens=-3):
+                    pass
+            server.generation.delay = 5.0
+            start = time.monotonic()
+            with pytest.raises(DeadlineExceededError):
+                await client.generate("abc", seed=1, timeout=0.3)
+            assert time.monotonic() - start < 1.5
+
+    run(main())
+    assert len(server.generation.requests) == 3
+
+
+def test_async_retries(server):
+    async def main():
+        async with AsyncClient(server.address, retries=FAST) as client:
+            server.generation.unavailable = 2
+            assert (await client.generate("abcdef", max_tokens=4, seed=1)).text == "bcde"
+            assert len(server.generation.requests) == 3
+            server.generation.reset()
+            server.generation.unavailable = 1
+            with pytest.raises(UnavailableError):
+                await client.generate("abcdef")
+            assert len(server.generation.requests) == 1
+            server.generation.reset()
+            server.generation.unavailable = 1
+            assert [c.text async for c in client.stream("abcdef", max_tokens=4, seed=1)] == ["bcd", "e"]
+            assert len(server.generation.requests) == 2
+            server.generation.reset()
+            server.generation.unavailable_after_chunks = 1
+            received = []
+            with pytest.raises(UnavailableError):
+                async for chunk in client.stream("abcdef", max_tokens=9, seed=1):
+                    received.append(chunk.text)
+            assert received == ["bcd"] and len(server.generation.requests) == 1
+
+    run(main())
+
+
+def test_async_health_and_lifecycle(server):
+    async def main():
+        async with AsyncClient(server.address, retries=FAST) as client:
+            assert await client.health()
+            server.health.status = health_pb2.HealthCheckResponse.NOT_SERVING
+            assert not await client.health()
+            server.health.reset()
+            server.health.unavailable = 1
+            assert await client.health() and server.health.calls == 2
+            server.generation.chunk_delay = 5.0
+            async with client.stream("abcdef", max_tokens=9) as stream:
+                assert (await stream.__anext__()).text == "abc"
+            assert [c async for c in stream] == [] and stream.completion is None
+        async with AsyncClient(closed_port(), retries=FAST) as nowhere:
+            assert not await nowhere.health(timeout=2)
+        return client
+
+    client = run(main())
+    assert server.generation.interrupted.wait(2)
+
+    async def cancel_from_another_task():
+        async with AsyncClient(server.address, retries=FAST) as client:
+            stream = client.stream("abcdef", max_tokens=9)
+            received = []
+            async for chunk in stream:
+                received.append(chunk.text)
+                asyncio.get_running_loop().call_later(0.1, stream.cancel)
+            return received, stream.completion
+
+    server.generation.reset()
+    server.generation.chunk_delay = 5.0
+    assert run(cancel_from_another_task()) == (["abc"], None)
+    assert server.generation.interrupted.wait(2)
+
+    async def call_closed():
+        raw = generation_pb2_grpc.GenerationStub(client._channel)
+        await raw.Generate(pb.GenerateRequest(prompt="abc"), timeout=1)
+
+    with pytest.raises(grpc.aio.UsageError, match="closed"):
+        run(call_closed())
+
+
+# ---------------------------------------------------------------- values, without a server
+
+def test_request_proto_round_trip_and_validation():
+    request = GenerateRequest("hi", max_tokens=4, temperature=0.0, seed=0, stop="x", verifier="rrsw",
+                              verifier_params={"a": 1}, request_id="r")
+    assert request.stop == ("x",)
+    message = request.to_proto()
+    assert message.HasField("temperature") and message.HasField("seed")  # zeros are values, not defaults
+    assert GenerateRequest.from_proto(message) == request
+    assert GenerateRequest([1, 2]).prompt == (1, 2)
+    with pytest.raises(TypeError, match="prompt"):
+        GenerateRequest(b"bytes")
+    with pytest.raises(TypeError, match="token ids"):
+        GenerateRequest([1, "2"])
+    with pytest.raises(TypeError, match="msgpack"):
+        GenerateRequest("hi", verifier_params={"f": object()}).to_proto()
+    for bad in (b"\xc1", msgpack.packb([1, 2]), msgpack.packb({1: 2})):
+        with pytest.raises(ValueError, match="verifier_params"):
+            GenerateRequest.from_proto(pb.GenerateRequest(prompt="a", verifier_params=bad))
+    with pytest.raises(ValueError, match="either"):
+        GenerateRequest.from_proto(pb.GenerateRequest(prompt="a", prompt_ids=[1]))
+
+
+def test_completion_proto_round_trip():
+    completion = Completion("ab", (97, 98), "stop", Usage(1, 2, 3, 4, 5), seed=7, request_id="r")
+    assert Completion.from_proto(completion.to_proto()) == completion
+    chunk = CompletionChunk("ab", (97, 98), 1)
+    assert CompletionChunk.from_proto(chunk.to_proto()) == chunk
+
+
+def test_retry_policy():
+    policy = RetryPolicy(max_retries=5, initial_backoff=0.1, max_backoff=0.5, multiplier=2.0, jitter=0.0)
+    assert [policy.backoff(n) for n in range(1, 6)] == pytest.approx([0.1, 0.2, 0.4, 0.5, 0.5])
+    jittered = RetryPolicy(initial_backoff=1.0, max_backoff=1.0, jitter=0.2)
+    assert all(0.8 <= jittered.backoff(1) <= 1.0 for _ in range(100))
+    assert RetryPolicy.coerce(2) == RetryPolicy(max_retries=2) and RetryPolicy.coerce(policy) is policy
+    for bad in ({"max_retries": -1}, {"initial_backoff": 0}, {"initial_backoff": 3.0}, {"multiplier": 0.5},
+                {"jitter": 1.0}):
+        with pytest.raises(ValueError):
+            RetryPolicy(**bad)
+    with pytest.raises(ValueError, match="deadline"):
+        Client("127.0.0.1:1", timeout=0)
