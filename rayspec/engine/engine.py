@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rayspec.engine.interfaces import Draft, SequenceSpec
+from rayspec.engine.policy import AcceptanceLibrary, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia
 from rayspec.engine.trees import parse_tree_spec
 from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import DraftTree, TreeShape
@@ -124,15 +125,45 @@ def check_setting(verifier: str, params: dict, shape: TreeShape | DynamicPlan) -
 class SpeculativeEngine:
     """Speculative decoding over a target and (optionally) a drafter."""
 
-    def __init__(self, target, drafter=None, verifier: str = "rrsw", tree: str | TreeShape = "chain:4",
-                 verifier_params: dict | None = None, tokenizer=None):
+    def __init__(self, target, drafter=None, verifier: str = "rrsw", tree="chain:4",
+                 verifier_params: dict | None = None, tokenizer=None, acceptance_dir=None, adaptive: bool = True):
+        """tree: a tree spec (see `rayspec.engine.policy`) or a TreeShape; `acceptance_dir`
+        holds the measured acceptance vectors Sequoia trees are planned from; `adaptive`
+        lets Sequoia trees re-plan from the ranks accepted while serving."""
         self.target = target
         self.drafter = drafter
         self.tokenizer = tokenizer
         self.verifier = verifier
         self.verifier_params = dict(verifier_params or {})
-        self.tree = parse_tree_spec(tree) if drafter is not None else TreeShape.chain(0)
-        check_setting(verifier, self.verifier_params, self.tree)
+        self.library = AcceptanceLibrary(acceptance_dir)
+        self.adaptive = adaptive
+        self._policies: dict = {}
+        self._costs = None
+        self.tree = tree if drafter is not None else "none"
+        self.policy(self.tree)  # plans (and for sequoia:auto, calibrates) at start-up
+        check_setting(verifier, self.verifier_params, self.policy(self.tree).shape_for(verifier, 1.0))
+
+    def costs(self):
+        """This deployment's measured step costs (`rayspec.engine.calibrate`), measured once."""
+        if self._costs is None:
+            from rayspec.engine.calibrate import measure_costs
+
+            self._costs = measure_costs(self.target, self.drafter)
+        return self._costs
+
+    def policy(self, tree) -> TreePolicy:
+        """The tree policy of a spec, built once per spec (its plans and estimates persist)."""
+        key = tree if isinstance(tree, str) else repr(tree)
+        if key not in self._policies:
+            sequoia = parse_sequoia(tree) if isinstance(tree, str) else None
+            if sequoia is not None:
+                if sequoia.budget is None:
+                    self.costs()
+                self._policies[key] = SequoiaTrees(sequoia, self.library, self.costs, self.target.vocab_size,
+                                                   adaptive=self.adaptive)
+            else:
+                self._policies[key] = StaticTrees(parse_tree_spec(tree))
+        return self._policies[key]
 
     def generate(
         self,
@@ -171,9 +202,8 @@ class SpeculativeEngine:
         exact = verifier_class(verifier).exact_params
         if params.greedy and exact:  # T = 0 asks for the target's greedy output, exactly
             verifier_params = {**verifier_params, **exact}
-        shape = self.tree if tree is None or self.drafter is None else parse_tree_spec(tree)
-        if (verifier, shape) != (self.verifier, self.tree) or verifier_params is not self.verifier_params:
-            check_setting(verifier, verifier_params, shape)
+        policy = self.policy(self.tree if tree is None or self.drafter is None else tree)
+        check_setting(verifier, verifier_params, policy.shape_for(verifier, params.temperature))
         stop_ids = set(self.target.eos_token_ids) | {int(s) for s in stop or () if not isinstance(s, str)}
         stop_texts = [s for s in stop or () if isinstance(s, str) and s]
         if stop_texts and self.tokenizer is None:
@@ -186,19 +216,20 @@ class SpeculativeEngine:
         with ExitStack() as sessions:
             target = sessions.enter_context(_closing(self.target.open(spec)))
             drafter = None
-            if self.drafter is not None and shape.size > 1:
+            if self.drafter is not None and policy.shape_for(verifier, params.temperature).size > 1:
                 drafter = sessions.enter_context(_closing(self.drafter.open(spec)))
             produced: list[int] = []
             outcome = None
             while True:
                 step_start = time.perf_counter()
                 length = len(prompt) + len(produced)
-                step_shape = shape.truncated(context - length - 1)
+                step_shape = policy.shape_for(verifier, params.temperature).truncated(context - length - 1)
                 if drafter is not None and step_shape.size > 1:
                     draft = drafter.draft(step_shape, outcome)
                 else:
                     draft = Draft(DraftTree(TreeShape.chain(0), torch.tensor([(prompt + produced)[-1]])), None)
                 outcome = target.verify(draft)
+                policy.observe(verifier, params.temperature, draft.tree.shape, outcome)
                 new = list(outcome.tokens)
                 finish = None
                 for i, token in enumerate(new):

@@ -5,6 +5,8 @@
     file:PATH      a JSON tree file: {"parents": [...], "child_rank": [...], ...}
     dynamic:B      an EAGLE-2 tree chosen each step, B nodes (also dynamic:BxDxK: D levels,
                    top-K expansion); its drafts are deterministic: verify with topk
+    sequoia:B[xD]  Sequoia's optimal tree, B nodes, D levels (see `rayspec.engine.policy`)
+    sequoia:auto   the size minimising seconds per token on this deployment
     none           the root alone: target-only decoding
 """
 
@@ -17,7 +19,7 @@ from pathlib import Path
 from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import TreeShape
 
-TREE_SPEC_HELP = "chain:N, kary:KxD (K children per node, D levels), file:PATH.json, dynamic:B[xDxK], or none"
+TREE_SPEC_HELP = "chain:N, kary:KxD, file:PATH.json, dynamic:B[xDxK], sequoia:B[xD], sequoia:auto, or none"
 
 
 def parse_tree_spec(spec: str | TreeShape | DynamicPlan) -> TreeShape | DynamicPlan:
@@ -34,6 +36,8 @@ def parse_tree_spec(spec: str | TreeShape | DynamicPlan) -> TreeShape | DynamicP
         if match := re.fullmatch(r"dynamic:(\d+)(?:x(\d+)x(\d+))?", text):
             extra = {} if match[2] is None else {"depth": int(match[2]), "top_k": int(match[3])}
             return DynamicPlan(int(match[1]), **extra)
+        if text.startswith("sequoia:"):
+            raise ValueError("sequoia trees are planned per verifier: give the spec to the engine, not a shape")
         if text.startswith("file:"):
             path = Path(text[5:])
             return TreeShape.from_json(json.loads(path.read_text()))

@@ -245,3 +245,12 @@ def test_eos_and_stop_ids_end_generation_without_being_emitted():
     engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(noisy_copy(target)), verifier="rrsw", tree="kary:2x3")
     out = engine.run([1, 2, 3], max_new_tokens=24, temperature=0, stop=[stop_at])
     assert out.tokens == reference[:first] and out.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("name, tree", [("rrsw", "sequoia:24"), ("spechub", "sequoia:16x5"), ("sps", "sequoia:8")])
+def test_sequoia_trees_are_exact_at_temperature_zero(pair, greedy_reference, name, tree):
+    target, drafter = pair
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier=name, tree=tree)
+    prompts, references = greedy_reference
+    for prompt, reference in zip(prompts, references):
+        assert engine.run(prompt, max_new_tokens=24, temperature=0).tokens == reference

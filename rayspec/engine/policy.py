@@ -1,0 +1,189 @@
+"""Which tree to draft at each step.
+
+    chain:4, kary:2x3, file:T.json   a static tree
+    dynamic:32                       an EAGLE-2 tree chosen by the drafter each step
+    sequoia:64, sequoia:64x10        Sequoia's optimal tree for the budget (and depth)
+    sequoia:auto                     the budget and depth minimising seconds per token on this
+                                     deployment (Sequoia's hardware-aware planner)
+
+Sequoia trees are verifier-aware: the dynamic program runs on the acceptance vector measured
+for the request's verifier near its temperature (`AcceptanceLibrary`), with the verifier's
+limit on children per node.  They adapt while serving: the engine reports each step's
+accepted ranks, a running estimate of the vector builds up (`RunningAcceptance`), and every
+`replan_every` steps the tree is re-planned if the new vector predicts a gain above
+`threshold`; `history` records when and by how much.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rayspec.tree.acceptance import AcceptanceEstimate, RunningAcceptance
+from rayspec.tree.dynamic import DynamicPlan
+from rayspec.tree.planner import CostModel, Plan, payload_bytes, plan_tree, replan_decision
+from rayspec.tree.sequoia import expected_tokens, solve
+from rayspec.tree.structure import TreeShape
+from rayspec.verify import verifier_class
+
+log = logging.getLogger("rayspec.trees")
+
+# Used when no vector was measured for a verifier: a cautious prior (most mass on rank 1),
+# close to what small code drafters reach; `rayspec tree measure` replaces it.
+DEFAULT_VECTOR = (0.55, 0.12, 0.05, 0.03, 0.02, 0.01, 0.01, 0.01)
+DEFAULT_DEPTH = 10
+AUTO_MAX_BUDGET = 128
+
+
+@dataclass(frozen=True)
+class SequoiaSpec:
+    budget: int | None  # None: auto
+    depth: int = DEFAULT_DEPTH
+
+
+def parse_sequoia(text: str) -> SequoiaSpec | None:
+    if text == "sequoia:auto":
+        return SequoiaSpec(None)
+    if match := re.fullmatch(r"sequoia:(\d+)(?:x(\d+))?", text):
+        return SequoiaSpec(int(match[1]), DEFAULT_DEPTH if match[2] is None else int(match[2]))
+    return None
+
+
+def vector_file_name(verifier: str, temperature: float) -> str:
+    return f"{verifier}_t{temperature:.2f}.json"
+
+
+class AcceptanceLibrary:
+    """Measured acceptance vectors, one file per (verifier, temperature) in a directory."""
+
+    def __init__(self, directory: str | Path | None = None):
+        self.vectors: dict[str, list[tuple[float, np.ndarray]]] = {}
+        if directory is None or not Path(directory).is_dir():
+            return
+        for path in sorted(Path(directory).glob("*.json")):
+            estimate = AcceptanceEstimate.from_json(json.loads(path.read_text()))
+            setting = estimate.setting
+            if "verifier" in setting and "temperature" in setting:
+                self.vectors.setdefault(setting["verifier"], []).append((float(setting["temperature"]), estimate.acceptance))
+
+    def lookup(self, verifier: str, temperature: float) -> tuple[np.ndarray, str]:
+        """The vector measured for `verifier` nearest `temperature`, and where it came from."""
+        measured = self.vectors.get(verifier)
+        if not measured:
+            return np.asarray(DEFAULT_VECTOR), "default prior"
+        found_temperature, vector = min(measured, key=lambda tv: abs(tv[0] - temperature))
+        return vector, f"measured ({verifier}, T = {found_temperature:g})"
+
+
+class TreePolicy:
+    def shape_for(self, verifier: str, temperature: float) -> TreeShape | DynamicPlan:
+        raise NotImplementedError
+
+    def observe(self, verifier: str, temperature: float, shape, outcome) -> None:
+        pass
+
+
+class StaticTrees(TreePolicy):
+    def __init__(self, shape: TreeShape | DynamicPlan):
+        self.shape = shape
+
+    def shape_for(self, verifier, temperature):
+        return self.shape
+
+
+@dataclass
+class Replanned:
+    step: int
+    verifier: str
+    temperature: float
+    before: tuple[int, int]  # (nodes, depth)
+    after: tuple[int, int]
+    gain: float  # predicted relative gain (seconds per token with costs, else tokens per step)
+
+
+class SequoiaTrees(TreePolicy):
+    """Sequoia's optimal trees per (verifier, temperature), optionally hardware-aware and adaptive."""
+
+    def __init__(self, spec: SequoiaSpec, library: AcceptanceLibrary, costs=None, vocab_size: int = 0,
+                 adaptive: bool = True, replan_every: int = 32, threshold: float = 0.05, min_samples: float = 200.0):
+        if spec.budget is None and costs is None:
+            raise ValueError("sequoia:auto needs measured costs")
+        self.spec, self.library, self.costs, self.vocab_size = spec, library, costs, vocab_size
+        self.adaptive, self.replan_every, self.threshold, self.min_samples = adaptive, replan_every, threshold, min_samples
+        self._plans: dict[tuple[str, float], TreeShape] = {}
+        self._running: dict[tuple[str, float], RunningAcceptance] = {}
+        self._lock = threading.Lock()
+        self.history: list[Replanned] = []
+        self.steps = 0
+
+    @staticmethod
+    def _key(verifier: str, temperature: float) -> tuple[str, float]:
+        return verifier, round(float(temperature), 1)
+
+    def cost_model(self, verifier: str) -> CostModel:
+        costs = self.costs() if callable(self.costs) else self.costs
+        ships_q = verifier_class(verifier).needs_draft_probs
+        return CostModel(
+            target_seconds=costs.target,
+            draft_seconds=costs.draft_seconds,
+            overhead=costs.draft_base,
+            bytes_per_step=lambda shape: payload_bytes(shape, self.vocab_size, ships_q),
+        )
+
+    def plan(self, verifier: str, vector) -> Plan | TreeShape:
+        max_children = verifier_class(verifier).max_drafts
+        if self.spec.budget is None:
+            cost = self.cost_model(verifier)
+            budgets = [n for n in cost.target_seconds.sizes if n <= AUTO_MAX_BUDGET]
+            return plan_tree(vector, cost, budgets, self.spec.depth, max_children)
+        return solve(vector, self.spec.budget, self.spec.depth, max_children).tree()
+
+    def shape_for(self, verifier, temperature):
+        key = self._key(verifier, temperature)
+        with self._lock:
+            if key not in self._plans:
+                vector, source = self.library.lookup(verifier, key[1])
+                planned = self.plan(verifier, vector)
+                self._plans[key] = planned.shape if isinstance(planned, Plan) else planned
+                log.info("tree for %s at T=%.1f: %d nodes, depth %d, from the %s vector",
+                         verifier, key[1], self._plans[key].size, self._plans[key].max_depth, source)
+                if self.adaptive:
+                    self._running[key] = RunningAcceptance(len(vector), min_samples=self.min_samples, prior=vector,
+                                                           prior_weight=self.min_samples)
+            return self._plans[key]
+
+    def observe(self, verifier, temperature, shape, outcome):
+        if not self.adaptive or isinstance(shape, DynamicPlan) or shape.size <= 1:
+            return
+        key = self._key(verifier, temperature)
+        with self._lock:
+            running = self._running.get(key)
+            if running is None:
+                return
+            running.observe_walk(shape, outcome.path, outcome.ranks)
+            self.steps += 1
+            if running.steps % self.replan_every:
+                return
+            vector = running.vector()
+            if vector is None:
+                return
+            current = self._plans[key]
+            if self.spec.budget is None:
+                cost = self.cost_model(verifier)
+                budgets = [n for n in cost.target_seconds.sizes if n <= AUTO_MAX_BUDGET]
+                decision = replan_decision(current, vector, cost, budgets, self.spec.depth, self.threshold,
+                                           verifier_class(verifier).max_drafts)
+                better, gain = decision.best.shape, decision.gain
+            else:
+                better = self.plan(verifier, vector)
+                gain = 1 - expected_tokens(current, vector) / max(expected_tokens(better, vector), 1e-12)
+            if gain > self.threshold and better != current:
+                self.history.append(Replanned(self.steps, verifier, key[1], (current.size, current.max_depth),
+                                              (better.size, better.max_depth), gain))
+                self._plans[key] = better

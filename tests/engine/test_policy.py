@@ -1,0 +1,102 @@
+"""Tree policies: Sequoia trees planned per verifier from measured vectors, hardware-aware
+sizes from measured costs, and re-planning from the ranks accepted while serving."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from rayspec.engine.calibrate import Costs
+from rayspec.engine.interfaces import Outcome
+from rayspec.engine.policy import AcceptanceLibrary, SequoiaSpec, SequoiaTrees, parse_sequoia, vector_file_name
+from rayspec.tree.planner import MeasuredTimes
+from rayspec.tree.sequoia import solve
+
+
+def write_vector(directory, verifier, temperature, vector):
+    (directory / vector_file_name(verifier, temperature)).write_text(
+        json.dumps({"acceptance": list(vector), "setting": {"verifier": verifier, "temperature": temperature}})
+    )
+
+
+def test_library_takes_the_nearest_temperature_of_the_verifier(tmp_path):
+    write_vector(tmp_path, "rrsw", 0.6, [0.5, 0.2])
+    write_vector(tmp_path, "rrsw", 1.0, [0.4, 0.1])
+    library = AcceptanceLibrary(tmp_path)
+    assert library.lookup("rrsw", 0.7)[0].tolist() == [0.5, 0.2]
+    assert library.lookup("rrsw", 0.9)[0].tolist() == [0.4, 0.1]
+    vector, source = library.lookup("spechub", 0.6)
+    assert source == "default prior" and vector[0] > vector[1]
+
+
+def test_parse():
+    assert parse_sequoia("sequoia:auto") == SequoiaSpec(None)
+    assert parse_sequoia("sequoia:64x8") == SequoiaSpec(64, 8)
+    assert parse_sequoia("kary:2x3") is None
+
+
+@pytest.mark.parametrize("verifier, width", [("rrsw", None), ("spechub", 2), ("sps", 1)])
+def test_sequoia_trees_are_the_dp_optimum_within_the_verifiers_limits(tmp_path, verifier, width):
+    vector = [0.55, 0.15, 0.08, 0.05]
+    write_vector(tmp_path, verifier, 0.6, vector)
+    policy = SequoiaTrees(SequoiaSpec(32, 6), AcceptanceLibrary(tmp_path), adaptive=False)
+    shape = policy.shape_for(verifier, 0.6)
+    assert shape == solve(vector, 32, 6, width).tree()
+    assert shape.max_depth <= 6 and shape.size <= 32 and shape.max_children <= (width or 4)
+
+
+def costs(target, level=0.001):
+    sizes = (1, 2, 4, 8, 16, 32, 64, 128)
+    return Costs(MeasuredTimes(sizes, tuple(target(n) for n in sizes)), MeasuredTimes((1, 32), (level, level)), 0.0)
+
+
+def test_auto_grows_the_tree_when_the_target_costs_the_same_for_any_size(tmp_path):
+    write_vector(tmp_path, "rrsw", 1.0, [0.6, 0.15, 0.05])
+    flat = SequoiaTrees(SequoiaSpec(None), AcceptanceLibrary(tmp_path), costs(lambda n: 0.02), adaptive=False)
+    steep = SequoiaTrees(SequoiaSpec(None), AcceptanceLibrary(tmp_path), costs(lambda n: 0.02 * n), adaptive=False)
+    drafter_costly = SequoiaTrees(SequoiaSpec(None), AcceptanceLibrary(tmp_path), costs(lambda n: 0.01, level=0.05), adaptive=False)
+    assert flat.shape_for("rrsw", 1.0).size >= 32
+    assert steep.shape_for("rrsw", 1.0).size <= 4
+    assert drafter_costly.shape_for("rrsw", 1.0).size == 1  # drafting never pays: target-only
+
+
+def simulate_walk(shape, vector, rng):
+    """One step of a walk whose acceptance follows `vector` exactly."""
+    node, path, ranks = 0, [], []
+    while shape.children[node]:
+        rank = rng.choice(len(vector) + 1, p=[*vector, 1 - sum(vector)]) + 1
+        if rank > len(vector) or rank > len(shape.children[node]):
+            ranks.append(0)
+            break
+        ranks.append(rank)
+        node = shape.children[node][rank - 1]
+        path.append(node)
+    return Outcome([0] * (len(path) + 1), path, ranks)
+
+
+def test_adaptive_trees_replan_when_the_served_vector_differs(tmp_path):
+    prior, served = [0.3, 0.3, 0.2], [0.85, 0.05, 0.02]
+    write_vector(tmp_path, "rrsw", 1.0, prior)
+    policy = SequoiaTrees(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25, min_samples=100)
+    rng = np.random.default_rng(0)
+    first = policy.shape_for("rrsw", 1.0)
+    for _ in range(600):
+        shape = policy.shape_for("rrsw", 1.0)
+        policy.observe("rrsw", 1.0, shape, simulate_walk(shape, served, rng))
+    final = policy.shape_for("rrsw", 1.0)
+    assert policy.history and final != first
+    assert final.max_depth > first.max_depth  # rank 1 dominates: a deeper, narrower tree
+    assert all(event.gain > policy.threshold for event in policy.history)
+
+
+def test_adaptive_trees_stay_put_when_the_served_vector_matches(tmp_path):
+    vector = [0.6, 0.15, 0.05]
+    write_vector(tmp_path, "rrsw", 1.0, vector)
+    policy = SequoiaTrees(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25, min_samples=100)
+    rng = np.random.default_rng(1)
+    for _ in range(600):
+        shape = policy.shape_for("rrsw", 1.0)
+        policy.observe("rrsw", 1.0, shape, simulate_walk(shape, vector, rng))
+    assert policy.history == []
