@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from rayspec.engine.trees import TREE_SPEC_HELP
 
@@ -26,6 +28,11 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     parser.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on CUDA), float32, float16, bfloat16")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+
+
+def acceptance_dir(args):
+    """Where the pair's measured acceptance vectors are: the demo pair ships its own."""
+    return getattr(args, "acceptance_dir", None) or (None if args.target else _demo_acceptance())
 
 
 def load_pair(args):
@@ -52,7 +59,8 @@ def cmd_generate(args) -> int:
 
     target, drafter, tokenizer = load_pair(args)
     verifier = args.verifier or ("greedy" if args.temperature == 0 else "rrsw")
-    engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=args.tree, tokenizer=tokenizer)
+    engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=args.tree, tokenizer=tokenizer,
+                               acceptance_dir=acceptance_dir(args))
     prompt_ids = tokenizer.encode(args.prompt, add_special_tokens=False)
     assembler = TextAssembler(tokenizer, args.stop or ())
     stats = GenerationStats()
@@ -68,6 +76,108 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    from rayspec.cluster.launch import serve_forever
+    from rayspec.serve.config import ServiceConfig
+
+    config = ServiceConfig.from_yaml(args.config) if args.config else ServiceConfig()
+    return serve_forever(config, args.address)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def cmd_tree_measure(args) -> int:
+    from rayspec.demo import load_prompts
+    from rayspec.engine import SpeculativeEngine
+    from rayspec.engine.measure import measure_acceptance
+    from rayspec.engine.policy import vector_file_name
+    from rayspec.tree.draw import draw_acceptance
+    from rayspec.verify import verifier_class
+
+    target, drafter, tokenizer = load_pair(args)
+    if drafter is None:
+        raise ValueError("measuring acceptance needs a drafter")
+    width = min(args.width, verifier_class(args.verifier).max_drafts or args.width)
+    engine = SpeculativeEngine(target, drafter, verifier=args.verifier, tree="chain:1")
+    prompts = [tokenizer.encode(p, add_special_tokens=False) for p in load_prompts(args.prompts)]
+    found = measure_acceptance(
+        engine, prompts, args.verifier, args.temperature, width, args.max_new_tokens, args.depth_aware,
+        setting={"target": str(args.target or "demo"), "drafter": str(args.drafter or "demo")},
+    )
+    path = Path(args.out) / vector_file_name(args.verifier, args.temperature)
+    _write_json(path, found.to_json())
+    draw_acceptance(found.acceptance, path.with_suffix(".png"), ci95=found.ci95,
+                    title=f"{args.verifier}, T = {args.temperature:g}, {int(found.samples if found.samples.ndim == 0 else found.samples[0])} nodes")
+    print(f"acceptance {[round(float(a), 4) for a in found.acceptance.reshape(-1)][:width]} "
+          f"(none {float(found.none.reshape(-1)[0]):.4f}, {int(found.samples.reshape(-1)[0])} samples) -> {path}")
+    return 0
+
+
+def cmd_tree_build(args) -> int:
+    from rayspec.tree.acceptance import AcceptanceEstimate
+    from rayspec.tree.draw import draw_tree
+    from rayspec.tree.sequoia import planned_tree, tree_to_json
+
+    vector = AcceptanceEstimate.from_json(json.loads(Path(args.vector).read_text())).acceptance
+    tree = planned_tree(vector, args.budget, args.max_depth, args.max_children)
+    out = Path(args.out)
+    _write_json(out, tree_to_json(tree))
+    draw_tree(tree.shape, out.with_suffix(".png"), acceptance=vector,
+              title=f"Sequoia tree: {tree.shape.size} nodes, depth {tree.shape.max_depth}, E[tokens/step] {tree.expected_tokens:.3f}")
+    print(f"{tree.shape.size} nodes, depth {tree.shape.max_depth}, expected tokens/step {tree.expected_tokens:.4f} -> {out}")
+    return 0
+
+
+def cmd_tree_plan(args) -> int:
+    from rayspec.engine import SpeculativeEngine
+    from rayspec.engine.policy import AcceptanceLibrary, step_cost_model
+    from rayspec.tree.acceptance import AcceptanceEstimate
+    from rayspec.tree.draw import draw_tree
+    from rayspec.tree.planner import plan_tree
+    from rayspec.tree.sequoia import expected_tokens
+    from rayspec.verify import verifier_class
+
+    target, drafter, _ = load_pair(args)
+    engine = SpeculativeEngine(target, drafter, verifier=args.verifier, tree="chain:1")
+    costs = engine.costs()
+    if args.vector:
+        vector = AcceptanceEstimate.from_json(json.loads(Path(args.vector).read_text())).acceptance
+        source = args.vector
+    else:
+        vector, source = AcceptanceLibrary(acceptance_dir(args)).lookup(args.verifier, args.temperature)
+    cost = step_cost_model(
+        costs, args.verifier, target.vocab_size, rtt=args.rtt_ms / 1e3, draft_rtt=args.draft_rtt_ms / 1e3,
+        bandwidth=args.bandwidth_gbps * 1e9 / 8 if args.bandwidth_gbps else float("inf"),
+    )
+    budgets = [n for n in costs.target.sizes if n <= args.max_budget]
+    best = plan_tree(vector, cost, budgets, args.max_depth, verifier_class(args.verifier).max_drafts)
+    print("measured: target verify " + ", ".join(f"{n}:{s * 1e3:.1f}ms" for n, s in zip(costs.target.sizes, costs.target.seconds)))
+    print("          drafter per level " + ", ".join(f"{w}:{s * 1e3:.2f}ms" for w, s in zip(costs.draft_level.sizes, costs.draft_level.seconds)))
+    print(f"vector ({source}): {[round(float(a), 3) for a in vector][:8]}")
+    print(f"plan for {args.verifier} at T = {args.temperature:g}: {best.shape.size} nodes, depth {best.shape.max_depth}, "
+          f"{best.tokens_per_step:.3f} tokens/step, {best.seconds_per_token * 1e3:.2f} ms/token, "
+          f"predicted speedup over target-only {best.speedup:.2f}x")
+    if args.out:
+        out = Path(args.out)
+        _write_json(out, {"parents": list(best.shape.parents), "child_rank": list(best.shape.child_rank),
+                          "expected_tokens": expected_tokens(best.shape, vector), "budget": best.budget,
+                          "max_depth": best.max_depth, "acceptance": [float(a) for a in vector],
+                          "seconds_per_token": best.seconds_per_token, "predicted_speedup": best.speedup,
+                          "costs": costs.to_json(), "rtt_ms": args.rtt_ms, "bandwidth_gbps": args.bandwidth_gbps})
+        draw_tree(best.shape, out.with_suffix(".png"), acceptance=vector,
+                  title=f"planned: {best.shape.size} nodes, {best.speedup:.2f}x predicted")
+    return 0
+
+
+def _demo_acceptance():
+    from rayspec.demo import DEMO_DIR
+
+    return DEMO_DIR / "acceptance"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rayspec", description="Tree speculative decoding.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -76,11 +186,51 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--prompt", required=True)
     _add_sampling_args(generate)
     generate.add_argument("--verifier", default=None, help="default: rrsw, or greedy at temperature 0")
-    generate.add_argument("--tree", default="kary:2x3", help=TREE_SPEC_HELP)
+    generate.add_argument("--tree", default="sequoia:auto", help=TREE_SPEC_HELP)
+    generate.add_argument("--acceptance-dir", default=None, help="measured acceptance vectors (default: the demo pair's)")
     generate.add_argument("--stop", action="append", help="stop string (repeatable)")
     generate.add_argument("--quiet-summary", action="store_true", help="print the summary line to stderr")
     _add_model_args(generate)
     generate.set_defaults(func=cmd_generate)
+
+    tree = commands.add_parser("tree", help="acceptance vectors and Sequoia trees").add_subparsers(dest="tree_command", required=True)
+    measure = tree.add_parser("measure", help="measure a positional acceptance vector on held-out prompts")
+    measure.add_argument("--verifier", default="rrsw")
+    measure.add_argument("--width", type=int, default=16, help="children of the star tree (capped by the verifier)")
+    measure.add_argument("--temperature", type=float, default=0.6)
+    measure.add_argument("--prompts", type=int, default=30, help="held-out prompts to decode")
+    measure.add_argument("--max-new-tokens", type=int, default=64)
+    measure.add_argument("--depth-aware", type=int, default=0, metavar="D", help="per-depth vectors over D levels")
+    measure.add_argument("--out", default="acceptance", help="directory for <verifier>_t<T>.json and .png")
+    _add_model_args(measure)
+    measure.set_defaults(func=cmd_tree_measure)
+
+    build = tree.add_parser("build", help="Sequoia's optimal tree for a vector, budget and depth")
+    build.add_argument("--vector", required=True, help='JSON with "acceptance": [p1, ..., pW]')
+    build.add_argument("--budget", type=int, default=64, help="nodes, root included")
+    build.add_argument("--max-depth", type=int, default=10)
+    build.add_argument("--max-children", type=int, default=None)
+    build.add_argument("--out", default="tree.json", help="tree JSON (a PNG drawing is written beside it)")
+    build.set_defaults(func=cmd_tree_build)
+
+    plan = tree.add_parser("plan", help="measure this machine and choose the tree size (Sequoia's hardware-aware planner)")
+    plan.add_argument("--verifier", default="rrsw")
+    plan.add_argument("--temperature", type=float, default=0.6)
+    plan.add_argument("--vector", default=None, help="vector JSON (default: the measured one for the verifier)")
+    plan.add_argument("--acceptance-dir", default=None)
+    plan.add_argument("--max-budget", type=int, default=128)
+    plan.add_argument("--max-depth", type=int, default=10)
+    plan.add_argument("--rtt-ms", type=float, default=0.0, help="network round trip added to every step")
+    plan.add_argument("--draft-rtt-ms", type=float, default=0.0, help="extra round trip of a remote drafter")
+    plan.add_argument("--bandwidth-gbps", type=float, default=0.0, help="link for the q rows (0: free)")
+    plan.add_argument("--out", default=None, help="write the planned tree JSON (and PNG)")
+    _add_model_args(plan)
+    plan.set_defaults(func=cmd_tree_plan)
+
+    serve = commands.add_parser("serve", help="run the service on a Ray cluster (a local one by default)")
+    serve.add_argument("config", nargs="?", help="service YAML (default: the demo pair on this machine)")
+    serve.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
+    serve.set_defaults(func=cmd_serve)
     return parser
 
 

@@ -125,7 +125,7 @@ def check_setting(verifier: str, params: dict, shape: TreeShape | DynamicPlan) -
 class SpeculativeEngine:
     """Speculative decoding over a target and (optionally) a drafter."""
 
-    def __init__(self, target, drafter=None, verifier: str = "rrsw", tree="chain:4",
+    def __init__(self, target, drafter=None, verifier: str = "rrsw", tree="sequoia:auto",
                  verifier_params: dict | None = None, tokenizer=None, acceptance_dir=None, adaptive: bool = True):
         """tree: a tree spec (see `rayspec.engine.policy`) or a TreeShape; `acceptance_dir`
         holds the measured acceptance vectors Sequoia trees are planned from; `adaptive`
@@ -153,6 +153,8 @@ class SpeculativeEngine:
 
     def policy(self, tree) -> TreePolicy:
         """The tree policy of a spec, built once per spec (its plans and estimates persist)."""
+        if isinstance(tree, TreePolicy):
+            return tree
         key = tree if isinstance(tree, str) else repr(tree)
         if key not in self._policies:
             sequoia = parse_sequoia(tree) if isinstance(tree, str) else None

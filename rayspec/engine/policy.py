@@ -81,6 +81,22 @@ class AcceptanceLibrary:
         return vector, f"measured ({verifier}, T = {found_temperature:g})"
 
 
+def step_cost_model(costs, verifier: str, vocab_size: int, rtt: float = 0.0, draft_rtt: float = 0.0,
+                    bandwidth: float = float("inf")) -> CostModel:
+    """The planner's cost of a step from measured costs (`rayspec.engine.calibrate.Costs`),
+    plus optional network terms; the verifier decides whether the q rows travel."""
+    ships_q = verifier_class(verifier).needs_draft_probs
+    return CostModel(
+        target_seconds=costs.target,
+        draft_seconds=costs.draft_seconds,
+        overhead=costs.draft_base,
+        rtt=rtt,
+        draft_rtt=draft_rtt,
+        bandwidth=bandwidth,
+        bytes_per_step=lambda shape: payload_bytes(shape, vocab_size, ships_q),
+    )
+
+
 class TreePolicy:
     def shape_for(self, verifier: str, temperature: float) -> TreeShape | DynamicPlan:
         raise NotImplementedError
@@ -127,14 +143,7 @@ class SequoiaTrees(TreePolicy):
         return verifier, round(float(temperature), 1)
 
     def cost_model(self, verifier: str) -> CostModel:
-        costs = self.costs() if callable(self.costs) else self.costs
-        ships_q = verifier_class(verifier).needs_draft_probs
-        return CostModel(
-            target_seconds=costs.target,
-            draft_seconds=costs.draft_seconds,
-            overhead=costs.draft_base,
-            bytes_per_step=lambda shape: payload_bytes(shape, self.vocab_size, ships_q),
-        )
+        return step_cost_model(self.costs() if callable(self.costs) else self.costs, verifier, self.vocab_size)
 
     def plan(self, verifier: str, vector) -> Plan | TreeShape:
         max_children = verifier_class(verifier).max_drafts

@@ -7,7 +7,8 @@
     drafters: [{path: null, device: auto, dtype: auto, num_gpus: auto, threads: null}]
     verifier: rrsw                    # the default; requests may choose another
     verifier_params: {}
-    tree: kary:2x3                    # the default tree; requests may choose another
+    acceptance_dir: null              # measured acceptance vectors (null: the demo pair's)
+    tree: sequoia:auto                # the default tree; requests may choose another
     verify_at: target                 # where the verifier runs: target | coordinator
     placement:
       strategy: PACK                  # PACK (one node if it fits) | STRICT_SPREAD (distinct nodes)
@@ -69,7 +70,8 @@ class ServiceConfig:
     drafters: list[ModelConfig] = field(default_factory=lambda: [ModelConfig()])
     verifier: str = "rrsw"
     verifier_params: dict = field(default_factory=dict)
-    tree: str = "kary:2x3"
+    tree: str = "sequoia:auto"
+    acceptance_dir: str | None = None  # measured vectors (null: the demo pair's when serving it)
     verify_at: str = "target"
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     http: Endpoint = field(default_factory=Endpoint)
