@@ -11,7 +11,7 @@ TORCH_SPEC := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || ech
 export HF_HUB_OFFLINE := 1
 export RAY_AUTH_MODE := disabled
 
-.PHONY: install test test-all bench-verify clean
+.PHONY: install test test-all serve loadtest loadtest-sweep bench-verify clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,37 @@ test: install
 ## everything, long tests included
 test-all: install
 	$(PY) -m pytest -q
+
+## the service on the demo pair, on CPU, at 127.0.0.1 (HTTP :8000, gRPC :9000); Ctrl-C stops it
+serve: install
+	$(VENV)/bin/rayspec serve $(CONFIG)
+
+LOADTEST_HOST    ?= http://127.0.0.1:8000
+LOADTEST_GRPC    ?= 127.0.0.1:9000
+LOADTEST_USERS   ?= 4
+LOADTEST_TIME    ?= 60s
+LOADTEST_CLASSES ?=
+LOADTEST_ARGS    ?=
+LOADTEST_OUT     ?= bench/results/loadtest
+LOCUST = RAYSPEC_GRPC=$(LOADTEST_GRPC) $(VENV)/bin/locust -f loadtest/locustfile.py --headless \
+	-t $(LOADTEST_TIME) --host $(LOADTEST_HOST) --only-summary --exit-code-on-error 1
+LOADTEST_READY = $(PY) -c "import urllib.request; urllib.request.urlopen('$(LOADTEST_HOST)/health', timeout=5)" \
+	2>/dev/null || { echo "no rayspec service at $(LOADTEST_HOST): run 'make serve' first"; exit 1; }
+
+## headless locust run against `make serve` (start it first); CSV in bench/results/loadtest/
+loadtest: install
+	@$(LOADTEST_READY)
+	mkdir -p $(LOADTEST_OUT)
+	$(LOCUST) -u $(LOADTEST_USERS) -r $(LOADTEST_USERS) --csv $(LOADTEST_OUT)/u$(LOADTEST_USERS) \
+	    $(LOADTEST_ARGS) $(LOADTEST_CLASSES)
+
+## the service benchmark's locust runs: streaming requests, 1/4/16 users, HTTP and gRPC
+loadtest-sweep: install
+	@$(LOADTEST_READY)
+	mkdir -p $(LOADTEST_OUT)
+	for cls in OpenAIHttpUser GrpcUser; do for u in 1 4 16; do \
+	    $(LOCUST) -u $$u -r $$u --tags stream --csv $(LOADTEST_OUT)/$${cls}_u$$u $$cls || exit 1; \
+	done; done
 
 ## verify_tree timings -> bench/results/verify_bench.{json,md}
 bench-verify: install

@@ -126,10 +126,12 @@ class SpeculativeEngine:
     """Speculative decoding over a target and (optionally) a drafter."""
 
     def __init__(self, target, drafter=None, verifier: str = "rrsw", tree="sequoia:auto",
-                 verifier_params: dict | None = None, tokenizer=None, acceptance_dir=None, adaptive: bool = True):
+                 verifier_params: dict | None = None, tokenizer=None, acceptance_dir=None, adaptive: bool = True,
+                 costs=None):
         """tree: a tree spec (see `rayspec.engine.policy`) or a TreeShape; `acceptance_dir`
         holds the measured acceptance vectors Sequoia trees are planned from; `adaptive`
-        lets Sequoia trees re-plan from the ranks accepted while serving."""
+        lets Sequoia trees re-plan from the ranks accepted while serving; `costs` (measured by
+        `rayspec.engine.calibrate`) spares sequoia:auto its start-up measurement."""
         self.target = target
         self.drafter = drafter
         self.tokenizer = tokenizer
@@ -138,7 +140,7 @@ class SpeculativeEngine:
         self.library = AcceptanceLibrary(acceptance_dir)
         self.adaptive = adaptive
         self._policies: dict = {}
-        self._costs = None
+        self._costs = costs
         self.tree = tree if drafter is not None else "none"
         self.policy(self.tree)  # plans (and for sequoia:auto, calibrates) at start-up
         check_setting(verifier, self.verifier_params, self.policy(self.tree).shape_for(verifier, 1.0))
