@@ -23,22 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import statistics
-import sys
-import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from rayspec.demo import DEMO_DIR, DRAFTER_PATH, TARGET_PATH, load_prompts  # noqa: E402
-from rayspec.engine import GenerationStats, LocalDrafter, LocalTarget, SpeculativeEngine  # noqa: E402
-from rayspec.models import load_causal_lm  # noqa: E402
-from rayspec.verify import available_verifiers, verifier_class  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results"
+from common import ACCEPTANCE, RESULTS, Arm, engine_arm, fits, interleave, load_demo, machine
+from rayspec.engine import SpeculativeEngine
+from rayspec.verify import available_verifiers
 GRID_TREES = ["chain:4", "kary:2x3", "kary:4x2", "sequoia:32", "sequoia:auto"]
 
 
@@ -62,66 +53,6 @@ def hf_assisted(target, drafter, counter, prompt, tokens, temperature, seed):
     return generated, counter.calls - before - 1  # minus the prefill
 
 
-class Arm:
-    """One configuration: how to decode a prompt, and its accumulated figures."""
-
-    def __init__(self, name: str, run, kind: str = "rayspec", **meta):
-        self.name, self.run, self.kind, self.meta = name, run, kind, meta
-        self.tokens = self.steps = 0
-        self.seconds = 0.0
-        self.per_prompt: list[float] = []
-        self.phases = {"draft": 0.0, "score": 0.0, "verify": 0.0, "other": 0.0}
-
-    def decode(self, prompt, tokens, seed):
-        start = time.perf_counter()
-        produced, steps, phases = self.run(prompt, tokens, seed)
-        elapsed = time.perf_counter() - start
-        self.tokens += produced
-        self.steps += steps
-        self.seconds += elapsed
-        self.per_prompt.append(produced / elapsed)
-        for phase, seconds in (phases or {}).items():
-            self.phases[phase] += seconds
-
-    def row(self) -> dict:
-        return {
-            "config": self.name, "kind": self.kind, **self.meta,
-            "tokens": self.tokens, "steps": self.steps, "seconds": self.seconds,
-            "tokens_per_step": self.tokens / max(self.steps, 1),
-            "tokens_per_s": self.tokens / self.seconds if self.seconds else 0.0,
-            "median_prompt_tokens_per_s": statistics.median(self.per_prompt) if self.per_prompt else 0.0,
-            "phase_seconds": self.phases,
-        }
-
-
-def fits(verifier: str, tree: str) -> bool:
-    """Whether a static tree's widest node suits the verifier (Sequoia trees adapt to it)."""
-    width = int(tree.split(":")[1].split("x")[0]) if tree.startswith("kary:") else 1
-    return width <= (verifier_class(verifier).max_drafts or width)
-
-
-def engine_arm(name, target, drafter, verifier, tree, temperature, acceptance_dir, costs=None, **meta):
-    engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=tree, acceptance_dir=acceptance_dir,
-                               costs=costs)
-
-    def run(prompt, tokens, seed):
-        stats = GenerationStats()
-        for _ in engine.generate(prompt, max_new_tokens=tokens, temperature=temperature, seed=seed, stats=stats):
-            pass
-        return stats.tokens, len(stats.steps), stats.phase_seconds()
-
-    return Arm(name, run, verifier=verifier, tree=tree, temperature=temperature, **meta)
-
-
-def interleave(arms, prompts, tokens, label):
-    for i, prompt in enumerate(prompts):
-        order = arms[i % len(arms):] + arms[: i % len(arms)]
-        for arm in order:
-            arm.decode(prompt, tokens, seed=1000 + i)
-        print(f"  {label}: prompt {i + 1}/{len(prompts)}", flush=True)
-    return [arm.row() for arm in arms]
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", type=int, default=30)
@@ -136,18 +67,11 @@ def main():
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    target_model, tokenizer = load_causal_lm(TARGET_PATH, device)
-    drafter_model, _ = load_causal_lm(DRAFTER_PATH, device)
-    target, drafter = LocalTarget(target_model), LocalDrafter(drafter_model)
-    acceptance = DEMO_DIR / "acceptance"
-    all_prompts = [tokenizer.encode(p, add_special_tokens=False) for p in load_prompts()]
+    target, drafter, target_model, drafter_model, _, all_prompts = load_demo()
+    acceptance = ACCEPTANCE
     counter = CountingForward(target_model)
-    meta = {
-        "device": device, "device_name": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine(),
-        "torch": torch.__version__, "threads": torch.get_num_threads(), "prompts": args.prompts, "tokens": args.tokens,
-        "grid_prompts": args.grid_prompts, "grid_tokens": args.grid_tokens,
-    }
+    meta = {**machine(str(target_model.device.type)), "prompts": args.prompts, "tokens": args.tokens,
+            "grid_prompts": args.grid_prompts, "grid_tokens": args.grid_tokens}
 
     costs = SpeculativeEngine(target, drafter, tree="chain:1").costs()  # measured once, shared
     grid = []

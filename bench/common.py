@@ -1,0 +1,98 @@
+"""What the decoding benchmarks share: configurations ("arms") decoded prompt by prompt in a
+rotating order, so that a slow stretch of this shared machine hits every arm alike."""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rayspec.demo import DEMO_DIR, DRAFTER_PATH, TARGET_PATH, load_prompts  # noqa: E402
+from rayspec.engine import GenerationStats, LocalDrafter, LocalTarget, SpeculativeEngine  # noqa: E402
+from rayspec.models import load_causal_lm  # noqa: E402
+from rayspec.verify import verifier_class  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+ACCEPTANCE = DEMO_DIR / "acceptance"
+
+
+def load_demo(device=None):
+    """(target handle, drafter handle, target model, drafter model, tokenizer, prompt ids)."""
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    target_model, tokenizer = load_causal_lm(TARGET_PATH, device)
+    drafter_model, _ = load_causal_lm(DRAFTER_PATH, device)
+    prompts = [tokenizer.encode(p, add_special_tokens=False) for p in load_prompts()]
+    return LocalTarget(target_model), LocalDrafter(drafter_model), target_model, drafter_model, tokenizer, prompts
+
+
+def machine(device: str) -> dict:
+    name = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine()
+    return {"device": device, "device_name": name, "torch": torch.__version__, "threads": torch.get_num_threads()}
+
+
+class Arm:
+    """One configuration: how to decode a prompt, and its accumulated figures."""
+
+    def __init__(self, name: str, run, kind: str = "rayspec", **meta):
+        self.name, self.run, self.kind, self.meta = name, run, kind, meta
+        self.tokens = self.steps = 0
+        self.seconds = 0.0
+        self.per_prompt: list[float] = []
+        self.phases = {"draft": 0.0, "score": 0.0, "verify": 0.0, "other": 0.0}
+
+    def decode(self, prompt, tokens, seed):
+        start = time.perf_counter()
+        produced, steps, phases = self.run(prompt, tokens, seed)
+        elapsed = time.perf_counter() - start
+        self.tokens += produced
+        self.steps += steps
+        self.seconds += elapsed
+        self.per_prompt.append(produced / elapsed)
+        for phase, seconds in (phases or {}).items():
+            self.phases[phase] += seconds
+
+    def row(self) -> dict:
+        return {
+            "config": self.name, "kind": self.kind, **self.meta,
+            "tokens": self.tokens, "steps": self.steps, "seconds": self.seconds,
+            "tokens_per_step": self.tokens / max(self.steps, 1),
+            "tokens_per_s": self.tokens / self.seconds if self.seconds else 0.0,
+            "median_prompt_tokens_per_s": statistics.median(self.per_prompt) if self.per_prompt else 0.0,
+            "phase_seconds": self.phases,
+        }
+
+
+def fits(verifier: str, tree: str) -> bool:
+    """Whether a static tree's widest node suits the verifier (Sequoia trees adapt to it)."""
+    width = int(tree.split(":")[1].split("x")[0]) if tree.startswith("kary:") else 1
+    return width <= (verifier_class(verifier).max_drafts or width)
+
+
+def engine_arm(name, target, drafter, verifier, tree, temperature, acceptance_dir, costs=None, adaptive=True, **meta):
+    engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=tree, acceptance_dir=acceptance_dir,
+                               costs=costs, adaptive=adaptive)
+
+    def run(prompt, tokens, seed):
+        stats = GenerationStats()
+        for _ in engine.generate(prompt, max_new_tokens=tokens, temperature=temperature, seed=seed, stats=stats):
+            pass
+        return stats.tokens, len(stats.steps), stats.phase_seconds()
+
+    arm = Arm(name, run, verifier=verifier, tree=tree, temperature=temperature, **meta)
+    arm.engine = engine
+    return arm
+
+
+def interleave(arms, prompts, tokens, label):
+    for i, prompt in enumerate(prompts):
+        order = arms[i % len(arms):] + arms[: i % len(arms)]
+        for arm in order:
+            arm.decode(prompt, tokens, seed=1000 + i)
+        print(f"  {label}: prompt {i + 1}/{len(prompts)}", flush=True)
+    return [arm.row() for arm in arms]
