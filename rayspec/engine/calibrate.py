@@ -118,7 +118,7 @@ def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS,
     if drafter is None:
         return Costs(target_times, MeasuredTimes((1,), (0.0,)), 0.0)
 
-    drafting = _Stepper(drafter, _spec(drafter.vocab_size))
+    drafting = _Stepper(drafter, _spec(drafter.vocab_size))  # drafters know the target's context length
 
     def draft(shape: TreeShape) -> None:
         # Steady state: commit one emitted token (nothing accepted), then draft.

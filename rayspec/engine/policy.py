@@ -51,8 +51,21 @@ def parse_sequoia(text: str) -> SequoiaSpec | None:
     if text == "sequoia:auto":
         return SequoiaSpec(None)
     if match := re.fullmatch(r"sequoia:(\d+)(?:x(\d+))?", text):
-        return SequoiaSpec(int(match[1]), DEFAULT_DEPTH if match[2] is None else int(match[2]))
+        from rayspec.engine.trees import MAX_TREE_NODES
+
+        budget, depth = int(match[1]), DEFAULT_DEPTH if match[2] is None else int(match[2])
+        if budget > MAX_TREE_NODES or depth > MAX_TREE_NODES:
+            raise ValueError(f"tree spec {text!r}: at most {MAX_TREE_NODES} nodes and levels are allowed")
+        return SequoiaSpec(budget, depth)
     return None
+
+
+def check_tree_spec(text: str) -> None:
+    """Raise ValueError, with a message, unless `text` is a tree spec within the size cap."""
+    if parse_sequoia(text) is None:
+        from rayspec.engine.trees import parse_tree_spec
+
+        parse_tree_spec(text)
 
 
 def vector_file_name(verifier: str, temperature: float) -> str:

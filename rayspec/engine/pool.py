@@ -22,6 +22,7 @@ class DrafterPool:
             raise ValueError(f"drafters of one pool must share a vocabulary, got sizes {sorted(sizes)}")
         self.drafters = list(drafters)
         self.vocab_size = drafters[0].vocab_size
+        self.context_length = min(d.context_length for d in drafters)
         self._next = itertools.cycle(range(len(drafters)))
         self._lock = threading.Lock()
 

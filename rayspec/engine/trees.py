@@ -22,6 +22,14 @@ from rayspec.tree.structure import TreeShape
 TREE_SPEC_HELP = "chain:N, kary:KxD, file:PATH.json, dynamic:B[xDxK], sequoia:B[xD], sequoia:auto, or none"
 
 
+MAX_TREE_NODES = 1024  # per step: a larger tree is a mistake or an attack, not a speed-up
+
+
+def _capped(nodes: int, text: str) -> None:
+    if nodes > MAX_TREE_NODES:
+        raise ValueError(f"tree spec {text!r} has {nodes} nodes; at most {MAX_TREE_NODES} are allowed")
+
+
 def parse_tree_spec(spec: str | TreeShape | DynamicPlan) -> TreeShape | DynamicPlan:
     if isinstance(spec, (TreeShape, DynamicPlan)):
         return spec
@@ -30,17 +38,24 @@ def parse_tree_spec(spec: str | TreeShape | DynamicPlan) -> TreeShape | DynamicP
         if text == "none":
             return TreeShape.chain(0)
         if match := re.fullmatch(r"chain:(\d+)", text):
+            _capped(int(match[1]) + 1, text)
             return TreeShape.chain(int(match[1]))
         if match := re.fullmatch(r"kary:(\d+)x(\d+)", text):
-            return TreeShape.kary(int(match[1]), int(match[2]))
+            k, depth = int(match[1]), int(match[2])
+            _capped(sum(k**level for level in range(min(depth, 64) + 1)), text)
+            return TreeShape.kary(k, depth)
         if match := re.fullmatch(r"dynamic:(\d+)(?:x(\d+)x(\d+))?", text):
             extra = {} if match[2] is None else {"depth": int(match[2]), "top_k": int(match[3])}
-            return DynamicPlan(int(match[1]), **extra)
+            plan = DynamicPlan(int(match[1]), **extra)
+            _capped(max(plan.budget, plan.depth * plan.top_k**2), text)  # the drafter expands k^2 per level
+            return plan
         if text.startswith("sequoia:"):
             raise ValueError("sequoia trees are planned per verifier: give the spec to the engine, not a shape")
         if text.startswith("file:"):
             path = Path(text[5:])
-            return TreeShape.from_json(json.loads(path.read_text()))
+            shape = TreeShape.from_json(json.loads(path.read_text()))
+            _capped(shape.size, text)
+            return shape
     except (OSError, json.JSONDecodeError, KeyError, ValueError) as error:
         raise ValueError(f"bad tree spec {text!r}: {error}") from error
     raise ValueError(f"bad tree spec {text!r}; expected {TREE_SPEC_HELP}")

@@ -79,7 +79,7 @@ def serve_generation_from_workers(address: str, target: str, drafter: str | None
     from rayspec.rpc.remote import RemoteDrafter, RemoteTarget
 
     remote_target = RemoteTarget(target, verify_at=verify_at)
-    remote_drafter = RemoteDrafter(drafter, remote_target.vocab_size) if drafter else None
+    remote_drafter = RemoteDrafter(drafter, remote_target.vocab_size, context_length=remote_target.context_length) if drafter else None
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path or TARGET_PATH))
     engine = SpeculativeEngine(remote_target, remote_drafter, verifier=verifier, tree=tree, tokenizer=tokenizer)
     return serve_generation(engine, tokenizer, address)

@@ -126,8 +126,9 @@ class RemoteTargetSession:
 class RemoteDrafter:
     """A drafter worker at `address` (host:port)."""
 
-    def __init__(self, address: str, vocab_size: int, timeout: float = DEFAULT_TIMEOUT):
-        self.address, self.timeout, self.vocab_size = address, timeout, vocab_size
+    def __init__(self, address: str, vocab_size: int, timeout: float = DEFAULT_TIMEOUT, context_length: int = 2048):
+        """vocab_size and context_length: the target's (a drafter serves a target's sequences)."""
+        self.address, self.timeout, self.vocab_size, self.context_length = address, timeout, vocab_size, context_length
         self.channel = _channel(address)
         self.stub = worker_pb2_grpc.DrafterServiceStub(self.channel)
 

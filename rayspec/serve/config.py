@@ -9,6 +9,7 @@
     verifier_params: {}
     acceptance_dir: null              # measured acceptance vectors (null: the demo pair's)
     tree: sequoia:auto                # the default tree; requests may choose another
+    adaptive_trees: true              # Sequoia trees re-plan from the acceptance served
     verify_at: target                 # where the verifier runs: target | coordinator
     placement:
       strategy: PACK                  # PACK (one node if it fits) | STRICT_SPREAD (distinct nodes)
@@ -20,6 +21,12 @@
 
 A null model path is the shipped demo pair.  `num_gpus: auto` is 1 when the cluster has
 GPUs and 0 otherwise.
+
+Reproducibility: a seed gives the same tokens for the same tree.  Adaptive Sequoia trees may
+re-plan between two requests, and a different tree draws different drafts, so the same seed
+can then give a different (equally distributed) sample — except with the coupling verifiers
+(gumbel, minhash), whose output never depends on the drafts.  Set `adaptive_trees: false`
+or a static tree when byte-for-byte repeats matter more than adapting.
 """
 
 from __future__ import annotations
@@ -31,7 +38,9 @@ from pathlib import Path
 import yaml
 
 from rayspec.engine.engine import check_setting
+from rayspec.engine.policy import parse_sequoia
 from rayspec.engine.trees import parse_tree_spec
+from rayspec.verify import get_verifier
 
 
 @dataclass
@@ -72,6 +81,7 @@ class ServiceConfig:
     verifier_params: dict = field(default_factory=dict)
     tree: str = "sequoia:auto"
     acceptance_dir: str | None = None  # measured vectors (null: the demo pair's when serving it)
+    adaptive_trees: bool = True  # Sequoia trees re-plan from served acceptance (see the module doc)
     verify_at: str = "target"
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     http: Endpoint = field(default_factory=Endpoint)
@@ -83,7 +93,10 @@ class ServiceConfig:
             raise ValueError(f"placement.strategy must be PACK, STRICT_PACK, SPREAD or STRICT_SPREAD, got {self.placement.strategy!r}")
         if self.verify_at not in ("target", "coordinator"):
             raise ValueError(f"verify_at must be target or coordinator, got {self.verify_at!r}")
-        check_setting(self.verifier, self.verifier_params, parse_tree_spec(self.tree))
+        if parse_sequoia(self.tree) is None:  # Sequoia trees are planned per verifier, at start-up
+            check_setting(self.verifier, self.verifier_params, parse_tree_spec(self.tree))
+        else:
+            get_verifier(self.verifier, **self.verifier_params)
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "ServiceConfig":

@@ -1,0 +1,1 @@
+# This directory is a Python package.

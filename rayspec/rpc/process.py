@@ -1,0 +1,41 @@
+"""Start rayspec workers as plain processes (`python -m rayspec.rpc.worker`), as a GPU machine
+without Ray runs them; used by the tests and the service benchmark."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+class Worker:
+    """A worker process; `address` once it printed READY.  `stop()` terminates it."""
+
+    def __init__(self, log: Path, *args: str, timeout: float = 120.0):
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+        self.log = open(log, "w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "rayspec.rpc.worker", "--port", "0", "--threads", "1", *args],
+            stdout=subprocess.PIPE, stderr=self.log, text=True, env=env,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if line.startswith("READY"):
+                self.address = line.split()[2]
+                return
+            if not line and self.process.poll() is not None:
+                break
+        self.stop()
+        raise RuntimeError(f"worker {args} did not start; see {log}: {Path(log).read_text()[-2000:]}")
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.log.close()

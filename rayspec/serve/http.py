@@ -1,0 +1,509 @@
+"""The OpenAI-compatible HTTP front end: `create_app(service) -> FastAPI`.
+
+    POST /v1/completions        prompt: text, [text] or token ids        -> text_completion
+    POST /v1/chat/completions   messages, by the model's chat template  -> chat.completion
+    GET  /v1/models, /v1/models/{model}
+    GET  /health                200 when every worker answers SERVING, else 503
+    GET  /metrics               Prometheus text (`rayspec.serve.metrics`)
+
+Request fields: OpenAI's `model`, `prompt` / `messages`, `max_tokens` (chat: also
+`max_completion_tokens`), `temperature`, `top_p`, `seed`, `stop`, `stream`,
+`stream_options.include_usage` and `n` (1 only), plus the extensions `top_k` and
+`rayspec: {verifier, tree, verifier_params}`.  Fields that would change the answer and that
+rayspec does not implement (`logprobs`, `echo`, `suffix`, `best_of` > 1, penalties,
+`logit_bias`, tools, structured output) are refused, never silently ignored; so are unknown
+fields, as OpenAI does.  `user`, `metadata`, `store` and `service_tier` are accepted and
+ignored.
+
+Responses have OpenAI's shapes.  `usage.completion_tokens_details` counts the accepted and
+rejected draft tokens (OpenAI's Predicted Outputs fields), and a `rayspec` object carries
+the request's speculative decoding figures: the seed used (send it back to get the same
+tokens), steps, tokens per step, the histogram of accepted drafts per step and the
+acceptance rate at each tree depth.
+
+Streaming (`stream: true`): server-sent events, one `data: {chunk}` per verification step
+that produced text, sent as soon as the step is verified; then a chunk with the finish
+reason and the `rayspec` object, a usage chunk when `stream_options.include_usage`, and
+`data: [DONE]`.  Errors before the first step are HTTP errors; a failure after it is a
+`data: {"error": ...}` event.  A client that disconnects stops its generation after the
+current step, and the worker sessions are released.
+
+Errors have OpenAI's body `{"error": {"message", "type", "param", "code"}}`: 400 for bad
+input (malformed JSON, wrong types, unknown verifier, a prompt longer than the context, ...),
+404 for an unknown model or route, 429 when `limits.max_concurrent_requests` generations are
+running, 503 when a worker fails or cannot be reached, 500 for anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from rayspec.engine.policy import check_tree_spec
+from rayspec.engine.requests import GenerationRequest
+from rayspec.rpc.remote import RemoteError
+from rayspec.serve.metrics import CONTENT_TYPE
+from rayspec.serve.service import Overloaded, Service, StepStream
+
+log = logging.getLogger("rayspec.serve")
+
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+
+def _bad(message: str, param: str | None = None) -> ApiError:
+    return ApiError(400, message, param)
+
+
+# ---------------------------------------------------------------------------- requests
+
+
+class _Strict(BaseModel):
+    # strict: "5" is not 5; forbid: an unknown field is refused rather than ignored.
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class RayspecOptions(_Strict):
+    verifier: str | None = None
+    tree: str | None = None
+    verifier_params: dict[str, Any] | None = None
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+    include_usage: bool | None = None
+
+
+class _GenerationBody(_Strict):
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    stop: str | list[str] | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    n: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    metadata: dict[str, Any] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    rayspec: RayspecOptions | None = None
+
+    def refuse_unsupported(self) -> None:
+        if self.n not in (None, 1):
+            raise _bad("n: only n=1 is supported; send one request per completion (each with its own seed)", "n")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(self, name) not in (None, 0):
+                raise _bad(f"{name} is not supported (it would change the target's law); leave it at 0", name)
+        if self.logit_bias:
+            raise _bad("logit_bias is not supported", "logit_bias")
+
+    def generation_fields(self) -> dict:
+        """The `GenerationRequest` fields other than the prompt and max_tokens."""
+        options = self.rayspec or RayspecOptions()
+        if options.tree:
+            _check_tree(options.tree)
+        return dict(
+            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, seed=self.seed, stop=self.stop,
+            verifier=options.verifier, tree=options.tree, verifier_params=options.verifier_params,
+        )
+
+
+def _check_tree(spec: str) -> None:
+    """The shared checks of `GenerationRequest` (no file: trees from requests, the size cap),
+    run here first so the error names the field."""
+    if spec.strip().startswith("file:"):
+        raise _bad("rayspec.tree: file: trees name a file on the server; the service's config may use them, "
+                   "requests may not", "rayspec.tree")
+    try:
+        check_tree_spec(spec)
+    except ValueError as error:
+        raise _bad(f"rayspec.tree: {error}", "rayspec.tree") from None
+
+
+class CompletionBody(_GenerationBody):
+    prompt: Any  # text, token ids, or a batch of one of those: checked by `prompt_fields`
+    echo: bool | None = None
+    logprobs: int | None = None
+    best_of: int | None = None
+    suffix: str | None = None
+
+    def refuse_unsupported(self) -> None:
+        super().refuse_unsupported()
+        if self.echo:
+            raise _bad("echo is not supported", "echo")
+        if self.logprobs is not None:
+            raise _bad("logprobs is not supported", "logprobs")
+        if self.best_of not in (None, 1):
+            raise _bad("best_of: only 1 is supported", "best_of")
+        if self.suffix:
+            raise _bad("suffix (insertion) is not supported", "suffix")
+
+    def prompt_fields(self) -> dict:
+        prompt = self.prompt
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]  # a batch of one
+        if isinstance(prompt, str):
+            return {"prompt": prompt}
+        if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
+            return {"prompt_ids": prompt}
+        raise _bad("prompt must be a string, a list of token ids, or a list holding one of those; "
+                   "batches of prompts are not supported: send one request per prompt", "prompt")
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")  # e.g. `refusal: null` from clients
+    role: Literal["system", "developer", "user", "assistant"]
+    content: Any = None
+    name: str | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _text(cls, content) -> str:
+        """The message's text: a string, or text parts joined."""
+        if content is None or isinstance(content, str):
+            return content or ""
+        if isinstance(content, list) and all(
+            isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str) for part in content
+        ):
+            return "".join(part["text"] for part in content)
+        raise ValueError('only text content is supported: a string, or a list of {"type": "text", "text": ...} parts')
+
+    def as_template_input(self) -> dict:
+        return {"role": self.role, "content": self.content}
+
+
+class ChatBody(_GenerationBody):
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+
+    def refuse_unsupported(self) -> None:
+        super().refuse_unsupported()
+        if self.logprobs or self.top_logprobs:
+            raise _bad("logprobs is not supported", "logprobs")
+        if self.tools or self.functions or self.tool_choice not in (None, "none") or self.function_call not in (None, "none"):
+            raise _bad("tools and function calling are not supported", "tools")
+        if self.response_format and self.response_format.get("type") != "text":
+            raise _bad("response_format: only {\"type\": \"text\"} is supported", "response_format")
+        if self.max_tokens and self.max_completion_tokens and self.max_tokens != self.max_completion_tokens:
+            raise _bad("max_tokens and max_completion_tokens disagree; give one", "max_completion_tokens")
+
+
+# ---------------------------------------------------------------------------- responses
+
+
+def usage(request: GenerationRequest) -> dict:
+    counts = request.usage()
+    return {
+        "prompt_tokens": counts["prompt_tokens"],
+        "completion_tokens": counts["completion_tokens"],
+        "total_tokens": counts["prompt_tokens"] + counts["completion_tokens"],
+        "completion_tokens_details": {
+            "accepted_prediction_tokens": counts["accepted_draft_tokens"],
+            "rejected_prediction_tokens": counts["rejected_draft_tokens"],
+        },
+    }
+
+
+def speculation_figures(request: GenerationRequest, default_verifier: str) -> dict:
+    """The request's speculative decoding figures (the `rayspec` response object)."""
+    stats = request.stats
+    accepted = [s.accepted for s in stats.steps]
+    histogram = [0] * (max(accepted, default=0) + 1)
+    for n in accepted:
+        histogram[n] += 1
+    drafted = sum(s.drafted for s in stats.steps)
+    return {
+        "seed": request.seed,
+        "verifier": request.kwargs["verifier"] or default_verifier,
+        "steps": len(stats.steps),
+        "tokens_per_step": round(stats.tokens_per_step, 4),
+        "mean_acceptance_length": round(sum(accepted) / max(len(accepted), 1) + 1, 4),
+        "draft_tokens": drafted,
+        "accepted_draft_tokens": sum(accepted),
+        "draft_acceptance_rate": round(sum(accepted) / drafted, 4) if drafted else 0.0,
+        "acceptance_histogram": histogram,  # steps by number of accepted drafts
+        "depth_acceptance": [round(a, 4) for a in stats.depth_acceptance()],
+        "tokens_per_second": round(stats.tokens_per_second, 2),
+    }
+
+
+class _Reply:
+    """The OpenAI objects answering one request."""
+
+    object = chunk_object = prefix = ""
+
+    def __init__(self, service: Service, request: GenerationRequest):
+        self.service, self.request = service, request
+        self.id = f"{self.prefix}-{request.request_id}"
+        self.created = int(time.time())
+
+    def _head(self, kind: str) -> dict:
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.service.model_id}
+
+    def figures(self) -> dict:
+        return speculation_figures(self.request, self.service.engine.verifier)
+
+    def response(self) -> dict:
+        choice = self.choice(self.request.text, self.request.finish_reason)
+        return {**self._head(self.object), "choices": [choice], "usage": usage(self.request), "rayspec": self.figures()}
+
+    def chunk(self, choice: dict, **extra) -> dict:
+        return {**self._head(self.chunk_object), "choices": [choice], **extra}
+
+    def usage_chunk(self) -> dict:
+        return {**self._head(self.chunk_object), "choices": [], "usage": usage(self.request)}
+
+    def opening(self) -> dict | None:
+        return None
+
+
+class _CompletionReply(_Reply):
+    object = chunk_object = "text_completion"
+    prefix = "cmpl"
+
+    def choice(self, text: str, finish_reason: str | None) -> dict:
+        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+
+    delta = choice
+
+
+class _ChatReply(_Reply):
+    object, chunk_object = "chat.completion", "chat.completion.chunk"
+    prefix = "chatcmpl"
+
+    def choice(self, text: str, finish_reason: str | None) -> dict:
+        return {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                "finish_reason": finish_reason}
+
+    def delta(self, text: str, finish_reason: str | None) -> dict:
+        return {"index": 0, "delta": {"content": text} if text else {}, "logprobs": None, "finish_reason": finish_reason}
+
+    def opening(self) -> dict:
+        return {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+
+
+def _sse(payload: dict) -> str:
+    return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
+
+
+async def _events(reply: _Reply, first, steps: StepStream, include_usage: bool):
+    """The server-sent events of a streamed answer whose first step is `first`."""
+    extra = {"usage": None} if include_usage else {}
+    try:
+        if (opening := reply.opening()) is not None:
+            yield _sse(reply.chunk(opening, **extra))
+        item = first
+        while item is not None:
+            if item[0]:
+                yield _sse(reply.chunk(reply.delta(item[0], None), **extra))
+            item = await anext(steps, None)
+        yield _sse(reply.chunk(reply.delta("", reply.request.finish_reason), rayspec=reply.figures(), **extra))
+        if include_usage:
+            yield _sse(reply.usage_chunk())
+    except Exception as error:  # the status line is sent: the error travels as an event
+        yield _sse(error_body(error)[1])
+    yield "data: [DONE]\n\n"
+
+
+class _EventStream(StreamingResponse):
+    """Server-sent events that stop the generation when the response ends, however it ends
+    (done, failed, or cancelled because the client went away)."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, events, on_close):
+        super().__init__(events, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self._on_close = on_close
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+
+
+async def _answer(reply: _Reply, stream: bool, include_usage: bool) -> Response:
+    steps = reply.service.start(reply.request)
+    if not stream:
+        try:
+            async for _ in steps:
+                pass
+        finally:
+            steps.close()
+        return JSONResponse(reply.response())
+    try:  # a request that fails before its first step gets an HTTP error status
+        first = await anext(steps, None)
+    except BaseException:
+        steps.close()
+        raise
+    return _EventStream(_events(reply, first, steps, include_usage), on_close=steps.close)
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+def _error(status: int, message: str, param: str | None = None, code: str | None = None,
+           kind: str = "invalid_request_error") -> tuple[int, dict]:
+    return status, {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def error_body(error: BaseException) -> tuple[int, dict]:
+    """(HTTP status, OpenAI error body) for an exception raised while answering."""
+    if isinstance(error, ApiError):
+        return _error(error.status, error.message, error.param, error.code)
+    if isinstance(error, ValueError):  # the engine's and GenerationRequest's word for bad input
+        return _error(400, str(error))
+    if isinstance(error, Overloaded):
+        return _error(429, str(error), code="too_many_requests", kind="rate_limit_error")
+    if isinstance(error, RemoteError):
+        log.error("worker failure: %s", error)
+        return _error(503, f"a model worker failed or cannot be reached: {error}", kind="service_unavailable")
+    log.error("internal error", exc_info=error)
+    return _error(500, f"internal error: {type(error).__name__}: {error}", kind="internal_error")
+
+
+def _validation_error(error: RequestValidationError) -> ApiError:
+    """The first problem of a body that failed validation, in words."""
+    problem = error.errors()[0]
+    where = [str(part) for part in problem["loc"][1:]]  # loc[0] is "body"
+    if problem["type"] == "json_invalid":
+        return _bad(f"malformed JSON body: {problem.get('ctx', {}).get('error', problem['msg'])}")
+    if not where:
+        return _bad(f"the request body must be a JSON object (Content-Type: application/json): {problem['msg']}")
+    if problem["type"] == "extra_forbidden":
+        return _bad(f"unrecognized request argument: {'.'.join(where)}", where[0])
+    return _bad(f"{'.'.join(where)}: {problem['msg']}", where[0])
+
+
+_ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics")
+
+
+class _CountResponses:
+    """ASGI middleware counting answered requests by endpoint and status (streams included)."""
+
+    def __init__(self, app, metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        status = 500
+
+        async def send_and_note(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            path = scope["path"]
+            endpoint = path if path in _ENDPOINTS else "/v1/models/{model}" if path.startswith("/v1/models/") else "other"
+            self.metrics.observe_response(endpoint, status)
+
+
+# ---------------------------------------------------------------------------- the app
+
+
+def create_app(service: Service) -> FastAPI:
+    app = FastAPI(title="rayspec", summary="Tree speculative decoding, OpenAI-compatible")
+    app.state.service = service
+    app.add_middleware(_CountResponses, metrics=service.metrics)
+
+    async def answer_error(request: Request, error: Exception) -> JSONResponse:
+        if isinstance(error, RequestValidationError):
+            error = _validation_error(error)
+        elif isinstance(error, StarletteHTTPException):
+            detail = f"{error.detail} ({request.method} {request.url.path})" if error.status_code in (404, 405) else error.detail
+            error = ApiError(error.status_code, str(detail))
+        status, body = error_body(error)
+        return JSONResponse(body, status_code=status)
+
+    for kind in (RequestValidationError, StarletteHTTPException, ApiError, ValueError, Overloaded, RemoteError, Exception):
+        app.add_exception_handler(kind, answer_error)
+
+    def check_model(model: str | None) -> None:
+        if model not in (None, service.model_id):
+            raise ApiError(404, f"the model {model!r} does not exist; this service serves {service.model_id!r}",
+                           "model", "model_not_found")
+
+    def max_tokens_field(value: int | None) -> dict:
+        return {} if value is None else {"max_tokens": value}
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionBody):
+        check_model(body.model)
+        body.refuse_unsupported()
+        request = service.request(
+            **body.prompt_fields(), max_tokens=body.max_tokens or COMPLETIONS_DEFAULT_MAX_TOKENS,
+            **body.generation_fields(),
+        )
+        return await _answer(_CompletionReply(service, request), bool(body.stream), _include_usage(body))
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatBody):
+        check_model(body.model)
+        body.refuse_unsupported()
+        prompt = service.render_chat([m.as_template_input() for m in body.messages])
+        request = service.request(
+            prompt=prompt, **max_tokens_field(body.max_completion_tokens or body.max_tokens), **body.generation_fields()
+        )
+        return await _answer(_ChatReply(service, request), bool(body.stream), _include_usage(body))
+
+    def model_card() -> dict:
+        return {"id": service.model_id, "object": "model", "created": service.created, "owned_by": "rayspec"}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [model_card()]}
+
+    @app.get("/v1/models/{model:path}")
+    async def model(model: str):
+        check_model(model)
+        return model_card()
+
+    @app.get("/health")
+    async def health():
+        workers = await run_in_threadpool(service.health)
+        healthy = all(status == "SERVING" for status in workers.values())
+        return JSONResponse({"status": "ok" if healthy else "unavailable", "workers": workers},
+                            status_code=200 if healthy else 503)
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(service.metrics.exposition(), media_type=CONTENT_TYPE)
+
+    return app
+
+
+def _include_usage(body: _GenerationBody) -> bool:
+    return bool(body.stream and body.stream_options and body.stream_options.include_usage)

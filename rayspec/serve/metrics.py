@@ -1,0 +1,83 @@
+"""Prometheus metrics of the HTTP service, in a registry of its own.
+
+A private `CollectorRegistry` keeps two services in one process (tests, several Serve
+applications) from colliding, and keeps Ray's and Python's default collectors out of the
+service's `/metrics`.  Per verification step: tokens emitted (the acceptance length),
+visits and descents at every tree depth, seconds per phase, bytes that crossed a process
+boundary.  Per request: tokens per second, and the count by endpoint and HTTP status.
+
+Phases follow `StepStats`: draft (the drafter's compute), score (the target's forward),
+verify (the verifier's walk) and network — whatever else the step's wall time held:
+transport, serialisation, the engine's bookkeeping.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from rayspec.engine.engine import GenerationStats, StepStats
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+_PHASES = {"draft": "draft", "score": "score", "verify": "verify", "network": "other"}
+
+
+class Metrics:
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.acceptance_length = Histogram(
+            "rayspec_acceptance_length", "Tokens emitted per verification step (accepted drafts + 1).",
+            buckets=(1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32), registry=r,
+        )
+        self.depth_visits = Counter(
+            "rayspec_depth_visits", "Visits of the verifier's walk to an internal tree node, by depth.",
+            ["depth"], registry=r,
+        )
+        self.depth_accepted = Counter(
+            "rayspec_depth_accepted", "Visits at a depth that accepted a child and descended.",
+            ["depth"], registry=r,
+        )
+        self.phase_seconds = Counter(
+            "rayspec_phase_seconds", "Seconds spent per phase of the verification steps.", ["phase"], registry=r,
+        )
+        self.step_bytes = Histogram(
+            "rayspec_step_wire_bytes", "Bytes crossing a process boundary per verification step.",
+            buckets=(0, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216), registry=r,
+        )
+        self.tokens = Counter("rayspec_generated_tokens", "Completion tokens generated.", registry=r)
+        self.tokens_per_second = Histogram(
+            "rayspec_request_tokens_per_second", "Completion tokens per second of each finished generation.",
+            buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000), registry=r,
+        )
+        self.requests = Counter(
+            "rayspec_http_requests", "HTTP requests answered, by endpoint and status code.",
+            ["endpoint", "status"], registry=r,
+        )
+        self.in_flight = Gauge("rayspec_generations_in_flight", "Generations running now.", registry=r)
+        for phase in _PHASES:  # every phase is exported from the start, at zero
+            self.phase_seconds.labels(phase)
+
+    def observe_step(self, step: StepStats, emitted: int) -> None:
+        """One verification step that emitted `emitted` completion tokens (fewer than its
+        acceptance length when a stop or max_tokens cut them)."""
+        self.tokens.inc(emitted)
+        self.acceptance_length.observe(step.accepted + 1)
+        for depth, rank in enumerate(step.ranks):
+            self.depth_visits.labels(str(depth)).inc()
+            if rank > 0:
+                self.depth_accepted.labels(str(depth)).inc()
+        for phase, field in _PHASES.items():
+            self.phase_seconds.labels(phase).inc(getattr(step, field))
+        self.step_bytes.observe(step.wire_bytes)
+
+    def observe_generation(self, stats: GenerationStats) -> None:
+        """A generation that ran to its end (not one whose client went away)."""
+        if stats.tokens and stats.seconds > 0:
+            self.tokens_per_second.observe(stats.tokens_per_second)
+
+    def observe_response(self, endpoint: str, status: int) -> None:
+        self.requests.labels(endpoint, str(status)).inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,207 @@
+"""The coordinator behind the HTTP app: one engine, its tokenizer, limits, metrics and health.
+
+    service = Service.from_config(config, "10.0.0.2:50051", ["10.0.0.3:50052"])
+    app = rayspec.serve.http.create_app(service)
+
+The engine is synchronous and the HTTP app asynchronous.  `Service.start` runs one request's
+engine generator in a thread of its own (`StepStream`) and hands its steps to the event loop
+as they are verified, so concurrent requests proceed side by side, and a client that goes
+away stops its generation after the current step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Mapping
+
+import grpc
+
+from rayspec.engine.engine import SpeculativeEngine
+from rayspec.engine.pool import DrafterPool
+from rayspec.engine.requests import GenerationRequest, Limits
+from rayspec.serve.config import LimitsConfig, ServiceConfig
+from rayspec.serve.metrics import Metrics
+
+# For tokenizers without a chat template of their own: one "role: content" paragraph per
+# message, then "assistant:" to open the reply.
+FALLBACK_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+HEALTH_TIMEOUT = 2.0
+
+
+class Overloaded(RuntimeError):
+    """As many generations are running as the service allows."""
+
+
+class Service:
+    """What the HTTP front end serves: `engine` over in-process or remote models.
+
+    `workers` names the gRPC channels of remote workers, checked by `health()`; an engine over
+    in-process models has none and is always healthy."""
+
+    def __init__(self, engine: SpeculativeEngine, tokenizer, model_id: str, limits: LimitsConfig | None = None,
+                 metrics: Metrics | None = None, workers: Mapping[str, grpc.Channel] | None = None):
+        self.engine, self.tokenizer, self.model_id = engine, tokenizer, model_id
+        self.limits = limits or LimitsConfig()
+        self.metrics = metrics or Metrics()
+        self.workers = dict(workers or {})
+        self.created = int(time.time())
+        self.request_limits = Limits(self.limits.default_max_tokens, self.limits.max_tokens)
+        self._slots = threading.BoundedSemaphore(self.limits.max_concurrent_requests)
+        self._handles: list = []  # remote handles to close with the service
+
+    @classmethod
+    def from_config(cls, config: ServiceConfig, target_address: str, drafter_addresses: list[str],
+                    timeout: float | None = None) -> "Service":
+        """The coordinator of running workers: a `RemoteTarget` (verifying where the config
+        says) and one `RemoteDrafter` per address, taken in turn by successive requests
+        (`DrafterPool`).  The tokenizer is the target's (the demo pair's for a null path), and
+        so are the measured acceptance vectors when the config names none."""
+        from transformers import AutoTokenizer
+
+        from rayspec.demo import DEMO_DIR, TARGET_PATH
+        from rayspec.rpc.remote import DEFAULT_TIMEOUT, RemoteDrafter, RemoteTarget
+
+        timeout = timeout or DEFAULT_TIMEOUT
+        target = RemoteTarget(target_address, timeout=timeout, verify_at=config.verify_at)
+        drafters = [RemoteDrafter(address, target.vocab_size, timeout=timeout, context_length=target.context_length)
+                    for address in drafter_addresses]
+        drafter = DrafterPool(drafters) if len(drafters) > 1 else drafters[0] if drafters else None
+        demo = config.target.path is None
+        tokenizer = AutoTokenizer.from_pretrained(str(TARGET_PATH if demo else config.target.path))
+        engine = SpeculativeEngine(
+            target, drafter, verifier=config.verifier, tree=config.tree, verifier_params=config.verifier_params,
+            tokenizer=tokenizer, acceptance_dir=config.acceptance_dir or (DEMO_DIR / "acceptance" if demo else None),
+            adaptive=config.adaptive_trees,
+        )
+        workers = {f"target {target.address}": target.channel}
+        workers.update({f"drafter {d.address}": d.channel for d in drafters})
+        service = cls(engine, tokenizer, config.model_id, config.limits, workers=workers)
+        service._handles = [target, *drafters]
+        return service
+
+    def request(self, **fields) -> GenerationRequest:
+        """A validated request (`GenerationRequest` fields); ValueError on bad input."""
+        return GenerationRequest(self.engine, self.tokenizer, self.request_limits, **fields)
+
+    def render_chat(self, messages: list[dict]) -> str:
+        """The prompt text of a conversation, by the tokenizer's chat template (or the
+        fallback), opened for the assistant's reply."""
+        from jinja2 import TemplateError
+
+        template = None if getattr(self.tokenizer, "chat_template", None) else FALLBACK_CHAT_TEMPLATE
+        try:
+            return self.tokenizer.apply_chat_template(
+                messages, chat_template=template, add_generation_prompt=True, tokenize=False
+            )
+        except TemplateError as error:  # templates refuse conversations they cannot render
+            raise ValueError(f"the model's chat template refused these messages: {error}") from error
+
+    def start(self, request: GenerationRequest) -> "StepStream":
+        """Run `request` off the event loop; Overloaded when every slot is taken."""
+        if not self._slots.acquire(blocking=False):
+            raise Overloaded(
+                f"{self.limits.max_concurrent_requests} generations are running, the most this service "
+                "runs at once; retry later"
+            )
+        try:
+            return StepStream(self, request)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def health(self) -> dict[str, str]:
+        """Each worker's grpc.health.v1 status name, or UNREACHABLE with the reason (blocking)."""
+        from rayspec.rpc.generated import health_pb2, health_pb2_grpc
+
+        statuses = {}
+        for name, channel in self.workers.items():
+            try:
+                reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=HEALTH_TIMEOUT)
+                statuses[name] = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+            except grpc.RpcError as error:
+                statuses[name] = f"UNREACHABLE: {error.code().name}"
+        return statuses
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.close()
+        self._handles = []
+
+
+class _End:
+    def __init__(self, error: BaseException | None):
+        self.error = error
+
+
+class StepStream:
+    """One generation's steps, computed by a thread of its own, awaited on the event loop:
+    ``async for text, token_ids, step in stream``.
+
+    The engine's generator lives and dies in that thread (a generator cannot be closed while
+    another thread is inside it).  `close()` — called when the response ends, fails or loses
+    its client — asks the thread to stop after its current step; the thread then closes the
+    generator, which releases the worker sessions, and frees the service's slot.  `finished`
+    is set once that is done.  The thread runs ahead of a slow client: at most one queued
+    item per step."""
+
+    def __init__(self, service: Service, request: GenerationRequest):
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._stop = threading.Event()
+        self._ended = False
+        self.finished = threading.Event()
+        self._thread = threading.Thread(
+            target=self._produce, args=(service, request), name=f"rayspec-{request.request_id[:8]}", daemon=True
+        )
+        self._thread.start()
+
+    def _produce(self, service: Service, request: GenerationRequest) -> None:
+        metrics = service.metrics
+        metrics.in_flight.inc()
+        steps = request.run()
+        error = None
+        try:
+            while not self._stop.is_set():
+                try:
+                    text, tokens, step = next(steps)
+                except StopIteration:
+                    metrics.observe_generation(request.stats)
+                    break
+                metrics.observe_step(step, len(tokens))
+                self._put((text, tokens, step))
+        except Exception as failure:  # delivered to the awaiting side, which answers for it
+            error = failure
+        finally:
+            steps.close()
+            metrics.in_flight.dec()
+            service._slots.release()
+            self.finished.set()
+            self._put(_End(error))
+
+    def _put(self, item) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        except RuntimeError:  # the event loop is gone: nobody is waiting any more
+            self._stop.set()
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        if self._ended:
+            raise StopAsyncIteration
+        item = await self._queue.get()
+        if isinstance(item, _End):
+            self._ended = True
+            if item.error is not None:
+                raise item.error
+            raise StopAsyncIteration
+        return item
+
+    def close(self) -> None:
+        self._stop.set()

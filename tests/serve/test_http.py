@@ -1,0 +1,511 @@
+"""The OpenAI-compatible app served by a real uvicorn server on a localhost port, over an
+in-process engine (tiny random Llama pair, demo tokenizer), exercised with httpx and with the
+official `openai` client.
+
+Same seed => the same tokens as the in-process engine, streamed or not; SSE framing; every
+bad input gets a 4xx with an OpenAI error body and the server keeps serving; /v1/models,
+/health (real grpc.health.v1 server), /metrics; a client that disconnects mid-stream stops
+its generation and its sessions are released; 429 beyond the concurrency limit; worker
+failures are 503.  The target and drafter are wrapped in `Watched`, a test double of our own
+`Target`/`Drafter` interfaces that counts sessions and can hold back or fail steps."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import grpc
+import httpx
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from transformers import AutoTokenizer
+
+from rayspec.demo import TARGET_PATH
+from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.engine.requests import GenerationRequest, Limits
+from rayspec.rpc.generated import health_pb2_grpc
+from rayspec.rpc.remote import RemoteError
+from rayspec.rpc.server import HealthServicer, start_server
+from rayspec.serve.config import LimitsConfig
+from rayspec.serve.http import create_app
+from rayspec.serve.service import Service
+from tests.tiny_models import noisy_copy, tiny_llama
+
+MODEL = "tiny-pair"
+PROMPT = "def add(a, b):"
+SETTING = dict(verifier="rrsw", tree="kary:2x3")
+
+
+class Watched:
+    """A Target or Drafter whose sessions are counted; `permits` (a semaphore) holds each
+    step until released, and `fail = (n, error)` raises `error` from the step after n."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self):
+        self.open_sessions = self.opened = self.steps = 0
+        self.permits: threading.Semaphore | None = None
+        self.fail: tuple[int, Exception] | None = None
+
+    def __getattr__(self, name):  # vocab_size, context_length, eos_token_ids
+        return getattr(self.inner, name)
+
+    def open(self, spec):
+        session = self.inner.open(spec)
+        with self.lock:
+            self.open_sessions += 1
+            self.opened += 1
+        return _WatchedSession(self, session)
+
+    def step(self):
+        if self.permits is not None and not self.permits.acquire(timeout=30):
+            raise RuntimeError("test double: no permit to step within 30 s")
+        with self.lock:
+            if self.fail is not None and self.steps >= self.fail[0]:
+                raise self.fail[1]
+            self.steps += 1
+
+
+class _WatchedSession:
+    def __init__(self, owner: Watched, inner):
+        self.owner, self.inner, self.closed = owner, inner, False
+
+    def draft(self, shape, previous):
+        self.owner.step()
+        return self.inner.draft(shape, previous)
+
+    def verify(self, draft):
+        self.owner.step()
+        return self.inner.verify(draft)
+
+    def close(self):
+        with self.owner.lock:
+            if not self.closed:
+                self.closed = True
+                self.owner.open_sessions -= 1
+        self.inner.close()
+
+
+def eventually(condition, timeout: float = 20.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+@contextmanager
+def serving(app):
+    """`app` served by uvicorn on a free localhost port, in a background thread."""
+    import uvicorn
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    eventually(lambda: server.started, 30, "uvicorn to start")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def parts():
+    target = tiny_llama(vocab=8192, hidden=32, layers=2, context=512)
+    drafter = noisy_copy(target, noise=0.3)
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
+    return target, drafter, tokenizer
+
+
+@pytest.fixture(scope="module")
+def reference(parts):
+    """The in-process engine, unwrapped: what the service must reproduce."""
+    target, drafter, tokenizer = parts
+    return SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), tokenizer=tokenizer, **SETTING)
+
+
+@pytest.fixture(scope="module")
+def server(parts):
+    target, drafter, tokenizer = parts
+    watched_target, watched_drafter = Watched(LocalTarget(target)), Watched(LocalDrafter(drafter))
+    engine = SpeculativeEngine(watched_target, watched_drafter, tokenizer=tokenizer, **SETTING)
+    limits = LimitsConfig(default_max_tokens=24, max_tokens=256, max_concurrent_requests=2)
+    service = Service(engine, tokenizer, MODEL, limits)
+    with serving(create_app(service)) as url:
+        yield {"url": url, "service": service, "target": watched_target, "drafter": watched_drafter}
+
+
+@pytest.fixture
+def http(server):
+    with httpx.Client(base_url=server["url"], timeout=60) as client:
+        yield client
+    for watched in (server["target"], server["drafter"]):
+        if watched.permits is not None:
+            watched.permits.release(1000)  # a failed test must not leave a generation held
+        eventually(lambda: watched.open_sessions == 0, what="sessions released after the test")
+        watched.reset()
+
+
+@pytest.fixture
+def client(server, http):
+    return openai.OpenAI(base_url=f"{server['url']}/v1", api_key="x", max_retries=0)
+
+
+def expected(reference, tokenizer, prompt: str, **kwargs) -> tuple[list[int], str, object]:
+    """(tokens, text, stats) of the in-process engine for a text prompt."""
+    out = reference.run(tokenizer.encode(prompt, add_special_tokens=False), **kwargs)
+    # the service never shows a trailing unfinished UTF-8 character (decoded as U+FFFD)
+    return out.tokens, tokenizer.decode(out.tokens, skip_special_tokens=True).rstrip("\ufffd"), out.stats
+
+
+def chat_prompt(tokenizer, messages) -> str:
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+def metric_samples(http) -> dict:
+    text = http.get("/metrics").text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text) for sample in family.samples
+    }
+
+
+def sse_events(response) -> list[str]:
+    """The data payloads of a streamed response, checking the framing: each event is exactly
+    one `data: ` line followed by a blank line."""
+    body = response.read().decode()
+    assert body.endswith("\n\n")
+    events = body[:-2].split("\n\n")
+    for event in events:
+        assert event.startswith("data: ") and "\n" not in event, event
+    return [event[len("data: "):] for event in events]
+
+
+# ---------------------------------------------------------------- same seed, same tokens
+
+
+def test_completion_is_the_in_process_engine_output(http, parts, reference):
+    tokenizer = parts[2]
+    tokens, text, stats = expected(reference, tokenizer, PROMPT, max_new_tokens=30, temperature=0.8, seed=7)
+    reply = http.post("/v1/completions", json={"model": MODEL, "prompt": PROMPT, "max_tokens": 30,
+                                               "temperature": 0.8, "seed": 7})
+    assert reply.status_code == 200
+    body = reply.json()
+    assert body["object"] == "text_completion" and body["id"].startswith("cmpl-") and body["model"] == MODEL
+    assert isinstance(body["created"], int)
+    assert body["choices"] == [{"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}]
+    accepted = sum(s.accepted for s in stats.steps)
+    drafted = sum(s.drafted for s in stats.steps)
+    prompt_tokens = len(tokenizer.encode(PROMPT, add_special_tokens=False))
+    assert body["usage"] == {
+        "prompt_tokens": prompt_tokens, "completion_tokens": 30, "total_tokens": prompt_tokens + 30,
+        "completion_tokens_details": {"accepted_prediction_tokens": accepted, "rejected_prediction_tokens": drafted - accepted},
+    }
+    figures = body["rayspec"]
+    assert figures["seed"] == 7 and figures["verifier"] == "rrsw" and figures["steps"] == len(stats.steps)
+    assert figures["tokens_per_step"] == pytest.approx(30 / len(stats.steps), abs=1e-4)
+    assert sum(figures["acceptance_histogram"]) == len(stats.steps)
+    assert figures["depth_acceptance"] == pytest.approx(stats.depth_acceptance(), abs=1e-4)
+    # token ids in, the same tokens out
+    ids = tokenizer.encode(PROMPT, add_special_tokens=False)
+    again = http.post("/v1/completions", json={"prompt": ids, "max_tokens": 30, "temperature": 0.8, "seed": 7})
+    assert again.json()["choices"][0]["text"] == text
+
+
+def test_openai_client_completions_and_chat(client, parts, reference):
+    tokenizer = parts[2]
+    _, text, _ = expected(reference, tokenizer, PROMPT, max_new_tokens=20, temperature=0.9, top_k=50, seed=11)
+    completion = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=20, temperature=0.9, seed=11,
+                                           extra_body={"top_k": 50})
+    assert completion.choices[0].text == text and completion.choices[0].finish_reason == "length"
+    assert completion.usage.completion_tokens == 20
+    assert completion.rayspec["seed"] == 11
+
+    messages = [{"role": "system", "content": "You write Python."}, {"role": "user", "content": "Add two numbers."}]
+    _, chat_text, stats = expected(reference, tokenizer, chat_prompt(tokenizer, messages), max_new_tokens=16,
+                                   temperature=0.7, seed=5)
+    chat = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=16, temperature=0.7, seed=5)
+    assert chat.object == "chat.completion" and chat.id.startswith("chatcmpl-")
+    assert chat.choices[0].message.role == "assistant" and chat.choices[0].message.content == chat_text
+    accepted = sum(s.accepted for s in stats.steps)
+    assert chat.usage.completion_tokens_details.accepted_prediction_tokens == accepted
+    # the rayspec extension picks the verifier and tree per request
+    _, gumbel_text, _ = expected(reference, tokenizer, PROMPT, max_new_tokens=20, seed=3, verifier="gumbel", tree="kary:2x2")
+    other = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=20, seed=3,
+                                      extra_body={"rayspec": {"verifier": "gumbel", "tree": "kary:2x2"}})
+    assert other.choices[0].text == gumbel_text and other.rayspec["verifier"] == "gumbel"
+    # chat's default length is the service's default_max_tokens (24 here)
+    assert client.chat.completions.create(model=MODEL, messages=messages, seed=1).usage.completion_tokens == 24
+
+
+def test_openai_client_streams_the_same_text(client, parts, reference):
+    tokenizer = parts[2]
+    _, text, stats = expected(reference, tokenizer, PROMPT, max_new_tokens=40, temperature=0.8, seed=21)
+    chunks = list(client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=40, temperature=0.8, seed=21,
+                                            stream=True, stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == text
+    assert 2 <= len([c for c in chunks if c.choices and c.choices[0].text]) <= len(stats.steps)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 40
+
+    messages = [{"role": "user", "content": "Write a loop."}]
+    _, chat_text, _ = expected(reference, tokenizer, chat_prompt(tokenizer, messages), max_new_tokens=30, seed=8)
+    chunks = list(client.chat.completions.create(model=MODEL, messages=messages, max_completion_tokens=30, seed=8,
+                                                 stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == chat_text
+    assert chunks[-1].choices[0].finish_reason == "length" and chunks[-1].rayspec["seed"] == 8
+    assert all(c.object == "chat.completion.chunk" and c.id == chunks[0].id for c in chunks)
+
+
+def test_same_seed_same_text_and_the_seed_used_is_returned(client):
+    first = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=24)
+    seed = first.rayspec["seed"]
+    again = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=24, seed=seed)
+    assert again.choices[0].text == first.choices[0].text
+    other = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=24, seed=seed + 1)
+    assert other.choices[0].text != first.choices[0].text
+
+
+def test_sse_carries_each_verified_step_as_one_event(http, parts, reference):
+    tokenizer = parts[2]
+    request = GenerationRequest(reference, tokenizer, Limits(), prompt=PROMPT, max_tokens=40, seed=4, stop=["\n\n"])
+    deltas = [text for text, _, _ in request.run() if text]
+    with http.stream("POST", "/v1/completions", json={"prompt": PROMPT, "max_tokens": 40, "seed": 4,
+                                                      "stop": ["\n\n"], "stream": True}) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = sse_events(response)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert [c["choices"][0]["text"] for c in chunks[:-1]] == deltas  # one event per step with text
+    assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+    assert chunks[-1]["choices"][0]["finish_reason"] == request.finish_reason
+    assert chunks[-1]["rayspec"]["steps"] == len(request.stats.steps)
+    assert "usage" not in chunks[0]  # only asked for with stream_options.include_usage
+
+
+# ---------------------------------------------------------------- bad input
+
+
+BAD_COMPLETIONS = [
+    ('{"prompt": "x", ', 400, "malformed JSON", None),
+    ("[1, 2]", 400, "must be a JSON object", None),
+    ({"max_tokens": 5}, 400, "prompt: Field required", "prompt"),
+    ({"prompt": "x", "max_tokens": "5"}, 400, "max_tokens: Input should be a valid integer", "max_tokens"),
+    ({"prompt": "x", "max_tokens": -3}, 400, "max_tokens", "max_tokens"),
+    ({"prompt": "x", "max_tokens": 100000}, 400, "max_tokens must be between 1 and 256", None),
+    ({"prompt": "x", "temperature": -1}, 400, "temperature must be >= 0", None),
+    ({"prompt": "x", "top_p": 0}, 400, "top_p must be in (0, 1]", None),
+    ({"prompt": "x", "seed": -1}, 400, "seed", "seed"),
+    ({"prompt": "x", "stop": [1]}, 400, "stop", "stop"),
+    ({"prompt": "x", "rayspec": {"verifier": "nope"}}, 400, "unknown verifier 'nope'", None),
+    ({"prompt": "x", "rayspec": {"tree": "kary:9"}}, 400, "tree spec", "rayspec.tree"),
+    ({"prompt": "x", "rayspec": {"tree": "file:/etc/passwd"}}, 400, "file: trees", "rayspec.tree"),
+    ({"prompt": "x", "rayspec": {"tree": "kary:64x8"}}, 400, "at most 1024", "rayspec.tree"),
+    ({"prompt": "x", "rayspec": {"tree": "sequoia:100000"}}, 400, "at most 1024", "rayspec.tree"),
+    ({"prompt": "x", "rayspec": {"verifier_params": [1]}}, 400, "verifier_params", "rayspec"),
+    ({"prompt": "x", "rayspec": {"speed": "max"}}, 400, "unrecognized request argument: rayspec.speed", "rayspec"),
+    ({"prompt": [7] * 600}, 400, "context holds 512", None),
+    ({"prompt": [1, 99999]}, 400, "out of the vocabulary", None),
+    ({"prompt": ""}, 400, "at least one token", None),
+    ({"prompt": ["a", "b"]}, 400, "batches of prompts are not supported", "prompt"),
+    ({"prompt": [True, 2]}, 400, "prompt must be", "prompt"),
+    ({"prompt": "x", "model": "gpt-4"}, 404, "the model 'gpt-4' does not exist", "model"),
+    ({"prompt": "x", "n": 2}, 400, "only n=1", "n"),
+    ({"prompt": "x", "logprobs": 2}, 400, "logprobs is not supported", "logprobs"),
+    ({"prompt": "x", "echo": True}, 400, "echo is not supported", "echo"),
+    ({"prompt": "x", "best_of": 3}, 400, "best_of", "best_of"),
+    ({"prompt": "x", "suffix": "end"}, 400, "suffix", "suffix"),
+    ({"prompt": "x", "presence_penalty": 0.5}, 400, "presence_penalty is not supported", "presence_penalty"),
+    ({"prompt": "x", "logit_bias": {"5": 1.0}}, 400, "logit_bias", "logit_bias"),
+    ({"prompt": "x", "frobnicate": 1}, 400, "unrecognized request argument: frobnicate", "frobnicate"),
+]
+BAD_CHATS = [
+    ({"messages": []}, 400, "messages", "messages"),
+    ({"messages": [{"role": "robot", "content": "hi"}]}, 400, "role", "messages"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400, "only text content", "messages"),
+    ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, 400, "tools", "tools"),
+    ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, 400, "logprobs", "logprobs"),
+    ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}, 400, "response_format", "response_format"),
+    ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0}, 400, "max_completion_tokens", "max_completion_tokens"),
+]
+
+
+def _bad_cases():
+    for path, cases in (("/v1/completions", BAD_COMPLETIONS), ("/v1/chat/completions", BAD_CHATS)):
+        for body, status, message, param in cases:
+            yield path, body, status, message, param
+            if isinstance(body, dict):  # the same answer when streaming was asked for
+                yield path, {**body, "stream": True}, status, message, param
+
+
+@pytest.mark.parametrize("path, body, status, message, param", list(_bad_cases()))
+def test_bad_input_gets_a_4xx_with_a_message(http, path, body, status, message, param):
+    content = body if isinstance(body, str) else json.dumps(body)
+    reply = http.post(path, content=content, headers={"Content-Type": "application/json"})
+    assert reply.status_code == status, reply.text
+    error = reply.json()["error"]
+    assert message in error["message"] and error["param"] == param
+    assert error["type"] == "invalid_request_error" and set(error) == {"message", "type", "param", "code"}
+
+
+def test_the_server_keeps_serving_after_bad_input_and_harmless_fields_pass(http):
+    for body in ("{", json.dumps({"prompt": "x", "rayspec": {"verifier": "nope"}}), json.dumps({"prompt": [7] * 600})):
+        assert http.post("/v1/completions", content=body, headers={"Content-Type": "application/json"}).status_code == 400
+    harmless = {"prompt": "x", "max_tokens": 4, "user": "u1", "presence_penalty": 0, "frequency_penalty": 0.0,
+                "n": 1, "best_of": 1, "logprobs": None, "echo": False, "logit_bias": {}, "stream_options": None}
+    assert http.post("/v1/completions", json=harmless).status_code == 200
+    unknown_route = http.post("/v1/embeddings", json={})
+    assert unknown_route.status_code == 404 and "/v1/embeddings" in unknown_route.json()["error"]["message"]
+
+
+def test_openai_client_raises_on_a_bad_request(client):
+    with pytest.raises(openai.BadRequestError, match="unknown verifier"):
+        client.completions.create(model=MODEL, prompt="x", extra_body={"rayspec": {"verifier": "nope"}})
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.completions.create(model="gpt-4", prompt="x")
+
+
+# ---------------------------------------------------------------- models, health, metrics
+
+
+def test_models(http, client):
+    listing = http.get("/v1/models").json()
+    assert listing["object"] == "list" and [m["id"] for m in listing["data"]] == [MODEL]
+    assert listing["data"][0]["object"] == "model" and listing["data"][0]["owned_by"] == "rayspec"
+    assert [m.id for m in client.models.list()] == [MODEL]
+    assert client.models.retrieve(MODEL).id == MODEL
+    assert http.get("/v1/models/gpt-4").status_code == 404
+
+
+def test_health_follows_the_workers_grpc_health(http, server):
+    assert http.get("/health").json() == {"status": "ok", "workers": {}}  # in-process: nothing to ask
+    health = HealthServicer(["rayspec.v1.TargetService"])
+    grpc_server, port = start_server(lambda s: health_pb2_grpc.add_HealthServicer_to_server(health, s), "127.0.0.1:0")
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    service = server["service"]
+    service.workers = {"target": channel}
+    try:
+        reply = http.get("/health")
+        assert reply.status_code == 200 and reply.json()["workers"] == {"target": "SERVING"}
+        health.set_serving(False)
+        reply = http.get("/health")
+        assert reply.status_code == 503 and reply.json()["workers"] == {"target": "NOT_SERVING"}
+        grpc_server.stop(0).wait()
+        reply = http.get("/health")
+        assert reply.status_code == 503 and reply.json()["workers"]["target"].startswith("UNREACHABLE")
+    finally:
+        service.workers = {}
+        channel.close()
+        grpc_server.stop(0)
+
+
+def test_metrics_are_exported_and_count_requests(http):
+    before = metric_samples(http)
+    names = {name for name, _ in before}
+    for name in ("rayspec_acceptance_length_count", "rayspec_phase_seconds_total", "rayspec_step_wire_bytes_count",
+                 "rayspec_request_tokens_per_second_count", "rayspec_generated_tokens_total",
+                 "rayspec_generations_in_flight"):
+        assert name in names, name
+    phases = {dict(labels)["phase"] for name, labels in before if name == "rayspec_phase_seconds_total"}
+    assert phases == {"draft", "network", "score", "verify"}
+
+    figures = http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 20, "seed": 2}).json()["rayspec"]
+    assert http.post("/v1/completions", json={"prompt": 5}).status_code == 400
+    after = metric_samples(http)
+
+    def grew(name, labels=()):
+        return after.get((name, tuple(sorted(labels)))) - before.get((name, tuple(sorted(labels))), 0)
+
+    assert grew("rayspec_acceptance_length_count") == figures["steps"]
+    assert grew("rayspec_acceptance_length_sum") == figures["steps"] + figures["accepted_draft_tokens"]
+    assert grew("rayspec_generated_tokens_total") == 20
+    assert grew("rayspec_request_tokens_per_second_count") == 1
+    assert grew("rayspec_step_wire_bytes_count") == figures["steps"]  # 0 bytes each, in-process
+    assert grew("rayspec_depth_visits_total", [("depth", "0")]) == figures["steps"]
+    assert grew("rayspec_phase_seconds_total", [("phase", "score")]) > 0
+    assert grew("rayspec_http_requests_total", [("endpoint", "/v1/completions"), ("status", "200")]) == 1
+    assert grew("rayspec_http_requests_total", [("endpoint", "/v1/completions"), ("status", "400")]) == 1
+    assert after[("rayspec_generations_in_flight", ())] == 0
+
+
+# ---------------------------------------------------------------- disconnects, limits, failures
+
+
+def answered(http, endpoint: str, status: int) -> float:
+    key = ("rayspec_http_requests_total", (("endpoint", endpoint), ("status", str(status))))
+    return metric_samples(http).get(key, 0)
+
+
+def test_a_client_disconnect_stops_the_generation_and_releases_the_sessions(http, server):
+    target, drafter = server["target"], server["drafter"]
+    target.permits = threading.Semaphore(2)  # two steps, then the generation waits
+    before = answered(http, "/v1/chat/completions", 200)
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 200, "seed": 1, "stream": True}
+    with http.stream("POST", "/v1/chat/completions", json=body) as response:
+        first = next(line for line in response.iter_lines() if line)
+        assert json.loads(first[len("data: "):])["choices"][0]["delta"]["role"] == "assistant"
+        assert target.open_sessions == 1 and drafter.open_sessions == 1
+    # the connection is closed mid-stream; once the server has ended that response ...
+    eventually(lambda: answered(http, "/v1/chat/completions", 200) == before + 1, what="the server to end the response")
+    target.permits.release(1000)
+    # ... the generation stops after the step it was in, releasing both sessions
+    eventually(lambda: target.open_sessions == 0 and drafter.open_sessions == 0, what="sessions released")
+    assert target.steps <= 3  # of the >= 50 that 200 tokens would take
+
+
+def test_beyond_the_concurrency_limit_requests_get_429(http, server):
+    target = server["target"]
+    target.permits = threading.Semaphore(0)
+    body = {"prompt": PROMPT, "max_tokens": 8, "seed": 1}
+    with ThreadPoolExecutor(2) as pool:
+        held = [pool.submit(http.post, "/v1/completions", json=body) for _ in range(2)]
+        eventually(lambda: target.open_sessions == 2, what="two generations to start")
+        refused = http.post("/v1/completions", json=body)
+        assert refused.status_code == 429
+        assert "retry later" in refused.json()["error"]["message"]
+        target.permits.release(1000)
+        assert [f.result().status_code for f in held] == [200, 200]
+    assert http.post("/v1/completions", json=body).status_code == 200
+
+
+def test_worker_failures_are_503_and_the_service_recovers(http, server):
+    target = server["target"]
+    target.fail = (0, RemoteError("UNAVAILABLE: connection refused"))
+    for stream in (False, True):
+        reply = http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 8, "stream": stream})
+        assert reply.status_code == 503 and "worker" in reply.json()["error"]["message"]
+    # a failure mid-stream: the status line is sent, the error arrives as an event
+    target.fail = (target.steps + 2, RemoteError("UNAVAILABLE: connection reset"))
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100, "seed": 1, "stream": True}
+    with http.stream("POST", "/v1/chat/completions", json=body) as response:
+        assert response.status_code == 200
+        events = sse_events(response)
+    assert events[-1] == "[DONE]" and "connection reset" in json.loads(events[-2])["error"]["message"]
+    eventually(lambda: target.open_sessions == 0, what="sessions released")
+    target.fail = None
+    assert http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 8}).status_code == 200
+
+
+# ---------------------------------------------------------------- the service's parts
+
+
+def test_chat_without_a_template_uses_the_fallback(parts, reference):
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
+    tokenizer.chat_template = None
+    service = Service(reference, tokenizer, MODEL)
+    prompt = service.render_chat([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
+    assert prompt == "system: Be brief.\n\nuser: Hi\n\nassistant:"
