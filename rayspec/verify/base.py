@@ -250,3 +250,28 @@ def sample_without_replacement(q: torch.Tensor, k: int, generator: torch.Generat
         # A row with nothing left (-1) has only zeros, so zeroing its entry 0 changes nothing.
         left.scatter_(-1, index.clamp_min(0).unsqueeze(-1), 0)
     return out
+
+
+class IIDDrafts:
+    """Drafting for verifiers that take k i.i.d. draws from q."""
+
+    def sample_drafts_batch(self, q, k, generator):
+        self._check_k(k)
+        return sample_iid(q, k, generator)
+
+    def draft_law(self, q, k):
+        self._check_k(k)
+        return iid_draft_law(q, k)
+
+
+class WithoutReplacementDrafts:
+    """Drafting for verifiers that draw from q without replacement, renormalising."""
+
+    def sample_drafts_batch(self, q, k, generator):
+        self._check_k(k)
+        return sample_without_replacement(q, k, generator)
+
+    def draft_law(self, q, k):
+        self._check_k(k)
+        return without_replacement_draft_law(q, k)
+

@@ -55,13 +55,7 @@ import torch
 from scipy.optimize import linprog
 from scipy.sparse import csr_matrix
 
-from rayspec.verify.base import (
-    Verifier,
-    draw_uniform,
-    iid_draft_law,
-    sample_categorical,
-    sample_iid,
-)
+from rayspec.verify.base import IIDDrafts, Verifier, draw_uniform, sample_categorical
 from rayspec.verify.chain import acceptance_ratio
 
 F64 = torch.float64
@@ -285,7 +279,7 @@ def _normalized(x: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------- verifiers
 
 
-class PairwiseImportanceSampling(Verifier):
+class PairwiseImportanceSampling(IIDDrafts, Verifier):
     """Shared machinery of "is" and "is-weighted"; subclasses give the pairwise rule.
 
     alphabet_size  M of the truncated alphabet (top-M tokens of the target); None: never
@@ -300,14 +294,6 @@ class PairwiseImportanceSampling(Verifier):
     @abstractmethod
     def stage_rule(self, p: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """The pairwise rule [U, m, m] for inputs of laws a, b [U, m] and target p~ [U, m]."""
-
-    def sample_drafts_batch(self, q, k, generator):
-        self._check_k(k)
-        return sample_iid(q, k, generator)
-
-    def draft_law(self, q, k):
-        self._check_k(k)
-        return iid_draft_law(q, k)
 
     def nodes(self, p, q, drafts) -> TruncatedNodes:
         """The truncated alphabets and selection stages of B nodes (p, q [B, V], drafts [B, k])."""

@@ -48,7 +48,7 @@ from typing import NamedTuple
 
 import torch
 
-from rayspec.verify.base import draw_uniform, iid_draft_law, sample_categorical, sample_iid
+from rayspec.verify.base import IIDDrafts, draw_uniform, sample_categorical
 from rayspec.verify.chain import RejectionChain, SequentialVerifier, acceptance_ratio, gather_rows
 
 _F64 = torch.float64
@@ -284,7 +284,7 @@ class _MentoredChain(RejectionChain):
         return torch.where(self.valid[:, :1], self.plan.residual, self.p)
 
 
-class MentoredDecoding(SequentialVerifier):
+class MentoredDecoding(IIDDrafts, SequentialVerifier):
     """Lossy: the emitted token follows pi with KL(p || pi) <= kl_budget (nats per token), at
     the highest acceptance any single-draft scheme can reach under that budget.  kl_budget = 0
     is standard speculative sampling, kl_budget = inf accepts every draft.  The output
@@ -303,14 +303,6 @@ class MentoredDecoding(SequentialVerifier):
     def __init__(self, kl_budget: float = 0.05, within_target_support: bool = False):
         self.kl_budget = check_kl_budget(kl_budget)
         self.within_target_support = bool(within_target_support)
-
-    def sample_drafts_batch(self, q, k, generator):
-        self._check_k(k)
-        return sample_iid(q, k, generator)
-
-    def draft_law(self, q, k):
-        self._check_k(k)
-        return iid_draft_law(q, k)
 
     def chain(self, p, q, drafts):
         return _MentoredChain(p, q, drafts, self.kl_budget, self.within_target_support)

@@ -12,11 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from rayspec.verify.base import (
-    iid_draft_law,
-    positive_part_normalized,
-    sample_iid,
-)
+from rayspec.verify.base import IIDDrafts, positive_part_normalized
 from rayspec.verify.chain import RejectionChain, SequentialVerifier, acceptance_ratio, gather_rows
 
 
@@ -53,16 +49,8 @@ class RecursiveRejectionChain(RejectionChain):
         return self.target
 
 
-class RecursiveRejectionSampling(SequentialVerifier):
+class RecursiveRejectionSampling(IIDDrafts, SequentialVerifier):
     name = "rrs"
-
-    def sample_drafts_batch(self, q, k, generator):
-        self._check_k(k)
-        return sample_iid(q, k, generator)
-
-    def draft_law(self, q, k):
-        self._check_k(k)
-        return iid_draft_law(q, k)
 
     def chain(self, p, q, drafts):
         return RecursiveRejectionChain(p, q, drafts, without_replacement=False)

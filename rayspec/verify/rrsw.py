@@ -9,21 +9,13 @@ are drawn when the support is smaller.
 
 from __future__ import annotations
 
-from rayspec.verify.base import sample_without_replacement, without_replacement_draft_law
+from rayspec.verify.base import WithoutReplacementDrafts
 from rayspec.verify.chain import SequentialVerifier
 from rayspec.verify.rrs import RecursiveRejectionChain
 
 
-class RecursiveRejectionSamplingWithoutReplacement(SequentialVerifier):
+class RecursiveRejectionSamplingWithoutReplacement(WithoutReplacementDrafts, SequentialVerifier):
     name = "rrsw"
-
-    def sample_drafts_batch(self, q, k, generator):
-        self._check_k(k)
-        return sample_without_replacement(q, k, generator)
-
-    def draft_law(self, q, k):
-        self._check_k(k)
-        return without_replacement_draft_law(q, k)
 
     def chain(self, p, q, drafts):
         return RecursiveRejectionChain(p, q, drafts, without_replacement=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from rayspec.verify.base import iid_draft_law, sample_iid
+from rayspec.verify.base import IIDDrafts
 from rayspec.verify.chain import RejectionChain, SequentialVerifier, acceptance_ratio, gather_rows
 
 
@@ -115,16 +115,8 @@ class KSequentialChain(RejectionChain):
         return (self.p - emitted).clamp_min(0)
 
 
-class SpecTr(SequentialVerifier):
+class SpecTr(IIDDrafts, SequentialVerifier):
     name = "spectr"
-
-    def sample_drafts_batch(self, q, k, generator):
-        self._check_k(k)
-        return sample_iid(q, k, generator)
-
-    def draft_law(self, q, k):
-        self._check_k(k)
-        return iid_draft_law(q, k)
 
     def chain(self, p, q, drafts):
         # rho* depends on the number of drafts: a tree node with fewer children gets its own.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from rayspec.verify.base import iid_draft_law, sample_iid
+from rayspec.verify.base import IIDDrafts
 from rayspec.verify.chain import RejectionChain, SequentialVerifier, acceptance_ratio, gather_rows
 
 
@@ -30,17 +30,9 @@ class _SingleDraftChain(RejectionChain):
         return torch.where(self.valid[:, :1], (self.p - self.q).clamp_min(0), self.p)
 
 
-class SpeculativeSampling(SequentialVerifier):
+class SpeculativeSampling(IIDDrafts, SequentialVerifier):
     name = "sps"
     max_drafts = 1
-
-    def sample_drafts_batch(self, q, k, generator):
-        self._check_k(k)
-        return sample_iid(q, k, generator)
-
-    def draft_law(self, q, k):
-        self._check_k(k)
-        return iid_draft_law(q, k)
 
     def chain(self, p, q, drafts):
         return _SingleDraftChain(p, q, drafts)
