@@ -1,0 +1,54 @@
+"""The `rayspec` command: generate, and the tree tools."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rayspec.cli import main
+from rayspec.tree.structure import TreeShape
+
+
+def test_generate_prints_the_text_then_a_summary_line(capsys):
+    assert main(["generate", "--prompt", "def add(a, b):", "--max-new-tokens", "12", "--temperature", "0",
+                 "--tree", "kary:2x2", "--threads", "1"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0].startswith("def add(a, b):")
+    assert "tokens/step" in out[-1] and "tokens/s" in out[-1] and "12 tokens" in out[-1]
+
+
+def test_generate_refuses_a_bad_tree_with_a_message(capsys):
+    assert main(["generate", "--prompt", "x", "--tree", "kary:3", "--threads", "1"]) == 2
+    assert "bad tree spec 'kary:3'" in capsys.readouterr().err
+
+
+def test_tree_build_writes_the_dp_tree_and_its_drawing(tmp_path, capsys):
+    vector = tmp_path / "v.json"
+    vector.write_text(json.dumps({"acceptance": [0.6, 0.15, 0.05]}))
+    out = tmp_path / "tree.json"
+    assert main(["tree", "build", "--vector", str(vector), "--budget", "16", "--max-depth", "5", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    shape = TreeShape.from_json(data)  # parents, child_rank in breadth-first order
+    assert shape.size == 16 and shape.max_depth <= 5 and data["expected_tokens"] > 2
+    assert out.with_suffix(".png").stat().st_size > 1000
+    assert "16 nodes" in capsys.readouterr().out
+
+
+def test_tree_measure_writes_a_vector_with_its_evidence(tmp_path, capsys):
+    assert main(["tree", "measure", "--verifier", "rrsw", "--width", "4", "--temperature", "1.0", "--prompts", "2",
+                 "--max-new-tokens", "16", "--out", str(tmp_path), "--threads", "1"]) == 0
+    data = json.loads((tmp_path / "rrsw_t1.00.json").read_text())
+    assert len(data["acceptance"]) == 4 and data["samples"] > 0 and len(data["ci95"]) == 4
+    assert data["setting"]["verifier"] == "rrsw" and data["setting"]["temperature"] == 1.0
+    assert 0 <= sum(data["acceptance"]) <= 1 and (tmp_path / "rrsw_t1.00.png").exists()
+
+
+def test_tree_plan_prints_a_choice_and_a_predicted_speedup(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    assert main(["tree", "plan", "--verifier", "spechub", "--temperature", "0.6", "--max-budget", "32",
+                 "--rtt-ms", "2", "--out", str(out), "--threads", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "predicted speedup over target-only" in printed
+    plan = json.loads(out.read_text())
+    assert TreeShape.from_json(plan).max_children <= 2 and plan["predicted_speedup"] > 0
