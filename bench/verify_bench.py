@@ -156,8 +156,11 @@ def main():
     parser.add_argument("--repeats", type=int, default=100)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--verifiers", nargs="+", default=available_verifiers())
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--out", default=str(RESULTS / "verify_bench"))
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     bandwidth = memory_bandwidth(args.device)
     rows = []
