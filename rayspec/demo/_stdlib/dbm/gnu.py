@@ -1,3 +1,0 @@
-"""Provide the _gdbm module as a dbm submodule."""
-
-from _gdbm import *

@@ -1,3 +1,0 @@
-"""Provide the _dbm module as a dbm submodule."""
-
-from _dbm import *

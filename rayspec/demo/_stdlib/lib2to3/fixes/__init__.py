@@ -1,1 +1,0 @@
-# Dummy file to make this directory a package.

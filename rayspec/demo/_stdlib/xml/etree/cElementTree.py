@@ -1,3 +1,0 @@
-# Deprecated alias for xml.etree.ElementTree
-
-from xml.etree.ElementTree import *

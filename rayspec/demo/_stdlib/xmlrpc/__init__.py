@@ -1,1 +1,0 @@
-# This directory is a Python package.
