@@ -108,3 +108,12 @@ def test_prompts_end_after_a_def_header(tmp_path):
         assert p["text"].splitlines()[-1].lstrip().startswith("def ")
         assert SOURCE.startswith(p["text"]) or ("\n" + p["text"]) in SOURCE
         assert 5 <= count(p["text"]) <= 40
+
+
+def test_residual_projections_start_depth_scaled():
+    model = make_model(dict(TINY, hidden_size=64, intermediate_size=128, num_hidden_layers=4), seed=0)
+    std = 0.02 * (2 * 4) ** -0.5
+    for layer in model.model.layers:
+        assert layer.self_attn.o_proj.weight.std().item() == pytest.approx(std, rel=0.15)
+        assert layer.mlp.down_proj.weight.std().item() == pytest.approx(std, rel=0.15)
+        assert layer.self_attn.q_proj.weight.std().item() == pytest.approx(0.02, rel=0.15)
