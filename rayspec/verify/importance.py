@@ -57,6 +57,7 @@ from scipy.sparse import csr_matrix
 
 from rayspec.verify.base import IIDDrafts, Verifier, draw_uniform, sample_categorical
 from rayspec.verify.chain import acceptance_ratio
+from rayspec.verify.sps import SpeculativeSampling
 
 F64 = torch.float64
 NEGLIGIBLE_PAIR = 1e-15  # pairs rarer than this are not LP variables (HiGHS misreads such LPs)
@@ -301,7 +302,14 @@ class PairwiseImportanceSampling(IIDDrafts, Verifier):
         self._check_k(drafts.shape[-1])
         return TruncatedNodes(self, p, q, drafts)
 
+    # With one draft the selection is trivial (p_I = q), so step 2 is plain speculative sampling
+    # over the whole vocabulary: exact, and optimal at 1 - TV.  The truncated alphabet would only
+    # cost the tail mass 1 - gamma there (at T = 1 on the demo pair, ~40 % of a chain's tokens).
+    _single_draft = SpeculativeSampling()
+
     def verify_batch(self, p, q, drafts, generator):
+        if torch.as_tensor(drafts).shape[-1] == 1:
+            return self._single_draft.verify_batch(p, q, torch.as_tensor(drafts, dtype=torch.long), generator)
         nodes = self.nodes(p, q, drafts)
         batch, k = nodes.local.shape
         # Columns: k-1 selection stages, then acceptance, residual, gamma coin, tail draw.
@@ -325,6 +333,8 @@ class PairwiseImportanceSampling(IIDDrafts, Verifier):
         return token, index
 
     def output_law_batch(self, p, q, drafts):
+        if torch.as_tensor(drafts).shape[-1] == 1:
+            return self._single_draft.output_law_batch(p, q, torch.as_tensor(drafts, dtype=torch.long))
         nodes = self.nodes(p, q, drafts)
         p_sel = nodes.selection_law()
         probs = nodes.selection_probs()
@@ -346,6 +356,8 @@ class PairwiseImportanceSampling(IIDDrafts, Verifier):
         "algorithmic" acceptance; the residual may still emit an unselected draft token, so
         membership acceptance (what a tree walk sees) can be slightly larger."""
         self._check_k(k)
+        if k == 1:
+            return float(torch.minimum(p, q).sum())
         no_drafts = torch.full((1, 1), -1, dtype=torch.long, device=p.device)
         nodes = self.nodes(p.unsqueeze(0), q.unsqueeze(0), no_drafts)
         _, laws = stage_rules_and_laws(self.stage_rule, nodes.p, nodes.q, k - 1)

@@ -139,6 +139,23 @@ def test_one_draft_is_speculative_sampling(name):
             assert torch.allclose(verifier.output_law(p, q, [x]), sps.output_law(p, q, [x]), atol=1e-12)
 
 
+@pytest.mark.parametrize("name", ["is", "is-weighted"])
+def test_one_draft_skips_the_truncated_alphabet(name):
+    """A flat target over 300 tokens: the top-40 alphabet holds a small part of p, yet with a
+    single draft nothing is lost — acceptance is 1 - TV, as in speculative sampling."""
+    verifier, sps = get_verifier(name), get_verifier("sps")
+    generator = torch.Generator().manual_seed(7)
+    p = torch.softmax(0.3 * torch.randn(300, generator=generator, dtype=torch.float64), -1)
+    q = torch.softmax(torch.log(p) + 0.5 * torch.randn(300, generator=generator, dtype=torch.float64), -1)
+    assert float(p.topk(40).values.sum()) < 0.3
+    assert verifier.acceptance(p, q, 1) == pytest.approx(float(torch.minimum(p, q).sum()), abs=1e-12)
+    assert verifier.acceptance(p, q, 2) < 0.5 * verifier.acceptance(p, q, 1)  # the tail cost with two drafts
+    for x in (0, 17, 299):
+        assert torch.allclose(verifier.output_law(p, q, [x]), sps.output_law(p, q, [x]), atol=1e-12)
+    tokens = [verifier.verify(p, q, [17], torch.Generator().manual_seed(s))[0] for s in range(50)]
+    assert tokens == [sps.verify(p, q, [17], torch.Generator().manual_seed(s))[0] for s in range(50)]
+
+
 @pytest.mark.parametrize("name", ["is", "is-weighted full LP"])
 def test_a_perfect_drafter_is_always_accepted(name):
     """p = q: classical weights are all equal and keep Y_I ~ q at every stage; the LP can
