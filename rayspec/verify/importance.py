@@ -308,8 +308,9 @@ class PairwiseImportanceSampling(IIDDrafts, Verifier):
     _single_draft = SpeculativeSampling()
 
     def verify_batch(self, p, q, drafts, generator):
-        if torch.as_tensor(drafts).shape[-1] == 1:
-            return self._single_draft.verify_batch(p, q, torch.as_tensor(drafts, dtype=torch.long), generator)
+        drafts = torch.as_tensor(drafts, dtype=torch.long)
+        if drafts.shape[-1] == 1:
+            return self._single_draft.verify_batch(p, q, drafts, generator)
         nodes = self.nodes(p, q, drafts)
         batch, k = nodes.local.shape
         # Columns: k-1 selection stages, then acceptance, residual, gamma coin, tail draw.
@@ -333,8 +334,9 @@ class PairwiseImportanceSampling(IIDDrafts, Verifier):
         return token, index
 
     def output_law_batch(self, p, q, drafts):
-        if torch.as_tensor(drafts).shape[-1] == 1:
-            return self._single_draft.output_law_batch(p, q, torch.as_tensor(drafts, dtype=torch.long))
+        drafts = torch.as_tensor(drafts, dtype=torch.long)
+        if drafts.shape[-1] == 1:
+            return self._single_draft.output_law_batch(p, q, drafts)
         nodes = self.nodes(p, q, drafts)
         p_sel = nodes.selection_law()
         probs = nodes.selection_probs()
