@@ -9,7 +9,8 @@ and to its own ancestors only (SpecInfer's topology-aware mask), at position id
 transformers 5 details (see the project's environment notes): the mask must be a *float*
 additive 4D mask [1, 1, n, cache + n] (0 = attend, finfo.min = masked) — a bool mask with
 eager attention is silently wrong; and `DynamicCache.crop` only removes, so compaction
-selects the kept rows of every layer's keys and values along the sequence dimension.
+moves the kept rows of every layer's keys and values down over the dropped ones and slices
+the tail off.
 """
 
 from __future__ import annotations
@@ -69,18 +70,24 @@ class TreeLM:
         )
         return out.logits[0].float()
 
+    @torch.inference_mode()  # the cache holds inference tensors, updated in place here
     def keep(self, rows) -> None:
         """Commit the appended rows listed in `rows` (cache indices >= committed, in order)
         and drop every other appended row."""
         rows = [int(r) for r in rows]
         if any(not self.committed <= r < self.cached for r in rows) or rows != sorted(set(rows)):
             raise ValueError(f"rows to keep must be increasing, uncommitted cache rows; got {rows}")
-        if len(rows) != self.cached - self.committed or rows != list(range(self.committed, self.cached)):
-            index = torch.tensor(list(range(self.committed)) + rows, dtype=torch.long, device=self.device)
+        end = self.committed + len(rows)
+        moved = rows != list(range(self.committed, end))
+        if moved or end != self.cached:
+            # Only the appended rows move: the committed prefix is never copied.
+            source = torch.tensor(rows, dtype=torch.long, device=self.device)
             for layer in self.cache.layers:
-                layer.keys = layer.keys.index_select(-2, index)
-                layer.values = layer.values.index_select(-2, index)
-        self.committed += len(rows)
+                if moved:
+                    layer.keys[..., self.committed : end, :] = layer.keys.index_select(-2, source)
+                    layer.values[..., self.committed : end, :] = layer.values.index_select(-2, source)
+                layer.keys, layer.values = layer.keys[..., :end, :], layer.values[..., :end, :]
+        self.committed = end
 
     def prefill(self, tokens) -> torch.Tensor:
         """Append and commit a causal chain of tokens; returns its logits [n, V]."""
