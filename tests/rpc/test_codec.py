@@ -51,8 +51,9 @@ def test_rows_of_the_wrong_dtype_shape_or_content_are_refused():
         codec.decode_rows(tensor_pb2.ProbabilityRows(dense=codec.encode_tensor(rows.to(torch.int32))), 2, 8)
     with pytest.raises(codec.CodecError, match="shape"):
         codec.decode_rows(codec.encode_rows(rows), 3, 8)
-    with pytest.raises(codec.CodecError, match="finite and non-negative"):
-        codec.decode_rows(codec.encode_rows(-rows), 2, 8)
+    for bad_values in (-rows, rows * float("nan"), rows + float("inf"), rows + 1):
+        with pytest.raises(codec.CodecError, match=r"must lie in \[0, 1\]"):
+            codec.decode_rows(codec.encode_rows(bad_values), 2, 8)
     bad = codec.encode_rows(torch.tensor([[0.0, 0, 0, 1, 0, 0, 0, 0]] * 2))
     bad.sparse.indices.CopyFrom(codec.encode_tensor(torch.tensor([3, 99], dtype=torch.int32)))
     with pytest.raises(codec.CodecError, match="column indices outside"):
