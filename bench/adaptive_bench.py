@@ -7,7 +7,8 @@ measured costs, interleaved prompt by prompt: one keeps its start-up plan (adapt
 the other re-estimates the acceptance vector from the ranks it accepts and re-plans when the
 predicted gain passes the threshold.  `--start prior` plans both from the engine's default
 prior instead of the measured vector: what a new model pair without `rayspec tree measure`
-gets, and the case re-planning is for.  Reported: tokens/step and tokens/s of both, and every
+gets, and the case re-planning is for: when that plan is target-only decoding, the adaptive
+engine drafts a small probe tree every few steps to learn the vector.  Reported: tokens/step and tokens/s of both, and every
 re-plan (step, tree before -> after, predicted gain).
 Writes bench/results/adaptive_bench.{json,md}.
 """
@@ -48,6 +49,7 @@ def main():
         row["replans"] = [{"step": r.step, "before": r.before, "after": r.after, "gain": r.gain}
                           for r in policy.history]
         row["policy_steps"] = policy.steps
+        row["probes"] = policy.probes
     result = {"meta": {**machine(target_model.device.type), **vars(args)}, "rows": rows}
     out = Path(args.out or RESULTS / ("adaptive_bench" if args.start == "measured" else "adaptive_bench_prior"))
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -55,13 +57,13 @@ def main():
     lines = [f"# Adaptive sequoia:auto on the demo pair, planned from the {args.start} vector "
              f"({result['meta']['device_name']}, T = {args.temperature:g}, "
              f"{args.prompts} prompts x {args.tokens} tokens, interleaved)", "",
-             "| verifier | trees | tokens/step | tokens/s | re-plans (step: nodes/depth before -> after, predicted gain) |",
-             "|---|---|---|---|---|"]
+             "| verifier | trees | tokens/step | tokens/s | probe steps | re-plans (observed step: nodes/depth before -> after, predicted gain) |",
+             "|---|---|---|---|---|---|"]
     for row in rows:
         replans = "; ".join(f"{r['step']}: {r['before'][0]}/{r['before'][1]} -> {r['after'][0]}/{r['after'][1]}, "
                             f"{r['gain'] * 100:+.0f} %" for r in row["replans"]) or "-"
         lines.append(f"| {row['verifier']} | {'adaptive' if row['adaptive_flag'] else 'static'} | "
-                     f"{row['tokens_per_step']:.2f} | {row['tokens_per_s']:.1f} | {replans} |")
+                     f"{row['tokens_per_step']:.2f} | {row['tokens_per_s']:.1f} | {row['probes']} | {replans} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print(out.with_suffix(".md").read_text())
 

@@ -219,20 +219,22 @@ class SpeculativeEngine:
 
         with ExitStack() as sessions:
             target = sessions.enter_context(_closing(self.target.open(spec)))
-            drafter = None
-            if self.drafter is not None and policy.shape_for(verifier, params.temperature).size > 1:
-                drafter = sessions.enter_context(_closing(self.drafter.open(spec)))
+            drafter = None  # opened at the first step that drafts
             produced: list[int] = []
-            outcome = None
+            unseen = None  # what the drafter has not been told since it last drafted
             while True:
                 step_start = time.perf_counter()
                 length = len(prompt) + len(produced)
-                step_shape = policy.shape_for(verifier, params.temperature).truncated(context - length - 1)
-                if drafter is not None and step_shape.size > 1:
-                    draft = drafter.draft(step_shape, outcome)
+                step_shape = policy.next_shape(verifier, params.temperature).truncated(context - length - 1)
+                if self.drafter is not None and step_shape.size > 1:
+                    if drafter is None:
+                        drafter = sessions.enter_context(_closing(self.drafter.open(spec)))
+                    draft = drafter.draft(step_shape, unseen)
+                    unseen = None
                 else:
                     draft = Draft(DraftTree(TreeShape.chain(0), torch.tensor([(prompt + produced)[-1]])), None)
                 outcome = target.verify(draft)
+                unseen = outcome if unseen is None else unseen.then(outcome)
                 policy.observe(verifier, params.temperature, draft.tree.shape, outcome)
                 new = list(outcome.tokens)
                 finish = None

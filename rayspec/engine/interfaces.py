@@ -80,6 +80,13 @@ class Outcome:
     verify_seconds: float = 0.0  # the verifier's walk
     wire_bytes: int = 0  # bytes that crossed a process boundary to get it (0 in-process)
 
+    def then(self, later: "Outcome") -> "Outcome":
+        """This outcome followed by a later step's that drafted nothing (a 1-node tree): what
+        a drafter that skipped that step must commit — this tree's path, both steps' tokens."""
+        if later.path:
+            raise ValueError("only an outcome with no accepted draft can follow without a draft in between")
+        return Outcome(self.tokens + later.tokens, self.path, self.ranks)
+
 
 class DrafterSession(Protocol):
     def draft(self, shape: TreeShape, previous: Outcome | None) -> Draft:

@@ -11,7 +11,10 @@ for the request's verifier near its temperature (`AcceptanceLibrary`), with the 
 limit on children per node.  They adapt while serving: the engine reports each step's
 accepted ranks, a running estimate of the vector builds up (`RunningAcceptance`), and every
 `replan_every` steps the tree is re-planned if the new vector predicts a gain above
-`threshold`; `history` records when and by how much.
+`threshold`; `history` records when and by how much.  A plan of one node (target-only
+decoding: drafting was predicted not to pay) drafts nothing to learn from, so every
+`explore_every`-th step then drafts a small probe tree (`explore_budget` nodes) whose
+accepted ranks feed the estimate and can bring drafting back.
 """
 
 from __future__ import annotations
@@ -112,7 +115,12 @@ def step_cost_model(costs, verifier: str, vocab_size: int, rtt: float = 0.0, dra
 
 class TreePolicy:
     def shape_for(self, verifier: str, temperature: float) -> TreeShape | DynamicPlan:
+        """The planned tree."""
         raise NotImplementedError
+
+    def next_shape(self, verifier: str, temperature: float) -> TreeShape | DynamicPlan:
+        """The tree to draft at the next step: the planned one unless the policy explores."""
+        return self.shape_for(verifier, temperature)
 
     def observe(self, verifier: str, temperature: float, shape, outcome) -> None:
         pass
@@ -140,13 +148,19 @@ class SequoiaTrees(TreePolicy):
     """Sequoia's optimal trees per (verifier, temperature), optionally hardware-aware and adaptive."""
 
     def __init__(self, spec: SequoiaSpec, library: AcceptanceLibrary, costs=None, vocab_size: int = 0,
-                 adaptive: bool = True, replan_every: int = 32, threshold: float = 0.05, min_samples: float = 200.0):
+                 adaptive: bool = True, replan_every: int = 32, threshold: float = 0.05, min_samples: float = 200.0,
+                 explore_every: int = 4, explore_budget: int = 8):
         if spec.budget is None and costs is None:
             raise ValueError("sequoia:auto needs measured costs")
+        if explore_every < 1 or explore_budget < 2:
+            raise ValueError(f"explore_every must be >= 1 and explore_budget >= 2, got {explore_every}, {explore_budget}")
         self.spec, self.library, self.costs, self.vocab_size = spec, library, costs, vocab_size
         self.adaptive, self.replan_every, self.threshold, self.min_samples = adaptive, replan_every, threshold, min_samples
+        self.explore_every, self.explore_budget = explore_every, explore_budget
         self._plans: dict[tuple[str, float], TreeShape] = {}
         self._running: dict[tuple[str, float], RunningAcceptance] = {}
+        self._idle_steps: dict[tuple[str, float], int] = {}  # steps decoded on a one-node plan
+        self.probes = 0
         self._lock = threading.Lock()
         self.history: list[Replanned] = []
         self.steps = 0
@@ -179,6 +193,21 @@ class SequoiaTrees(TreePolicy):
                     self._running[key] = RunningAcceptance(len(vector), min_samples=self.min_samples, prior=vector,
                                                            prior_weight=self.min_samples)
             return self._plans[key]
+
+    def next_shape(self, verifier, temperature):
+        planned = self.shape_for(verifier, temperature)
+        if not self.adaptive or planned.size > 1:
+            return planned
+        key = self._key(verifier, temperature)
+        with self._lock:
+            self._idle_steps[key] = self._idle_steps.get(key, 0) + 1
+            if self._idle_steps[key] % self.explore_every:
+                return planned
+            self.probes += 1
+            running = self._running[key]
+            vector = running.vector()
+            vector = running.prior if vector is None else vector
+        return solve(vector, self.explore_budget, self.spec.depth, verifier_class(verifier).max_drafts).tree()
 
     def observe(self, verifier, temperature, shape, outcome):
         if not self.adaptive or isinstance(shape, DynamicPlan) or shape.size <= 1:

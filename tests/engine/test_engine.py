@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.engine.policy import TreePolicy
 from rayspec.tree.structure import TreeShape
 from rayspec.verify import available_verifiers, get_verifier
 from tests.stats import assert_frequencies_match
@@ -254,3 +255,30 @@ def test_sequoia_trees_are_exact_at_temperature_zero(pair, greedy_reference, nam
     prompts, references = greedy_reference
     for prompt, reference in zip(prompts, references):
         assert engine.run(prompt, max_new_tokens=24, temperature=0).tokens == reference
+
+
+class _Alternating(TreePolicy):
+    """Draft a chain every other step, nothing in between (as a one-node plan that probes)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def shape_for(self, verifier, temperature):
+        return TreeShape.chain(3)
+
+    def next_shape(self, verifier, temperature):
+        self.calls += 1
+        return TreeShape.chain(3) if self.calls % 2 == 0 else TreeShape.chain(0)
+
+
+def test_a_drafter_that_skipped_steps_catches_up_with_every_emitted_token(pair, greedy_reference):
+    # The drafter is the target itself: at T = 0 a drafter that knows every emitted token
+    # drafts exactly the target's greedy continuation, so every drafted chain is accepted whole.
+    target = pair[0]
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(target), verifier="greedy", tree=_Alternating())
+    prompts, references = greedy_reference
+    for prompt, reference in zip(prompts, references):
+        out = engine.run(prompt, max_new_tokens=24, temperature=0)
+        assert out.tokens == reference
+        drafted = [step for step in out.stats.steps if step.drafted]
+        assert drafted and all(step.accepted == step.drafted for step in drafted[:-1])

@@ -100,3 +100,46 @@ def test_adaptive_trees_stay_put_when_the_served_vector_matches(tmp_path):
         shape = policy.shape_for("rrsw", 1.0)
         policy.observe("rrsw", 1.0, shape, simulate_walk(shape, vector, rng))
     assert policy.history == []
+
+
+def test_a_one_node_plan_explores_and_returns_to_drafting_when_the_served_vector_is_better(tmp_path):
+    # The prior predicts drafting does not pay at these costs; the drafter actually serves far
+    # better.  Probe trees must find that out and bring a real tree back.
+    write_vector(tmp_path, "rrsw", 1.0, [0.2, 0.05])
+    step_costs = costs(lambda n: 0.01 * (1 + n / 16), level=0.002)
+    policy = SequoiaTrees(SequoiaSpec(None), AcceptanceLibrary(tmp_path), step_costs, replan_every=16,
+                          min_samples=60, explore_every=4, explore_budget=8)
+    assert policy.shape_for("rrsw", 1.0).size == 1
+    rng = np.random.default_rng(2)
+    sizes = []
+    for _ in range(800):
+        shape = policy.next_shape("rrsw", 1.0)
+        sizes.append(shape.size)
+        policy.observe("rrsw", 1.0, shape, simulate_walk(shape, [0.85, 0.08, 0.03], rng))
+    assert policy.probes > 0 and 1 < max(sizes[:8]) <= 8  # a probe among the first explore_every steps
+    assert policy.history and policy.history[0].before == (1, 0) and policy.history[0].gain > policy.threshold
+    assert policy.shape_for("rrsw", 1.0).size > 1 and sizes[-1] > 1
+
+
+def test_a_one_node_plan_stays_when_the_probes_confirm_it(tmp_path):
+    write_vector(tmp_path, "rrsw", 1.0, [0.2, 0.05])
+    step_costs = costs(lambda n: 0.01 * (1 + n / 16), level=0.002)
+    policy = SequoiaTrees(SequoiaSpec(None), AcceptanceLibrary(tmp_path), step_costs, replan_every=16,
+                          min_samples=60, explore_every=4)
+    rng = np.random.default_rng(3)
+    sizes = []
+    for _ in range(800):
+        shape = policy.next_shape("rrsw", 1.0)
+        sizes.append(shape.size)
+        policy.observe("rrsw", 1.0, shape, simulate_walk(shape, [0.2, 0.05], rng))
+    assert policy.history == [] and policy.shape_for("rrsw", 1.0).size == 1
+    assert sum(size > 1 for size in sizes) == 800 // 4  # exactly every fourth step probes
+
+
+def test_fixed_and_non_adaptive_plans_never_probe(tmp_path):
+    write_vector(tmp_path, "rrsw", 1.0, [0.2, 0.05])
+    step_costs = costs(lambda n: 0.01 * (1 + n / 16), level=0.002)
+    frozen = SequoiaTrees(SequoiaSpec(None), AcceptanceLibrary(tmp_path), step_costs, adaptive=False)
+    assert {frozen.next_shape("rrsw", 1.0).size for _ in range(20)} == {1}
+    with pytest.raises(ValueError, match="explore_every"):
+        SequoiaTrees(SequoiaSpec(None), AcceptanceLibrary(tmp_path), step_costs, explore_every=0)
