@@ -14,7 +14,9 @@ accepted ranks, a running estimate of the vector builds up (`RunningAcceptance`)
 `threshold`; `history` records when and by how much.  A plan of one node (target-only
 decoding: drafting was predicted not to pay) drafts nothing to learn from, so every
 `explore_every`-th step then drafts a small probe tree (`explore_budget` nodes) whose
-accepted ranks feed the estimate and can bring drafting back.
+accepted ranks feed the estimate and can bring drafting back; each re-planning check that
+confirms the one-node plan halves the probing rate (down to one step in 16 x explore_every),
+so that a plan that is right costs little to keep checking.
 """
 
 from __future__ import annotations
@@ -160,6 +162,7 @@ class SequoiaTrees(TreePolicy):
         self._plans: dict[tuple[str, float], TreeShape] = {}
         self._running: dict[tuple[str, float], RunningAcceptance] = {}
         self._idle_steps: dict[tuple[str, float], int] = {}  # steps decoded on a one-node plan
+        self._probe_interval: dict[tuple[str, float], int] = {}
         self.probes = 0
         self._lock = threading.Lock()
         self.history: list[Replanned] = []
@@ -201,7 +204,7 @@ class SequoiaTrees(TreePolicy):
         key = self._key(verifier, temperature)
         with self._lock:
             self._idle_steps[key] = self._idle_steps.get(key, 0) + 1
-            if self._idle_steps[key] % self.explore_every:
+            if self._idle_steps[key] % self._probe_interval.get(key, self.explore_every):
                 return planned
             self.probes += 1
             running = self._running[key]
@@ -238,3 +241,6 @@ class SequoiaTrees(TreePolicy):
                 self.history.append(Replanned(self.steps, verifier, key[1], (current.size, current.max_depth),
                                               (better.size, better.max_depth), gain))
                 self._plans[key] = better
+            elif current.size <= 1:
+                interval = self._probe_interval.get(key, self.explore_every)
+                self._probe_interval[key] = min(2 * interval, 16 * self.explore_every)

@@ -133,7 +133,12 @@ def test_a_one_node_plan_stays_when_the_probes_confirm_it(tmp_path):
         sizes.append(shape.size)
         policy.observe("rrsw", 1.0, shape, simulate_walk(shape, [0.2, 0.05], rng))
     assert policy.history == [] and policy.shape_for("rrsw", 1.0).size == 1
-    assert sum(size > 1 for size in sizes) == 800 // 4  # exactly every fourth step probes
+    probes = [i for i, size in enumerate(sizes) if size > 1]
+    assert probes[:4] == [3, 7, 11, 15]  # every fourth step at first,
+    gaps = np.diff(probes)
+    assert (np.diff(gaps) >= 0).all() and gaps[-1] >= 16  # then less often as checks confirm the plan
+    assert set(gaps) <= {4, 8, 16, 32, 64}
+    assert len(probes) < 800 // 6  # 200 without the back-off
 
 
 def test_fixed_and_non_adaptive_plans_never_probe(tmp_path):
