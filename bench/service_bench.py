@@ -4,10 +4,17 @@
 
 1. Overhead of distribution: a target and a drafter worker as plain processes talking gRPC
    on loopback, driven by the same engine as the in-process run, on the same prompts, seeds,
-   verifier and tree, interleaved prompt by prompt.  Reported: tokens/s of each (goal: the
-   distributed path >= 90 % of in-process), whether the tokens are identical (they must be),
-   bytes per step, and the share of step time spent outside the drafter's and target's
-   compute — gRPC, serialisation, the engine's bookkeeping (goal <= 5 %).
+   verifier and tree, interleaved prompt by prompt; and a third arm with the drafter in the
+   coordinator's process (one RPC per step instead of two).  Reported: tokens/s of each
+   (goal: the distributed path >= 90 % of in-process), whether the tokens are identical
+   (they must be), bytes per step, the share of step time spent outside the drafter's and
+   target's compute, and the part of it distribution adds (goal <= 5 %), next to the
+   transport floor: a no-op RPC's round trip and a synthetic RPC whose handler computes
+   for as long as a target step.
+   Every process runs `--threads` torch threads (default 1): identical tokens need identical
+   arithmetic, and CPU matmuls reduce in a different order with a different thread count
+   (measured on the demo pair: logits differ by ~4e-6 at some tree sizes), which flips a
+   sample whenever a uniform lands that close to a boundary.
 2. Placement: bytes crossing per step for every verifier, with the verifier at the target
    (the default) and at the coordinator.
 3. Load: `rayspec serve` (Ray Serve HTTP + the gRPC coordinator) under locust at 1, 4 and 16
@@ -20,19 +27,25 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import multiprocessing
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import grpc
+import torch
 from common import ACCEPTANCE, RESULTS, fits, load_demo, machine
 from rayspec.demo import DRAFTER_PATH, TARGET_PATH
 from rayspec.engine import GenerationStats, SpeculativeEngine
+from rayspec.rpc.generated import health_pb2, health_pb2_grpc
 from rayspec.rpc.process import Worker
 from rayspec.rpc.remote import RemoteDrafter, RemoteTarget
+from rayspec.rpc.server import HealthServicer, start_server
 from rayspec.verify import available_verifiers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,16 +60,34 @@ def decode(engine, prompt, tokens, temperature, seed):
     return produced, stats, time.perf_counter() - start
 
 
+ARMS = {  # name: (drafter, target) — which side is a remote worker
+    "in-process": ("local", "local"),
+    "distributed": ("remote", "remote"),
+    "drafter in coordinator": ("local", "remote"),
+}
+
+
+OWN_PLAN = "distributed, planned from its own costs"
+
+
 def overhead(local, remote, prompts, tokens, temperature, verifier, tree, costs):
+    """Every arm decodes the same tree (planned from the in-process costs) so that their tokens
+    can be compared; for sequoia:auto one more arm plans from costs measured through gRPC, as a
+    deployment does — its tree, and so its tokens, may differ."""
+    handles = {"local": local, "remote": remote}
     engines = {
-        "in-process": SpeculativeEngine(*local, verifier=verifier, tree=tree, acceptance_dir=ACCEPTANCE, costs=costs, adaptive=False),
-        "distributed": SpeculativeEngine(*remote, verifier=verifier, tree=tree, acceptance_dir=ACCEPTANCE, costs=costs, adaptive=False),
+        name: SpeculativeEngine(handles[where_target][0], handles[where_drafter][1], verifier=verifier, tree=tree,
+                                acceptance_dir=ACCEPTANCE, costs=costs, adaptive=False)
+        for name, (where_drafter, where_target) in ARMS.items()
     }
+    if tree == "sequoia:auto":
+        engines[OWN_PLAN] = SpeculativeEngine(*remote, verifier=verifier, tree=tree, acceptance_dir=ACCEPTANCE, adaptive=False)
     totals = {name: {"tokens": 0, "seconds": 0.0, "steps": 0, "wall": 0.0, "other": 0.0, "bytes": 0} for name in engines}
     identical = True
     for i, prompt in enumerate(prompts):
         outputs = {}
-        for name in (list(engines) if i % 2 == 0 else list(engines)[::-1]):
+        shift = i % len(engines)
+        for name in list(engines)[shift:] + list(engines)[:shift]:
             produced, stats, seconds = decode(engines[name], prompt, tokens, temperature, seed=500 + i)
             outputs[name] = produced
             t = totals[name]
@@ -66,13 +97,22 @@ def overhead(local, remote, prompts, tokens, temperature, verifier, tree, costs)
             t["wall"] += sum(s.wall for s in stats.steps)
             t["other"] += sum(s.other for s in stats.steps)
             t["bytes"] += sum(s.wire_bytes for s in stats.steps)
-        identical &= outputs["in-process"] == outputs["distributed"]
+        identical &= all(output == outputs["in-process"] for name, output in outputs.items() if name != OWN_PLAN)
         print(f"  overhead: prompt {i + 1}/{len(prompts)}", flush=True)
     rows = {}
+    base = totals["in-process"]
     for name, t in totals.items():
+        wall = t["wall"] / t["steps"]
         rows[name] = {"tokens_per_s": t["tokens"] / t["seconds"], "tokens_per_step": t["tokens"] / t["steps"],
-                      "other_share": t["other"] / t["wall"], "bytes_per_step": t["bytes"] / t["steps"]}
-    rows["distributed_over_in_process"] = rows["distributed"]["tokens_per_s"] / rows["in-process"]["tokens_per_s"]
+                      "step_ms": wall * 1e3, "other_share": t["other"] / t["wall"],
+                      # what distribution adds to the in-process engine's own bookkeeping
+                      "added_share": max(t["other"] / t["steps"] - base["other"] / base["steps"], 0.0) / wall,
+                      "bytes_per_step": t["bytes"] / t["steps"]}
+        rows[name]["over_in_process"] = rows[name]["tokens_per_s"] / (base["tokens"] / base["seconds"])
+    for name, engine in engines.items():
+        shape = engine.policy(tree).shape_for(verifier, temperature)
+        rows[name]["tree"] = {"nodes": shape.size, "depth": shape.max_depth}
+    rows["distributed_over_in_process"] = rows["distributed"]["over_in_process"]
     rows["identical_tokens"] = identical
     rows["setting"] = {"verifier": verifier, "tree": tree, "temperature": temperature}
     return rows
@@ -97,6 +137,44 @@ def placement(target_address, drafter_address, prompts, tokens, temperature, tre
         rows.append(row)
         print(f"  placement: {verifier}", flush=True)
     return rows
+
+
+class _BusyHealth(HealthServicer):
+    """A health service whose Check computes for `service` milliseconds: an RPC as long as a
+    decoding step, with nothing of rayspec in it."""
+
+    def Check(self, request, context):
+        deadline = time.perf_counter() + float(request.service or 0) / 1e3
+        while time.perf_counter() < deadline:
+            pass
+        return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
+
+
+def _serve_busy_health(ports):
+    server, port = start_server(lambda s: health_pb2_grpc.add_HealthServicer_to_server(_BusyHealth([]), s), "127.0.0.1:0")
+    ports.put(port)
+    server.wait_for_termination()
+
+
+def transport_floor(step_ms: float, calls: int = 200) -> dict:
+    """Median round trip of a gRPC call on loopback beyond its handler's own time, for a
+    handler of 0 ms and of `step_ms` (this machine wakes slower from a longer wait)."""
+    ports = multiprocessing.Queue()
+    server = multiprocessing.Process(target=_serve_busy_health, args=(ports,), daemon=True)
+    server.start()
+    try:
+        stub = health_pb2_grpc.HealthStub(grpc.insecure_channel(f"127.0.0.1:{ports.get(timeout=60)}"))
+        floor = {}
+        for ms in (0.0, step_ms):
+            extra = []
+            for _ in range(calls if ms == 0 else max(20, int(calls * 5 / max(ms, 5)))):
+                start = time.perf_counter()
+                stub.Check(health_pb2.HealthCheckRequest(service=f"{ms:.3f}"), timeout=10)
+                extra.append(time.perf_counter() - start - ms / 1e3)
+            floor[f"handler_{ms:.0f}ms_overhead_ms"] = statistics.median(extra[5:]) * 1e3
+        return floor
+    finally:
+        server.terminate()
 
 
 def locust_sweep(users, seconds, max_tokens):
@@ -166,22 +244,25 @@ def main():
     parser.add_argument("--users", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--locust-seconds", type=int, default=60)
     parser.add_argument("--skip-locust", action="store_true")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of every process")
     parser.add_argument("--out", default=str(RESULTS / "service_bench"))
     args = parser.parse_args()
 
+    torch.set_num_threads(args.threads)
     target, drafter, target_model, _, _, prompts = load_demo("cpu")
     costs = SpeculativeEngine(target, drafter, tree="chain:1").costs()
     logs = Path(tempfile.mkdtemp())
     workers = [
-        Worker(logs / "target.log", "--role", "target", "--model", str(TARGET_PATH)),
-        Worker(logs / "drafter.log", "--role", "drafter", "--model", str(DRAFTER_PATH)),
+        Worker(logs / "target.log", "--role", "target", "--model", str(TARGET_PATH), threads=args.threads),
+        Worker(logs / "drafter.log", "--role", "drafter", "--model", str(DRAFTER_PATH), threads=args.threads),
     ]
     try:
         remote_target = RemoteTarget(workers[0].address)
         remote = (remote_target, RemoteDrafter(workers[1].address, remote_target.vocab_size))
-        result = {"meta": {**machine("cpu"), **vars(args)}}
+        result = {"meta": {**machine("cpu"), **vars(args), "costs": costs.to_json()}}
         result["overhead"] = overhead((target, drafter), remote, prompts[: args.prompts], args.tokens,
                                       args.temperature, args.verifier, args.tree, costs)
+        result["transport_floor"] = transport_floor(result["overhead"]["distributed"]["step_ms"] / 2)
         result["placement"] = placement(workers[0].address, workers[1].address, prompts[: args.placement_prompts],
                                         48, args.temperature, "kary:2x3", costs)
     finally:
@@ -197,17 +278,34 @@ def main():
 
 
 def write_markdown(path, result):
-    o = result["overhead"]
-    s = o["setting"]
-    lines = [f"# The distributed path on the demo pair ({result['meta']['device_name']}, {result['meta']['threads']} threads)", "",
-             f"## Overhead: plain-process workers on loopback gRPC vs in-process ({s['verifier']}, {s['tree']}, T = {s['temperature']:g})", "",
-             "| path | tokens/s | tokens/step | outside compute (gRPC, serialisation, bookkeeping) | bytes/step |",
-             "|---|---|---|---|---|"]
-    for name in ("in-process", "distributed"):
-        r = o[name]
-        lines.append(f"| {name} | {r['tokens_per_s']:.1f} | {r['tokens_per_step']:.2f} | {r['other_share'] * 100:.1f} % | {r['bytes_per_step']:.0f} |")
-    lines += ["", f"Distributed / in-process tokens/s: **{o['distributed_over_in_process']:.3f}** (goal ≥ 0.90); "
-              f"identical tokens for the same seeds: **{o['identical_tokens']}**.", "",
+    meta = result["meta"]
+    threads = meta.get("threads_text") or f"{meta['threads']} torch thread(s) per process"
+    lines = [f"# The distributed path on the demo pair ({meta['device_name']}, {threads})"]
+    if meta.get("note"):
+        lines += ["", meta["note"]]
+    if "overhead" in result:
+        o = result["overhead"]
+        s = o["setting"]
+        lines += ["",
+                  f"## Overhead: workers as plain processes on loopback gRPC vs in-process ({s['verifier']}, {s['tree']}, T = {s['temperature']:g})", "",
+                  "| path | RPCs/step | tree (nodes, depth) | tokens/s | vs in-process | tokens/step | step ms | outside compute | added by distribution | bytes/step |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for name, rpcs in (("in-process", 0), ("distributed", 2), ("drafter in coordinator", 1), (OWN_PLAN, 2)):
+            if name not in o:
+                continue
+            r = o[name]
+            lines.append(f"| {name} | {rpcs} | {r['tree']['nodes']}, {r['tree']['depth']} | {r['tokens_per_s']:.1f} | "
+                         f"{r['over_in_process']:.3f} | {r['tokens_per_step']:.2f} | {r['step_ms']:.1f} | "
+                         f"{r['other_share'] * 100:.1f} % | {r['added_share'] * 100:.1f} % | {r['bytes_per_step']:.0f} |")
+        floor = result.get("transport_floor", {})
+        lines += ["", f"Distributed / in-process tokens/s: **{o['distributed_over_in_process']:.3f}** (goal ≥ 0.90); "
+                  f"identical tokens for the same seeds and tree on every path: **{o['identical_tokens']}**.  "
+                  "'Outside compute' is step time outside the drafter's and target's forwards and the verifier; "
+                  "'added by distribution' is that minus the in-process engine's own (goal ≤ 5 %)."]
+        if floor:
+            lines += ["", "Transport floor on this machine (gRPC Python, loopback, median time beyond the handler's own): "
+                      + ", ".join(f"{v:.2f} ms with a {k.split('_')[1]} handler" for k, v in floor.items()) + "."]
+    lines += ["",
               "## Bytes crossing per step, by verifier and where it runs (tree kary:2x3; single-draft verifiers chain:4; topk dynamic:32)", "",
               "| verifier | verifier at the target (default) | verifier at the coordinator |", "|---|---|---|"]
     for r in result["placement"]:

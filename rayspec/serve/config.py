@@ -26,7 +26,10 @@ Reproducibility: a seed gives the same tokens for the same tree.  Adaptive Sequo
 re-plan between two requests, and a different tree draws different drafts, so the same seed
 can then give a different (equally distributed) sample — except with the coupling verifiers
 (gumbel, minhash), whose output never depends on the drafts.  Set `adaptive_trees: false`
-or a static tree when byte-for-byte repeats matter more than adapting.
+or a static tree when byte-for-byte repeats matter more than adapting.  Repeats also need
+the same arithmetic: the same device, dtype and torch thread count (a CPU matmul sums in a
+different order on a different number of threads, and a 1e-6 change of a probability flips a
+sample whose uniform fell that close to a boundary).
 """
 
 from __future__ import annotations
