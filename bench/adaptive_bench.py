@@ -8,8 +8,9 @@ the other re-estimates the acceptance vector from the ranks it accepts and re-pl
 predicted gain passes the threshold.  `--start prior` plans both from the engine's default
 prior instead of the measured vector: what a new model pair without `rayspec tree measure`
 gets, and the case re-planning is for: when that plan is target-only decoding, the adaptive
-engine drafts a small probe tree every few steps to learn the vector.  Reported: tokens/step and tokens/s of both, and every
-re-plan (step, tree before -> after, predicted gain).
+engine drafts a small probe tree every few steps to learn the vector.  Reported: tokens/step
+and tokens/s of both, probe steps, and every re-plan (step, tree before -> after, predicted
+gain).
 Writes bench/results/adaptive_bench.{json,md}.
 """
 
