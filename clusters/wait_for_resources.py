@@ -23,10 +23,13 @@ BUILTIN = {"CPU", "GPU", "memory", "object_store_memory"}
 
 
 def required_resources(config: dict) -> dict[str, float]:
-    """Custom resources the placement asks for: the target's once, the drafters' per drafter."""
+    """Custom resources the placement asks for: the target's once, the drafters' per drafter
+    worker (a `where: coordinator` drafter runs in the coordinator and places nothing)."""
     placement = config.get("placement") or {}
+    drafters = config.get("drafters") or [{}]
+    workers = sum((d or {}).get("where", "worker") == "worker" for d in drafters)
     need: Counter = Counter()
-    for key, copies in (("target_resources", 1), ("drafter_resources", len(config.get("drafters") or [{}]))):
+    for key, copies in (("target_resources", 1), ("drafter_resources", workers)):
         for name, amount in (placement.get(key) or {}).items():
             if name not in BUILTIN:
                 need[name] += amount * copies

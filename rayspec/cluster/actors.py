@@ -9,23 +9,11 @@ from __future__ import annotations
 
 import ray
 
-from rayspec.serve.config import ModelConfig, ServiceConfig
+from rayspec.serve.config import DrafterConfig, ModelConfig, ServiceConfig
 
 
 def _node_address(port: int) -> str:
     return f"{ray.util.get_node_ip_address()}:{port}"
-
-
-def _load(model: ModelConfig, role: str):
-    import torch
-
-    from rayspec.demo import DRAFTER_PATH, TARGET_PATH
-    from rayspec.models import load_causal_lm
-
-    if model.threads:
-        torch.set_num_threads(model.threads)
-    path = model.path or (TARGET_PATH if role == "target" else DRAFTER_PATH)
-    return load_causal_lm(path, model.device, model.dtype)
 
 
 @ray.remote
@@ -33,11 +21,13 @@ class WorkerActor:
     """A target or drafter gRPC worker (`rayspec.v1.TargetService` / `DrafterService`)."""
 
     def __init__(self, role: str, model: dict, model_id: str = "target"):
+        from rayspec.demo import DRAFTER_PATH, TARGET_PATH
         from rayspec.engine.local import LocalDrafter, LocalTarget
         from rayspec.rpc.worker import serve_drafter, serve_target
 
         self.role = role
-        loaded, _ = _load(ModelConfig(**model), role)
+        config = ModelConfig(**model) if role == "target" else DrafterConfig(**model)
+        loaded, _ = config.load(TARGET_PATH if role == "target" else DRAFTER_PATH)
         if role == "target":
             self.server, port = serve_target(LocalTarget(loaded), "0.0.0.0:0", model_id=model_id)
         else:
@@ -62,7 +52,8 @@ class GenerationActor:
         config = ServiceConfig.from_dict(config)
         service = Service.from_config(config, target_address, drafter_addresses)
         self.server, port = serve_generation(
-            service.engine, service.tokenizer, f"{config.grpc.host}:{config.grpc.port}", service.request_limits
+            service.engine, service.tokenizer, f"{config.grpc.host}:{config.grpc.port}", service.request_limits,
+            max_concurrent_requests=config.limits.max_concurrent_requests,
         )
         self.address = f"{config.grpc.host}:{port}"
 

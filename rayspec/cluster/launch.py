@@ -2,8 +2,8 @@
 
     rayspec serve [config.yaml] [--address auto]
 
-1. a placement group with one bundle for the target and one per drafter (PACK: one node if
-   it fits; STRICT_SPREAD: drafter and target on distinct nodes);
+1. a placement group with one bundle for the target and one per `where: worker` drafter
+   (PACK: one node if it fits; STRICT_SPREAD: drafter and target on distinct nodes);
 2. a `WorkerActor` per bundle serving gRPC (target, drafters);
 3. the coordinator, twice over the same workers: the Ray Serve HTTP app (OpenAI-compatible)
    and a `GenerationActor` serving the `rayspec.v1.Generation` gRPC API.  Both are placed
@@ -38,7 +38,7 @@ def bundles(config: ServiceConfig, cluster_gpus: float) -> list[dict]:
         return b
 
     return [bundle(config.target, config.placement.target_resources)] + [
-        bundle(d, config.placement.drafter_resources) for d in config.drafters
+        bundle(d, config.placement.drafter_resources) for d in config.worker_drafters
     ]
 
 
@@ -78,7 +78,8 @@ class Service:
 
         self.target = WorkerActor.options(**placed(0, config.target)).remote("target", vars(config.target), config.model_id)
         self.drafters = [
-            WorkerActor.options(**placed(i + 1, d)).remote("drafter", vars(d)) for i, d in enumerate(config.drafters)
+            WorkerActor.options(**placed(i + 1, d)).remote("drafter", vars(d))
+            for i, d in enumerate(config.worker_drafters)
         ]
         self.target_address = ray.get(self.target.ready.remote(), timeout=start_timeout)
         self.drafter_addresses = ray.get([d.ready.remote() for d in self.drafters], timeout=start_timeout)

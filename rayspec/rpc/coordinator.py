@@ -59,7 +59,10 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
         yield generation_pb2.GenerateStreamResponse(complete=self._complete(request, ""))
 
 
-def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits: Limits | None = None):
+def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits: Limits | None = None,
+                     max_concurrent_requests: int = 64):
+    """Generation on `address`; requests beyond `max_concurrent_requests` running at once are
+    refused with RESOURCE_EXHAUSTED (each holds a server thread while it generates)."""
     servicer = GenerationServicer(engine, tokenizer, limits)
     health = HealthServicer(["rayspec.v1.Generation"])
 
@@ -67,19 +70,22 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
         generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
 
-    return start_server(register, address)
+    return start_server(register, address, max_workers=max_concurrent_requests + 4)  # + health checks
 
 
-def serve_generation_from_workers(address: str, target: str, drafter: str | None, verifier: str = "rrsw",
+def serve_generation_from_workers(address: str, target: str, drafter, verifier: str = "rrsw",
                                   tree: str = "kary:2x3", verify_at: str = "target", tokenizer_path=None):
-    """The coordinator of plain-process workers: Generation on `address` over remote handles."""
+    """The coordinator of plain-process workers: Generation on `address` over remote handles.
+    `drafter`: a drafter worker's host:port, a drafter in this process (`LocalDrafter`), or
+    None for target-only decoding."""
     from transformers import AutoTokenizer
 
     from rayspec.demo import TARGET_PATH
     from rayspec.rpc.remote import RemoteDrafter, RemoteTarget
 
     remote_target = RemoteTarget(target, verify_at=verify_at)
-    remote_drafter = RemoteDrafter(drafter, remote_target.vocab_size, context_length=remote_target.context_length) if drafter else None
+    if isinstance(drafter, str):
+        drafter = RemoteDrafter(drafter, remote_target.vocab_size, context_length=remote_target.context_length)
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path or TARGET_PATH))
-    engine = SpeculativeEngine(remote_target, remote_drafter, verifier=verifier, tree=tree, tokenizer=tokenizer)
+    engine = SpeculativeEngine(remote_target, drafter, verifier=verifier, tree=tree, tokenizer=tokenizer)
     return serve_generation(engine, tokenizer, address)

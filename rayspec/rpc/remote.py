@@ -3,7 +3,9 @@
 The engine runs unchanged over these: `SpeculativeEngine(RemoteTarget(addr), RemoteDrafter(addr))`
 is the distributed coordinator.  Per step, two calls cross the network: Draft (the planned
 shape and the previous outcome out; the tree and the internal nodes' q rows back) and Verify
-(the tree and the q rows out; the outcome back).
+(the tree and the q rows out; the outcome back).  By default a session sends them as messages
+on one bidirectional `Steps` stream per worker, opened at its first step, rather than as unary
+calls: the same messages, without setting up an HTTP/2 stream per call.
 
 Where the verifier runs (`verify_at`):
   "target"       (default) in the target worker: it holds the target's rows, so only the
@@ -17,7 +19,11 @@ Where the verifier runs (`verify_at`):
 
 from __future__ import annotations
 
+import queue
+import threading
+import time
 import uuid
+import weakref
 
 import grpc
 import torch
@@ -54,13 +60,116 @@ def _channel(address: str) -> grpc.Channel:
     return grpc.insecure_channel(address, options=GRPC_OPTIONS)
 
 
+class CallStream:
+    """A session's per-step calls on one `Steps` bidirectional stream, opened at the first call.
+
+    `call("verify", request)` sends the call and waits for its result, with the errors `call`
+    raises for a unary call: a `CallError` with INVALID_ARGUMENT becomes ValueError, any
+    other a RemoteError, and so does a broken stream (the next call opens a new one — the
+    session lives in the worker, not in the stream).  A call unanswered after `timeout`
+    seconds is cancelled by a shared watchdog thread: the per-call deadline of unary calls,
+    which a stream that lives as long as its session cannot carry itself."""
+
+    _END = None
+
+    def __init__(self, method, call_type, timeout: float, what: str):
+        self.method, self.call_type, self.timeout, self.what = method, call_type, timeout, what
+        self.waiting_since: float | None = None
+        self._requests: queue.SimpleQueue | None = None
+        self._results = None
+        self._expired = False
+
+    def call(self, kind: str, request):
+        if self._results is None:
+            self._requests = queue.SimpleQueue()
+            self._results = self.method(iter(self._requests.get, self._END))
+            _watchdog.watch(self)
+        self._expired = False
+        self.waiting_since = time.monotonic()
+        self._requests.put(self.call_type(**{kind: request}))
+        try:
+            result = next(self._results)
+        except (grpc.RpcError, StopIteration) as error:
+            self._close_stream()
+            if self._expired:
+                raise RemoteError(f"DEADLINE_EXCEEDED: {self.what} did not answer within {self.timeout:g} s") from None
+            if isinstance(error, StopIteration):
+                raise RemoteError(f"UNAVAILABLE: {self.what} ended the session stream") from None
+            raise RemoteError(f"{error.code().name}: {error.details()}") from None
+        finally:
+            self.waiting_since = None
+        which = result.WhichOneof("result")
+        if which == "error":
+            if result.error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]:
+                raise ValueError(result.error.message)
+            names = {code.value[0]: code.name for code in grpc.StatusCode}
+            raise RemoteError(f"{names.get(result.error.code, result.error.code)}: {result.error.message}")
+        if which != kind:
+            raise RemoteError(f"{self.what} answered a {kind} call with {which!r}")
+        return getattr(result, which)
+
+    def expire(self) -> None:
+        self._expired = True
+        results = self._results
+        if results is not None:
+            results.cancel()
+
+    def _close_stream(self) -> None:
+        if self._results is not None:
+            self._requests.put(self._END)
+            self._results.cancel()
+            self._results = None
+
+    def close(self) -> None:
+        _watchdog.forget(self)
+        self._close_stream()
+
+
+class _Watchdog:
+    """One daemon thread cancelling the stream calls that outlived their deadline."""
+
+    PERIOD = 0.25
+
+    def __init__(self):
+        self._streams: weakref.WeakSet[CallStream] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, stream: CallStream) -> None:
+        with self._lock:
+            self._streams.add(stream)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="rayspec-call-deadlines", daemon=True)
+                self._thread.start()
+
+    def forget(self, stream: CallStream) -> None:
+        with self._lock:
+            self._streams.discard(stream)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.PERIOD)
+            now = time.monotonic()
+            with self._lock:
+                streams = list(self._streams)
+            for stream in streams:
+                since = stream.waiting_since
+                if since is not None and now - since > stream.timeout:
+                    stream.expire()
+
+
+_watchdog = _Watchdog()
+
+
 class RemoteTarget:
     """A target worker at `address` (host:port)."""
 
-    def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT, verify_at: str = "target"):
+    def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT, verify_at: str = "target",
+                 streams: bool = True):
+        """streams: each session's steps on one `Steps` stream (default) rather than unary calls."""
         if verify_at not in ("target", "coordinator"):
             raise ValueError(f"verify_at must be 'target' or 'coordinator', got {verify_at!r}")
-        self.address, self.timeout, self.verify_at = address, timeout, verify_at
+        self.address, self.timeout, self.verify_at, self.streams = address, timeout, verify_at, streams
         self.channel = _channel(address)
         self.stub = worker_pb2_grpc.TargetServiceStub(self.channel)
         info = call(self.stub.Info, worker_pb2.InfoRequest(), timeout)
@@ -81,6 +190,8 @@ class RemoteTarget:
 class RemoteTargetSession:
     def __init__(self, target: RemoteTarget, session_id: str, spec: SequenceSpec):
         self.target, self.session_id = target, session_id
+        self.steps = CallStream(target.stub.Steps, worker_pb2.TargetCall, target.timeout, f"target {target.address}") \
+            if target.streams else None
         if target.verify_at == "coordinator":
             self.verifier = get_verifier(spec.verifier, **spec.verifier_params)
             self.generator = stream_generator(spec.seed, "verify")  # the target side's stream
@@ -94,14 +205,14 @@ class RemoteTargetSession:
         )
         if draft.q_rows is not None:
             request.q_rows.CopyFrom(codec.encode_rows(draft.q_rows))
-        reply = call(self.target.stub.Verify, request, self.target.timeout)
+        reply = self._step("verify", request)
         outcome = codec.decode_outcome(reply.outcome)
         outcome.wire_bytes = request.ByteSize() + reply.ByteSize()
         return outcome
 
     def _verify_here(self, draft: Draft) -> Outcome:
         request = worker_pb2.ScoreRequest(session_id=self.session_id, tree=codec.encode_tree(draft.tree))
-        reply = call(self.target.stub.Score, request, self.target.timeout)
+        reply = self._step("score", request)
         size = draft.tree.shape.size
         if self.verifier.token_only:  # each node's own sample as a point mass: the walk emits exactly those
             p_rows = torch.nn.functional.one_hot(torch.tensor(list(reply.node_tokens)), self.target.vocab_size).float()
@@ -111,12 +222,19 @@ class RemoteTargetSession:
         verdict = self.verifier.verify_tree(draft.tree, p_rows, draft.q_rows, randomness)
         outcome = Outcome(verdict.tokens, verdict.path, verdict.ranks, score_seconds=reply.seconds)
         commit = worker_pb2.CommitRequest(session_id=self.session_id, outcome=codec.encode_outcome(outcome))
-        call(self.target.stub.Commit, commit, self.target.timeout)
+        self._step("commit", commit)
         self.length += len(verdict.tokens)
         outcome.wire_bytes = request.ByteSize() + reply.ByteSize() + commit.ByteSize()
         return outcome
 
+    def _step(self, kind: str, request):
+        if self.steps is not None:
+            return self.steps.call(kind, request)
+        return call(getattr(self.target.stub, kind.capitalize()), request, self.target.timeout)
+
     def close(self) -> None:
+        if self.steps is not None:
+            self.steps.close()
         try:
             self.target.stub.Release(worker_pb2.ReleaseRequest(session_id=self.session_id), timeout=5.0)
         except grpc.RpcError:
@@ -126,9 +244,12 @@ class RemoteTargetSession:
 class RemoteDrafter:
     """A drafter worker at `address` (host:port)."""
 
-    def __init__(self, address: str, vocab_size: int, timeout: float = DEFAULT_TIMEOUT, context_length: int = 2048):
-        """vocab_size and context_length: the target's (a drafter serves a target's sequences)."""
+    def __init__(self, address: str, vocab_size: int, timeout: float = DEFAULT_TIMEOUT, context_length: int = 2048,
+                 streams: bool = True):
+        """vocab_size and context_length: the target's (a drafter serves a target's sequences).
+        streams: each session's drafts on one `Steps` stream (default) rather than unary calls."""
         self.address, self.timeout, self.vocab_size, self.context_length = address, timeout, vocab_size, context_length
+        self.streams = streams
         self.channel = _channel(address)
         self.stub = worker_pb2_grpc.DrafterServiceStub(self.channel)
 
@@ -144,18 +265,25 @@ class RemoteDrafter:
 class RemoteDrafterSession:
     def __init__(self, drafter: RemoteDrafter, session_id: str):
         self.drafter, self.session_id = drafter, session_id
+        self.steps = CallStream(drafter.stub.Steps, worker_pb2.DrafterCall, drafter.timeout, f"drafter {drafter.address}") \
+            if drafter.streams else None
 
     def draft(self, shape: TreeShape | DynamicPlan, previous: Outcome | None) -> Draft:
         request = worker_pb2.DraftRequest(session_id=self.session_id)
         codec.encode_plan(request, shape)
         if previous is not None:
             request.previous.CopyFrom(codec.encode_outcome(previous))
-        reply = call(self.drafter.stub.Draft, request, self.drafter.timeout)
+        if self.steps is not None:
+            reply = self.steps.call("draft", request)
+        else:
+            reply = call(self.drafter.stub.Draft, request, self.drafter.timeout)
         draft = codec.decode_draft(reply, self.drafter.vocab_size)
         draft.wire_bytes = request.ByteSize() + reply.ByteSize()
         return draft
 
     def close(self) -> None:
+        if self.steps is not None:
+            self.steps.close()
         try:
             self.drafter.stub.Release(worker_pb2.ReleaseRequest(session_id=self.session_id), timeout=5.0)
         except grpc.RpcError:

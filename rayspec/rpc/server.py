@@ -20,7 +20,7 @@ from concurrent import futures
 
 import grpc
 
-from rayspec.rpc.generated import health_pb2, health_pb2_grpc
+from rayspec.rpc.generated import health_pb2, health_pb2_grpc, worker_pb2
 
 log = logging.getLogger("rayspec.rpc")
 
@@ -45,18 +45,23 @@ class UnknownSessionError(KeyError):
     pass
 
 
+def status_of(error: Exception, where: str) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status a servicer's exception stands for, with its message."""
+    if isinstance(error, ValueError):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(error)
+    if isinstance(error, UnknownSessionError):
+        return grpc.StatusCode.NOT_FOUND, str(error.args[0])
+    if isinstance(error, SessionLimitError):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(error)
+    log.error("internal error in %s", where, exc_info=error)
+    return grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}"
+
+
 def rpc_errors(method):
     """Map exceptions raised by a servicer method to gRPC status codes with messages."""
 
     def abort(context, error):
-        if isinstance(error, ValueError):
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-        if isinstance(error, UnknownSessionError):
-            context.abort(grpc.StatusCode.NOT_FOUND, str(error.args[0]))
-        if isinstance(error, SessionLimitError):
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
-        log.exception("internal error in %s", method.__name__)
-        context.abort(grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}")
+        context.abort(*status_of(error, method.__name__))
 
     @functools.wraps(method)
     def unary(self, request, context):
@@ -88,6 +93,25 @@ class Servicer:
         self._sessions: dict[str, tuple[object, float]] = {}
         self._sessions_lock = threading.Lock()
         self.compute = threading.Lock()  # one model computation at a time per process
+
+    def serve_steps(self, calls, context, result_type, handlers: dict):
+        """A `Steps` stream: each call message dispatched to the unary handler its `call` field
+        names (`handlers`: field -> method decorated with `rpc_errors`, run here without it),
+        answered in order by a `result_type` holding the reply or, when the call failed, a
+        `CallError` with the status the unary call would have ended with.  A failed call
+        leaves the stream open."""
+        for call in calls:
+            kind = call.WhichOneof("call")
+            try:
+                if kind is None:
+                    raise ValueError("an empty call: set one of " + ", ".join(handlers))
+                request = getattr(call, kind)
+                self.check_size(request)
+                reply = inspect.unwrap(handlers[kind])(self, request, context)
+                yield result_type(**{kind: reply})
+            except Exception as error:  # noqa: BLE001 — every failure becomes a CallError
+                code, message = status_of(error, f"Steps.{kind}")
+                yield result_type(error=worker_pb2.CallError(code=code.value[0], message=message))
 
     def check_size(self, request) -> None:
         size = request.ByteSize()
@@ -148,8 +172,14 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
 
 
 def start_server(register, address: str, max_workers: int = 16) -> tuple[grpc.Server, int]:
-    """A started gRPC server; `register(server)` adds the servicers.  Returns (server, port)."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=GRPC_OPTIONS)
+    """A started gRPC server; `register(server)` adds the servicers.  Returns (server, port).
+
+    A call holds one of the `max_workers` threads while it runs — a `Steps` stream for its
+    session's life — and calls beyond that many are refused with RESOURCE_EXHAUSTED rather
+    than queued behind streams that may never end."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers), options=GRPC_OPTIONS, maximum_concurrent_rpcs=max_workers
+    )
     register(server)
     port = server.add_insecure_port(address)
     if port == 0:

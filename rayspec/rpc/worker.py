@@ -3,6 +3,7 @@
     python -m rayspec.rpc.worker --role target  --port 50051 [--model PATH] [--device cuda]
     python -m rayspec.rpc.worker --role drafter --port 50052 [--model PATH]
     python -m rayspec.rpc.worker --role coordinator --port 9000 --target HOST:50051 --drafter HOST:50052
+    python -m rayspec.rpc.worker --role coordinator --port 9000 --target HOST:50051 --drafter here [--model PATH]
 
 Plain processes, no Ray: the GPU machines run them as they are; `rayspec.cluster` wraps the
 same servers in Ray actors.  Each prints one line `READY <role> <host:port>` once serving.
@@ -24,6 +25,11 @@ from rayspec.engine.local import LocalDrafter, LocalTarget
 from rayspec.rpc import codec
 from rayspec.rpc.generated import health_pb2_grpc, worker_pb2, worker_pb2_grpc
 from rayspec.rpc.server import HealthServicer, Servicer, rpc_errors, start_server
+
+
+# Server threads beyond one per session (each session's `Steps` stream holds one): room for
+# the unary Open, Release, Info and health calls.
+_SPARE_THREADS = 16
 
 
 def _open_checks(spec, vocab_size: int, context_length: int) -> None:
@@ -97,6 +103,10 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
         self.release(request.session_id)
         return worker_pb2.ReleaseReply()
 
+    def Steps(self, calls, context):
+        handlers = {"verify": TargetServicer.Verify, "score": TargetServicer.Score, "commit": TargetServicer.Commit}
+        yield from self.serve_steps(calls, context, worker_pb2.TargetResult, handlers)
+
 
 class DrafterServicer(Servicer, worker_pb2_grpc.DrafterServiceServicer):
     def __init__(self, drafter: LocalDrafter, **limits):
@@ -132,6 +142,10 @@ class DrafterServicer(Servicer, worker_pb2_grpc.DrafterServiceServicer):
         self.release(request.session_id)
         return worker_pb2.ReleaseReply()
 
+    def Steps(self, calls, context):
+        handlers = {"draft": DrafterServicer.Draft, "commit": DrafterServicer.Commit}
+        yield from self.serve_steps(calls, context, worker_pb2.DrafterResult, handlers)
+
 
 def serve_target(target: LocalTarget, address: str, model_id: str = "target", **limits):
     servicer = TargetServicer(target, model_id, **limits)
@@ -141,7 +155,7 @@ def serve_target(target: LocalTarget, address: str, model_id: str = "target", **
         worker_pb2_grpc.add_TargetServiceServicer_to_server(servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
 
-    return start_server(register, address)
+    return start_server(register, address, max_workers=servicer.max_sessions + _SPARE_THREADS)
 
 
 def serve_drafter(drafter: LocalDrafter, address: str, **limits):
@@ -152,7 +166,7 @@ def serve_drafter(drafter: LocalDrafter, address: str, **limits):
         worker_pb2_grpc.add_DrafterServiceServicer_to_server(servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
 
-    return start_server(register, address)
+    return start_server(register, address, max_workers=servicer.max_sessions + _SPARE_THREADS)
 
 
 def main(argv=None) -> int:
@@ -160,12 +174,14 @@ def main(argv=None) -> int:
     parser.add_argument("--role", choices=["target", "drafter", "coordinator"], required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
-    parser.add_argument("--model", default=None, help="checkpoint path or hub id (default: the demo pair)")
+    parser.add_argument("--model", default=None, help="checkpoint path or hub id (default: the demo pair's); "
+                        "for a coordinator with --drafter here, the drafter's")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--target", help="coordinator: the target worker's host:port")
-    parser.add_argument("--drafter", help="coordinator: the drafter worker's host:port (omit: target-only)")
+    parser.add_argument("--drafter", help="coordinator: the drafter worker's host:port, or 'here' to run the "
+                        "drafter (--model, default the demo drafter) in this process; omit: target-only")
     parser.add_argument("--verifier", default="rrsw", help="coordinator: default verifier")
     parser.add_argument("--tree", default="kary:2x3", help="coordinator: default tree")
     parser.add_argument("--verify-at", choices=["target", "coordinator"], default="target",
@@ -177,25 +193,27 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     address = f"{args.host}:{args.port}"
 
+    def load(role: str):
+        from rayspec.demo import DRAFTER_PATH, TARGET_PATH
+        from rayspec.models import load_causal_lm
+
+        default = TARGET_PATH if role == "target" else DRAFTER_PATH
+        return load_causal_lm(args.model or default, args.device, args.dtype)[0]
+
     if args.role == "coordinator":
         from rayspec.rpc.coordinator import serve_generation_from_workers
 
         if not args.target:
             parser.error("--role coordinator needs --target HOST:PORT")
+        drafter = LocalDrafter(load("drafter")) if args.drafter == "here" else args.drafter
         server, port = serve_generation_from_workers(
-            address, args.target, args.drafter, verifier=args.verifier, tree=args.tree, verify_at=args.verify_at,
+            address, args.target, drafter, verifier=args.verifier, tree=args.tree, verify_at=args.verify_at,
             tokenizer_path=args.tokenizer,
         )
+    elif args.role == "target":
+        server, port = serve_target(LocalTarget(load("target")), address, model_id=str(args.model or "rayspec-demo-target"))
     else:
-        from rayspec.demo import DRAFTER_PATH, TARGET_PATH
-        from rayspec.models import load_causal_lm
-
-        default = TARGET_PATH if args.role == "target" else DRAFTER_PATH
-        model, _ = load_causal_lm(args.model or default, args.device, args.dtype)
-        if args.role == "target":
-            server, port = serve_target(LocalTarget(model), address, model_id=str(args.model or "rayspec-demo-target"))
-        else:
-            server, port = serve_drafter(LocalDrafter(model), address)
+        server, port = serve_drafter(LocalDrafter(load("drafter")), address)
 
     print(f"READY {args.role} {args.host}:{port}", flush=True)
     stop = threading.Event()

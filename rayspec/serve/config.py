@@ -4,7 +4,7 @@
 
     model_id: rayspec-demo            # the name clients pass as `model`
     target:   {path: null, device: auto, dtype: auto, num_gpus: auto, threads: null}
-    drafters: [{path: null, device: auto, dtype: auto, num_gpus: auto, threads: null}]
+    drafters: [{path: null, device: auto, dtype: auto, num_gpus: auto, threads: null, where: worker}]
     verifier: rrsw                    # the default; requests may choose another
     verifier_params: {}
     acceptance_dir: null              # measured acceptance vectors (null: the demo pair's)
@@ -21,6 +21,13 @@
 
 A null model path is the shipped demo pair.  `num_gpus: auto` is 1 when the cluster has
 GPUs and 0 otherwise.
+
+A drafter runs `where: worker` (default: a gRPC worker of its own, on its own GPU when there
+are GPUs) or `where: coordinator`: loaded into each coordinator process (the HTTP replica and
+the gRPC Generation actor), so a step makes one call, to the target, instead of two.  That
+suits a drafter small enough to run on the coordinator's CPU (these processes reserve no
+GPU, so `num_gpus` must stay auto or 0 there); it is what `service_bench`'s "drafter in
+coordinator" arm measures.
 
 Reproducibility: a seed gives the same tokens for the same tree.  Adaptive Sequoia trees may
 re-plan between two requests, and a different tree draws different drafts, so the same seed
@@ -54,6 +61,22 @@ class ModelConfig:
     num_gpus: float | str = "auto"
     threads: int | None = None
 
+    def load(self, default_path):
+        """(model, tokenizer) as configured (`default_path` for a null path); sets this
+        process's torch thread count when the config gives one."""
+        import torch
+
+        from rayspec.models import load_causal_lm
+
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        return load_causal_lm(self.path or default_path, self.device, self.dtype)
+
+
+@dataclass
+class DrafterConfig(ModelConfig):
+    where: str = "worker"  # worker | coordinator (see the module doc)
+
 
 @dataclass
 class PlacementConfig:
@@ -79,7 +102,7 @@ class LimitsConfig:
 class ServiceConfig:
     model_id: str = "rayspec-demo"
     target: ModelConfig = field(default_factory=ModelConfig)
-    drafters: list[ModelConfig] = field(default_factory=lambda: [ModelConfig()])
+    drafters: list[DrafterConfig] = field(default_factory=lambda: [DrafterConfig()])
     verifier: str = "rrsw"
     verifier_params: dict = field(default_factory=dict)
     tree: str = "sequoia:auto"
@@ -96,6 +119,14 @@ class ServiceConfig:
             raise ValueError(f"placement.strategy must be PACK, STRICT_PACK, SPREAD or STRICT_SPREAD, got {self.placement.strategy!r}")
         if self.verify_at not in ("target", "coordinator"):
             raise ValueError(f"verify_at must be target or coordinator, got {self.verify_at!r}")
+        for i, drafter in enumerate(self.drafters):
+            if drafter.where not in ("worker", "coordinator"):
+                raise ValueError(f"drafters[{i}].where must be worker or coordinator, got {drafter.where!r}")
+            if drafter.where == "coordinator" and drafter.num_gpus not in ("auto", 0, 0.0):
+                raise ValueError(
+                    f"drafters[{i}] runs in the coordinator, which reserves no GPU: num_gpus must be auto or 0, "
+                    f"got {drafter.num_gpus!r}; give a GPU drafter `where: worker`"
+                )
         if parse_sequoia(self.tree) is None:  # Sequoia trees are planned per verifier, at start-up
             check_setting(self.verifier, self.verifier_params, parse_tree_spec(self.tree))
         else:
@@ -118,6 +149,14 @@ class ServiceConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    @property
+    def worker_drafters(self) -> list[DrafterConfig]:
+        return [d for d in self.drafters if d.where == "worker"]
+
+    @property
+    def coordinator_drafters(self) -> list[DrafterConfig]:
+        return [d for d in self.drafters if d.where == "coordinator"]
+
 
 def _build(cls, data: dict, where: str):
     """A dataclass from a dict, refusing unknown keys with their location."""
@@ -135,6 +174,6 @@ def _build(cls, data: dict, where: str):
         elif name == "drafters":
             if not isinstance(value, list):
                 raise ValueError(f"{where}.drafters must be a list")
-            value = [_build(ModelConfig, d or {}, f"{where}.drafters[{i}]") for i, d in enumerate(value)]
+            value = [_build(DrafterConfig, d or {}, f"{where}.drafters[{i}]") for i, d in enumerate(value)]
         values[name] = value
     return cls(**values)

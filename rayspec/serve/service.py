@@ -58,18 +58,21 @@ class Service:
     def from_config(cls, config: ServiceConfig, target_address: str, drafter_addresses: list[str],
                     timeout: float | None = None) -> "Service":
         """The coordinator of running workers: a `RemoteTarget` (verifying where the config
-        says) and one `RemoteDrafter` per address, taken in turn by successive requests
+        says), one `RemoteDrafter` per address (the config's `where: worker` drafters) and
+        the `where: coordinator` drafters loaded here, taken in turn by successive requests
         (`DrafterPool`).  The tokenizer is the target's (the demo pair's for a null path), and
         so are the measured acceptance vectors when the config names none."""
         from transformers import AutoTokenizer
 
-        from rayspec.demo import DEMO_DIR, TARGET_PATH
+        from rayspec.demo import DEMO_DIR, DRAFTER_PATH, TARGET_PATH
+        from rayspec.engine.local import LocalDrafter
         from rayspec.rpc.remote import DEFAULT_TIMEOUT, RemoteDrafter, RemoteTarget
 
         timeout = timeout or DEFAULT_TIMEOUT
         target = RemoteTarget(target_address, timeout=timeout, verify_at=config.verify_at)
-        drafters = [RemoteDrafter(address, target.vocab_size, timeout=timeout, context_length=target.context_length)
-                    for address in drafter_addresses]
+        remote = [RemoteDrafter(address, target.vocab_size, timeout=timeout, context_length=target.context_length)
+                  for address in drafter_addresses]
+        drafters = remote + [LocalDrafter(d.load(DRAFTER_PATH)[0]) for d in config.coordinator_drafters]
         drafter = DrafterPool(drafters) if len(drafters) > 1 else drafters[0] if drafters else None
         demo = config.target.path is None
         tokenizer = AutoTokenizer.from_pretrained(str(TARGET_PATH if demo else config.target.path))
@@ -79,9 +82,9 @@ class Service:
             adaptive=config.adaptive_trees,
         )
         workers = {f"target {target.address}": target.channel}
-        workers.update({f"drafter {d.address}": d.channel for d in drafters})
+        workers.update({f"drafter {d.address}": d.channel for d in remote})
         service = cls(engine, tokenizer, config.model_id, config.limits, workers=workers)
-        service._handles = [target, *drafters]
+        service._handles = [target, *remote]
         return service
 
     def request(self, **fields) -> GenerationRequest:

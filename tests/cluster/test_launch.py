@@ -1,6 +1,6 @@
 """The whole service as `rayspec serve` starts it: a real local Ray cluster, a placement group
 with the target and drafter worker actors serving gRPC, the gRPC coordinator actor and the
-Ray Serve HTTP app.  Same seed, same request => the tokens of the in-process engine, over
+Ray Serve HTTP app (each coordinator also running a drafter of its own, `where: coordinator`).  Same seed, same request => the tokens of the in-process engine, over
 HTTP (the official openai client) and the gRPC SDK; bad input is refused and the service
 keeps serving; a short locust run has no failures."""
 
@@ -38,7 +38,8 @@ def service(tmp_path_factory):
     config = ServiceConfig.from_dict({
         "model_id": "tiny",
         "target": {"path": str(target_path), "threads": 1},
-        "drafters": [{"path": str(drafter_path), "threads": 1}],
+        # a drafter worker and, taken by every other request, a drafter in the coordinators
+        "drafters": [{"path": str(drafter_path), "threads": 1}, {"path": str(drafter_path), "where": "coordinator"}],
         "verifier": "rrsw", "tree": "kary:2x3", "adaptive_trees": False,
         "http": {"port": free_port()}, "grpc": {"port": free_port()},
     })
@@ -72,7 +73,9 @@ def test_http_and_grpc_give_the_in_process_tokens(service, local_engine):
     http = client.completions.create(model="tiny", prompt=prompt, max_tokens=24, temperature=0.8, seed=17)
     assert http.choices[0].text == tokenizer.decode(expected, skip_special_tokens=True)
     assert http.usage.completion_tokens == 24
-    with Client(running.grpc_address) as sdk:
+    http_again = client.completions.create(model="tiny", prompt=prompt, max_tokens=24, temperature=0.8, seed=17)
+    assert http_again.choices[0].text == http.choices[0].text  # the other drafter: the coordinator's
+    with Client(running.grpc_address) as sdk:  # the worker's drafter, then the coordinator's
         completion = sdk.generate(prompt, max_tokens=24, temperature=0.8, seed=17)
         assert list(completion.token_ids) == expected
         streamed = list(sdk.stream(prompt, max_tokens=24, temperature=0.8, seed=17))

@@ -129,6 +129,14 @@ def test_the_head_waits_for_what_the_placement_needs():
         assert serve.index("wait_for_resources.py clusters/service.yaml &&") < serve.index(SERVE_COMMAND)
 
 
+def test_drafters_in_the_coordinator_need_no_drafter_resources():
+    from clusters.wait_for_resources import required_resources
+
+    config = service()
+    config["drafters"] = [{"where": "coordinator"}, {}, {"where": "worker"}]
+    assert required_resources(config)["rayspec_drafter"] == 2
+
+
 def test_service_config_loads_with_rayspec_serve_s_parser():
     config = pytest.importorskip("rayspec.serve.config")
     loaded = config.ServiceConfig.from_yaml(CLUSTERS / "service.yaml")

@@ -4,6 +4,9 @@ refused with INVALID_ARGUMENT and a message, and the workers keep serving."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import grpc
 import msgpack
 import pytest
@@ -87,6 +90,24 @@ def test_generation_service_matches_the_in_process_engine(cluster, local_engine_
     assert stream[-1].HasField("complete") and stream[-1].complete.finish_reason == "length"
 
 
+def test_a_coordinator_running_the_drafter_itself_gives_the_same_tokens(cluster, local_engine_parts, tmp_path):
+    local_target, local_drafter, tokenizer = local_engine_parts
+    target_path, drafter_path = cluster["paths"]
+    coordinator = Worker(
+        tmp_path / "coordinator.log", "--role", "coordinator", "--target", cluster["target"].address,
+        "--drafter", "here", "--model", str(drafter_path), "--tree", "kary:2x3", "--tokenizer", str(target_path),
+    )
+    try:
+        stub = generation_pb2_grpc.GenerationStub(grpc.insecure_channel(coordinator.address))
+        reply = stub.Generate(generation_pb2.GenerateRequest(prompt_ids=[3, 4, 5], max_tokens=30, temperature=0.7, seed=2), timeout=60)
+    finally:
+        coordinator.stop()
+    local = SpeculativeEngine(local_target, local_drafter, verifier="rrsw", tree="kary:2x3").run(
+        [3, 4, 5], max_new_tokens=30, temperature=0.7, seed=2
+    )
+    assert list(reply.token_ids) == local.tokens and reply.usage.accepted_draft_tokens > 0
+
+
 def test_health_is_serving_on_every_worker(cluster):
     for role in ("target", "drafter", "coordinator"):
         stub = health_pb2_grpc.HealthStub(grpc.insecure_channel(cluster[role].address))
@@ -138,5 +159,80 @@ def test_oversized_requests_get_invalid_argument_with_a_message():
         code, details = _status(lambda: stub.Verify(request, timeout=10))
         assert code == grpc.StatusCode.INVALID_ARGUMENT and "exceeds this server's limit" in details
         assert stub.Info(worker_pb2.InfoRequest(), timeout=10).vocab_size == 64
+    finally:
+        server.stop(0)
+
+
+@pytest.mark.parametrize("verify_at", ["target", "coordinator"])
+def test_unary_calls_give_the_tokens_of_session_streams(cluster, verify_at):
+    outputs = []
+    for streams in (True, False):
+        target = RemoteTarget(cluster["target"].address, verify_at=verify_at, streams=streams)
+        drafter = RemoteDrafter(cluster["drafter"].address, target.vocab_size, streams=streams)
+        engine = SpeculativeEngine(target, drafter, verifier="rrsw", tree="kary:2x3")
+        outputs.append(engine.run([9, 8, 7], max_new_tokens=30, temperature=0.9, seed=4).tokens)
+    assert outputs[0] == outputs[1] and len(outputs[0]) == 30
+
+
+def test_a_failed_call_on_a_steps_stream_leaves_it_serving(cluster):
+    from rayspec.rpc.remote import CallStream, RemoteError
+
+    target = worker_pb2_grpc.TargetServiceStub(grpc.insecure_channel(cluster["target"].address))
+    spec = worker_pb2.SequenceSpec(prompt_ids=[1, 2], params=worker_pb2.SamplingParams(temperature=1, top_p=1), seed=1, verifier="rrsw")
+    target.Open(worker_pb2.OpenRequest(session_id="stream", spec=spec), timeout=10)
+    steps = CallStream(target.Steps, worker_pb2.TargetCall, 30.0, "target")
+    bad_rows = worker_pb2.VerifyRequest(session_id="stream", tree=worker_pb2.Tree(parents=[-1, 0], tokens=[2, 5]))
+    bad_rows.q_rows.dense.CopyFrom(tensor_pb2.Tensor(dtype="float64", shape=[1, 8192], data=b"\0" * 8 * 8192))
+    with pytest.raises(ValueError, match="dtype"):
+        steps.call("verify", bad_rows)
+    with pytest.raises(RemoteError, match="NOT_FOUND: no open session 'nope'"):
+        steps.call("verify", worker_pb2.VerifyRequest(session_id="nope"))
+    one_node = worker_pb2.VerifyRequest(session_id="stream", tree=worker_pb2.Tree(parents=[-1], tokens=[2]))
+    reply = steps.call("verify", one_node)
+    assert len(reply.outcome.tokens) == 1 and 0 <= reply.outcome.tokens[0] < 8192
+    steps.close()
+    next_root = worker_pb2.VerifyRequest(session_id="stream", tree=worker_pb2.Tree(parents=[-1], tokens=reply.outcome.tokens))
+    results = list(target.Steps(iter([worker_pb2.TargetCall(), worker_pb2.TargetCall(verify=next_root)]), timeout=10))
+    assert results[0].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0] and "empty call" in results[0].error.message
+    assert results[1].WhichOneof("result") == "verify", results[1].error.message
+
+
+class _SlowTarget(worker_pb2_grpc.TargetServiceServicer):
+    def Steps(self, calls, context):
+        for _ in calls:
+            answer_at = time.monotonic() + 2
+            while context.is_active() and time.monotonic() < answer_at:
+                time.sleep(0.02)
+            yield worker_pb2.TargetResult(verify=worker_pb2.VerifyReply())
+
+
+def test_an_unanswered_stream_call_fails_at_its_deadline_and_extra_streams_are_refused():
+    from rayspec.rpc.remote import CallStream, RemoteError
+    from rayspec.rpc.server import start_server
+
+    server, port = start_server(lambda s: worker_pb2_grpc.add_TargetServiceServicer_to_server(_SlowTarget(), s),
+                                "127.0.0.1:0", max_workers=2)
+    try:
+        stub = worker_pb2_grpc.TargetServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        steps = CallStream(stub.Steps, worker_pb2.TargetCall, 0.5, "target slow")
+        started = time.monotonic()
+        with pytest.raises(RemoteError, match=r"DEADLINE_EXCEEDED: target slow did not answer within 0.5 s"):
+            steps.call("verify", worker_pb2.VerifyRequest(session_id="s"))
+        assert time.monotonic() - started < 2.0
+        time.sleep(0.3)  # the cancelled stream's server thread notices and ends
+        held = [CallStream(stub.Steps, worker_pb2.TargetCall, 10.0, "target slow") for _ in range(2)]
+        answers = []
+        waiting = [threading.Thread(target=lambda s=s: answers.append(s.call("verify", worker_pb2.VerifyRequest())))
+                   for s in held]
+        for thread in waiting:
+            thread.start()
+        time.sleep(0.5)  # both server threads now hold a stream
+        with pytest.raises(RemoteError, match="RESOURCE_EXHAUSTED"):
+            CallStream(stub.Steps, worker_pb2.TargetCall, 10.0, "target slow").call("verify", worker_pb2.VerifyRequest())
+        for thread in waiting:
+            thread.join()
+        assert len(answers) == 2  # the streams already running were not disturbed
+        for stream in held + [steps]:
+            stream.close()
     finally:
         server.stop(0)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from rayspec.rpc.generated import tensor_pb2 as rayspec_dot_v1_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17rayspec/v1/worker.proto\x12\nrayspec.v1\x1a\x17rayspec/v1/tensor.proto\"C\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\"\x87\x01\n\x0cSequenceSpec\x12\x12\n\nprompt_ids\x18\x01 \x03(\x05\x12*\n\x06params\x18\x02 \x01(\x0b\x32\x1a.rayspec.v1.SamplingParams\x12\x0c\n\x04seed\x18\x03 \x01(\x03\x12\x10\n\x08verifier\x18\x04 \x01(\t\x12\x17\n\x0fverifier_params\x18\x05 \x01(\x0c\"I\n\x0bOpenRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12&\n\x04spec\x18\x02 \x01(\x0b\x32\x18.rayspec.v1.SequenceSpec\"\x0b\n\tOpenReply\"$\n\x0eReleaseRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x0e\n\x0cReleaseReply\"\'\n\x04Tree\x12\x0f\n\x07parents\x18\x01 \x03(\x05\x12\x0e\n\x06tokens\x18\x02 \x03(\x05\"e\n\x07Outcome\x12\x0e\n\x06tokens\x18\x01 \x03(\x05\x12\x0c\n\x04path\x18\x02 \x03(\x05\x12\r\n\x05ranks\x18\x03 \x03(\x05\x12\x15\n\rscore_seconds\x18\x04 \x01(\x01\x12\x16\n\x0everify_seconds\x18\x05 \x01(\x01\";\n\x0b\x44ynamicPlan\x12\x0e\n\x06\x62udget\x18\x01 \x01(\x05\x12\r\n\x05\x64\x65pth\x18\x02 \x01(\x05\x12\r\n\x05top_k\x18\x03 \x01(\x05\"\xa0\x01\n\x0c\x44raftRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12!\n\x05shape\x18\x02 \x01(\x0b\x32\x10.rayspec.v1.TreeH\x00\x12*\n\x07\x64ynamic\x18\x04 \x01(\x0b\x32\x17.rayspec.v1.DynamicPlanH\x00\x12%\n\x08previous\x18\x03 \x01(\x0b\x32\x13.rayspec.v1.OutcomeB\x06\n\x04plan\"j\n\nDraftReply\x12\x1e\n\x04tree\x18\x01 \x01(\x0b\x32\x10.rayspec.v1.Tree\x12+\n\x06q_rows\x18\x02 \x01(\x0b\x32\x1b.rayspec.v1.ProbabilityRows\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\"I\n\rCommitRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12$\n\x07outcome\x18\x02 \x01(\x0b\x32\x13.rayspec.v1.Outcome\"\r\n\x0b\x43ommitReply\"q\n\nWorkerInfo\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x12\n\nvocab_size\x18\x02 \x01(\x03\x12\x16\n\x0e\x63ontext_length\x18\x03 \x01(\x03\x12\x15\n\reos_token_ids\x18\x04 \x03(\x05\x12\x0e\n\x06\x64\x65vice\x18\x05 \x01(\t\"\r\n\x0bInfoRequest\"\x87\x01\n\rVerifyRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1e\n\x04tree\x18\x02 \x01(\x0b\x32\x10.rayspec.v1.Tree\x12+\n\x06q_rows\x18\x03 \x01(\x0b\x32\x1b.rayspec.v1.ProbabilityRows\x12\x15\n\rdraft_seconds\x18\x04 \x01(\x01\"3\n\x0bVerifyReply\x12$\n\x07outcome\x18\x01 \x01(\x0b\x32\x13.rayspec.v1.Outcome\"B\n\x0cScoreRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1e\n\x04tree\x18\x02 \x01(\x0b\x32\x10.rayspec.v1.Tree\"_\n\nScoreReply\x12+\n\x06p_rows\x18\x01 \x01(\x0b\x32\x1b.rayspec.v1.ProbabilityRows\x12\x13\n\x0bnode_tokens\x18\x02 \x03(\x05\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\x32\x82\x02\n\x0e\x44rafterService\x12\x36\n\x04Open\x12\x17.rayspec.v1.OpenRequest\x1a\x15.rayspec.v1.OpenReply\x12\x39\n\x05\x44raft\x12\x18.rayspec.v1.DraftRequest\x1a\x16.rayspec.v1.DraftReply\x12<\n\x06\x43ommit\x12\x19.rayspec.v1.CommitRequest\x1a\x17.rayspec.v1.CommitReply\x12?\n\x07Release\x12\x1a.rayspec.v1.ReleaseRequest\x1a\x18.rayspec.v1.ReleaseReply2\xf8\x02\n\rTargetService\x12\x37\n\x04Info\x12\x17.rayspec.v1.InfoRequest\x1a\x16.rayspec.v1.WorkerInfo\x12\x36\n\x04Open\x12\x17.rayspec.v1.OpenRequest\x1a\x15.rayspec.v1.OpenReply\x12<\n\x06Verify\x12\x19.rayspec.v1.VerifyRequest\x1a\x17.rayspec.v1.VerifyReply\x12\x39\n\x05Score\x12\x18.rayspec.v1.ScoreRequest\x1a\x16.rayspec.v1.ScoreReply\x12<\n\x06\x43ommit\x12\x19.rayspec.v1.CommitRequest\x1a\x17.rayspec.v1.CommitReply\x12?\n\x07Release\x12\x1a.rayspec.v1.ReleaseRequest\x1a\x18.rayspec.v1.ReleaseReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17rayspec/v1/worker.proto\x12\nrayspec.v1\x1a\x17rayspec/v1/tensor.proto\"C\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\"\x87\x01\n\x0cSequenceSpec\x12\x12\n\nprompt_ids\x18\x01 \x03(\x05\x12*\n\x06params\x18\x02 \x01(\x0b\x32\x1a.rayspec.v1.SamplingParams\x12\x0c\n\x04seed\x18\x03 \x01(\x03\x12\x10\n\x08verifier\x18\x04 \x01(\t\x12\x17\n\x0fverifier_params\x18\x05 \x01(\x0c\"I\n\x0bOpenRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12&\n\x04spec\x18\x02 \x01(\x0b\x32\x18.rayspec.v1.SequenceSpec\"\x0b\n\tOpenReply\"$\n\x0eReleaseRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x0e\n\x0cReleaseReply\"\'\n\x04Tree\x12\x0f\n\x07parents\x18\x01 \x03(\x05\x12\x0e\n\x06tokens\x18\x02 \x03(\x05\"e\n\x07Outcome\x12\x0e\n\x06tokens\x18\x01 \x03(\x05\x12\x0c\n\x04path\x18\x02 \x03(\x05\x12\r\n\x05ranks\x18\x03 \x03(\x05\x12\x15\n\rscore_seconds\x18\x04 \x01(\x01\x12\x16\n\x0everify_seconds\x18\x05 \x01(\x01\";\n\x0b\x44ynamicPlan\x12\x0e\n\x06\x62udget\x18\x01 \x01(\x05\x12\r\n\x05\x64\x65pth\x18\x02 \x01(\x05\x12\r\n\x05top_k\x18\x03 \x01(\x05\"\xa0\x01\n\x0c\x44raftRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12!\n\x05shape\x18\x02 \x01(\x0b\x32\x10.rayspec.v1.TreeH\x00\x12*\n\x07\x64ynamic\x18\x04 \x01(\x0b\x32\x17.rayspec.v1.DynamicPlanH\x00\x12%\n\x08previous\x18\x03 \x01(\x0b\x32\x13.rayspec.v1.OutcomeB\x06\n\x04plan\"j\n\nDraftReply\x12\x1e\n\x04tree\x18\x01 \x01(\x0b\x32\x10.rayspec.v1.Tree\x12+\n\x06q_rows\x18\x02 \x01(\x0b\x32\x1b.rayspec.v1.ProbabilityRows\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\"I\n\rCommitRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12$\n\x07outcome\x18\x02 \x01(\x0b\x32\x13.rayspec.v1.Outcome\"\r\n\x0b\x43ommitReply\"*\n\tCallError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"m\n\x0b\x44rafterCall\x12)\n\x05\x64raft\x18\x01 \x01(\x0b\x32\x18.rayspec.v1.DraftRequestH\x00\x12+\n\x06\x63ommit\x18\x02 \x01(\x0b\x32\x19.rayspec.v1.CommitRequestH\x00\x42\x06\n\x04\x63\x61ll\"\x95\x01\n\rDrafterResult\x12\'\n\x05\x64raft\x18\x01 \x01(\x0b\x32\x16.rayspec.v1.DraftReplyH\x00\x12)\n\x06\x63ommit\x18\x02 \x01(\x0b\x32\x17.rayspec.v1.CommitReplyH\x00\x12&\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x15.rayspec.v1.CallErrorH\x00\x42\x08\n\x06result\"q\n\nWorkerInfo\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x12\n\nvocab_size\x18\x02 \x01(\x03\x12\x16\n\x0e\x63ontext_length\x18\x03 \x01(\x03\x12\x15\n\reos_token_ids\x18\x04 \x03(\x05\x12\x0e\n\x06\x64\x65vice\x18\x05 \x01(\t\"\r\n\x0bInfoRequest\"\x87\x01\n\rVerifyRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1e\n\x04tree\x18\x02 \x01(\x0b\x32\x10.rayspec.v1.Tree\x12+\n\x06q_rows\x18\x03 \x01(\x0b\x32\x1b.rayspec.v1.ProbabilityRows\x12\x15\n\rdraft_seconds\x18\x04 \x01(\x01\"3\n\x0bVerifyReply\x12$\n\x07outcome\x18\x01 \x01(\x0b\x32\x13.rayspec.v1.Outcome\"B\n\x0cScoreRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1e\n\x04tree\x18\x02 \x01(\x0b\x32\x10.rayspec.v1.Tree\"_\n\nScoreReply\x12+\n\x06p_rows\x18\x01 \x01(\x0b\x32\x1b.rayspec.v1.ProbabilityRows\x12\x13\n\x0bnode_tokens\x18\x02 \x03(\x05\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\"\x99\x01\n\nTargetCall\x12+\n\x06verify\x18\x01 \x01(\x0b\x32\x19.rayspec.v1.VerifyRequestH\x00\x12)\n\x05score\x18\x02 \x01(\x0b\x32\x18.rayspec.v1.ScoreRequestH\x00\x12+\n\x06\x63ommit\x18\x03 \x01(\x0b\x32\x19.rayspec.v1.CommitRequestH\x00\x42\x06\n\x04\x63\x61ll\"\xbf\x01\n\x0cTargetResult\x12)\n\x06verify\x18\x01 \x01(\x0b\x32\x17.rayspec.v1.VerifyReplyH\x00\x12\'\n\x05score\x18\x02 \x01(\x0b\x32\x16.rayspec.v1.ScoreReplyH\x00\x12)\n\x06\x63ommit\x18\x03 \x01(\x0b\x32\x17.rayspec.v1.CommitReplyH\x00\x12&\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x15.rayspec.v1.CallErrorH\x00\x42\x08\n\x06result2\xc3\x02\n\x0e\x44rafterService\x12\x36\n\x04Open\x12\x17.rayspec.v1.OpenRequest\x1a\x15.rayspec.v1.OpenReply\x12\x39\n\x05\x44raft\x12\x18.rayspec.v1.DraftRequest\x1a\x16.rayspec.v1.DraftReply\x12<\n\x06\x43ommit\x12\x19.rayspec.v1.CommitRequest\x1a\x17.rayspec.v1.CommitReply\x12?\n\x07Release\x12\x1a.rayspec.v1.ReleaseRequest\x1a\x18.rayspec.v1.ReleaseReply\x12?\n\x05Steps\x12\x17.rayspec.v1.DrafterCall\x1a\x19.rayspec.v1.DrafterResult(\x01\x30\x01\x32\xb7\x03\n\rTargetService\x12\x37\n\x04Info\x12\x17.rayspec.v1.InfoRequest\x1a\x16.rayspec.v1.WorkerInfo\x12\x36\n\x04Open\x12\x17.rayspec.v1.OpenRequest\x1a\x15.rayspec.v1.OpenReply\x12<\n\x06Verify\x12\x19.rayspec.v1.VerifyRequest\x1a\x17.rayspec.v1.VerifyReply\x12\x39\n\x05Score\x12\x18.rayspec.v1.ScoreRequest\x1a\x16.rayspec.v1.ScoreReply\x12<\n\x06\x43ommit\x12\x19.rayspec.v1.CommitRequest\x1a\x17.rayspec.v1.CommitReply\x12?\n\x07Release\x12\x1a.rayspec.v1.ReleaseRequest\x1a\x18.rayspec.v1.ReleaseReply\x12=\n\x05Steps\x12\x16.rayspec.v1.TargetCall\x1a\x18.rayspec.v1.TargetResult(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -58,20 +58,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_COMMITREQUEST']._serialized_end=962
   _globals['_COMMITREPLY']._serialized_start=964
   _globals['_COMMITREPLY']._serialized_end=977
-  _globals['_WORKERINFO']._serialized_start=979
-  _globals['_WORKERINFO']._serialized_end=1092
-  _globals['_INFOREQUEST']._serialized_start=1094
-  _globals['_INFOREQUEST']._serialized_end=1107
-  _globals['_VERIFYREQUEST']._serialized_start=1110
-  _globals['_VERIFYREQUEST']._serialized_end=1245
-  _globals['_VERIFYREPLY']._serialized_start=1247
-  _globals['_VERIFYREPLY']._serialized_end=1298
-  _globals['_SCOREREQUEST']._serialized_start=1300
-  _globals['_SCOREREQUEST']._serialized_end=1366
-  _globals['_SCOREREPLY']._serialized_start=1368
-  _globals['_SCOREREPLY']._serialized_end=1463
-  _globals['_DRAFTERSERVICE']._serialized_start=1466
-  _globals['_DRAFTERSERVICE']._serialized_end=1724
-  _globals['_TARGETSERVICE']._serialized_start=1727
-  _globals['_TARGETSERVICE']._serialized_end=2103
+  _globals['_CALLERROR']._serialized_start=979
+  _globals['_CALLERROR']._serialized_end=1021
+  _globals['_DRAFTERCALL']._serialized_start=1023
+  _globals['_DRAFTERCALL']._serialized_end=1132
+  _globals['_DRAFTERRESULT']._serialized_start=1135
+  _globals['_DRAFTERRESULT']._serialized_end=1284
+  _globals['_WORKERINFO']._serialized_start=1286
+  _globals['_WORKERINFO']._serialized_end=1399
+  _globals['_INFOREQUEST']._serialized_start=1401
+  _globals['_INFOREQUEST']._serialized_end=1414
+  _globals['_VERIFYREQUEST']._serialized_start=1417
+  _globals['_VERIFYREQUEST']._serialized_end=1552
+  _globals['_VERIFYREPLY']._serialized_start=1554
+  _globals['_VERIFYREPLY']._serialized_end=1605
+  _globals['_SCOREREQUEST']._serialized_start=1607
+  _globals['_SCOREREQUEST']._serialized_end=1673
+  _globals['_SCOREREPLY']._serialized_start=1675
+  _globals['_SCOREREPLY']._serialized_end=1770
+  _globals['_TARGETCALL']._serialized_start=1773
+  _globals['_TARGETCALL']._serialized_end=1926
+  _globals['_TARGETRESULT']._serialized_start=1929
+  _globals['_TARGETRESULT']._serialized_end=2120
+  _globals['_DRAFTERSERVICE']._serialized_start=2123
+  _globals['_DRAFTERSERVICE']._serialized_end=2446
+  _globals['_TARGETSERVICE']._serialized_start=2449
+  _globals['_TARGETSERVICE']._serialized_end=2888
 # @@protoc_insertion_point(module_scope)

@@ -54,6 +54,11 @@ class DrafterServiceStub:
                 request_serializer=rayspec_dot_v1_dot_worker__pb2.ReleaseRequest.SerializeToString,
                 response_deserializer=rayspec_dot_v1_dot_worker__pb2.ReleaseReply.FromString,
                 _registered_method=True)
+        self.Steps = channel.stream_stream(
+                '/rayspec.v1.DrafterService/Steps',
+                request_serializer=rayspec_dot_v1_dot_worker__pb2.DrafterCall.SerializeToString,
+                response_deserializer=rayspec_dot_v1_dot_worker__pb2.DrafterResult.FromString,
+                _registered_method=True)
 
 
 class DrafterServiceServicer:
@@ -83,6 +88,12 @@ class DrafterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Steps(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DrafterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -105,6 +116,11 @@ def add_DrafterServiceServicer_to_server(servicer, server):
                     servicer.Release,
                     request_deserializer=rayspec_dot_v1_dot_worker__pb2.ReleaseRequest.FromString,
                     response_serializer=rayspec_dot_v1_dot_worker__pb2.ReleaseReply.SerializeToString,
+            ),
+            'Steps': grpc.stream_stream_rpc_method_handler(
+                    servicer.Steps,
+                    request_deserializer=rayspec_dot_v1_dot_worker__pb2.DrafterCall.FromString,
+                    response_serializer=rayspec_dot_v1_dot_worker__pb2.DrafterResult.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -225,6 +241,33 @@ class DrafterService:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def Steps(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/rayspec.v1.DrafterService/Steps',
+            rayspec_dot_v1_dot_worker__pb2.DrafterCall.SerializeToString,
+            rayspec_dot_v1_dot_worker__pb2.DrafterResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class TargetServiceStub:
     """Missing associated documentation comment in .proto file."""
@@ -264,6 +307,11 @@ class TargetServiceStub:
                 '/rayspec.v1.TargetService/Release',
                 request_serializer=rayspec_dot_v1_dot_worker__pb2.ReleaseRequest.SerializeToString,
                 response_deserializer=rayspec_dot_v1_dot_worker__pb2.ReleaseReply.FromString,
+                _registered_method=True)
+        self.Steps = channel.stream_stream(
+                '/rayspec.v1.TargetService/Steps',
+                request_serializer=rayspec_dot_v1_dot_worker__pb2.TargetCall.SerializeToString,
+                response_deserializer=rayspec_dot_v1_dot_worker__pb2.TargetResult.FromString,
                 _registered_method=True)
 
 
@@ -306,6 +354,12 @@ class TargetServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Steps(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TargetServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -338,6 +392,11 @@ def add_TargetServiceServicer_to_server(servicer, server):
                     servicer.Release,
                     request_deserializer=rayspec_dot_v1_dot_worker__pb2.ReleaseRequest.FromString,
                     response_serializer=rayspec_dot_v1_dot_worker__pb2.ReleaseReply.SerializeToString,
+            ),
+            'Steps': grpc.stream_stream_rpc_method_handler(
+                    servicer.Steps,
+                    request_deserializer=rayspec_dot_v1_dot_worker__pb2.TargetCall.FromString,
+                    response_serializer=rayspec_dot_v1_dot_worker__pb2.TargetResult.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -502,6 +561,33 @@ class TargetService:
             '/rayspec.v1.TargetService/Release',
             rayspec_dot_v1_dot_worker__pb2.ReleaseRequest.SerializeToString,
             rayspec_dot_v1_dot_worker__pb2.ReleaseReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Steps(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/rayspec.v1.TargetService/Steps',
+            rayspec_dot_v1_dot_worker__pb2.TargetCall.SerializeToString,
+            rayspec_dot_v1_dot_worker__pb2.TargetResult.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,27 @@
+"""The service config: where drafters run, and the errors for settings that cannot work."""
+
+from __future__ import annotations
+
+import pytest
+
+from rayspec.cluster.launch import bundles
+from rayspec.serve.config import ServiceConfig
+
+
+def test_drafters_in_the_coordinator_get_no_bundle():
+    config = ServiceConfig.from_dict({"drafters": [{"where": "coordinator"}, {"num_gpus": 1}, {}]})
+    assert [d.where for d in config.coordinator_drafters] == ["coordinator"]
+    assert len(config.worker_drafters) == 2
+    assert bundles(config, cluster_gpus=2) == [{"CPU": 0.5, "GPU": 1.0}, {"CPU": 0.5, "GPU": 1.0}, {"CPU": 0.5, "GPU": 1.0}]
+    assert bundles(ServiceConfig.from_dict({"drafters": [{"where": "coordinator"}]}), cluster_gpus=0) == [{"CPU": 0.5}]
+
+
+@pytest.mark.parametrize("drafter, message", [
+    ({"where": "edge"}, "drafters[0].where must be worker or coordinator, got 'edge'"),
+    ({"where": "coordinator", "num_gpus": 1}, "drafters[0] runs in the coordinator, which reserves no GPU"),
+    ({"placement": "coordinator"}, "unknown key(s) in config.drafters[0]: placement"),
+])
+def test_bad_drafter_settings_are_refused_with_a_message(drafter, message):
+    with pytest.raises(ValueError) as raised:
+        ServiceConfig.from_dict({"drafters": [drafter]})
+    assert message in str(raised.value)
