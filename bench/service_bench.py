@@ -4,13 +4,15 @@
 
 1. Overhead of distribution: a target and a drafter worker as plain processes talking gRPC
    on loopback, driven by the same engine as the in-process run, on the same prompts, seeds,
-   verifier and tree, interleaved prompt by prompt; and a third arm with the drafter in the
+   verifier and tree, interleaved prompt by prompt: the workers' calls on per-session Steps
+   streams (the default) and as unary calls, and an arm with the drafter in the
    coordinator's process (one RPC per step instead of two).  Reported: tokens/s of each
    (goal: the distributed path >= 90 % of in-process), whether the tokens are identical
    (they must be), bytes per step, the share of step time spent outside the drafter's and
    target's compute, and the part of it distribution adds (goal <= 5 %), next to the
    transport floor: a no-op RPC's round trip and a synthetic RPC whose handler computes
-   for as long as a target step.
+   for as long as a target step.  Then in-process against distributed over trees of growing
+   size (`--sweep-trees`): how the ratio moves as the step gets longer.
    Every process runs `--threads` torch threads (default 1): identical tokens need identical
    arithmetic, and CPU matmuls reduce in a different order with a different thread count
    (measured on the demo pair: logits differ by ~4e-6 at some tree sizes), which flips a
@@ -60,28 +62,31 @@ def decode(engine, prompt, tokens, temperature, seed):
     return produced, stats, time.perf_counter() - start
 
 
-ARMS = {  # name: (drafter, target) — which side is a remote worker
-    "in-process": ("local", "local"),
-    "distributed": ("remote", "remote"),
-    "drafter in coordinator": ("local", "remote"),
+ARMS = {  # name: (drafter, target, RPCs per step) — handles: in-process, remote on Steps streams, remote unary
+    "in-process": ("local", "local", 0),
+    "distributed": ("stream", "stream", 2),
+    "distributed, unary calls": ("unary", "unary", 2),
+    "drafter in coordinator": ("local", "stream", 1),
 }
+SWEEP_ARMS = ("in-process", "distributed")
 
 
 OWN_PLAN = "distributed, planned from its own costs"
 
 
-def overhead(local, remote, prompts, tokens, temperature, verifier, tree, costs):
+def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=tuple(ARMS)):
     """Every arm decodes the same tree (planned from the in-process costs) so that their tokens
     can be compared; for sequoia:auto one more arm plans from costs measured through gRPC, as a
-    deployment does — its tree, and so its tokens, may differ."""
-    handles = {"local": local, "remote": remote}
+    deployment does — its tree, and so its tokens, may differ.  `handles`: (target, drafter)
+    per kind of handle."""
     engines = {
-        name: SpeculativeEngine(handles[where_target][0], handles[where_drafter][1], verifier=verifier, tree=tree,
+        name: SpeculativeEngine(handles[ARMS[name][1]][0], handles[ARMS[name][0]][1], verifier=verifier, tree=tree,
                                 acceptance_dir=ACCEPTANCE, costs=costs, adaptive=False)
-        for name, (where_drafter, where_target) in ARMS.items()
+        for name in arms
     }
-    if tree == "sequoia:auto":
-        engines[OWN_PLAN] = SpeculativeEngine(*remote, verifier=verifier, tree=tree, acceptance_dir=ACCEPTANCE, adaptive=False)
+    if tree == "sequoia:auto" and len(arms) == len(ARMS):
+        engines[OWN_PLAN] = SpeculativeEngine(*handles["stream"], verifier=verifier, tree=tree, acceptance_dir=ACCEPTANCE,
+                                              adaptive=False)
     totals = {name: {"tokens": 0, "seconds": 0.0, "steps": 0, "wall": 0.0, "other": 0.0, "bytes": 0} for name in engines}
     identical = True
     for i, prompt in enumerate(prompts):
@@ -109,6 +114,7 @@ def overhead(local, remote, prompts, tokens, temperature, verifier, tree, costs)
                       "added_share": max(t["other"] / t["steps"] - base["other"] / base["steps"], 0.0) / wall,
                       "bytes_per_step": t["bytes"] / t["steps"]}
         rows[name]["over_in_process"] = rows[name]["tokens_per_s"] / (base["tokens"] / base["seconds"])
+        rows[name]["rpcs_per_step"] = ARMS[name][2] if name in ARMS else 2
     for name, engine in engines.items():
         shape = engine.policy(tree).shape_for(verifier, temperature)
         rows[name]["tree"] = {"nodes": shape.size, "depth": shape.max_depth}
@@ -240,6 +246,9 @@ def main():
     parser.add_argument("--temperature", type=float, default=0.6)
     parser.add_argument("--verifier", default="rrsw")
     parser.add_argument("--tree", default="sequoia:auto")
+    parser.add_argument("--sweep-trees", nargs="*", default=["kary:2x3", "sequoia:32", "sequoia:64", "sequoia:128"],
+                        help="trees of growing step time, in-process vs distributed")
+    parser.add_argument("--sweep-prompts", type=int, default=4)
     parser.add_argument("--placement-prompts", type=int, default=3)
     parser.add_argument("--users", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--locust-seconds", type=int, default=60)
@@ -257,11 +266,19 @@ def main():
         Worker(logs / "drafter.log", "--role", "drafter", "--model", str(DRAFTER_PATH), threads=args.threads),
     ]
     try:
-        remote_target = RemoteTarget(workers[0].address)
-        remote = (remote_target, RemoteDrafter(workers[1].address, remote_target.vocab_size))
+        handles = {"local": (target, drafter)}
+        for kind in ("stream", "unary"):
+            remote_target = RemoteTarget(workers[0].address, streams=kind == "stream")
+            handles[kind] = (remote_target, RemoteDrafter(workers[1].address, remote_target.vocab_size,
+                                                          streams=kind == "stream"))
         result = {"meta": {**machine("cpu"), **vars(args), "costs": costs.to_json()}}
-        result["overhead"] = overhead((target, drafter), remote, prompts[: args.prompts], args.tokens,
-                                      args.temperature, args.verifier, args.tree, costs)
+        result["overhead"] = overhead(handles, prompts[: args.prompts], args.tokens, args.temperature, args.verifier,
+                                      args.tree, costs)
+        result["sweep"] = [
+            overhead(handles, prompts[: args.sweep_prompts], args.tokens, args.temperature, args.verifier, tree, costs,
+                     arms=SWEEP_ARMS)
+            for tree in args.sweep_trees
+        ]
         result["transport_floor"] = transport_floor(result["overhead"]["distributed"]["step_ms"] / 2)
         result["placement"] = placement(workers[0].address, workers[1].address, prompts[: args.placement_prompts],
                                         48, args.temperature, "kary:2x3", costs)
@@ -290,10 +307,11 @@ def write_markdown(path, result):
                   f"## Overhead: workers as plain processes on loopback gRPC vs in-process ({s['verifier']}, {s['tree']}, T = {s['temperature']:g})", "",
                   "| path | RPCs/step | tree (nodes, depth) | tokens/s | vs in-process | tokens/step | step ms | outside compute | added by distribution | bytes/step |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
-        for name, rpcs in (("in-process", 0), ("distributed", 2), ("drafter in coordinator", 1), (OWN_PLAN, 2)):
+        for name in [*ARMS, OWN_PLAN]:
             if name not in o:
                 continue
             r = o[name]
+            rpcs = r.get("rpcs_per_step", ARMS[name][2] if name in ARMS else 2)
             lines.append(f"| {name} | {rpcs} | {r['tree']['nodes']}, {r['tree']['depth']} | {r['tokens_per_s']:.1f} | "
                          f"{r['over_in_process']:.3f} | {r['tokens_per_step']:.2f} | {r['step_ms']:.1f} | "
                          f"{r['other_share'] * 100:.1f} % | {r['added_share'] * 100:.1f} % | {r['bytes_per_step']:.0f} |")
@@ -302,6 +320,18 @@ def write_markdown(path, result):
                   f"identical tokens for the same seeds and tree on every path: **{o['identical_tokens']}**.  "
                   "'Outside compute' is step time outside the drafter's and target's forwards and the verifier; "
                   "'added by distribution' is that minus the in-process engine's own (goal ≤ 5 %)."]
+        if result.get("sweep"):
+            lines += ["", "### Longer steps: in-process vs distributed (Steps streams) by tree", "",
+                      "| tree | nodes, depth | in-process tokens/s | distributed tokens/s | ratio | in-process step ms | "
+                      "distributed step ms | added ms/step | added by distribution | identical tokens |",
+                      "|---|---|---|---|---|---|---|---|---|---|"]
+            for sweep in result["sweep"]:
+                local, remote = sweep["in-process"], sweep["distributed"]
+                lines.append(
+                    f"| {sweep['setting']['tree']} | {local['tree']['nodes']}, {local['tree']['depth']} | "
+                    f"{local['tokens_per_s']:.1f} | {remote['tokens_per_s']:.1f} | **{remote['over_in_process']:.3f}** | "
+                    f"{local['step_ms']:.1f} | {remote['step_ms']:.1f} | {remote['step_ms'] - local['step_ms']:.1f} | "
+                    f"{remote['added_share'] * 100:.1f} % | {sweep['identical_tokens']} |")
         if floor:
             lines += ["", "Transport floor on this machine (gRPC Python, loopback, median time beyond the handler's own): "
                       + ", ".join(f"{v:.2f} ms with a {k.split('_')[1]} handler" for k, v in floor.items()) + "."]
