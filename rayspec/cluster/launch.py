@@ -74,6 +74,9 @@ class Service:
                 num_cpus=_BUNDLE_CPUS / 2,  # the other half of the bundle: the coordinator
                 num_gpus=_gpus(model, gpus),
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index),
+                # idle OpenMP threads of one worker spinning would steal the core another computes
+                # on (as for plain-process workers); the driver's own setting wins
+                runtime_env={"env_vars": {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}},
             )
 
         self.target = WorkerActor.options(**placed(0, config.target)).remote("target", vars(config.target), config.model_id)
