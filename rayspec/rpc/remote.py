@@ -44,16 +44,24 @@ class RemoteError(RuntimeError):
     """A worker failed or could not be reached."""
 
 
+_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def failure(code: grpc.StatusCode | int, details: str) -> Exception:
+    """What a failed call raises: INVALID_ARGUMENT a ValueError (the caller's input was bad),
+    every other status a RemoteError naming it."""
+    code = _STATUS_CODES.get(code, code) if isinstance(code, int) else code
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return ValueError(details)
+    return RemoteError(f"{getattr(code, 'name', code)}: {details}")
+
+
 def call(method, request, timeout: float):
-    """One RPC with a deadline; INVALID_ARGUMENT becomes ValueError (the caller's input was
-    bad), every other failure a RemoteError naming the status."""
+    """One unary RPC with a deadline, failing as `failure` says."""
     try:
         return method(request, timeout=timeout)
     except grpc.RpcError as error:
-        code, details = error.code(), error.details()
-        if code == grpc.StatusCode.INVALID_ARGUMENT:
-            raise ValueError(details) from None
-        raise RemoteError(f"{code.name}: {details}") from None
+        raise failure(error.code(), error.details()) from None
 
 
 def _channel(address: str) -> grpc.Channel:
@@ -63,9 +71,9 @@ def _channel(address: str) -> grpc.Channel:
 class CallStream:
     """A session's per-step calls on one `Steps` bidirectional stream, opened at the first call.
 
-    `call("verify", request)` sends the call and waits for its result, with the errors `call`
-    raises for a unary call: a `CallError` with INVALID_ARGUMENT becomes ValueError, any
-    other a RemoteError, and so does a broken stream (the next call opens a new one — the
+    `call("verify", request)` sends the call and waits for its result, failing as a unary
+    call does (`failure`: INVALID_ARGUMENT a ValueError, any other status a RemoteError), and
+    so does a broken stream (the next call opens a new one — the
     session lives in the worker, not in the stream).  A call unanswered after `timeout`
     seconds is cancelled by a shared watchdog thread: the per-call deadline of unary calls,
     which a stream that lives as long as its session cannot carry itself."""
@@ -95,15 +103,12 @@ class CallStream:
                 raise RemoteError(f"DEADLINE_EXCEEDED: {self.what} did not answer within {self.timeout:g} s") from None
             if isinstance(error, StopIteration):
                 raise RemoteError(f"UNAVAILABLE: {self.what} ended the session stream") from None
-            raise RemoteError(f"{error.code().name}: {error.details()}") from None
+            raise failure(error.code(), error.details()) from None
         finally:
             self.waiting_since = None
         which = result.WhichOneof("result")
         if which == "error":
-            if result.error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]:
-                raise ValueError(result.error.message)
-            names = {code.value[0]: code.name for code in grpc.StatusCode}
-            raise RemoteError(f"{names.get(result.error.code, result.error.code)}: {result.error.message}")
+            raise failure(result.error.code, result.error.message)
         if which != kind:
             raise RemoteError(f"{self.what} answered a {kind} call with {which!r}")
         return getattr(result, which)
