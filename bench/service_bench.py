@@ -311,8 +311,7 @@ def write_markdown(path, result):
             if name not in o:
                 continue
             r = o[name]
-            rpcs = r.get("rpcs_per_step", ARMS[name][2] if name in ARMS else 2)
-            lines.append(f"| {name} | {rpcs} | {r['tree']['nodes']}, {r['tree']['depth']} | {r['tokens_per_s']:.1f} | "
+            lines.append(f"| {name} | {r['rpcs_per_step']} | {r['tree']['nodes']}, {r['tree']['depth']} | {r['tokens_per_s']:.1f} | "
                          f"{r['over_in_process']:.3f} | {r['tokens_per_step']:.2f} | {r['step_ms']:.1f} | "
                          f"{r['other_share'] * 100:.1f} % | {r['added_share'] * 100:.1f} % | {r['bytes_per_step']:.0f} |")
         floor = result.get("transport_floor", {})

@@ -192,11 +192,33 @@ class RemoteTarget:
         self.channel.close()
 
 
-class RemoteTargetSession:
+class _RemoteSession:
+    """What both kinds of remote session share: per-step calls on the session's `Steps` stream
+    (or as unary calls), and the release of the worker's session."""
+
+    def __init__(self, stub, call_type, timeout: float, what: str, streams: bool, session_id: str):
+        self.stub, self.timeout, self.session_id = stub, timeout, session_id
+        self.steps = CallStream(stub.Steps, call_type, timeout, what) if streams else None
+
+    def _step(self, kind: str, request):
+        if self.steps is not None:
+            return self.steps.call(kind, request)
+        return call(getattr(self.stub, kind.capitalize()), request, self.timeout)
+
+    def close(self) -> None:
+        if self.steps is not None:
+            self.steps.close()
+        try:
+            self.stub.Release(worker_pb2.ReleaseRequest(session_id=self.session_id), timeout=5.0)
+        except grpc.RpcError:
+            pass  # the worker expires idle sessions anyway
+
+
+class RemoteTargetSession(_RemoteSession):
     def __init__(self, target: RemoteTarget, session_id: str, spec: SequenceSpec):
-        self.target, self.session_id = target, session_id
-        self.steps = CallStream(target.stub.Steps, worker_pb2.TargetCall, target.timeout, f"target {target.address}") \
-            if target.streams else None
+        super().__init__(target.stub, worker_pb2.TargetCall, target.timeout, f"target {target.address}",
+                         target.streams, session_id)
+        self.target = target
         if target.verify_at == "coordinator":
             self.verifier = get_verifier(spec.verifier, **spec.verifier_params)
             self.generator = stream_generator(spec.seed, "verify")  # the target side's stream
@@ -232,19 +254,6 @@ class RemoteTargetSession:
         outcome.wire_bytes = request.ByteSize() + reply.ByteSize() + commit.ByteSize()
         return outcome
 
-    def _step(self, kind: str, request):
-        if self.steps is not None:
-            return self.steps.call(kind, request)
-        return call(getattr(self.target.stub, kind.capitalize()), request, self.target.timeout)
-
-    def close(self) -> None:
-        if self.steps is not None:
-            self.steps.close()
-        try:
-            self.target.stub.Release(worker_pb2.ReleaseRequest(session_id=self.session_id), timeout=5.0)
-        except grpc.RpcError:
-            pass  # the worker expires idle sessions anyway
-
 
 class RemoteDrafter:
     """A drafter worker at `address` (host:port)."""
@@ -267,29 +276,18 @@ class RemoteDrafter:
         self.channel.close()
 
 
-class RemoteDrafterSession:
+class RemoteDrafterSession(_RemoteSession):
     def __init__(self, drafter: RemoteDrafter, session_id: str):
-        self.drafter, self.session_id = drafter, session_id
-        self.steps = CallStream(drafter.stub.Steps, worker_pb2.DrafterCall, drafter.timeout, f"drafter {drafter.address}") \
-            if drafter.streams else None
+        super().__init__(drafter.stub, worker_pb2.DrafterCall, drafter.timeout, f"drafter {drafter.address}",
+                         drafter.streams, session_id)
+        self.drafter = drafter
 
     def draft(self, shape: TreeShape | DynamicPlan, previous: Outcome | None) -> Draft:
         request = worker_pb2.DraftRequest(session_id=self.session_id)
         codec.encode_plan(request, shape)
         if previous is not None:
             request.previous.CopyFrom(codec.encode_outcome(previous))
-        if self.steps is not None:
-            reply = self.steps.call("draft", request)
-        else:
-            reply = call(self.drafter.stub.Draft, request, self.drafter.timeout)
+        reply = self._step("draft", request)
         draft = codec.decode_draft(reply, self.drafter.vocab_size)
         draft.wire_bytes = request.ByteSize() + reply.ByteSize()
         return draft
-
-    def close(self) -> None:
-        if self.steps is not None:
-            self.steps.close()
-        try:
-            self.drafter.stub.Release(worker_pb2.ReleaseRequest(session_id=self.session_id), timeout=5.0)
-        except grpc.RpcError:
-            pass
