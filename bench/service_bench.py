@@ -110,6 +110,7 @@ def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=
         wall = t["wall"] / t["steps"]
         rows[name] = {"tokens_per_s": t["tokens"] / t["seconds"], "tokens_per_step": t["tokens"] / t["steps"],
                       "step_ms": wall * 1e3, "other_share": t["other"] / t["wall"],
+                      "compute_ms": (t["wall"] - t["other"]) / t["steps"] * 1e3,
                       # what distribution adds to the in-process engine's own bookkeeping
                       "added_share": max(t["other"] / t["steps"] - base["other"] / base["steps"], 0.0) / wall,
                       "bytes_per_step": t["bytes"] / t["steps"]}
@@ -305,31 +306,34 @@ def write_markdown(path, result):
         s = o["setting"]
         lines += ["",
                   f"## Overhead: workers as plain processes on loopback gRPC vs in-process ({s['verifier']}, {s['tree']}, T = {s['temperature']:g})", "",
-                  "| path | RPCs/step | tree (nodes, depth) | tokens/s | vs in-process | tokens/step | step ms | outside compute | added by distribution | bytes/step |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| path | RPCs/step | tree (nodes, depth) | tokens/s | vs in-process | tokens/step | step ms | compute ms | outside compute | added by distribution | bytes/step |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for name in [*ARMS, OWN_PLAN]:
             if name not in o:
                 continue
             r = o[name]
             lines.append(f"| {name} | {r['rpcs_per_step']} | {r['tree']['nodes']}, {r['tree']['depth']} | {r['tokens_per_s']:.1f} | "
-                         f"{r['over_in_process']:.3f} | {r['tokens_per_step']:.2f} | {r['step_ms']:.1f} | "
+                         f"{r['over_in_process']:.3f} | {r['tokens_per_step']:.2f} | {r['step_ms']:.1f} | {r['compute_ms']:.1f} | "
                          f"{r['other_share'] * 100:.1f} % | {r['added_share'] * 100:.1f} % | {r['bytes_per_step']:.0f} |")
         floor = result.get("transport_floor", {})
         lines += ["", f"Distributed / in-process tokens/s: **{o['distributed_over_in_process']:.3f}** (goal ≥ 0.90); "
                   f"identical tokens for the same seeds and tree on every path: **{o['identical_tokens']}**.  "
-                  "'Outside compute' is step time outside the drafter's and target's forwards and the verifier; "
-                  "'added by distribution' is that minus the in-process engine's own (goal ≤ 5 %)."]
+                  "'Compute' is the drafter's and target's forwards and the verifier, timed where they run; "
+                  "'outside compute' the rest of the step; 'added by distribution' that minus the in-process "
+                  "engine's own (goal ≤ 5 %).  Step time the distributed path adds = its added share plus the "
+                  "compute it loses in separate processes (the compute column's difference)."]
         if result.get("sweep"):
             lines += ["", "### Longer steps: in-process vs distributed (Steps streams) by tree", "",
                       "| tree | nodes, depth | in-process tokens/s | distributed tokens/s | ratio | in-process step ms | "
-                      "distributed step ms | added ms/step | added by distribution | identical tokens |",
-                      "|---|---|---|---|---|---|---|---|---|---|"]
+                      "distributed step ms | added ms/step | of it, slower compute | added by distribution | identical tokens |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|"]
             for sweep in result["sweep"]:
                 local, remote = sweep["in-process"], sweep["distributed"]
                 lines.append(
                     f"| {sweep['setting']['tree']} | {local['tree']['nodes']}, {local['tree']['depth']} | "
                     f"{local['tokens_per_s']:.1f} | {remote['tokens_per_s']:.1f} | **{remote['over_in_process']:.3f}** | "
                     f"{local['step_ms']:.1f} | {remote['step_ms']:.1f} | {remote['step_ms'] - local['step_ms']:.1f} | "
+                    f"{remote['compute_ms'] - local['compute_ms']:.1f} | "
                     f"{remote['added_share'] * 100:.1f} % | {sweep['identical_tokens']} |")
         if floor:
             lines += ["", "Transport floor on this machine (gRPC Python, loopback, median time beyond the handler's own): "

@@ -41,13 +41,18 @@ class CodecError(ValueError):
 # ------------------------------------------------------------------------------- tensors
 
 
-def encode_tensor(tensor: torch.Tensor) -> tensor_pb2.Tensor:
+def encode_tensor(tensor: torch.Tensor, out: tensor_pb2.Tensor | None = None) -> tensor_pb2.Tensor:
+    """`tensor` as a Tensor message, written into `out` when given: large tables are filled in
+    place in the message that is sent, since every message-to-message copy copies their bytes."""
     if tensor.dtype not in _NAMES:
         raise CodecError(f"cannot send a tensor of dtype {tensor.dtype}; supported: {', '.join(DTYPES)}")
     flat = tensor.detach().contiguous().cpu()
     raw = flat.view(torch.int16) if flat.dtype == torch.bfloat16 else flat  # numpy has no bfloat16
-    data = raw.numpy().tobytes() if _LITTLE else raw.numpy().byteswap().tobytes()
-    return tensor_pb2.Tensor(dtype=_NAMES[flat.dtype], shape=list(flat.shape), data=data)
+    out = tensor_pb2.Tensor() if out is None else out
+    out.dtype = _NAMES[flat.dtype]
+    out.shape[:] = flat.shape
+    out.data = raw.numpy().tobytes() if _LITTLE else raw.numpy().byteswap().tobytes()
+    return out
 
 
 def decode_tensor(message: tensor_pb2.Tensor, expect: set[str] | None = None, what: str = "tensor") -> torch.Tensor:
@@ -80,25 +85,24 @@ def decode_tensor(message: tensor_pb2.Tensor, expect: set[str] | None = None, wh
 # ------------------------------------------------------------------------ probability rows
 
 
-def encode_rows(rows: torch.Tensor, dtype: torch.dtype = torch.float32) -> tensor_pb2.ProbabilityRows:
-    """[R, V] probability rows, dense or as exact sparse rows, whichever is smaller."""
+def encode_rows(rows: torch.Tensor, out: tensor_pb2.ProbabilityRows | None = None,
+                dtype: torch.dtype = torch.float32) -> tensor_pb2.ProbabilityRows:
+    """[R, V] probability rows, dense or as exact sparse rows, whichever is smaller; written
+    into `out` when given."""
     rows = rows.to(dtype)
+    out = tensor_pb2.ProbabilityRows() if out is None else out
+    if int(torch.count_nonzero(rows)) > SPARSE_BELOW * rows.numel():
+        encode_tensor(rows, out.dense)
+        return out
     nonzero = rows != 0
-    count = int(nonzero.sum())
-    if count > SPARSE_BELOW * rows.numel():
-        return tensor_pb2.ProbabilityRows(dense=encode_tensor(rows))
-    per_row = nonzero.sum(-1)
-    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), per_row.cumsum(0)])
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), nonzero.sum(-1).cumsum(0)])
     row_index, column = nonzero.nonzero(as_tuple=True)
     values = rows.reshape(-1).index_select(0, row_index * rows.shape[1] + column)
-    return tensor_pb2.ProbabilityRows(
-        sparse=tensor_pb2.SparseRows(
-            width=rows.shape[1],
-            offsets=encode_tensor(offsets),
-            indices=encode_tensor(column.to(torch.int32)),
-            values=encode_tensor(values),
-        )
-    )
+    out.sparse.width = rows.shape[1]
+    encode_tensor(offsets, out.sparse.offsets)
+    encode_tensor(column.to(torch.int32), out.sparse.indices)
+    encode_tensor(values, out.sparse.values)
+    return out
 
 
 def decode_rows(message, rows: int, width: int, what: str = "probability rows") -> torch.Tensor | None:
@@ -234,14 +238,10 @@ def decode_outcome(message: worker_pb2.Outcome) -> Outcome:
     )
 
 
-def encode_draft(draft: Draft) -> worker_pb2.DraftReply:
-    reply = worker_pb2.DraftReply(tree=encode_tree(draft.tree), seconds=draft.seconds)
+def encode_draft(draft: Draft, out: worker_pb2.DraftReply | None = None) -> worker_pb2.DraftReply:
+    out = worker_pb2.DraftReply() if out is None else out
+    out.tree.CopyFrom(encode_tree(draft.tree))
+    out.seconds = draft.seconds
     if draft.q_rows is not None:
-        reply.q_rows.CopyFrom(encode_rows(draft.q_rows))
-    return reply
-
-
-def decode_draft(reply: worker_pb2.DraftReply, vocab_size: int) -> Draft:
-    tree = decode_tree(reply.tree, vocab_size)
-    q_rows = decode_rows(reply.q_rows, len(tree.shape.internal_nodes), vocab_size, "q rows")
-    return Draft(tree, q_rows, reply.seconds)
+        encode_rows(draft.q_rows, out.q_rows)
+    return out

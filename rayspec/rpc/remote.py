@@ -68,33 +68,60 @@ def _channel(address: str) -> grpc.Channel:
     return grpc.insecure_channel(address, options=GRPC_OPTIONS)
 
 
+_STEPS = {  # call message -> (the Steps method's path, its result message)
+    worker_pb2.TargetCall: ("/rayspec.v1.TargetService/Steps", worker_pb2.TargetResult),
+    worker_pb2.DrafterCall: ("/rayspec.v1.DrafterService/Steps", worker_pb2.DrafterResult),
+}
+
+
 class CallStream:
     """A session's per-step calls on one `Steps` bidirectional stream, opened at the first call.
 
-    `call("verify", request)` sends the call and waits for its result, failing as a unary
-    call does (`failure`: INVALID_ARGUMENT a ValueError, any other status a RemoteError), and
-    so does a broken stream (the next call opens a new one — the
-    session lives in the worker, not in the stream).  A call unanswered after `timeout`
-    seconds is cancelled by a shared watchdog thread: the per-call deadline of unary calls,
-    which a stream that lives as long as its session cannot carry itself."""
+    `send(call)` sends a call message (a `TargetCall` or `DrafterCall` holding one request)
+    and waits for its result, failing as a unary call does (`failure`: INVALID_ARGUMENT a
+    ValueError, any other status a RemoteError), and so does a broken stream (the next call
+    opens a new one — the session lives in the worker, not in the stream).  A call
+    unanswered after `timeout` seconds is cancelled by a shared watchdog thread: the per-call
+    deadline of unary calls, which a stream that lives as long as its session cannot carry
+    itself.  `sent` and `received`: the bytes of the last call's two messages, counted as
+    they are serialised and parsed (asking a message its size would serialise it again)."""
 
     _END = None
 
-    def __init__(self, method, call_type, timeout: float, what: str):
-        self.method, self.call_type, self.timeout, self.what = method, call_type, timeout, what
+    def __init__(self, channel: grpc.Channel, call_type, timeout: float, what: str):
+        path, self.result_type = _STEPS[call_type]
+        self.method = channel.stream_stream(path, request_serializer=self._serialize,
+                                            response_deserializer=self._parse)
+        self.call_type, self.timeout, self.what = call_type, timeout, what
         self.waiting_since: float | None = None
+        self.sent = self.received = 0
         self._requests: queue.SimpleQueue | None = None
         self._results = None
         self._expired = False
 
+    def _serialize(self, message) -> bytes:
+        data = message.SerializeToString()
+        self.sent = len(data)
+        return data
+
+    def _parse(self, data: bytes):
+        self.received = len(data)
+        return self.result_type.FromString(data)
+
     def call(self, kind: str, request):
+        """Send `request` as a call of `kind` (copied into a call message; see `send`)."""
+        return self.send(self.call_type(**{kind: request}))
+
+    def send(self, message):
+        """Send a call message, return the reply it gets (the result's `kind` field)."""
+        kind = message.WhichOneof("call")
         if self._results is None:
             self._requests = queue.SimpleQueue()
             self._results = self.method(iter(self._requests.get, self._END))
             _watchdog.watch(self)
         self._expired = False
         self.waiting_since = time.monotonic()
-        self._requests.put(self.call_type(**{kind: request}))
+        self._requests.put(message)
         try:
             result = next(self._results)
         except (grpc.RpcError, StopIteration) as error:
@@ -196,14 +223,28 @@ class _RemoteSession:
     """What both kinds of remote session share: per-step calls on the session's `Steps` stream
     (or as unary calls), and the release of the worker's session."""
 
-    def __init__(self, stub, call_type, timeout: float, what: str, streams: bool, session_id: str):
-        self.stub, self.timeout, self.session_id = stub, timeout, session_id
-        self.steps = CallStream(stub.Steps, call_type, timeout, what) if streams else None
+    def __init__(self, channel, stub, call_type, timeout: float, what: str, streams: bool, session_id: str):
+        self.stub, self.call_type, self.timeout, self.session_id = stub, call_type, timeout, session_id
+        self.steps = CallStream(channel, call_type, timeout, what) if streams else None
 
-    def _step(self, kind: str, request):
+    def _new(self, kind: str):
+        """A call message and its `kind` request, to be filled in place: building the request
+        apart and then setting it in a call message would copy its rows once more."""
+        message = self.call_type()
+        request = getattr(message, kind)
+        request.SetInParent()
+        request.session_id = self.session_id
+        return message, request
+
+    def _step(self, message):
+        """Send a call message (see `_new`): its reply and the bytes both ways."""
         if self.steps is not None:
-            return self.steps.call(kind, request)
-        return call(getattr(self.stub, kind.capitalize()), request, self.timeout)
+            reply = self.steps.send(message)
+            return reply, self.steps.sent + self.steps.received
+        kind = message.WhichOneof("call")
+        request = getattr(message, kind)
+        reply = call(getattr(self.stub, kind.capitalize()), request, self.timeout)
+        return reply, request.ByteSize() + reply.ByteSize()
 
     def close(self) -> None:
         if self.steps is not None:
@@ -216,8 +257,8 @@ class _RemoteSession:
 
 class RemoteTargetSession(_RemoteSession):
     def __init__(self, target: RemoteTarget, session_id: str, spec: SequenceSpec):
-        super().__init__(target.stub, worker_pb2.TargetCall, target.timeout, f"target {target.address}",
-                         target.streams, session_id)
+        super().__init__(target.channel, target.stub, worker_pb2.TargetCall, target.timeout,
+                         f"target {target.address}", target.streams, session_id)
         self.target = target
         if target.verify_at == "coordinator":
             self.verifier = get_verifier(spec.verifier, **spec.verifier_params)
@@ -227,19 +268,22 @@ class RemoteTargetSession(_RemoteSession):
     def verify(self, draft: Draft) -> Outcome:
         if self.target.verify_at == "coordinator":
             return self._verify_here(draft)
-        request = worker_pb2.VerifyRequest(
-            session_id=self.session_id, tree=codec.encode_tree(draft.tree), draft_seconds=draft.seconds
-        )
-        if draft.q_rows is not None:
-            request.q_rows.CopyFrom(codec.encode_rows(draft.q_rows))
-        reply = self._step("verify", request)
+        message, request = self._new("verify")
+        request.tree.CopyFrom(codec.encode_tree(draft.tree))
+        request.draft_seconds = draft.seconds
+        if isinstance(draft, ReceivedDraft) and draft.q_message is not None:
+            request.q_rows.CopyFrom(draft.q_message)  # forwarded as the drafter sent them
+        elif draft.q_rows is not None:
+            codec.encode_rows(draft.q_rows, request.q_rows)
+        reply, wire_bytes = self._step(message)
         outcome = codec.decode_outcome(reply.outcome)
-        outcome.wire_bytes = request.ByteSize() + reply.ByteSize()
+        outcome.wire_bytes = wire_bytes
         return outcome
 
     def _verify_here(self, draft: Draft) -> Outcome:
-        request = worker_pb2.ScoreRequest(session_id=self.session_id, tree=codec.encode_tree(draft.tree))
-        reply = self._step("score", request)
+        message, request = self._new("score")
+        request.tree.CopyFrom(codec.encode_tree(draft.tree))
+        reply, score_bytes = self._step(message)
         size = draft.tree.shape.size
         if self.verifier.token_only:  # each node's own sample as a point mass: the walk emits exactly those
             p_rows = torch.nn.functional.one_hot(torch.tensor(list(reply.node_tokens)), self.target.vocab_size).float()
@@ -248,10 +292,11 @@ class RemoteTargetSession(_RemoteSession):
         randomness = KeyedNoise(self.seed, self.length) if self.verifier.drafter_invariant else self.generator
         verdict = self.verifier.verify_tree(draft.tree, p_rows, draft.q_rows, randomness)
         outcome = Outcome(verdict.tokens, verdict.path, verdict.ranks, score_seconds=reply.seconds)
-        commit = worker_pb2.CommitRequest(session_id=self.session_id, outcome=codec.encode_outcome(outcome))
-        self._step("commit", commit)
+        message, commit = self._new("commit")
+        commit.outcome.CopyFrom(codec.encode_outcome(outcome))
+        _, commit_bytes = self._step(message)
         self.length += len(verdict.tokens)
-        outcome.wire_bytes = request.ByteSize() + reply.ByteSize() + commit.ByteSize()
+        outcome.wire_bytes = score_bytes + commit_bytes
         return outcome
 
 
@@ -278,16 +323,35 @@ class RemoteDrafter:
 
 class RemoteDrafterSession(_RemoteSession):
     def __init__(self, drafter: RemoteDrafter, session_id: str):
-        super().__init__(drafter.stub, worker_pb2.DrafterCall, drafter.timeout, f"drafter {drafter.address}",
-                         drafter.streams, session_id)
+        super().__init__(drafter.channel, drafter.stub, worker_pb2.DrafterCall, drafter.timeout,
+                         f"drafter {drafter.address}", drafter.streams, session_id)
         self.drafter = drafter
 
     def draft(self, shape: TreeShape | DynamicPlan, previous: Outcome | None) -> Draft:
-        request = worker_pb2.DraftRequest(session_id=self.session_id)
+        message, request = self._new("draft")
         codec.encode_plan(request, shape)
         if previous is not None:
             request.previous.CopyFrom(codec.encode_outcome(previous))
-        reply = self._step("draft", request)
-        draft = codec.decode_draft(reply, self.drafter.vocab_size)
-        draft.wire_bytes = request.ByteSize() + reply.ByteSize()
-        return draft
+        reply, wire_bytes = self._step(message)
+        return ReceivedDraft(reply, self.drafter.vocab_size, wire_bytes)
+
+
+class ReceivedDraft(Draft):
+    """A draft as a drafter worker sent it.  Its q rows stay encoded until something in this
+    process reads `q_rows` (a verifier at the coordinator decodes and checks them then); a
+    remote target is sent `q_message` as it arrived and checks it itself.  Decoding and
+    re-encoding them here would copy megabytes per step for nothing."""
+
+    def __init__(self, reply: worker_pb2.DraftReply, vocab_size: int, wire_bytes: int):
+        self.tree = codec.decode_tree(reply.tree, vocab_size)
+        self.seconds, self.wire_bytes = reply.seconds, wire_bytes
+        self.q_message = reply.q_rows if reply.HasField("q_rows") else None
+        self._vocab_size = vocab_size
+        self._q_rows = None
+
+    @property
+    def q_rows(self) -> torch.Tensor | None:
+        if self._q_rows is None and self.q_message is not None:
+            internal = len(self.tree.shape.internal_nodes)
+            self._q_rows = codec.decode_rows(self.q_message, internal, self._vocab_size, "q rows")
+        return self._q_rows

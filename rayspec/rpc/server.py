@@ -96,10 +96,10 @@ class Servicer:
 
     def serve_steps(self, calls, context, result_type, handlers: dict):
         """A `Steps` stream: each call message dispatched to the unary handler its `call` field
-        names (`handlers`: field -> method decorated with `rpc_errors`, run here without it),
-        answered in order by a `result_type` holding the reply or, when the call failed, a
-        `CallError` with the status the unary call would have ended with.  A failed call
-        leaves the stream open."""
+        names (`handlers`: field -> method decorated with `rpc_errors`, run here without it,
+        given the reply inside the result message to fill), answered in order by a
+        `result_type` holding the reply or, when the call failed, a `CallError` with the
+        status the unary call would have ended with.  A failed call leaves the stream open."""
         for call in calls:
             kind = call.WhichOneof("call")
             try:
@@ -107,8 +107,11 @@ class Servicer:
                     raise ValueError("an empty call: set one of " + ", ".join(handlers))
                 request = getattr(call, kind)
                 self.check_size(request)
-                reply = inspect.unwrap(handlers[kind])(self, request, context)
-                yield result_type(**{kind: reply})
+                result = result_type()
+                reply = getattr(result, kind)
+                reply.SetInParent()
+                inspect.unwrap(handlers[kind])(self, request, context, reply)
+                yield result
             except Exception as error:  # noqa: BLE001 — every failure becomes a CallError
                 code, message = status_of(error, f"Steps.{kind}")
                 yield result_type(error=worker_pb2.CallError(code=code.value[0], message=message))

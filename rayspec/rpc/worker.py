@@ -65,8 +65,10 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
         self.add_session(request.session_id, session)
         return worker_pb2.OpenReply()
 
+    # The per-step handlers take the reply to fill: a `Steps` stream passes the one inside its
+    # result message, which spares copying the rows of a large reply into it.
     @rpc_errors
-    def Verify(self, request, context):
+    def Verify(self, request, context, reply=None):
         session = self.session(request.session_id)
         tree = codec.decode_tree(request.tree, self.target.vocab_size)
         q_rows = codec.decode_rows(request.q_rows, len(tree.shape.internal_nodes), self.target.vocab_size, "q rows")
@@ -74,29 +76,32 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
             raise ValueError(f"verifier {session.verifier.name!r} needs the drafter's q rows")
         with self.compute:
             outcome = session.verify(Draft(tree, q_rows, request.draft_seconds))
-        return worker_pb2.VerifyReply(outcome=codec.encode_outcome(outcome))
+        reply = worker_pb2.VerifyReply() if reply is None else reply
+        reply.outcome.CopyFrom(codec.encode_outcome(outcome))
+        return reply
 
     @rpc_errors
-    def Score(self, request, context):
+    def Score(self, request, context, reply=None):
         session = self.session(request.session_id)
         tree = codec.decode_tree(request.tree, self.target.vocab_size)
+        reply = worker_pb2.ScoreReply() if reply is None else reply
         with self.compute:
             started = time.perf_counter()
             p_rows = session.score(tree)
             if session.verifier.token_only:
-                reply = worker_pb2.ScoreReply(node_tokens=session.node_samples(tree, p_rows).tolist())
+                reply.node_tokens[:] = session.node_samples(tree, p_rows).tolist()
             else:
-                reply = worker_pb2.ScoreReply(p_rows=codec.encode_rows(p_rows))
+                codec.encode_rows(p_rows, reply.p_rows)
             reply.seconds = time.perf_counter() - started
         return reply
 
     @rpc_errors
-    def Commit(self, request, context):
+    def Commit(self, request, context, reply=None):
         session = self.session(request.session_id)
         outcome = codec.decode_outcome(request.outcome)
         with self.compute:
             session.commit(outcome.tokens, outcome.path)
-        return worker_pb2.CommitReply()
+        return worker_pb2.CommitReply() if reply is None else reply
 
     @rpc_errors
     def Release(self, request, context):
@@ -122,20 +127,20 @@ class DrafterServicer(Servicer, worker_pb2_grpc.DrafterServiceServicer):
         return worker_pb2.OpenReply()
 
     @rpc_errors
-    def Draft(self, request, context):
+    def Draft(self, request, context, reply=None):
         session = self.session(request.session_id)
         shape = codec.decode_plan(request)
         previous = codec.decode_outcome(request.previous) if request.HasField("previous") else None
         with self.compute:
             draft = session.draft(shape, previous)
-        return codec.encode_draft(draft)
+        return codec.encode_draft(draft, reply)
 
     @rpc_errors
-    def Commit(self, request, context):
+    def Commit(self, request, context, reply=None):
         session = self.session(request.session_id)
         with self.compute:
             session.commit(codec.decode_outcome(request.outcome))
-        return worker_pb2.CommitReply()
+        return worker_pb2.CommitReply() if reply is None else reply
 
     @rpc_errors
     def Release(self, request, context):

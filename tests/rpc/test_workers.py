@@ -177,10 +177,11 @@ def test_unary_calls_give_the_tokens_of_session_streams(cluster, verify_at):
 def test_a_failed_call_on_a_steps_stream_leaves_it_serving(cluster):
     from rayspec.rpc.remote import CallStream, RemoteError
 
-    target = worker_pb2_grpc.TargetServiceStub(grpc.insecure_channel(cluster["target"].address))
+    target_channel = grpc.insecure_channel(cluster["target"].address)
+    target = worker_pb2_grpc.TargetServiceStub(target_channel)
     spec = worker_pb2.SequenceSpec(prompt_ids=[1, 2], params=worker_pb2.SamplingParams(temperature=1, top_p=1), seed=1, verifier="rrsw")
     target.Open(worker_pb2.OpenRequest(session_id="stream", spec=spec), timeout=10)
-    steps = CallStream(target.Steps, worker_pb2.TargetCall, 30.0, "target")
+    steps = CallStream(target_channel, worker_pb2.TargetCall, 30.0, "target")
     bad_rows = worker_pb2.VerifyRequest(session_id="stream", tree=worker_pb2.Tree(parents=[-1, 0], tokens=[2, 5]))
     bad_rows.q_rows.dense.CopyFrom(tensor_pb2.Tensor(dtype="float64", shape=[1, 8192], data=b"\0" * 8 * 8192))
     with pytest.raises(ValueError, match="dtype"):
@@ -213,14 +214,14 @@ def test_an_unanswered_stream_call_fails_at_its_deadline_and_extra_streams_are_r
     server, port = start_server(lambda s: worker_pb2_grpc.add_TargetServiceServicer_to_server(_SlowTarget(), s),
                                 "127.0.0.1:0", max_workers=2)
     try:
-        stub = worker_pb2_grpc.TargetServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
-        steps = CallStream(stub.Steps, worker_pb2.TargetCall, 0.5, "target slow")
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        steps = CallStream(channel, worker_pb2.TargetCall, 0.5, "target slow")
         started = time.monotonic()
         with pytest.raises(RemoteError, match=r"DEADLINE_EXCEEDED: target slow did not answer within 0.5 s"):
             steps.call("verify", worker_pb2.VerifyRequest(session_id="s"))
         assert time.monotonic() - started < 2.0
         time.sleep(0.3)  # the cancelled stream's server thread notices and ends
-        held = [CallStream(stub.Steps, worker_pb2.TargetCall, 10.0, "target slow") for _ in range(2)]
+        held = [CallStream(channel, worker_pb2.TargetCall, 10.0, "target slow") for _ in range(2)]
         answers = []
         waiting = [threading.Thread(target=lambda s=s: answers.append(s.call("verify", worker_pb2.VerifyRequest())))
                    for s in held]
@@ -228,7 +229,7 @@ def test_an_unanswered_stream_call_fails_at_its_deadline_and_extra_streams_are_r
             thread.start()
         time.sleep(0.5)  # both server threads now hold a stream
         with pytest.raises(RemoteError, match="RESOURCE_EXHAUSTED"):
-            CallStream(stub.Steps, worker_pb2.TargetCall, 10.0, "target slow").call("verify", worker_pb2.VerifyRequest())
+            CallStream(channel, worker_pb2.TargetCall, 10.0, "target slow").call("verify", worker_pb2.VerifyRequest())
         for thread in waiting:
             thread.join()
         assert len(answers) == 2  # the streams already running were not disturbed
