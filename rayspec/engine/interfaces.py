@@ -63,6 +63,9 @@ class Draft:
     q_rows: torch.Tensor | None  # [I, V] float32, None when the verifier never reads q
     seconds: float = 0.0  # drafter compute time, as measured where the drafter runs
     wire_bytes: int = 0  # bytes that crossed a process boundary to get it (0 in-process)
+    # [I] float32 when q_rows came from `rayspec.verify.processing.half_precision`: they
+    # then cross a wire as float16 values and these divisors, exactly.
+    q_divisors: torch.Tensor | None = None
 
 
 @dataclass

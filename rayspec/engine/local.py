@@ -18,7 +18,7 @@ from rayspec.models.tree_lm import TreeLM
 from rayspec.tree.dynamic import DynamicPlan, select_dynamic_tree
 from rayspec.tree.structure import DraftTree, TreeShape
 from rayspec.verify import get_verifier
-from rayspec.verify.processing import SamplingParams, logits_to_probs
+from rayspec.verify.processing import SamplingParams, half_precision, logits_to_probs
 
 
 def model_context_length(model) -> int:
@@ -110,13 +110,16 @@ class LocalDrafterSession(_Session):
         self.lm.keep(kept)
         self.tokens += previous.tokens
 
-    def _draft_law(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(law to draft from, law to ship): greedy drafts the top-k of the drafter's plain
-        scores, every other verifier the processed law it is verified against."""
-        q = logits_to_probs(logits, self.params)
+    def _draft_law(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(law to draft from, law to ship, its row divisors): greedy drafts the top-k of the
+        drafter's plain scores, every other verifier the processed law it is verified
+        against.  That law is taken in half precision (`half_precision`) wherever the
+        drafter runs, so that a remote drafter's rows cross at half the bytes and in-process
+        decoding gives the same tokens."""
+        q, divisors = half_precision(logits_to_probs(logits, self.params))
         if self.verifier.name == "greedy":
-            return logits_to_probs(logits, SamplingParams()), q
-        return q, q
+            return logits_to_probs(logits, SamplingParams()), q, divisors
+        return q, q, divisors
 
     def draft(self, shape: TreeShape | DynamicPlan, previous: Outcome | None) -> Draft:
         start = time.perf_counter()
@@ -130,14 +133,14 @@ class LocalDrafterSession(_Session):
             return Draft(tree, None, time.perf_counter() - start)
 
         parents, tokens, planned, depth = [-1], [self.tokens[-1]], [0], [0]
-        q_rows = []
+        q_rows, q_divisors = [], []
         # `level`: this depth's nodes that have planned children, with their logits.
         level, level_logits = ([0] if shape.num_children[0] else []), root_logits
         randomness = self.randomness()
         for d in range(shape.max_depth):
             if not level:
                 break
-            draw_from, ship = self._draft_law(level_logits)
+            draw_from, ship, divisors = self._draft_law(level_logits)
             widest = max(shape.num_children[planned[node]] for node in level)
             noise = randomness.shifted(d) if isinstance(randomness, KeyedNoise) else randomness
             drafts = self.verifier.sample_drafts_batch(draw_from, widest, noise).tolist()
@@ -153,12 +156,14 @@ class LocalDrafterSession(_Session):
                     depth.append(d + 1)
                 if chosen:
                     q_rows.append(ship[row])
+                    q_divisors.append(divisors[row])
             level = [n for n in next_level if shape.num_children[planned[n]]]
             if level and d + 1 < shape.max_depth:
                 level_logits = self._forward_level(level, parents, tokens, depth)
         tree = DraftTree(TreeShape(tuple(parents)), torch.tensor(tokens))
-        ship_q = torch.stack(q_rows).float() if q_rows and self.verifier.needs_draft_probs else None
-        return Draft(tree, ship_q, time.perf_counter() - start)
+        if not (q_rows and self.verifier.needs_draft_probs):
+            return Draft(tree, None, time.perf_counter() - start)
+        return Draft(tree, torch.stack(q_rows), time.perf_counter() - start, q_divisors=torch.stack(q_divisors))
 
     def _draft_dynamic(self, plan: DynamicPlan, root_logits: torch.Tensor) -> DraftTree:
         """EAGLE-2: expand the `top_k` best candidates of each level into their `top_k` most

@@ -2,7 +2,10 @@
 
 Tensors travel as row-major little-endian bytes with their dtype and shape in band
 (`rayspec.v1.Tensor`); probability rows either dense or, when they are truncated laws (top-k
-or top-p sampling), as their non-zero entries only — exact, not an approximation.  Every
+or top-p sampling, or a sharp law in half precision), as their non-zero entries only — exact,
+not an approximation.  A drafter's q rows are a half-precision law
+(`rayspec.verify.processing.half_precision`) and cross as float16 values and a float32
+divisor per row, half the bytes of float32 rows, decoding to the same law bit for bit.  Every
 decoder validates what it reads and raises `CodecError` (a ValueError: the servers answer
 INVALID_ARGUMENT) with a message, never a crash.
 """
@@ -86,11 +89,15 @@ def decode_tensor(message: tensor_pb2.Tensor, expect: set[str] | None = None, wh
 
 
 def encode_rows(rows: torch.Tensor, out: tensor_pb2.ProbabilityRows | None = None,
-                dtype: torch.dtype = torch.float32) -> tensor_pb2.ProbabilityRows:
-    """[R, V] probability rows, dense or as exact sparse rows, whichever is smaller; written
-    into `out` when given."""
-    rows = rows.to(dtype)
+                divisors: torch.Tensor | None = None) -> tensor_pb2.ProbabilityRows:
+    """[R, V] float32 probability rows, dense or as exact sparse rows, whichever is smaller;
+    written into `out` when given.  With `divisors` (rows from
+    `rayspec.verify.processing.half_precision`) the values travel as float16 and each row's
+    divisor as float32, which decode to the same rows bit for bit."""
     out = tensor_pb2.ProbabilityRows() if out is None else out
+    if divisors is not None:
+        encode_tensor(divisors.float(), out.divisors)
+        rows = (rows * divisors.unsqueeze(-1)).to(torch.float16)
     if int(torch.count_nonzero(rows)) > SPARSE_BELOW * rows.numel():
         encode_tensor(rows, out.dense)
         return out
@@ -133,6 +140,11 @@ def decode_rows(message, rows: int, width: int, what: str = "probability rows") 
         table = torch.zeros(rows * width)
         table.index_put_((row_of * width + indices,), values, accumulate=True)
         table = table.reshape(rows, width)
+    if message.HasField("divisors"):
+        divisors = decode_tensor(message.divisors, {"float32"}, f"{what} divisors")
+        if tuple(divisors.shape) != (rows,) or not bool(((divisors > 0) & divisors.isfinite()).all()):
+            raise CodecError(f"{what}: divisors must be {rows} positive finite values")
+        table = table / divisors.unsqueeze(-1)
     if table.numel():
         low, high = table.aminmax()  # one pass; a NaN makes both comparisons fail
         if not (bool(low >= 0) and bool(high <= 1 + 1e-5)):
@@ -243,5 +255,5 @@ def encode_draft(draft: Draft, out: worker_pb2.DraftReply | None = None) -> work
     out.tree.CopyFrom(encode_tree(draft.tree))
     out.seconds = draft.seconds
     if draft.q_rows is not None:
-        encode_rows(draft.q_rows, out.q_rows)
+        encode_rows(draft.q_rows, out.q_rows, draft.q_divisors)
     return out

@@ -274,7 +274,7 @@ class RemoteTargetSession(_RemoteSession):
         if isinstance(draft, ReceivedDraft) and draft.q_message is not None:
             request.q_rows.CopyFrom(draft.q_message)  # forwarded as the drafter sent them
         elif draft.q_rows is not None:
-            codec.encode_rows(draft.q_rows, request.q_rows)
+            codec.encode_rows(draft.q_rows, request.q_rows, draft.q_divisors)
         reply, wire_bytes = self._step(message)
         outcome = codec.decode_outcome(reply.outcome)
         outcome.wire_bytes = wire_bytes

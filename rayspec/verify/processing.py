@@ -52,3 +52,19 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams, dtype=torch.fl
         probs = torch.where(keep, probs, torch.zeros_like(probs))
         probs = probs / probs.sum(-1, keepdim=True)
     return probs
+
+
+def half_precision(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`probs` rounded to float16 and renormalised: (the law, its row divisors), the law being
+    exactly `weights.float() / divisors` for the float16 `weights = (law * divisors).half()`.
+
+    A drafter drafts from this law so that its rows can cross a wire as float16 values and a
+    float32 divisor per row — half the bytes — and decode to the very law it drew from, bit
+    for bit (float32 division is correctly rounded everywhere), which exact verification
+    needs.  Rounding moves each probability by at most 2^-11 of itself; float16 subnormals
+    keep probabilities down to 6e-8, and nothing smaller is ever drafted.  Recovering
+    `weights` from the law is exact: law * divisors is within a few float32 ulps of a
+    float16 value, far inside half a float16 step."""
+    weights = probs.to(torch.float16).float()
+    divisors = weights.sum(-1)
+    return weights / divisors.unsqueeze(-1), divisors

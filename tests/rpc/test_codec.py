@@ -7,6 +7,7 @@ import torch
 
 from rayspec.rpc import codec
 from rayspec.rpc.generated import tensor_pb2
+from rayspec.verify.processing import half_precision
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64])
@@ -30,6 +31,33 @@ def test_dense_and_sparse_rows_round_trip_exactly():
     assert message.WhichOneof("rows") == "sparse"
     assert torch.equal(codec.decode_rows(message, 4, 100), truncated)
     assert message.ByteSize() < codec.encode_tensor(truncated).ByteSize() / 3
+
+
+@pytest.mark.parametrize("temperature", [0.05, 0.6, 1.0, 3.0])
+def test_half_precision_rows_cross_as_half_the_bytes_and_decode_to_the_same_law_bit_for_bit(temperature):
+    generator = torch.Generator().manual_seed(7)
+    logits = torch.randn(6, 8192, generator=generator) * 4
+    law, divisors = half_precision(torch.softmax(logits / temperature, -1))
+    truncated, truncated_divisors = half_precision(torch.where(logits > 6, law, torch.zeros_like(law)))
+    for rows, row_divisors in ((law, divisors), (truncated, truncated_divisors)):
+        message = codec.encode_rows(rows, divisors=row_divisors)
+        back = codec.decode_rows(tensor_pb2.ProbabilityRows.FromString(message.SerializeToString()), 6, 8192)
+        assert torch.equal(back, rows)
+    half, full = codec.encode_rows(law, divisors=divisors), codec.encode_tensor(law)  # full: dense float32
+    # Sharp laws round most of their tail to 0 and go sparse: fewer bytes still.
+    assert half.ByteSize() < 0.51 * full.ByteSize()
+    if temperature >= 3:
+        assert half.WhichOneof("rows") == "dense" and half.dense.dtype == "float16"
+    assert codec.encode_rows(truncated, divisors=truncated_divisors).WhichOneof("rows") == "sparse"
+
+
+def test_bad_divisors_are_refused():
+    law, divisors = half_precision(torch.softmax(torch.randn(2, 8), -1))
+    for bad in (-divisors, divisors[:1], divisors * float("nan")):
+        message = codec.encode_rows(law, divisors=divisors)
+        message.divisors.CopyFrom(codec.encode_tensor(bad))
+        with pytest.raises(codec.CodecError, match="divisors must be 2 positive finite values"):
+            codec.decode_rows(message, 2, 8)
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17rayspec/v1/tensor.proto\x12\nrayspec.v1\"4\n\x06Tensor\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\x89\x01\n\nSparseRows\x12\r\n\x05width\x18\x01 \x01(\x03\x12#\n\x07offsets\x18\x02 \x01(\x0b\x32\x12.rayspec.v1.Tensor\x12#\n\x07indices\x18\x03 \x01(\x0b\x32\x12.rayspec.v1.Tensor\x12\"\n\x06values\x18\x04 \x01(\x0b\x32\x12.rayspec.v1.Tensor\"h\n\x0fProbabilityRows\x12#\n\x05\x64\x65nse\x18\x01 \x01(\x0b\x32\x12.rayspec.v1.TensorH\x00\x12(\n\x06sparse\x18\x02 \x01(\x0b\x32\x16.rayspec.v1.SparseRowsH\x00\x42\x06\n\x04rowsb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17rayspec/v1/tensor.proto\x12\nrayspec.v1\"4\n\x06Tensor\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\x89\x01\n\nSparseRows\x12\r\n\x05width\x18\x01 \x01(\x03\x12#\n\x07offsets\x18\x02 \x01(\x0b\x32\x12.rayspec.v1.Tensor\x12#\n\x07indices\x18\x03 \x01(\x0b\x32\x12.rayspec.v1.Tensor\x12\"\n\x06values\x18\x04 \x01(\x0b\x32\x12.rayspec.v1.Tensor\"\x8e\x01\n\x0fProbabilityRows\x12#\n\x05\x64\x65nse\x18\x01 \x01(\x0b\x32\x12.rayspec.v1.TensorH\x00\x12(\n\x06sparse\x18\x02 \x01(\x0b\x32\x16.rayspec.v1.SparseRowsH\x00\x12$\n\x08\x64ivisors\x18\x03 \x01(\x0b\x32\x12.rayspec.v1.TensorB\x06\n\x04rowsb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,6 +35,6 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TENSOR']._serialized_end=91
   _globals['_SPARSEROWS']._serialized_start=94
   _globals['_SPARSEROWS']._serialized_end=231
-  _globals['_PROBABILITYROWS']._serialized_start=233
-  _globals['_PROBABILITYROWS']._serialized_end=337
+  _globals['_PROBABILITYROWS']._serialized_start=234
+  _globals['_PROBABILITYROWS']._serialized_end=376
 # @@protoc_insertion_point(module_scope)

@@ -1,0 +1,22 @@
+"""The sampling laws: the half-precision draft law a drafter draws from."""
+
+from __future__ import annotations
+
+import torch
+
+from rayspec.verify.processing import SamplingParams, half_precision, logits_to_probs
+
+
+def test_the_half_precision_law_is_a_law_close_to_the_full_one_and_rebuilt_exactly_from_float16():
+    logits = torch.randn(16, 8192, generator=torch.Generator().manual_seed(3)) * 5
+    for params in (SamplingParams(0.3), SamplingParams(1.0), SamplingParams(1.0, top_k=20), SamplingParams(0.0)):
+        probs = logits_to_probs(logits, params)
+        law, divisors = half_precision(probs)
+        assert law.dtype == torch.float32 and divisors.shape == (16,)
+        assert torch.allclose(law.sum(-1), torch.ones(16), atol=1e-5)
+        # each probability moves by float16 rounding (2^-11 of itself) and the renormalisation
+        kept = probs > 6.2e-5  # float16 normal range: relative rounding bound holds
+        assert ((law - probs).abs()[kept] <= probs[kept] * 2.0**-10).all()
+        assert ((law == 0) == (probs.to(torch.float16) == 0)).all()  # support: all but the sub-6e-8 tail
+        weights = (law * divisors.unsqueeze(-1)).to(torch.float16)
+        assert torch.equal(weights.float() / divisors.unsqueeze(-1), law)
