@@ -3,7 +3,7 @@
 The engine runs unchanged over these: `SpeculativeEngine(RemoteTarget(addr), RemoteDrafter(addr))`
 is the distributed coordinator.  Per step, two calls cross the network: Draft (the planned
 shape and the previous outcome out; the tree and the internal nodes' q rows back) and Verify
-(the tree and the q rows out; the outcome back).  By default a session sends them as messages
+(the tree and the q rows, forwarded as they arrived, out; the outcome back).  By default a session sends them as messages
 on one bidirectional `Steps` stream per worker, opened at its first step, rather than as unary
 calls: the same messages, without setting up an HTTP/2 stream per call.
 
