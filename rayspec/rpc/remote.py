@@ -3,9 +3,10 @@
 The engine runs unchanged over these: `SpeculativeEngine(RemoteTarget(addr), RemoteDrafter(addr))`
 is the distributed coordinator.  Per step, two calls cross the network: Draft (the planned
 shape and the previous outcome out; the tree and the internal nodes' q rows back) and Verify
-(the tree and the q rows, forwarded as they arrived, out; the outcome back).  By default a session sends them as messages
-on one bidirectional `Steps` stream per worker, opened at its first step, rather than as unary
-calls: the same messages, without setting up an HTTP/2 stream per call.
+(the tree and the q rows, forwarded as they arrived, out; the outcome back).  By default a
+session sends them as messages on one bidirectional `Steps` stream per worker, opened at its
+first step, rather than as unary calls: the same messages, without setting up an HTTP/2
+stream per call.
 
 Where the verifier runs (`verify_at`):
   "target"       (default) in the target worker: it holds the target's rows, so only the
@@ -92,7 +93,7 @@ class CallStream:
         path, self.result_type = _STEPS[call_type]
         self.method = channel.stream_stream(path, request_serializer=self._serialize,
                                             response_deserializer=self._parse)
-        self.call_type, self.timeout, self.what = call_type, timeout, what
+        self.timeout, self.what = timeout, what
         self.waiting_since: float | None = None
         self.sent = self.received = 0
         self._requests: queue.SimpleQueue | None = None
@@ -107,10 +108,6 @@ class CallStream:
     def _parse(self, data: bytes):
         self.received = len(data)
         return self.result_type.FromString(data)
-
-    def call(self, kind: str, request):
-        """Send `request` as a call of `kind` (copied into a call message; see `send`)."""
-        return self.send(self.call_type(**{kind: request}))
 
     def send(self, message):
         """Send a call message, return the reply it gets (the result's `kind` field)."""

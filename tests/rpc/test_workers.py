@@ -185,11 +185,11 @@ def test_a_failed_call_on_a_steps_stream_leaves_it_serving(cluster):
     bad_rows = worker_pb2.VerifyRequest(session_id="stream", tree=worker_pb2.Tree(parents=[-1, 0], tokens=[2, 5]))
     bad_rows.q_rows.dense.CopyFrom(tensor_pb2.Tensor(dtype="float64", shape=[1, 8192], data=b"\0" * 8 * 8192))
     with pytest.raises(ValueError, match="dtype"):
-        steps.call("verify", bad_rows)
+        steps.send(worker_pb2.TargetCall(verify=bad_rows))
     with pytest.raises(RemoteError, match="NOT_FOUND: no open session 'nope'"):
-        steps.call("verify", worker_pb2.VerifyRequest(session_id="nope"))
+        steps.send(worker_pb2.TargetCall(verify=worker_pb2.VerifyRequest(session_id="nope")))
     one_node = worker_pb2.VerifyRequest(session_id="stream", tree=worker_pb2.Tree(parents=[-1], tokens=[2]))
-    reply = steps.call("verify", one_node)
+    reply = steps.send(worker_pb2.TargetCall(verify=one_node))
     assert len(reply.outcome.tokens) == 1 and 0 <= reply.outcome.tokens[0] < 8192
     steps.close()
     next_root = worker_pb2.VerifyRequest(session_id="stream", tree=worker_pb2.Tree(parents=[-1], tokens=reply.outcome.tokens))
@@ -218,18 +218,19 @@ def test_an_unanswered_stream_call_fails_at_its_deadline_and_extra_streams_are_r
         steps = CallStream(channel, worker_pb2.TargetCall, 0.5, "target slow")
         started = time.monotonic()
         with pytest.raises(RemoteError, match=r"DEADLINE_EXCEEDED: target slow did not answer within 0.5 s"):
-            steps.call("verify", worker_pb2.VerifyRequest(session_id="s"))
+            steps.send(worker_pb2.TargetCall(verify=worker_pb2.VerifyRequest(session_id="s")))
         assert time.monotonic() - started < 2.0
         time.sleep(0.3)  # the cancelled stream's server thread notices and ends
         held = [CallStream(channel, worker_pb2.TargetCall, 10.0, "target slow") for _ in range(2)]
         answers = []
-        waiting = [threading.Thread(target=lambda s=s: answers.append(s.call("verify", worker_pb2.VerifyRequest())))
+        empty_verify = worker_pb2.TargetCall(verify=worker_pb2.VerifyRequest())
+        waiting = [threading.Thread(target=lambda s=s: answers.append(s.send(empty_verify)))
                    for s in held]
         for thread in waiting:
             thread.start()
         time.sleep(0.5)  # both server threads now hold a stream
         with pytest.raises(RemoteError, match="RESOURCE_EXHAUSTED"):
-            CallStream(channel, worker_pb2.TargetCall, 10.0, "target slow").call("verify", worker_pb2.VerifyRequest())
+            CallStream(channel, worker_pb2.TargetCall, 10.0, "target slow").send(empty_verify)
         for thread in waiting:
             thread.join()
         assert len(answers) == 2  # the streams already running were not disturbed
