@@ -20,6 +20,7 @@ from concurrent import futures
 
 import grpc
 
+from rayspec.models.threads import honour_torch_threads
 from rayspec.rpc.generated import health_pb2, health_pb2_grpc, worker_pb2
 
 log = logging.getLogger("rayspec.rpc")
@@ -179,10 +180,10 @@ def start_server(register, address: str, max_workers: int = 16) -> tuple[grpc.Se
 
     A call holds one of the `max_workers` threads while it runs — a `Steps` stream for its
     session's life — and calls beyond that many are refused with RESOURCE_EXHAUSTED rather
-    than queued behind streams that may never end."""
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers), options=GRPC_OPTIONS, maximum_concurrent_rpcs=max_workers
-    )
+    than queued behind streams that may never end.  Its threads compute with the process's torch
+    thread count (`rayspec.models.threads`)."""
+    pool = futures.ThreadPoolExecutor(max_workers=max_workers, initializer=honour_torch_threads)
+    server = grpc.server(pool, options=GRPC_OPTIONS, maximum_concurrent_rpcs=max_workers)
     register(server)
     port = server.add_insecure_port(address)
     if port == 0:

@@ -21,6 +21,7 @@ import grpc
 from rayspec.engine.engine import SpeculativeEngine
 from rayspec.engine.pool import DrafterPool
 from rayspec.engine.requests import GenerationRequest, Limits
+from rayspec.models.threads import honour_torch_threads
 from rayspec.serve.config import LimitsConfig, ServiceConfig
 from rayspec.serve.metrics import Metrics
 
@@ -164,6 +165,7 @@ class StepStream:
         self._thread.start()
 
     def _produce(self, service: Service, request: GenerationRequest) -> None:
+        honour_torch_threads()
         metrics = service.metrics
         metrics.in_flight.inc()
         steps = request.run()
