@@ -6,7 +6,8 @@
    on loopback, driven by the same engine as the in-process run, on the same prompts, seeds,
    verifier and tree, interleaved prompt by prompt: the workers' calls on per-session Steps
    streams (the default) and as unary calls, and an arm with the drafter in the
-   coordinator's process (one RPC per step instead of two).  Reported: tokens/s of each
+   coordinator's process and one with the target there (one RPC per step instead of two; the
+   latter is a coordinator that sits with its target).  Reported: tokens/s of each
    (goal: the distributed path >= 90 % of in-process), whether the tokens are identical
    (they must be), bytes per step, the share of step time spent outside the drafter's and
    target's compute, and the part of it distribution adds (goal <= 5 %), next to the
@@ -67,6 +68,7 @@ ARMS = {  # name: (drafter, target, RPCs per step) — handles: in-process, remo
     "distributed": ("stream", "stream", 2),
     "distributed, unary calls": ("unary", "unary", 2),
     "drafter in coordinator": ("local", "stream", 1),
+    "target in coordinator": ("stream", "local", 1),
 }
 SWEEP_ARMS = ("in-process", "distributed")
 
@@ -123,6 +125,53 @@ def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=
     rows["identical_tokens"] = identical
     rows["setting"] = {"verifier": verifier, "tree": tree, "temperature": temperature}
     return rows
+
+
+class _WaitingTarget:
+    """The in-process target, waiting `pause` seconds before each verification as a remote
+    target's process waits for its next call: compute after an idle wait, without any RPC."""
+
+    def __init__(self, target, pause: float):
+        self.target, self.pause = target, pause
+
+    def __getattr__(self, name):  # vocab_size, context_length, eos_token_ids
+        return getattr(self.target, name)
+
+    def open(self, spec):
+        return _WaitingSession(self.target.open(spec), self.pause)
+
+
+class _WaitingSession:
+    def __init__(self, session, pause: float):
+        self.session, self.pause = session, pause
+
+    def verify(self, draft):
+        time.sleep(self.pause)
+        return self.session.verify(draft)
+
+    def close(self):
+        self.session.close()
+
+
+def idle_control(target, drafter, prompts, tokens, temperature, verifier, tree, costs, pauses=(0.0, 0.005, 0.010),
+                 rounds=2) -> list[dict]:
+    """In-process decoding whose target sleeps before each verification: how much slower this
+    machine computes right after an idle wait — a cost any placement that waits on another
+    process pays, whatever the transport.  Pauses alternate prompt by prompt, `rounds` times."""
+    totals = {pause: {"steps": 0, "draft": 0.0, "score": 0.0} for pause in pauses}
+    engines = {pause: SpeculativeEngine(_WaitingTarget(target, pause), drafter, verifier=verifier, tree=tree,
+                                        acceptance_dir=ACCEPTANCE, costs=costs, adaptive=False) for pause in pauses}
+    for _ in range(rounds):
+        for i, prompt in enumerate(prompts):
+            for pause in pauses[i % len(pauses):] + pauses[: i % len(pauses)]:
+                _, stats, _ = decode(engines[pause], prompt, tokens, temperature, seed=900 + i)
+                t = totals[pause]
+                t["steps"] += len(stats.steps)
+                t["draft"] += sum(s.draft for s in stats.steps)
+                t["score"] += sum(s.score for s in stats.steps)
+    print("  idle control", flush=True)
+    return [{"pause_ms": pause * 1e3, "draft_ms": t["draft"] / t["steps"] * 1e3, "score_ms": t["score"] / t["steps"] * 1e3}
+            for pause, t in totals.items()]
 
 
 def placement(target_address, drafter_address, prompts, tokens, temperature, tree, costs):
@@ -280,6 +329,8 @@ def main():
                      arms=SWEEP_ARMS)
             for tree in args.sweep_trees
         ]
+        result["idle_control"] = idle_control(target, drafter, prompts[: args.sweep_prompts], args.tokens,
+                                              args.temperature, args.verifier, args.tree, costs)
         result["transport_floor"] = transport_floor(result["overhead"]["distributed"]["step_ms"] / 2)
         result["placement"] = placement(workers[0].address, workers[1].address, prompts[: args.placement_prompts],
                                         48, args.temperature, "kary:2x3", costs)
@@ -335,6 +386,13 @@ def write_markdown(path, result):
                     f"{local['step_ms']:.1f} | {remote['step_ms']:.1f} | {remote['step_ms'] - local['step_ms']:.1f} | "
                     f"{remote['compute_ms'] - local['compute_ms']:.1f} | "
                     f"{remote['added_share'] * 100:.1f} % | {sweep['identical_tokens']} |")
+        if result.get("idle_control"):
+            rows = result["idle_control"]
+            lines += ["", "### Compute after an idle wait, in-process (no RPC: the target sleeps before each verification)", "",
+                      "| wait before each verification | draft ms/step | score ms/step | score vs no wait |", "|---|---|---|---|"]
+            for r in rows:
+                lines.append(f"| {r['pause_ms']:.0f} ms | {r['draft_ms']:.2f} | {r['score_ms']:.2f} | "
+                             f"{r['score_ms'] / rows[0]['score_ms']:.3f} |")
         if floor:
             lines += ["", "Transport floor on this machine (gRPC Python, loopback, median time beyond the handler's own): "
                       + ", ".join(f"{v:.2f} ms with a {k.split('_')[1]} handler" for k, v in floor.items()) + "."]

@@ -73,19 +73,22 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
     return start_server(register, address, max_workers=max_concurrent_requests + 4)  # + health checks
 
 
-def serve_generation_from_workers(address: str, target: str, drafter, verifier: str = "rrsw",
+def serve_generation_from_workers(address: str, target, drafter, verifier: str = "rrsw",
                                   tree: str = "kary:2x3", verify_at: str = "target", tokenizer_path=None):
-    """The coordinator of plain-process workers: Generation on `address` over remote handles.
-    `drafter`: a drafter worker's host:port, a drafter in this process (`LocalDrafter`), or
-    None for target-only decoding."""
+    """The coordinator of plain-process workers: Generation on `address` over their handles.
+    `target`: a target worker's host:port, or a target in this process (`LocalTarget`) — the
+    coordinator then sits with the target, and a step makes one call, to the drafter, whose
+    reply is all that crosses.  `drafter`: a drafter worker's host:port, a drafter in this
+    process (`LocalDrafter`), or None for target-only decoding."""
     from transformers import AutoTokenizer
 
     from rayspec.demo import TARGET_PATH
     from rayspec.rpc.remote import RemoteDrafter, RemoteTarget
 
-    remote_target = RemoteTarget(target, verify_at=verify_at)
+    if isinstance(target, str):
+        target = RemoteTarget(target, verify_at=verify_at)
     if isinstance(drafter, str):
-        drafter = RemoteDrafter(drafter, remote_target.vocab_size, context_length=remote_target.context_length)
+        drafter = RemoteDrafter(drafter, target.vocab_size, context_length=target.context_length)
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path or TARGET_PATH))
-    engine = SpeculativeEngine(remote_target, drafter, verifier=verifier, tree=tree, tokenizer=tokenizer)
+    engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=tree, tokenizer=tokenizer)
     return serve_generation(engine, tokenizer, address)

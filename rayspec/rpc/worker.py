@@ -4,6 +4,7 @@
     python -m rayspec.rpc.worker --role drafter --port 50052 [--model PATH]
     python -m rayspec.rpc.worker --role coordinator --port 9000 --target HOST:50051 --drafter HOST:50052
     python -m rayspec.rpc.worker --role coordinator --port 9000 --target HOST:50051 --drafter here [--model PATH]
+    python -m rayspec.rpc.worker --role coordinator --port 9000 --target here [--model PATH] --drafter HOST:50052
 
 Plain processes, no Ray: the GPU machines run them as they are; `rayspec.cluster` wraps the
 same servers in Ray actors.  Each prints one line `READY <role> <host:port>` once serving.
@@ -180,18 +181,20 @@ def main(argv=None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
     parser.add_argument("--model", default=None, help="checkpoint path or hub id (default: the demo pair's); "
-                        "for a coordinator with --drafter here, the drafter's")
+                        "for a coordinator, that of the model it runs itself (--target or --drafter here)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--target", help="coordinator: the target worker's host:port")
+    parser.add_argument("--target", help="coordinator: the target worker's host:port, or 'here' to run the "
+                        "target (--model, default the demo target) in this process")
     parser.add_argument("--drafter", help="coordinator: the drafter worker's host:port, or 'here' to run the "
                         "drafter (--model, default the demo drafter) in this process; omit: target-only")
     parser.add_argument("--verifier", default="rrsw", help="coordinator: default verifier")
     parser.add_argument("--tree", default="kary:2x3", help="coordinator: default tree")
     parser.add_argument("--verify-at", choices=["target", "coordinator"], default="target",
                         help="coordinator: where the verifier runs")
-    parser.add_argument("--tokenizer", default=None, help="coordinator: tokenizer path (default: the demo pair's)")
+    parser.add_argument("--tokenizer", default=None, help="coordinator: tokenizer path (default: --model with "
+                        "--target here, else the demo pair's)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.threads:
@@ -209,11 +212,15 @@ def main(argv=None) -> int:
         from rayspec.rpc.coordinator import serve_generation_from_workers
 
         if not args.target:
-            parser.error("--role coordinator needs --target HOST:PORT")
+            parser.error("--role coordinator needs --target HOST:PORT or --target here")
+        if args.target == args.drafter == "here":
+            parser.error("--target here and --drafter here: --model names one model; run `rayspec serve` instead")
+        target = LocalTarget(load("target")) if args.target == "here" else args.target
         drafter = LocalDrafter(load("drafter")) if args.drafter == "here" else args.drafter
+        tokenizer = args.tokenizer or (args.model if args.target == "here" else None)
         server, port = serve_generation_from_workers(
-            address, args.target, drafter, verifier=args.verifier, tree=args.tree, verify_at=args.verify_at,
-            tokenizer_path=args.tokenizer,
+            address, target, drafter, verifier=args.verifier, tree=args.tree, verify_at=args.verify_at,
+            tokenizer_path=tokenizer,
         )
     elif args.role == "target":
         server, port = serve_target(LocalTarget(load("target")), address, model_id=str(args.model or "rayspec-demo-target"))

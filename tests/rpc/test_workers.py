@@ -90,12 +90,15 @@ def test_generation_service_matches_the_in_process_engine(cluster, local_engine_
     assert stream[-1].HasField("complete") and stream[-1].complete.finish_reason == "length"
 
 
-def test_a_coordinator_running_the_drafter_itself_gives_the_same_tokens(cluster, local_engine_parts, tmp_path):
+@pytest.mark.parametrize("here", ["drafter", "target"])
+def test_a_coordinator_running_one_model_itself_gives_the_same_tokens(cluster, local_engine_parts, tmp_path, here):
     local_target, local_drafter, tokenizer = local_engine_parts
     target_path, drafter_path = cluster["paths"]
+    places = {"target": cluster["target"].address, "drafter": cluster["drafter"].address, here: "here"}
     coordinator = Worker(
-        tmp_path / "coordinator.log", "--role", "coordinator", "--target", cluster["target"].address,
-        "--drafter", "here", "--model", str(drafter_path), "--tree", "kary:2x3", "--tokenizer", str(target_path),
+        tmp_path / "coordinator.log", "--role", "coordinator", "--target", places["target"], "--drafter",
+        places["drafter"], "--model", str(target_path if here == "target" else drafter_path), "--tree", "kary:2x3",
+        "--tokenizer", str(target_path),
     )
     try:
         stub = generation_pb2_grpc.GenerationStub(grpc.insecure_channel(coordinator.address))
@@ -106,6 +109,11 @@ def test_a_coordinator_running_the_drafter_itself_gives_the_same_tokens(cluster,
         [3, 4, 5], max_new_tokens=30, temperature=0.7, seed=2
     )
     assert list(reply.token_ids) == local.tokens and reply.usage.accepted_draft_tokens > 0
+
+
+def test_a_coordinator_runs_at_most_one_model_itself(tmp_path):
+    with pytest.raises(RuntimeError, match="--model names one model"):
+        Worker(tmp_path / "coordinator.log", "--role", "coordinator", "--target", "here", "--drafter", "here")
 
 
 def test_health_is_serving_on_every_worker(cluster):
