@@ -14,6 +14,8 @@
    transport floor: a no-op RPC's round trip and a synthetic RPC whose handler computes
    for as long as a target step.  Then in-process against distributed over trees of growing
    size (`--sweep-trees`): how the ratio moves as the step gets longer.
+   A control with no RPC: the in-process engine with its target sleeping 5 or 10 ms before
+   each verification, for how much slower this machine computes right after an idle wait.
    Every process runs `--threads` torch threads (default 1): identical tokens need identical
    arithmetic, and CPU matmuls reduce in a different order with a different thread count
    (measured on the demo pair: logits differ by ~4e-6 at some tree sizes), which flips a
