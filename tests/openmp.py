@@ -15,7 +15,9 @@ except AttributeError:  # torch runs without OpenMP in this process
     _omp_get_max_threads = None
 
 AVAILABLE = _omp_get_max_threads is not None
-OPENMP_DEFAULT = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)  # what a new thread gets
+# What a new thread gets: OMP_NUM_THREADS, else one thread per CPU this process may run on.
+_USABLE_CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+OPENMP_DEFAULT = int(os.environ.get("OMP_NUM_THREADS") or _USABLE_CPUS)
 UNUSUAL = 1 if OPENMP_DEFAULT > 1 else 2  # a count no thread has unless it was applied there
 
 
