@@ -16,8 +16,14 @@ def _node_address(port: int) -> str:
     return f"{ray.util.get_node_ip_address()}:{port}"
 
 
+class _Placed:
+    def node_id(self) -> str:
+        """The Ray node this actor runs on."""
+        return ray.get_runtime_context().get_node_id()
+
+
 @ray.remote
-class WorkerActor:
+class WorkerActor(_Placed):
     """A target or drafter gRPC worker (`rayspec.v1.TargetService` / `DrafterService`)."""
 
     def __init__(self, role: str, model: dict, model_id: str = "target"):
@@ -42,7 +48,7 @@ class WorkerActor:
 
 
 @ray.remote
-class GenerationActor:
+class GenerationActor(_Placed):
     """The `rayspec.v1.Generation` gRPC coordinator: the engine over the workers' handles."""
 
     def __init__(self, config: dict, target_address: str, drafter_addresses: list[str]):

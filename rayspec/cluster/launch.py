@@ -6,9 +6,10 @@
    (PACK: one node if it fits; STRICT_SPREAD: drafter and target on distinct nodes);
 2. a `WorkerActor` per bundle serving gRPC (target, drafters);
 3. the coordinator, twice over the same workers: the Ray Serve HTTP app (OpenAI-compatible)
-   and a `GenerationActor` serving the `rayspec.v1.Generation` gRPC API.  Both are placed
-   in the target's bundle, so the drafter's q rows cross the network once, drafter to
-   target node, and the target's rows never do.
+   and a `GenerationActor` serving the `rayspec.v1.Generation` gRPC API.  Both run on the
+   target's node (the actor in the target's bundle, the Serve replica pinned to that node),
+   so the drafter's q rows cross the network once, drafter to target node, and the target's
+   rows never do.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class Service:
     def __init__(self, config: ServiceConfig, ray_address: str | None = None, start_timeout: float = 600.0):
         import ray
         from ray import serve
-        from ray.util.placement_group import placement_group
+        from ray.util.placement_group import placement_group, placement_group_table
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         from rayspec.cluster.actors import GenerationActor, WorkerActor
@@ -95,9 +96,11 @@ class Service:
             config.to_dict(), self.target_address, self.drafter_addresses
         )
         self.grpc_address = ray.get(self.generation.ready.remote(), timeout=start_timeout)
+        # Serve places its replicas itself: the target's node is named, not its bundle
+        self.target_node = placement_group_table(self.group)["bundles_to_node_id"][0]
         serve.start(http_options={"host": config.http.host, "port": config.http.port})
         serve.run(
-            build_serve_app(config, self.target_address, self.drafter_addresses),
+            build_serve_app(config, self.target_address, self.drafter_addresses, node_id=self.target_node),
             name="rayspec", route_prefix="/",
         )
         self.http_address = f"http://{config.http.host}:{config.http.port}"

@@ -82,6 +82,25 @@ def test_http_and_grpc_give_the_in_process_tokens(service, local_engine):
         assert [t for chunk in streamed for t in chunk.token_ids] == expected
 
 
+def test_the_coordinators_run_on_the_targets_node(service):
+    import ray
+    from ray import serve
+
+    running, _, _ = service
+    target_node = ray.get(running.target.node_id.remote())
+    assert running.target_node == target_node
+    replica = serve.get_deployment_handle("rayspec-coordinator", app_name="rayspec")
+    assert replica.node_id.remote().result(timeout_s=60) == target_node
+    assert ray.get(running.generation.node_id.remote()) == target_node
+
+
+def test_the_http_coordinator_is_pinned_to_a_node_by_its_ray_node_id_label():
+    from rayspec.serve.app import coordinator_actor_options
+
+    assert coordinator_actor_options(None) == {"num_cpus": 0}
+    assert coordinator_actor_options("ab12") == {"num_cpus": 0, "label_selector": {"ray.io/node-id": "ab12"}}
+
+
 def test_bad_input_is_refused_and_the_service_keeps_serving(service):
     import httpx
 
