@@ -7,9 +7,68 @@ coordinator talk gRPC whether Ray placed them on one node or several.
 
 from __future__ import annotations
 
+import os
+
 import ray
 
-from rayspec.serve.config import DrafterConfig, ModelConfig, ServiceConfig
+from rayspec.serve.config import DrafterConfig, ServiceConfig, TargetConfig
+
+# Per worker bundle: a CPU share small enough that target, drafter and coordinator fit a
+# 2-core laptop; GPUs come from the model configs.
+BUNDLE_CPUS = 0.5
+
+
+def model_gpus(model, cluster_gpus: float) -> float:
+    if model.num_gpus == "auto":
+        return 1.0 if cluster_gpus >= 1 else 0.0
+    return float(model.num_gpus)
+
+
+def bundles(config: ServiceConfig, cluster_gpus: float) -> list[dict]:
+    """The placement group's bundles: the target's first, then one per `where: worker` drafter."""
+    def bundle(model, extra):
+        b = {"CPU": BUNDLE_CPUS, **extra}
+        if model_gpus(model, cluster_gpus):
+            b["GPU"] = model_gpus(model, cluster_gpus)
+        return b
+
+    return [bundle(config.target, config.placement.target_resources)] + [
+        bundle(d, config.placement.drafter_resources) for d in config.worker_drafters
+    ]
+
+
+def placed(group, index: int, model, cluster_gpus: float) -> dict:
+    """Ray options of a worker actor in bundle `index` of `group`."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return dict(
+        num_cpus=BUNDLE_CPUS / 2,  # the other half of the bundle: the coordinator
+        num_gpus=model_gpus(model, cluster_gpus),
+        scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index),
+        # idle OpenMP threads of one worker spinning would steal the core another computes
+        # on (as for plain-process workers); the driver's own setting wins
+        runtime_env={"env_vars": {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}},
+    )
+
+
+def start_drafters(config: ServiceConfig, group, cluster_gpus: float, timeout: float) -> tuple[list, list[str]]:
+    """A `WorkerActor` per `where: worker` drafter, in bundles 1.. of `group`; (actors, addresses)."""
+    actors = [
+        WorkerActor.options(**placed(group, i + 1, d, cluster_gpus)).remote("drafter", vars(d))
+        for i, d in enumerate(config.worker_drafters)
+    ]
+    return actors, ray.get([a.ready.remote() for a in actors], timeout=timeout)
+
+
+def serve_generation_api(service, config: ServiceConfig) -> tuple:
+    """The `rayspec.v1.Generation` gRPC server over `service`'s engine; (server, address)."""
+    from rayspec.rpc.coordinator import serve_generation
+
+    server, port = serve_generation(
+        service.engine, service.tokenizer, f"{config.grpc.host}:{config.grpc.port}", service.request_limits,
+        max_concurrent_requests=config.limits.max_concurrent_requests,
+    )
+    return server, f"{config.grpc.host}:{port}"
 
 
 def _node_address(port: int) -> str:
@@ -32,7 +91,7 @@ class WorkerActor(_Placed):
         from rayspec.rpc.worker import serve_drafter, serve_target
 
         self.role = role
-        config = ModelConfig(**model) if role == "target" else DrafterConfig(**model)
+        config = TargetConfig(**model) if role == "target" else DrafterConfig(**model)
         loaded, _ = config.load(TARGET_PATH if role == "target" else DRAFTER_PATH)
         if role == "target":
             self.server, port = serve_target(LocalTarget(loaded), "0.0.0.0:0", model_id=model_id)
@@ -52,16 +111,10 @@ class GenerationActor(_Placed):
     """The `rayspec.v1.Generation` gRPC coordinator: the engine over the workers' handles."""
 
     def __init__(self, config: dict, target_address: str, drafter_addresses: list[str]):
-        from rayspec.rpc.coordinator import serve_generation
         from rayspec.serve.service import Service
 
         config = ServiceConfig.from_dict(config)
-        service = Service.from_config(config, target_address, drafter_addresses)
-        self.server, port = serve_generation(
-            service.engine, service.tokenizer, f"{config.grpc.host}:{config.grpc.port}", service.request_limits,
-            max_concurrent_requests=config.limits.max_concurrent_requests,
-        )
-        self.address = f"{config.grpc.host}:{port}"
+        self.server, self.address = serve_generation_api(Service.from_config(config, target_address, drafter_addresses), config)
 
     def ready(self) -> str:
         return self.address

@@ -2,6 +2,8 @@
 
     rayspec serve [config.yaml] [--address auto]
 
+With the target `where: worker` (the default):
+
 1. a placement group with one bundle for the target and one per `where: worker` drafter
    (PACK: one node if it fits; STRICT_SPREAD: drafter and target on distinct nodes);
 2. a `WorkerActor` per bundle serving gRPC (target, drafters);
@@ -10,6 +12,11 @@
    target's node (the actor in the target's bundle, the Serve replica pinned to that node),
    so the drafter's q rows cross the network once, drafter to target node, and the target's
    rows never do.
+
+With the target `where: coordinator`, the Serve replica owns the same placement group
+(Serve makes it for the replica, which runs in the target's bundle), loads the target, starts
+the drafter workers in the other bundles and serves the Generation API itself: one process,
+one coordinator, and a step makes one call, to the drafter.
 """
 
 from __future__ import annotations
@@ -18,29 +25,8 @@ import os
 import signal
 import threading
 
+from rayspec.cluster.actors import BUNDLE_CPUS, bundles, placed, start_drafters
 from rayspec.serve.config import ServiceConfig
-
-# Per worker bundle: a CPU share small enough that target, drafter and coordinator fit a
-# 2-core laptop; GPUs come from the model configs.
-_BUNDLE_CPUS = 0.5
-
-
-def _gpus(model, cluster_gpus: float) -> float:
-    if model.num_gpus == "auto":
-        return 1.0 if cluster_gpus >= 1 else 0.0
-    return float(model.num_gpus)
-
-
-def bundles(config: ServiceConfig, cluster_gpus: float) -> list[dict]:
-    def bundle(model, extra):
-        b = {"CPU": _BUNDLE_CPUS, **extra}
-        if _gpus(model, cluster_gpus):
-            b["GPU"] = _gpus(model, cluster_gpus)
-        return b
-
-    return [bundle(config.target, config.placement.target_resources)] + [
-        bundle(d, config.placement.drafter_resources) for d in config.worker_drafters
-    ]
 
 
 class Service:
@@ -49,16 +35,12 @@ class Service:
     def __init__(self, config: ServiceConfig, ray_address: str | None = None, start_timeout: float = 600.0):
         import ray
         from ray import serve
-        from ray.util.placement_group import placement_group, placement_group_table
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        from rayspec.cluster.actors import GenerationActor, WorkerActor
-        from rayspec.serve.app import build_serve_app
 
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         if not ray.is_initialized():
             ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
         self.config = config
+        self.group, self.target, self.generation, self.drafters = None, None, None, []
         gpus = ray.cluster_resources().get("GPU", 0)
         nodes = [n for n in ray.nodes() if n["Alive"]]
         spec = bundles(config, gpus)
@@ -67,29 +49,36 @@ class Service:
                 f"STRICT_SPREAD needs {len(spec)} nodes (a target and {len(spec) - 1} drafter(s)), "
                 f"the cluster has {len(nodes)}; use PACK on one node"
             )
+        if config.target.where == "coordinator":
+            app = self._target_in_coordinator(spec)
+        else:
+            app = self._target_in_worker(spec, gpus, start_timeout)
+        serve.start(http_options={"host": config.http.host, "port": config.http.port})
+        serve.run(app, name="rayspec", route_prefix="/")
+        if config.target.where == "coordinator":
+            replica = serve.get_deployment_handle("rayspec-coordinator", app_name="rayspec")
+            self.grpc_address = replica.grpc_address.remote().result(timeout_s=start_timeout)
+            self.target_node = replica.node_id.remote().result(timeout_s=start_timeout)
+        self.http_address = f"http://{config.http.host}:{config.http.port}"
+
+    def _target_in_worker(self, spec: list[dict], gpus: float, start_timeout: float):
+        import ray
+        from ray.util.placement_group import placement_group, placement_group_table
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from rayspec.cluster.actors import GenerationActor, WorkerActor
+        from rayspec.serve.app import build_serve_app
+
+        config = self.config
         self.group = placement_group(spec, strategy=config.placement.strategy, name="rayspec")
         ray.get(self.group.ready(), timeout=start_timeout)
-
-        def placed(index: int, model):
-            return dict(
-                num_cpus=_BUNDLE_CPUS / 2,  # the other half of the bundle: the coordinator
-                num_gpus=_gpus(model, gpus),
-                scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index),
-                # idle OpenMP threads of one worker spinning would steal the core another computes
-                # on (as for plain-process workers); the driver's own setting wins
-                runtime_env={"env_vars": {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}},
-            )
-
-        self.target = WorkerActor.options(**placed(0, config.target)).remote("target", vars(config.target), config.model_id)
-        self.drafters = [
-            WorkerActor.options(**placed(i + 1, d)).remote("drafter", vars(d))
-            for i, d in enumerate(config.worker_drafters)
-        ]
+        self.target = WorkerActor.options(**placed(self.group, 0, config.target, gpus)).remote(
+            "target", vars(config.target), config.model_id
+        )
+        self.drafters, self.drafter_addresses = start_drafters(config, self.group, gpus, start_timeout)
         self.target_address = ray.get(self.target.ready.remote(), timeout=start_timeout)
-        self.drafter_addresses = ray.get([d.ready.remote() for d in self.drafters], timeout=start_timeout)
-
         coordinator = dict(
-            num_cpus=_BUNDLE_CPUS / 4,
+            num_cpus=BUNDLE_CPUS / 4,
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=0),
         )
         self.generation = GenerationActor.options(**coordinator).remote(
@@ -98,26 +87,29 @@ class Service:
         self.grpc_address = ray.get(self.generation.ready.remote(), timeout=start_timeout)
         # Serve places its replicas itself: the target's node is named, not its bundle
         self.target_node = placement_group_table(self.group)["bundles_to_node_id"][0]
-        serve.start(http_options={"host": config.http.host, "port": config.http.port})
-        serve.run(
-            build_serve_app(config, self.target_address, self.drafter_addresses, node_id=self.target_node),
-            name="rayspec", route_prefix="/",
-        )
-        self.http_address = f"http://{config.http.host}:{config.http.port}"
+        return build_serve_app(config, self.target_address, self.drafter_addresses, node_id=self.target_node)
+
+    def _target_in_coordinator(self, spec: list[dict]):
+        from rayspec.serve.app import build_serve_app
+
+        return build_serve_app(self.config, None, [], placement_group=(spec, self.config.placement.strategy))
 
     def stop(self) -> None:
         import ray
         from ray import serve
         from ray.util.placement_group import remove_placement_group
 
-        serve.shutdown()
+        serve.shutdown()  # a replica holding the target takes its drafters and group with it
         for actor in [self.generation, self.target, *self.drafters]:
+            if actor is None:
+                continue
             try:
                 ray.get(actor.stop.remote(), timeout=10)
             except Exception:  # noqa: BLE001 — stopping best-effort; the actor is killed next
                 pass
             ray.kill(actor)
-        remove_placement_group(self.group)
+        if self.group is not None:
+            remove_placement_group(self.group)
 
 
 def serve_forever(config: ServiceConfig, ray_address: str | None = None) -> int:

@@ -11,7 +11,11 @@ inside the replica around that live service, so nothing unpicklable (channels, l
 app's closures) travels from the driver.  Serve's proxy passes the app's streaming responses
 through as they are produced: each verification step reaches the client as an SSE event.
 
-Placement: `node_id` pins the replica to one node (the target's, as `rayspec serve` does)
+Placement: with the target `where: coordinator` (no target address), the replica hosts the
+target: Serve makes the placement group `placement_group` for it, the replica runs in its
+first bundle (reserving the target's GPU), loads the target, starts the drafter workers in
+the other bundles and also serves the `rayspec.v1.Generation` gRPC API over the same engine.
+Otherwise `node_id` pins the replica to one node (the target's, as `rayspec serve` does)
 through Ray's node-id label, so the coordinator sits next to the target on a cluster of
 several nodes; without it Serve may start the replica on any node, the head included.
 
@@ -27,17 +31,38 @@ from ray import serve
 
 from rayspec.serve.config import ServiceConfig
 
+START_TIMEOUT = 600.0  # drafter workers loading their models
 HEADROOM = 16  # ongoing requests beyond the generations: /health, /metrics, /v1/models, 429 answers
 
 
 @serve.ingress()
 class Coordinator:
-    """The Serve replica: a `Service` over the workers, served by the OpenAI-compatible app."""
+    """The Serve replica: a `Service` over the workers, served by the OpenAI-compatible app;
+    with no target address, the target's host as well (see the module doc)."""
 
-    def __init__(self, config: ServiceConfig, target_address: str, drafter_addresses: list[str]):
+    def __init__(self, config: ServiceConfig, target_address: str | None, drafter_addresses: list[str]):
         from rayspec.serve.service import Service
 
-        self.service = Service.from_config(config, target_address, drafter_addresses)
+        # the drafter actors' handles are held: Ray kills an actor once its last handle goes
+        self.drafters, self.generation, self._grpc_address = [], None, None
+        if target_address is not None:
+            self.service = Service.from_config(config, target_address, drafter_addresses)
+            return
+        import ray
+
+        from rayspec.cluster.actors import serve_generation_api, start_drafters
+        from rayspec.demo import TARGET_PATH
+        from rayspec.engine.local import LocalTarget
+
+        group = ray.util.get_current_placement_group()
+        self.drafters, addresses = start_drafters(config, group, ray.cluster_resources().get("GPU", 0), START_TIMEOUT)
+        target = LocalTarget(config.target.load(TARGET_PATH)[0])
+        self.service = Service.from_config(config, target, addresses)
+        self.generation, self._grpc_address = serve_generation_api(self.service, config)
+
+    def grpc_address(self) -> str | None:
+        """Where this replica serves the Generation API (None: a `GenerationActor` does)."""
+        return self._grpc_address
 
     def node_id(self) -> str:
         """The Ray node this replica runs on."""
@@ -51,22 +76,38 @@ class Coordinator:
         return create_app(self.service)
 
     def __del__(self):
+        if getattr(self, "generation", None) is not None:
+            self.generation.stop(grace=1)
         if hasattr(self, "service"):  # not when the constructor failed
             self.service.close()
 
 
-def build_serve_app(config: ServiceConfig, target_address: str, drafter_addresses: list[str],
-                    node_id: str | None = None) -> serve.Application:
-    """The Serve application of one coordinator replica over running workers, on the node
-    `node_id` when one is given."""
+def build_serve_app(config: ServiceConfig, target_address: str | None, drafter_addresses: list[str],
+                    node_id: str | None = None, placement_group: tuple[list[dict], str] | None = None,
+                    ) -> serve.Application:
+    """The Serve application of one coordinator replica: over running workers, on the node
+    `node_id` when one is given; or, with no `target_address`, hosting the target in the
+    placement group `placement_group` = (bundles, strategy), the target's bundle first."""
     limit = config.limits.max_concurrent_requests
+    options = {"ray_actor_options": coordinator_actor_options(node_id)}
+    if target_address is None:
+        if placement_group is None:
+            raise ValueError("a replica hosting the target needs its placement group's bundles")
+        spec, strategy = placement_group
+        target_bundle = spec[0]
+        options = {
+            # within the target's bundle, as a target worker would be (a subset of it)
+            "ray_actor_options": {"num_cpus": target_bundle["CPU"] / 2, "num_gpus": target_bundle.get("GPU", 0)},
+            "placement_group_bundles": spec,
+            "placement_group_strategy": strategy,
+        }
     deployment = serve.deployment(
         Coordinator,
         name="rayspec-coordinator",
         num_replicas=1,
-        ray_actor_options=coordinator_actor_options(node_id),
         max_ongoing_requests=limit + HEADROOM,
         max_queued_requests=limit,
+        **options,
     )
     return deployment.bind(config, target_address, list(drafter_addresses))
 

@@ -3,7 +3,7 @@
     rayspec serve config.yaml
 
     model_id: rayspec-demo            # the name clients pass as `model`
-    target:   {path: null, device: auto, dtype: auto, num_gpus: auto, threads: null}
+    target:   {path: null, device: auto, dtype: auto, num_gpus: auto, threads: null, where: worker}
     drafters: [{path: null, device: auto, dtype: auto, num_gpus: auto, threads: null, where: worker}]
     verifier: rrsw                    # the default; requests may choose another
     verifier_params: {}
@@ -28,6 +28,15 @@ the gRPC Generation actor), so a step makes one call, to the target, instead of 
 suits a drafter small enough to run on the coordinator's CPU (these processes reserve no
 GPU, so `num_gpus` must stay auto or 0 there); it is what `service_bench`'s "drafter in
 coordinator" arm measures.
+
+The target runs `where: worker` (default: a gRPC worker of its own, with the gRPC
+Generation actor and the HTTP replica as two coordinators beside it on its node) or `where:
+coordinator`: loaded into the HTTP replica itself, which then also serves the gRPC Generation
+API, so one process holds the target, the verifier and both front ends.  A step then makes
+one call, to the drafter, whose reply is all that crosses: the target's rows never leave its
+process, the fewest bytes for every verifier (`verify_at` does not apply).  The replica
+reserves the target's GPU and owns the placement group, and starts the drafter workers in
+its other bundles.  It is what `service_bench`'s "target in coordinator" arm measures.
 
 Reproducibility: a seed gives the same tokens for the same tree.  Adaptive Sequoia trees may
 re-plan between two requests, and a different tree draws different drafts, so the same seed
@@ -74,6 +83,11 @@ class ModelConfig:
 
 
 @dataclass
+class TargetConfig(ModelConfig):
+    where: str = "worker"  # worker | coordinator (see the module doc)
+
+
+@dataclass
 class DrafterConfig(ModelConfig):
     where: str = "worker"  # worker | coordinator (see the module doc)
 
@@ -101,7 +115,7 @@ class LimitsConfig:
 @dataclass
 class ServiceConfig:
     model_id: str = "rayspec-demo"
-    target: ModelConfig = field(default_factory=ModelConfig)
+    target: TargetConfig = field(default_factory=TargetConfig)
     drafters: list[DrafterConfig] = field(default_factory=lambda: [DrafterConfig()])
     verifier: str = "rrsw"
     verifier_params: dict = field(default_factory=dict)
@@ -119,6 +133,8 @@ class ServiceConfig:
             raise ValueError(f"placement.strategy must be PACK, STRICT_PACK, SPREAD or STRICT_SPREAD, got {self.placement.strategy!r}")
         if self.verify_at not in ("target", "coordinator"):
             raise ValueError(f"verify_at must be target or coordinator, got {self.verify_at!r}")
+        if self.target.where not in ("worker", "coordinator"):
+            raise ValueError(f"target.where must be worker or coordinator, got {self.target.where!r}")
         for i, drafter in enumerate(self.drafters):
             if drafter.where not in ("worker", "coordinator"):
                 raise ValueError(f"drafters[{i}].where must be worker or coordinator, got {drafter.where!r}")
@@ -168,7 +184,7 @@ def _build(cls, data: dict, where: str):
         raise ValueError(f"unknown key(s) in {where}: {', '.join(sorted(unknown))}; known: {', '.join(fields)}")
     values = {}
     for name, value in data.items():
-        kind = {"target": ModelConfig, "placement": PlacementConfig, "http": Endpoint, "grpc": Endpoint, "limits": LimitsConfig}.get(name)
+        kind = {"target": TargetConfig, "placement": PlacementConfig, "http": Endpoint, "grpc": Endpoint, "limits": LimitsConfig}.get(name)
         if kind is not None:
             value = _build(kind, value or {}, f"{where}.{name}")
         elif name == "drafters":

@@ -56,13 +56,15 @@ class Service:
         self._handles: list = []  # remote handles to close with the service
 
     @classmethod
-    def from_config(cls, config: ServiceConfig, target_address: str, drafter_addresses: list[str],
+    def from_config(cls, config: ServiceConfig, target, drafter_addresses: list[str],
                     timeout: float | None = None) -> "Service":
-        """The coordinator of running workers: a `RemoteTarget` (verifying where the config
-        says), one `RemoteDrafter` per address (the config's `where: worker` drafters) and
-        the `where: coordinator` drafters loaded here, taken in turn by successive requests
-        (`DrafterPool`).  The tokenizer is the target's (the demo pair's for a null path), and
-        so are the measured acceptance vectors when the config names none."""
+        """The coordinator of running workers.  `target`: the target worker's host:port (a
+        `RemoteTarget`, verifying where the config says), or the target itself (a
+        `LocalTarget`) when it runs in this process.  One `RemoteDrafter` per address (the
+        config's `where: worker` drafters) and the `where: coordinator` drafters loaded here,
+        taken in turn by successive requests (`DrafterPool`).  The tokenizer is the target's
+        (the demo pair's for a null path), and so are the measured acceptance vectors when the
+        config names none."""
         from transformers import AutoTokenizer
 
         from rayspec.demo import DEMO_DIR, DRAFTER_PATH, TARGET_PATH
@@ -70,7 +72,8 @@ class Service:
         from rayspec.rpc.remote import DEFAULT_TIMEOUT, RemoteDrafter, RemoteTarget
 
         timeout = timeout or DEFAULT_TIMEOUT
-        target = RemoteTarget(target_address, timeout=timeout, verify_at=config.verify_at)
+        if isinstance(target, str):
+            target = RemoteTarget(target, timeout=timeout, verify_at=config.verify_at)
         remote = [RemoteDrafter(address, target.vocab_size, timeout=timeout, context_length=target.context_length)
                   for address in drafter_addresses]
         drafters = remote + [LocalDrafter(d.load(DRAFTER_PATH)[0]) for d in config.coordinator_drafters]
@@ -82,10 +85,13 @@ class Service:
             tokenizer=tokenizer, acceptance_dir=config.acceptance_dir or (DEMO_DIR / "acceptance" if demo else None),
             adaptive=config.adaptive_trees,
         )
-        workers = {f"target {target.address}": target.channel}
-        workers.update({f"drafter {d.address}": d.channel for d in remote})
+        workers = {f"drafter {d.address}": d.channel for d in remote}
+        handles = list(remote)
+        if isinstance(target, RemoteTarget):
+            workers = {f"target {target.address}": target.channel, **workers}
+            handles.insert(0, target)
         service = cls(engine, tokenizer, config.model_id, config.limits, workers=workers)
-        service._handles = [target, *remote]
+        service._handles = handles
         return service
 
     def request(self, **fields) -> GenerationRequest:

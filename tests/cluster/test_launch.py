@@ -7,79 +7,27 @@ keeps serving; a short locust run has no failures."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
-from rayspec.models import load_causal_lm
-from rayspec.serve.config import ServiceConfig
-from tests.rpc.processes import save_tiny_pair
+from tests.cluster.launching import assert_serves_in_process_tokens, launched
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
-    import ray
-
-    from rayspec.cluster.launch import Service
-
-    target_path, drafter_path = save_tiny_pair(tmp_path_factory.mktemp("pair"))
-    config = ServiceConfig.from_dict({
-        "model_id": "tiny",
-        "target": {"path": str(target_path), "threads": 1},
-        # a drafter worker and, taken by every other request, a drafter in the coordinators
-        "drafters": [{"path": str(drafter_path), "threads": 1}, {"path": str(drafter_path), "where": "coordinator"}],
-        "verifier": "rrsw", "tree": "kary:2x3", "adaptive_trees": False,
-        "http": {"port": free_port()}, "grpc": {"port": free_port()},
-    })
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    running = Service(config)
-    yield running, target_path, drafter_path
-    running.stop()
-    ray.shutdown()
+    # a drafter worker and, taken by every other request, a drafter in the coordinators
+    with launched(tmp_path_factory.mktemp("pair"), {"threads": 1}, [{"threads": 1}, {"where": "coordinator"}]) as running:
+        yield running
 
 
-@pytest.fixture(scope="module")
-def local_engine(service):
-    _, target_path, drafter_path = service
-    target, tokenizer = load_causal_lm(target_path, "cpu", "float32")
-    drafter, _ = load_causal_lm(drafter_path, "cpu", "float32")
-    return SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="rrsw", tree="kary:2x3"), tokenizer
-
-
-def test_http_and_grpc_give_the_in_process_tokens(service, local_engine):
-    from openai import OpenAI
-
-    from rayspec.client import Client
-
-    running, _, _ = service
-    engine, tokenizer = local_engine
-    prompt = "def add(a, b):"
-    expected = engine.run(tokenizer.encode(prompt, add_special_tokens=False), max_new_tokens=24,
-                          temperature=0.8, seed=17).tokens
-    client = OpenAI(base_url=f"{running.http_address}/v1", api_key="unused")
-    http = client.completions.create(model="tiny", prompt=prompt, max_tokens=24, temperature=0.8, seed=17)
-    assert http.choices[0].text == tokenizer.decode(expected, skip_special_tokens=True)
-    assert http.usage.completion_tokens == 24
-    http_again = client.completions.create(model="tiny", prompt=prompt, max_tokens=24, temperature=0.8, seed=17)
-    assert http_again.choices[0].text == http.choices[0].text  # the other drafter: the coordinator's
-    with Client(running.grpc_address) as sdk:  # the worker's drafter, then the coordinator's
-        completion = sdk.generate(prompt, max_tokens=24, temperature=0.8, seed=17)
-        assert list(completion.token_ids) == expected
-        streamed = list(sdk.stream(prompt, max_tokens=24, temperature=0.8, seed=17))
-        assert [t for chunk in streamed for t in chunk.token_ids] == expected
+def test_http_and_grpc_give_the_in_process_tokens(service):
+    # a drafter worker and a drafter in the coordinators, taken in turn
+    assert_serves_in_process_tokens(*service)
 
 
 def test_the_coordinators_run_on_the_targets_node(service):

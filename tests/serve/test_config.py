@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rayspec.cluster.launch import bundles
+from rayspec.cluster.actors import bundles
 from rayspec.serve.config import ServiceConfig
 
 

@@ -1,0 +1,80 @@
+"""Start `rayspec serve`'s Service on a fresh local Ray cluster (2 CPUs) over the tiny pair."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+
+from rayspec.serve.config import ServiceConfig
+from tests.rpc.processes import save_tiny_pair
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def launched(directory, target: dict, drafters: list[dict]):
+    """(service, target path, drafter path); `target` and `drafters` add keys to the
+    configs of the tiny pair (paths filled in), verifier rrsw on a fixed kary:2x3 tree."""
+    import ray
+
+    from rayspec.cluster.launch import Service
+
+    target_path, drafter_path = save_tiny_pair(directory)
+    config = ServiceConfig.from_dict({
+        "model_id": "tiny",
+        "target": {"path": str(target_path), **target},
+        "drafters": [{"path": str(drafter_path), **d} for d in drafters],
+        "verifier": "rrsw", "tree": "kary:2x3", "adaptive_trees": False,
+        "http": {"port": free_port()}, "grpc": {"port": free_port()},
+    })
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        running = Service(config)
+        try:
+            yield running, target_path, drafter_path
+        finally:
+            running.stop()
+    finally:
+        ray.shutdown()
+
+
+PROMPT = "def add(a, b):"
+SAMPLING = dict(max_tokens=24, temperature=0.8, seed=17)
+
+
+def in_process_tokens(target_path, drafter_path) -> tuple[list[int], object]:
+    """What the in-process engine answers to PROMPT with SAMPLING on the launched setting:
+    (token ids, tokenizer)."""
+    from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+    from rayspec.models import load_causal_lm
+
+    target, tokenizer = load_causal_lm(target_path, "cpu", "float32")
+    drafter, _ = load_causal_lm(drafter_path, "cpu", "float32")
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="rrsw", tree="kary:2x3")
+    result = engine.run(tokenizer.encode(PROMPT, add_special_tokens=False), max_new_tokens=SAMPLING["max_tokens"],
+                        temperature=SAMPLING["temperature"], seed=SAMPLING["seed"])
+    return result.tokens, tokenizer
+
+
+def assert_serves_in_process_tokens(running, target_path, drafter_path) -> None:
+    """PROMPT with SAMPLING gives the in-process engine's tokens over HTTP (the official openai
+    client) and the gRPC SDK (unary and streaming), twice each."""
+    from openai import OpenAI
+
+    from rayspec.client import Client
+
+    expected, tokenizer = in_process_tokens(target_path, drafter_path)
+    client = OpenAI(base_url=f"{running.http_address}/v1", api_key="unused")
+    for _ in range(2):  # with several drafters, successive requests take different ones
+        http = client.completions.create(model="tiny", prompt=PROMPT, **SAMPLING)
+        assert http.choices[0].text == tokenizer.decode(expected, skip_special_tokens=True)
+        assert http.usage.completion_tokens == SAMPLING["max_tokens"]
+    with Client(running.grpc_address) as sdk:
+        assert list(sdk.generate(PROMPT, **SAMPLING).token_ids) == expected
+        assert [t for chunk in sdk.stream(PROMPT, **SAMPLING) for t in chunk.token_ids] == expected
