@@ -192,7 +192,7 @@ def main(argv=None) -> int:
     parser.add_argument("--verifier", default="rrsw", help="coordinator: default verifier")
     parser.add_argument("--tree", default="kary:2x3", help="coordinator: default tree")
     parser.add_argument("--verify-at", choices=["target", "coordinator"], default="target",
-                        help="coordinator: where the verifier runs")
+                        help="coordinator: where the verifier runs (with --target here, both are this process)")
     parser.add_argument("--tokenizer", default=None, help="coordinator: tokenizer path (default: --model with "
                         "--target here, else the demo pair's)")
     args = parser.parse_args(argv)
