@@ -70,6 +70,12 @@ class Coordinator:
 
         return ray.get_runtime_context().get_node_id()
 
+    def drafter_nodes(self) -> list[str]:
+        """The Ray nodes of the drafter workers this replica started (none over running workers)."""
+        import ray
+
+        return ray.get([d.node_id.remote() for d in self.drafters])
+
     def __serve_build_asgi_app__(self):
         from rayspec.serve.http import create_app
 

@@ -17,9 +17,10 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def launched(directory, target: dict, drafters: list[dict]):
+def launched(directory, target: dict, drafters: list[dict], placement: dict | None = None, ray_address: str | None = None):
     """(service, target path, drafter path); `target` and `drafters` add keys to the
-    configs of the tiny pair (paths filled in), verifier rrsw on a fixed kary:2x3 tree."""
+    configs of the tiny pair (paths filled in), verifier rrsw on a fixed kary:2x3 tree.  Ray:
+    the cluster at `ray_address`, or a fresh local one with 2 CPUs."""
     import ray
 
     from rayspec.cluster.launch import Service
@@ -29,11 +30,14 @@ def launched(directory, target: dict, drafters: list[dict]):
         "model_id": "tiny",
         "target": {"path": str(target_path), **target},
         "drafters": [{"path": str(drafter_path), **d} for d in drafters],
-        "verifier": "rrsw", "tree": "kary:2x3", "adaptive_trees": False,
+        "verifier": "rrsw", "tree": "kary:2x3", "adaptive_trees": False, "placement": placement or {},
         "http": {"port": free_port()}, "grpc": {"port": free_port()},
     })
     os.environ["RAY_AUTH_MODE"] = "disabled"
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    if ray_address is None:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(address=ray_address, log_to_driver=False)
     try:
         running = Service(config)
         try:

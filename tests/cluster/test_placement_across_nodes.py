@@ -1,0 +1,55 @@
+"""`rayspec serve` on a Ray cluster of three nodes (one machine, `ray.cluster_utils.Cluster`):
+a head with no role, a node advertising `rayspec_target` and one advertising
+`rayspec_drafter`, placement STRICT_SPREAD, as the `ray up` files set it.  Each process must
+land where the placement says — the target (worker or inside the HTTP replica) and both
+coordinators on the target node, never the head; the drafter on the drafter node — and the
+service must still answer with the in-process engine's tokens."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.cluster.launching import assert_serves_in_process_tokens, launched
+
+PLACEMENT = {"strategy": "STRICT_SPREAD", "target_resources": {"rayspec_target": 1},
+             "drafter_resources": {"rayspec_drafter": 1}}
+
+
+@pytest.fixture(scope="module")
+def nodes():
+    from ray.cluster_utils import Cluster
+
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    roles = {
+        "head": cluster.head_node.node_id,
+        "target": cluster.add_node(num_cpus=1, resources={"rayspec_target": 1}).node_id,
+        "drafter": cluster.add_node(num_cpus=1, resources={"rayspec_drafter": 1}).node_id,
+    }
+    cluster.wait_for_nodes()
+    yield cluster.address, roles
+    cluster.shutdown()
+
+
+@pytest.mark.parametrize("target_where", ["worker", "coordinator"])
+def test_each_process_lands_on_its_roles_node(nodes, target_where, tmp_path):
+    import ray
+    from ray import serve
+
+    address, roles = nodes
+    with launched(tmp_path, {"threads": 1, "where": target_where}, [{"threads": 1}], PLACEMENT, address) as service:
+        running = service[0]
+        replica = serve.get_deployment_handle("rayspec-coordinator", app_name="rayspec")
+        assert replica.node_id.remote().result(timeout_s=60) == roles["target"]
+        assert running.target_node == roles["target"]
+        if target_where == "worker":
+            assert ray.get(running.target.node_id.remote()) == roles["target"]
+            assert ray.get(running.generation.node_id.remote()) == roles["target"]
+            drafter_nodes = ray.get([d.node_id.remote() for d in running.drafters])
+        else:  # the replica started the drafter itself
+            assert running.target is None and running.generation is None
+            drafter_nodes = replica.drafter_nodes.remote().result(timeout_s=60)
+        assert drafter_nodes == [roles["drafter"]]
+        assert_serves_in_process_tokens(*service)
