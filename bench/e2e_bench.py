@@ -10,7 +10,7 @@ shared machine hits all configurations alike:
             (a) target-only decoding (rayspec's own loop without a drafter)
             (b) HF transformers assisted generation, `generate(assistant_model=drafter)`
             (c) rayspec, a chain of 4 drafts (rrsw; sps-equivalent on a chain)
-            (d) rayspec, its default: sequoia:auto with the best verifier of the grid
+            (d) rayspec, its default: sequoia:auto with the best lossless verifier of the grid
   grid      fewer prompts and tokens, T = 0.6 and 1.0: every verifier on the trees
             chain:4, kary:2x3, kary:4x2, sequoia:32, sequoia:auto (dynamic:32 with topk)
 
@@ -29,7 +29,7 @@ import torch
 
 from common import ACCEPTANCE, RESULTS, Arm, engine_arm, fits, interleave, load_demo, machine
 from rayspec.engine import SpeculativeEngine
-from rayspec.verify import available_verifiers
+from rayspec.verify import available_verifiers, get_verifier
 GRID_TREES = ["chain:4", "kary:2x3", "kary:4x2", "sequoia:32", "sequoia:auto"]
 
 
@@ -89,7 +89,9 @@ def main():
         nearest = [r for r in grid if r["tree"] == "sequoia:auto"]
         if temperature > 0 and nearest:
             closest = min({r["temperature"] for r in nearest}, key=lambda t: abs(t - temperature))
-            best = max((r for r in nearest if r["temperature"] == closest), key=lambda r: r["tokens_per_s"])["verifier"]
+            # lossless only: the other arms are exact samples of the target, mentored is not
+            candidates = [r for r in nearest if r["temperature"] == closest and get_verifier(r["verifier"]).lossless]
+            best = max(candidates, key=lambda r: r["tokens_per_s"])["verifier"]
         arms = [
             engine_arm("target-only", target, None, "rrsw", "none", temperature, acceptance),
             Arm("HF assisted generation", lambda p, n, s, t=temperature: (*hf_assisted(target_model, drafter_model, counter, p, n, t, s), None),
