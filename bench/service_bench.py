@@ -1,6 +1,7 @@
 """The distributed service against the in-process engine, on the demo pair.
 
     python bench/service_bench.py [--prompts 10] [--tokens 96] [--skip-locust]
+    python bench/service_bench.py --only-locust --target-where worker coordinator --out bench/results/service_bench_load
 
 1. Overhead of distribution: a target and a drafter worker as plain processes talking gRPC
    on loopback, driven by the same engine as the in-process run, on the same prompts, seeds,
@@ -23,8 +24,10 @@
 2. Placement: bytes crossing per step for every verifier, with the verifier at the target
    (the default) and at the coordinator.
 3. Load: `rayspec serve` (Ray Serve HTTP + the gRPC coordinator) under locust at 1, 4 and 16
-   users of streaming requests: time to first token and inter-chunk latency, p50 and p99.
-Writes bench/results/service_bench.{json,md}.
+   users of streaming requests: time to first token and inter-chunk latency, p50 and p99;
+   with `--target-where worker coordinator`, once with the target in a worker of its own
+   (the default) and once inside the HTTP coordinator (`target: {where: coordinator}`).
+Writes bench/results/service_bench.{json,md} (`--out`).
 """
 
 from __future__ import annotations
@@ -235,12 +238,15 @@ def transport_floor(step_ms: float, calls: int = 200) -> dict:
         server.terminate()
 
 
-def locust_sweep(users, seconds, max_tokens):
-    """`rayspec serve` under locust: streaming HTTP and gRPC users; TTFT and inter-chunk percentiles."""
+def locust_sweep(users, seconds, max_tokens, target_where="worker"):
+    """`rayspec serve` (its defaults, but the target's `where`) under locust: streaming HTTP and
+    gRPC users; TTFT and inter-chunk percentiles."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     log = open(RESULTS / "service_bench_serve.log", "w")
-    serve = subprocess.Popen([sys.executable, "-m", "rayspec.cli", "serve"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                             stderr=log, text=True)
+    config = Path(tempfile.mkdtemp()) / "serve.yaml"
+    config.write_text(f"target: {{where: {target_where}}}\n")
+    serve = subprocess.Popen([sys.executable, "-m", "rayspec.cli", "serve", str(config)], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=log, text=True)
     try:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
@@ -261,8 +267,8 @@ def locust_sweep(users, seconds, max_tokens):
                         cwd=ROOT, env={**env, "RAYSPEC_GRPC": "127.0.0.1:9000", "RAYSPEC_MAX_TOKENS": str(max_tokens)},
                         capture_output=True, text=True, timeout=seconds + 120,
                     )
-                    rows.append({"users": count, "client": user_class, **read_locust(prefix)})
-                    print(f"  locust: {user_class} x {count}", flush=True)
+                    rows.append({"target": target_where, "users": count, "client": user_class, **read_locust(prefix)})
+                    print(f"  locust ({target_where} target): {user_class} x {count}", flush=True)
         return rows
     finally:
         serve.send_signal(signal.SIGINT)
@@ -291,25 +297,8 @@ def read_locust(prefix: Path) -> dict:
     return out
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=10)
-    parser.add_argument("--tokens", type=int, default=96)
-    parser.add_argument("--temperature", type=float, default=0.6)
-    parser.add_argument("--verifier", default="rrsw")
-    parser.add_argument("--tree", default="sequoia:auto")
-    parser.add_argument("--sweep-trees", nargs="*", default=["kary:2x3", "sequoia:32", "sequoia:64", "sequoia:128"],
-                        help="trees of growing step time, in-process vs distributed")
-    parser.add_argument("--sweep-prompts", type=int, default=4)
-    parser.add_argument("--placement-prompts", type=int, default=3)
-    parser.add_argument("--users", type=int, nargs="+", default=[1, 4, 16])
-    parser.add_argument("--locust-seconds", type=int, default=60)
-    parser.add_argument("--skip-locust", action="store_true")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads of every process")
-    parser.add_argument("--out", default=str(RESULTS / "service_bench"))
-    args = parser.parse_args()
-
-    torch.set_num_threads(args.threads)
+def in_process_vs_distributed(args) -> dict:
+    """The overhead, sweep, idle-control, transport-floor and bytes-by-verifier parts."""
     target, drafter, target_model, _, _, prompts = load_demo("cpu")
     costs = SpeculativeEngine(target, drafter, tree="chain:1").costs()
     logs = Path(tempfile.mkdtemp())
@@ -323,7 +312,7 @@ def main():
             remote_target = RemoteTarget(workers[0].address, streams=kind == "stream")
             handles[kind] = (remote_target, RemoteDrafter(workers[1].address, remote_target.vocab_size,
                                                           streams=kind == "stream"))
-        result = {"meta": {**machine("cpu"), **vars(args), "costs": costs.to_json()}}
+        result = {"costs": costs.to_json()}
         result["overhead"] = overhead(handles, prompts[: args.prompts], args.tokens, args.temperature, args.verifier,
                                       args.tree, costs)
         result["sweep"] = [
@@ -339,8 +328,38 @@ def main():
     finally:
         for worker in workers:
             worker.stop()
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=10)
+    parser.add_argument("--tokens", type=int, default=96)
+    parser.add_argument("--temperature", type=float, default=0.6)
+    parser.add_argument("--verifier", default="rrsw")
+    parser.add_argument("--tree", default="sequoia:auto")
+    parser.add_argument("--sweep-trees", nargs="*", default=["kary:2x3", "sequoia:32", "sequoia:64", "sequoia:128"],
+                        help="trees of growing step time, in-process vs distributed")
+    parser.add_argument("--sweep-prompts", type=int, default=4)
+    parser.add_argument("--placement-prompts", type=int, default=3)
+    parser.add_argument("--users", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--locust-seconds", type=int, default=60)
+    parser.add_argument("--skip-locust", action="store_true")
+    parser.add_argument("--only-locust", action="store_true", help="the load part alone")
+    parser.add_argument("--target-where", nargs="+", default=["worker"], choices=["worker", "coordinator"],
+                        help="locust: `rayspec serve` once per target placement, one after the other")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of every process")
+    parser.add_argument("--out", default=str(RESULTS / "service_bench"))
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    result = {"meta": {**machine("cpu"), **vars(args)}}
+    if not args.only_locust:
+        parts = in_process_vs_distributed(args)
+        result["meta"]["costs"] = parts.pop("costs")
+        result.update(parts)
     if not args.skip_locust:
-        result["locust"] = locust_sweep(args.users, args.locust_seconds, 64)
+        result["locust"] = [row for where in args.target_where for row in locust_sweep(args.users, args.locust_seconds, 64, where)]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2))
@@ -398,17 +417,18 @@ def write_markdown(path, result):
         if floor:
             lines += ["", "Transport floor on this machine (gRPC Python, loopback, median time beyond the handler's own): "
                       + ", ".join(f"{v:.2f} ms with a {k.split('_')[1]} handler" for k, v in floor.items()) + "."]
-    lines += ["",
-              "## Bytes crossing per step, by verifier and where it runs (tree kary:2x3; single-draft verifiers chain:4; topk dynamic:32)", "",
-              "| verifier | verifier at the target (default) | verifier at the coordinator |", "|---|---|---|"]
-    for r in result["placement"]:
-        lines.append(f"| {r['verifier']} | {r['bytes_per_step_verify_at_target']:.0f} | {r['bytes_per_step_verify_at_coordinator']:.0f} |")
+    if result.get("placement"):
+        lines += ["",
+                  "## Bytes crossing per step, by verifier and where it runs (tree kary:2x3; single-draft verifiers chain:4; topk dynamic:32)", "",
+                  "| verifier | verifier at the target (default) | verifier at the coordinator |", "|---|---|---|"]
+        for r in result["placement"]:
+            lines.append(f"| {r['verifier']} | {r['bytes_per_step_verify_at_target']:.0f} | {r['bytes_per_step_verify_at_coordinator']:.0f} |")
     if result.get("locust"):
         lines += ["", "## Load: `rayspec serve` under locust, streaming requests of 64 tokens", "",
-                  "| client | users | requests | failures | TTFT p50 ms | TTFT p99 ms | inter-chunk p50 ms | inter-chunk p99 ms | tokens/s per request p50 |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "| target | client | users | requests | failures | TTFT p50 ms | TTFT p99 ms | inter-chunk p50 ms | inter-chunk p99 ms | tokens/s per request p50 |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in result["locust"]:
-            lines.append(f"| {r['client']} | {r['users']} | {r['requests']} | {r['failures']} | {r.get('TTFT ms p50', 0):.0f} | "
+            lines.append(f"| {r.get('target', 'worker')} | {r['client']} | {r['users']} | {r['requests']} | {r['failures']} | {r.get('TTFT ms p50', 0):.0f} | "
                          f"{r.get('TTFT ms p99', 0):.0f} | {r.get('inter-chunk ms p50', 0):.0f} | {r.get('inter-chunk ms p99', 0):.0f} | "
                          f"{r.get('tokens/s p50', 0):.1f} |")
     path.write_text("\n".join(lines) + "\n")
