@@ -68,7 +68,15 @@ def serve_generation_api(service, config: ServiceConfig) -> tuple:
         service.engine, service.tokenizer, f"{config.grpc.host}:{config.grpc.port}", service.request_limits,
         max_concurrent_requests=config.limits.max_concurrent_requests,
     )
-    return server, f"{config.grpc.host}:{port}"
+    return server, advertised_address(config.grpc.host, port)
+
+
+def advertised_address(host: str, port: int) -> str:
+    """Where clients reach a server bound on `host`: the node's IP for the wildcard hosts
+    (what `rayspec serve` prints must be an address another machine can dial)."""
+    if host in ("0.0.0.0", "::", "[::]"):
+        return _node_address(port)
+    return f"{host}:{port}"
 
 
 def _node_address(port: int) -> str:
@@ -97,7 +105,7 @@ class WorkerActor(_Placed):
             self.server, port = serve_target(LocalTarget(loaded), "0.0.0.0:0", model_id=model_id)
         else:
             self.server, port = serve_drafter(LocalDrafter(loaded), "0.0.0.0:0")
-        self.address = _node_address(port)
+        self.address = advertised_address("0.0.0.0", port)
 
     def ready(self) -> str:
         return self.address

@@ -1,4 +1,4 @@
-"""Start `rayspec serve`'s Service on a fresh local Ray cluster (2 CPUs) over the tiny pair."""
+"""Start `rayspec serve`'s Service over the tiny pair on a Ray cluster (by default a fresh local one, 2 CPUs)."""
 
 from __future__ import annotations
 

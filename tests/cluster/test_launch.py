@@ -49,6 +49,17 @@ def test_the_http_coordinator_is_pinned_to_a_node_by_its_ray_node_id_label():
     assert coordinator_actor_options("ab12") == {"num_cpus": 0, "label_selector": {"ray.io/node-id": "ab12"}}
 
 
+def test_a_wildcard_host_is_advertised_as_the_nodes_ip():
+    import ray
+
+    from rayspec.cluster.actors import advertised_address
+
+    assert advertised_address("127.0.0.1", 9000) == "127.0.0.1:9000"
+    for wildcard in ("0.0.0.0", "::"):
+        assert advertised_address(wildcard, 9000) == f"{ray.util.get_node_ip_address()}:9000"
+    assert not ray.util.get_node_ip_address().startswith("0.0.0.0")
+
+
 def test_bad_input_is_refused_and_the_service_keeps_serving(service):
     import httpx
 
