@@ -7,6 +7,7 @@ import os
 import socket
 
 from rayspec.serve.config import ServiceConfig
+from tests.local_ray import start_ray
 from tests.rpc.processes import save_tiny_pair
 
 
@@ -35,7 +36,7 @@ def launched(directory, target: dict, drafters: list[dict], placement: dict | No
     })
     os.environ["RAY_AUTH_MODE"] = "disabled"
     if ray_address is None:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        start_ray(num_cpus=2, include_dashboard=False, log_to_driver=False)
     else:
         ray.init(address=ray_address, log_to_driver=False)
     try:

@@ -20,6 +20,7 @@ from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.models import load_causal_lm
 from rayspec.serve.config import ServiceConfig
+from tests.local_ray import start_ray
 from tests.rpc.processes import Worker, save_tiny_pair
 
 MODEL = "tiny-pair"
@@ -47,15 +48,16 @@ def cluster(tmp_path_factory):
         "model_id": MODEL, "target": {"path": str(target_path)}, "drafters": [{"path": str(drafter_path)}],
         "verifier": "rrsw", "tree": "kary:2x3", "http": {"port": port},
     })
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
+        start_ray(num_cpus=2, include_dashboard=False, log_to_driver=False)
         serve.start(http_options={"host": config.http.host, "port": config.http.port})
         # two drafter handles (a DrafterPool) on one worker process, to spare the CPU
         drafters = [workers[1].address] * 2
         serve.run(build_serve_app(config, workers[0].address, drafters), name="rayspec", route_prefix="/")
         yield {"url": f"http://{config.http.host}:{port}", "paths": (target_path, drafter_path)}
     finally:
-        serve.shutdown()
+        if ray.is_initialized():
+            serve.shutdown()
         ray.shutdown()
         for worker in workers:
             worker.stop()
