@@ -1,0 +1,96 @@
+"""`rayspec serve` as `make serve` runs it: a process of its own on a config file that prints a
+ready line with a curl example, answers a completion over HTTP and the gRPC SDK, and stops
+cleanly on Ctrl-C (SIGINT): exit status 0, a last line saying so, its ports closed."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+
+from tests.cluster.launching import free_port
+from tests.rpc.processes import save_tiny_pair
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _lines(stream) -> queue.Queue:
+    lines: queue.Queue = queue.Queue()
+
+    def pump():
+        for line in stream:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+def _read_until(lines: queue.Queue, marker: str, seconds: float) -> list[str]:
+    seen, deadline = [], time.monotonic() + seconds
+    while not any(marker in line for line in seen):
+        line = lines.get(timeout=max(deadline - time.monotonic(), 0.01))
+        assert line is not None, "rayspec serve exited early:\n" + "".join(seen)
+        seen.append(line)
+    return seen
+
+
+def _refused(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_serve_prints_a_ready_line_answers_and_stops_on_ctrl_c(tmp_path):
+    from rayspec.client import Client
+
+    target_path, drafter_path = save_tiny_pair(tmp_path)
+    http_port, grpc_port = free_port(), free_port()
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml.safe_dump({
+        "model_id": "tiny", "target": {"path": str(target_path), "threads": 1},
+        "drafters": [{"path": str(drafter_path), "threads": 1}], "tree": "kary:2x2", "adaptive_trees": False,
+        "http": {"port": http_port}, "grpc": {"port": grpc_port},
+    }))
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
+    with open(tmp_path / "serve.err", "w") as errors:
+        server = subprocess.Popen([sys.executable, "-m", "rayspec.cli", "serve", str(config)], cwd=ROOT, env=env,
+                                  stdout=subprocess.PIPE, stderr=errors, text=True, start_new_session=True)
+    try:
+        lines = _lines(server.stdout)
+        ready = "".join(_read_until(lines, "Ctrl-C stops it", 300))
+        assert f"rayspec is ready: HTTP http://127.0.0.1:{http_port}" in ready
+        assert f"gRPC 127.0.0.1:{grpc_port}" in ready
+        assert f"curl http://127.0.0.1:{http_port}/v1/completions" in ready
+        reply = httpx.post(f"http://127.0.0.1:{http_port}/v1/completions", timeout=60,
+                           json={"model": "tiny", "prompt": "def f(x):", "max_tokens": 5, "seed": 3})
+        assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 5
+        with Client(f"127.0.0.1:{grpc_port}") as sdk:
+            assert len(sdk.generate("def f(x):", max_tokens=5, seed=3).token_ids) == 5
+
+        server.send_signal(signal.SIGINT)
+        assert server.wait(120) == 0
+        assert any("stopping rayspec" in line for line in _read_until(lines, "stopping rayspec", 5))
+        assert _refused(http_port) and _refused(grpc_port)
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+
+
+def test_serve_refuses_a_bad_config_with_a_message(tmp_path, capsys):
+    from rayspec.cli import main
+
+    assert main(["serve", str(tmp_path / "missing.yaml")]) == 2
+    assert "cannot read the service config" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("target: {where: edge}\n")
+    assert main(["serve", str(bad)]) == 2
+    assert "target.where must be worker or coordinator, got 'edge'" in capsys.readouterr().err
