@@ -55,3 +55,35 @@ def test_grpc_handlers_compute_with_the_process_count():
             assert reply.status == UNUSUAL
         finally:
             server.stop(None)
+
+
+class _Seen(Exception):
+    def __init__(self, threads: int):
+        super().__init__(threads)
+        self.threads = threads
+
+
+class _ThreadCountRequest:
+    """A request whose generation only reports its thread's OpenMP count, as an error."""
+
+    request_id = "threads-probe"
+
+    def run(self):
+        raise _Seen(openmp_threads())
+        yield  # a generator, as GenerationRequest.run is
+
+
+def test_http_generation_threads_compute_with_the_process_count():
+    import asyncio
+
+    from rayspec.serve.service import Service
+
+    async def generate():
+        stream = Service(engine=None, tokenizer=None, model_id="probe").start(_ThreadCountRequest())
+        with pytest.raises(_Seen) as seen:
+            async for _ in stream:
+                pass
+        return seen.value.threads
+
+    with torch_threads(UNUSUAL):
+        assert asyncio.run(generate()) == UNUSUAL
