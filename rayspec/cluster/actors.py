@@ -45,10 +45,15 @@ def placed(group, index: int, model, cluster_gpus: float) -> dict:
         num_cpus=BUNDLE_CPUS / 2,  # the other half of the bundle: the coordinator
         num_gpus=model_gpus(model, cluster_gpus),
         scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index),
-        # idle OpenMP threads of one worker spinning would steal the core another computes
-        # on (as for plain-process workers); the driver's own setting wins
-        runtime_env={"env_vars": {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}},
+        runtime_env=model_runtime_env(),
     )
+
+
+def model_runtime_env() -> dict:
+    """The runtime environment of a process that computes with a model: idle OpenMP threads
+    of one spinning would steal the core another computes on (as for plain-process workers);
+    the driver's own setting wins."""
+    return {"env_vars": {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}}
 
 
 def start_drafters(config: ServiceConfig, group, cluster_gpus: float, timeout: float) -> tuple[list, list[str]]:

@@ -25,7 +25,7 @@ import os
 import signal
 import threading
 
-from rayspec.cluster.actors import BUNDLE_CPUS, bundles, placed, start_drafters
+from rayspec.cluster.actors import BUNDLE_CPUS, GenerationActor, WorkerActor, bundles, placed, start_drafters
 from rayspec.serve.config import ServiceConfig
 
 
@@ -66,7 +66,6 @@ class Service:
         from ray.util.placement_group import placement_group, placement_group_table
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from rayspec.cluster.actors import GenerationActor, WorkerActor
         from rayspec.serve.app import build_serve_app
 
         config = self.config

@@ -99,11 +99,14 @@ def build_serve_app(config: ServiceConfig, target_address: str | None, drafter_a
     if target_address is None:
         if placement_group is None:
             raise ValueError("a replica hosting the target needs its placement group's bundles")
+        from rayspec.cluster.actors import model_runtime_env
+
         spec, strategy = placement_group
         target_bundle = spec[0]
         options = {
             # within the target's bundle, as a target worker would be (a subset of it)
-            "ray_actor_options": {"num_cpus": target_bundle["CPU"] / 2, "num_gpus": target_bundle.get("GPU", 0)},
+            "ray_actor_options": {"num_cpus": target_bundle["CPU"] / 2, "num_gpus": target_bundle.get("GPU", 0),
+                                  "runtime_env": model_runtime_env()},
             "placement_group_bundles": spec,
             "placement_group_strategy": strategy,
         }

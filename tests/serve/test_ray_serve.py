@@ -7,7 +7,6 @@ error, /health and /metrics, and a disconnect mid-stream stopping the generation
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import httpx
@@ -20,17 +19,12 @@ from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.models import load_causal_lm
 from rayspec.serve.config import ServiceConfig
+from tests.cluster.launching import free_port
 from tests.local_ray import start_ray
 from tests.rpc.processes import Worker, save_tiny_pair
 
 MODEL = "tiny-pair"
 PROMPT = "def add(a, b):"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +37,7 @@ def cluster(tmp_path_factory):
         Worker(tmp / "target.log", "--role", "target", "--model", str(target_path)),
         Worker(tmp / "drafter.log", "--role", "drafter", "--model", str(drafter_path)),
     ]
-    port = _free_port()
+    port = free_port()
     config = ServiceConfig.from_dict({
         "model_id": MODEL, "target": {"path": str(target_path)}, "drafters": [{"path": str(drafter_path)}],
         "verifier": "rrsw", "tree": "kary:2x3", "http": {"port": port},
