@@ -27,15 +27,30 @@ log = logging.getLogger("rayspec.rpc")
 
 TRANSPORT_LIMIT = 1024 * 1024 * 1024  # 1 GiB: above every application limit
 DEFAULT_MAX_REQUEST_BYTES = 256 * 1024 * 1024
-# Compression off (the default): probability rows compress poorly and cost CPU time.
-GRPC_OPTIONS = [
-    ("grpc.max_send_message_length", TRANSPORT_LIMIT),
-    ("grpc.max_receive_message_length", TRANSPORT_LIMIT),
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.max_pings_without_data", 0),
-]
+KEEPALIVE_MS = 30_000  # an idle connection is pinged this often, so a dead peer is noticed
+
+
+def grpc_options(keepalive_ms: int = KEEPALIVE_MS) -> list[tuple[str, int]]:
+    """The channel arguments of rayspec's servers and of the channels to them.
+
+    Both ends ping an idle connection every `keepalive_ms`, calls or none, and a server
+    accepts pings twice that often.  It must: a gRPC server's default is one ping per five
+    minutes without data, and after two pings more frequent than that it closes the
+    connection with GOAWAY "too_many_pings", failing a session stream that waited on a slow
+    client.  Compression stays off (the default): probability rows compress poorly and
+    cost CPU time."""
+    return [
+        ("grpc.max_send_message_length", TRANSPORT_LIMIT),
+        ("grpc.max_receive_message_length", TRANSPORT_LIMIT),
+        ("grpc.keepalive_time_ms", keepalive_ms),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.http2.min_ping_interval_without_data_ms", keepalive_ms // 2),
+    ]
+
+
+GRPC_OPTIONS = grpc_options()
 
 
 class SessionLimitError(RuntimeError):
@@ -175,7 +190,7 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
         yield health_pb2.HealthCheckResponse(status=status)
 
 
-def start_server(register, address: str, max_workers: int = 16) -> tuple[grpc.Server, int]:
+def start_server(register, address: str, max_workers: int = 16, options=GRPC_OPTIONS) -> tuple[grpc.Server, int]:
     """A started gRPC server; `register(server)` adds the servicers.  Returns (server, port).
 
     A call holds one of the `max_workers` threads while it runs — a `Steps` stream for its
@@ -183,7 +198,7 @@ def start_server(register, address: str, max_workers: int = 16) -> tuple[grpc.Se
     than queued behind streams that may never end.  Its threads compute with the process's torch
     thread count (`rayspec.models.threads`)."""
     pool = futures.ThreadPoolExecutor(max_workers=max_workers, initializer=honour_torch_threads)
-    server = grpc.server(pool, options=GRPC_OPTIONS, maximum_concurrent_rpcs=max_workers)
+    server = grpc.server(pool, options=options, maximum_concurrent_rpcs=max_workers)
     register(server)
     port = server.add_insecure_port(address)
     if port == 0:
