@@ -37,13 +37,14 @@ def bundles(config: ServiceConfig, cluster_gpus: float) -> list[dict]:
     ]
 
 
-def placed(group, index: int, model, cluster_gpus: float) -> dict:
-    """Ray options of a worker actor in bundle `index` of `group`."""
+def placed(group, index: int) -> dict:
+    """Ray options of a worker actor in bundle `index` of `group`: the GPUs the bundle
+    reserved (`bundles` decided them once, for the whole group)."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     return dict(
         num_cpus=BUNDLE_CPUS / 2,  # the other half of the bundle: the coordinator
-        num_gpus=model_gpus(model, cluster_gpus),
+        num_gpus=group.bundle_specs[index].get("GPU", 0),
         scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index),
         runtime_env=model_runtime_env(),
     )
@@ -56,10 +57,10 @@ def model_runtime_env() -> dict:
     return {"env_vars": {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}}
 
 
-def start_drafters(config: ServiceConfig, group, cluster_gpus: float, timeout: float) -> tuple[list, list[str]]:
+def start_drafters(config: ServiceConfig, group, timeout: float) -> tuple[list, list[str]]:
     """A `WorkerActor` per `where: worker` drafter, in bundles 1.. of `group`; (actors, addresses)."""
     actors = [
-        WorkerActor.options(**placed(group, i + 1, d, cluster_gpus)).remote("drafter", vars(d))
+        WorkerActor.options(**placed(group, i + 1)).remote("drafter", vars(d))
         for i, d in enumerate(config.worker_drafters)
     ]
     return actors, ray.get([a.ready.remote() for a in actors], timeout=timeout)
@@ -92,6 +93,10 @@ class _Placed:
     def node_id(self) -> str:
         """The Ray node this actor runs on."""
         return ray.get_runtime_context().get_node_id()
+
+    def gpu_ids(self) -> list:
+        """The GPUs Ray assigned this actor (its CUDA_VISIBLE_DEVICES)."""
+        return ray.get_gpu_ids()
 
 
 @ray.remote

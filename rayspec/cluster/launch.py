@@ -34,34 +34,32 @@ class Service:
 
     def __init__(self, config: ServiceConfig, ray_address: str | None = None, start_timeout: float = 600.0):
         import ray
-        from ray import serve
 
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         if not ray.is_initialized():
             ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
         self.config = config
         self.group, self.target, self.generation, self.drafters = None, None, None, []
-        gpus = ray.cluster_resources().get("GPU", 0)
         nodes = [n for n in ray.nodes() if n["Alive"]]
-        spec = bundles(config, gpus)
+        spec = bundles(config, ray.cluster_resources().get("GPU", 0))
         if config.placement.strategy == "STRICT_SPREAD" and len(nodes) < len(spec):
             raise ValueError(
                 f"STRICT_SPREAD needs {len(spec)} nodes (a target and {len(spec) - 1} drafter(s)), "
                 f"the cluster has {len(nodes)}; use PACK on one node"
             )
         if config.target.where == "coordinator":
-            app = self._target_in_coordinator(spec)
+            self._target_in_coordinator(spec, start_timeout)
         else:
-            app = self._target_in_worker(spec, gpus, start_timeout)
-        serve.start(http_options={"host": config.http.host, "port": config.http.port})
-        serve.run(app, name="rayspec", route_prefix="/")
-        if config.target.where == "coordinator":
-            replica = serve.get_deployment_handle("rayspec-coordinator", app_name="rayspec")
-            self.grpc_address = replica.grpc_address.remote().result(timeout_s=start_timeout)
-            self.target_node = replica.node_id.remote().result(timeout_s=start_timeout)
+            self._target_in_worker(spec, start_timeout)
         self.http_address = f"http://{config.http.host}:{config.http.port}"
 
-    def _target_in_worker(self, spec: list[dict], gpus: float, start_timeout: float):
+    def _run_http_app(self, app) -> None:
+        from ray import serve
+
+        serve.start(http_options={"host": self.config.http.host, "port": self.config.http.port})
+        serve.run(app, name="rayspec", route_prefix="/")
+
+    def _target_in_worker(self, spec: list[dict], start_timeout: float) -> None:
         import ray
         from ray.util.placement_group import placement_group, placement_group_table
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -71,10 +69,10 @@ class Service:
         config = self.config
         self.group = placement_group(spec, strategy=config.placement.strategy, name="rayspec")
         ray.get(self.group.ready(), timeout=start_timeout)
-        self.target = WorkerActor.options(**placed(self.group, 0, config.target, gpus)).remote(
+        self.target = WorkerActor.options(**placed(self.group, 0)).remote(
             "target", vars(config.target), config.model_id
         )
-        self.drafters, self.drafter_addresses = start_drafters(config, self.group, gpus, start_timeout)
+        self.drafters, self.drafter_addresses = start_drafters(config, self.group, start_timeout)
         self.target_address = ray.get(self.target.ready.remote(), timeout=start_timeout)
         coordinator = dict(
             num_cpus=BUNDLE_CPUS / 4,
@@ -86,12 +84,18 @@ class Service:
         self.grpc_address = ray.get(self.generation.ready.remote(), timeout=start_timeout)
         # Serve places its replicas itself: the target's node is named, not its bundle
         self.target_node = placement_group_table(self.group)["bundles_to_node_id"][0]
-        return build_serve_app(config, self.target_address, self.drafter_addresses, node_id=self.target_node)
+        self._run_http_app(build_serve_app(config, self.target_address, self.drafter_addresses,
+                                           node_id=self.target_node))
 
-    def _target_in_coordinator(self, spec: list[dict]):
+    def _target_in_coordinator(self, spec: list[dict], start_timeout: float) -> None:
+        from ray import serve
+
         from rayspec.serve.app import build_serve_app
 
-        return build_serve_app(self.config, None, [], placement_group=(spec, self.config.placement.strategy))
+        self._run_http_app(build_serve_app(self.config, None, [], placement_group=(spec, self.config.placement.strategy)))
+        replica = serve.get_deployment_handle("rayspec-coordinator", app_name="rayspec")
+        self.grpc_address = replica.grpc_address.remote().result(timeout_s=start_timeout)
+        self.target_node = replica.node_id.remote().result(timeout_s=start_timeout)
 
     def stop(self) -> None:
         import ray

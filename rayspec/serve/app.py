@@ -55,7 +55,7 @@ class Coordinator:
         from rayspec.engine.local import LocalTarget
 
         group = ray.util.get_current_placement_group()
-        self.drafters, addresses = start_drafters(config, group, ray.cluster_resources().get("GPU", 0), START_TIMEOUT)
+        self.drafters, addresses = start_drafters(config, group, START_TIMEOUT)
         target = LocalTarget(config.target.load(TARGET_PATH)[0])
         self.service = Service.from_config(config, target, addresses)
         self.generation, self._grpc_address = serve_generation_api(self.service, config)
@@ -75,6 +75,18 @@ class Coordinator:
         import ray
 
         return ray.get([d.node_id.remote() for d in self.drafters])
+
+    def gpu_ids(self) -> list:
+        """The GPUs Ray assigned this replica (the target's, when it hosts the target)."""
+        import ray
+
+        return ray.get_gpu_ids()
+
+    def drafter_gpu_ids(self) -> list[list]:
+        """The GPUs of each drafter worker this replica started."""
+        import ray
+
+        return ray.get([d.gpu_ids.remote() for d in self.drafters])
 
     def __serve_build_asgi_app__(self):
         from rayspec.serve.http import create_app

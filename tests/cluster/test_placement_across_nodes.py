@@ -3,7 +3,8 @@ a head with no role, a node advertising `rayspec_target` and one advertising
 `rayspec_drafter`, placement STRICT_SPREAD, as the `ray up` files set it.  Each process must
 land where the placement says — the target (worker or inside the HTTP replica) and both
 coordinators on the target node, never the head; the drafter on the drafter node — and the
-service must still answer with the in-process engine's tokens."""
+service must still answer with the in-process engine's tokens.  The role nodes advertise one
+(simulated) GPU each: every model process must hold one, the coordinator in a worker none."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ def nodes():
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     roles = {
         "head": cluster.head_node.node_id,
-        "target": cluster.add_node(num_cpus=1, resources={"rayspec_target": 1}).node_id,
-        "drafter": cluster.add_node(num_cpus=1, resources={"rayspec_drafter": 1}).node_id,
+        "target": cluster.add_node(num_cpus=1, num_gpus=1, resources={"rayspec_target": 1}).node_id,
+        "drafter": cluster.add_node(num_cpus=1, num_gpus=1, resources={"rayspec_drafter": 1}).node_id,
     }
     cluster.wait_for_nodes()
     yield cluster.address, roles
@@ -48,8 +49,14 @@ def test_each_process_lands_on_its_roles_node(nodes, target_where, tmp_path):
             assert ray.get(running.target.node_id.remote()) == roles["target"]
             assert ray.get(running.generation.node_id.remote()) == roles["target"]
             drafter_nodes = ray.get([d.node_id.remote() for d in running.drafters])
+            assert len(ray.get(running.target.gpu_ids.remote())) == 1
+            assert ray.get(running.generation.gpu_ids.remote()) == []
+            drafter_gpus = ray.get([d.gpu_ids.remote() for d in running.drafters])
         else:  # the replica started the drafter itself
             assert running.target is None and running.generation is None
             drafter_nodes = replica.drafter_nodes.remote().result(timeout_s=60)
+            assert len(replica.gpu_ids.remote().result(timeout_s=60)) == 1
+            drafter_gpus = replica.drafter_gpu_ids.remote().result(timeout_s=60)
         assert drafter_nodes == [roles["drafter"]]
+        assert [len(ids) for ids in drafter_gpus] == [1]
         assert_serves_in_process_tokens(*service)
