@@ -17,6 +17,12 @@
    size (`--sweep-trees`): how the ratio moves as the step gets longer.
    A control with no RPC: the in-process engine with its target sleeping 5 or 10 ms before
    each verification, for how much slower this machine computes right after an idle wait.
+   Then the same comparison at larger targets (`--scale-targets HIDDENxLAYERS ...`): targets
+   of the demo target's architecture and vocabulary, widened and deepened and left at their
+   seeded random initialisation (built at run time, nothing downloaded).  Their outputs
+   are meaningless and the drafter's tokens are rarely accepted, but a step costs what a
+   step of that size costs, so these arms show how distribution's per-step cost compares
+   with a target step longer than the demo target's few milliseconds.
    Every process runs `--threads` torch threads (default 1): identical tokens need identical
    arithmetic, and CPU matmuls reduce in a different order with a different thread count
    (measured on the demo pair: logits differ by ~4e-6 at some tree sizes), which flips a
@@ -49,7 +55,8 @@ import grpc
 import torch
 from common import ACCEPTANCE, RESULTS, fits, load_demo, machine
 from rayspec.demo import DRAFTER_PATH, TARGET_PATH
-from rayspec.engine import GenerationStats, SpeculativeEngine
+from rayspec.engine import GenerationStats, LocalTarget, SpeculativeEngine
+from rayspec.models import load_causal_lm
 from rayspec.rpc.generated import health_pb2, health_pb2_grpc
 from rayspec.rpc.process import Worker
 from rayspec.rpc.remote import RemoteDrafter, RemoteTarget
@@ -179,6 +186,53 @@ def idle_control(target, drafter, prompts, tokens, temperature, verifier, tree, 
             for pause, t in totals.items()]
 
 
+def random_target(hidden: int, layers: int, directory: Path) -> Path:
+    """A checkpoint of the demo target's architecture, vocabulary and tokenizer at hidden size
+    `hidden` and `layers` layers, with seeded random weights: a target whose steps cost what
+    a model of that size costs, for timing only."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(TARGET_PATH)
+    config.hidden_size, config.num_hidden_layers = hidden, layers
+    config.num_attention_heads = config.num_key_value_heads = hidden // config.head_dim
+    config.intermediate_size = hidden * 8 // 3 // 64 * 64
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    path = directory / f"target-{hidden}x{layers}"
+    model.save_pretrained(path)
+    AutoTokenizer.from_pretrained(TARGET_PATH).save_pretrained(path)
+    return path
+
+
+SCALE_ARMS = ("in-process", "distributed", "target in coordinator")
+
+
+def scaled_targets(args, drafter, prompts, logs: Path) -> list[dict]:
+    """In-process against distributed at larger (random-weight) targets, on a fixed tree."""
+    rows = []
+    for size in args.scale_targets:
+        hidden, layers = (int(n) for n in size.split("x"))
+        path = random_target(hidden, layers, logs)
+        model, _ = load_causal_lm(path, "cpu")
+        worker = Worker(logs / f"target-{size}.log", "--role", "target", "--model", str(path), threads=args.threads)
+        drafter_worker = Worker(logs / f"drafter-{size}.log", "--role", "drafter", "--model", str(DRAFTER_PATH),
+                                threads=args.threads)
+        try:
+            remote = RemoteTarget(worker.address)
+            handles = {"local": (LocalTarget(model), drafter),
+                       "stream": (remote, RemoteDrafter(drafter_worker.address, remote.vocab_size))}
+            result = overhead(handles, prompts[: args.scale_prompts], args.scale_tokens, args.temperature,
+                              args.verifier, args.scale_tree, None, arms=SCALE_ARMS)
+            result["target"] = {"size": size, "parameters": sum(p.numel() for p in model.parameters())}
+            rows.append(result)
+            remote.close()
+        finally:
+            worker.stop()
+            drafter_worker.stop()
+        print(f"  scale: target {size}", flush=True)
+    return rows
+
+
 def placement(target_address, drafter_address, prompts, tokens, temperature, tree, costs):
     rows = []
     for verifier in available_verifiers():
@@ -242,7 +296,7 @@ def locust_sweep(users, seconds, max_tokens, target_where="worker"):
     """`rayspec serve` (its defaults, but the target's `where`) under locust: streaming HTTP and
     gRPC users; TTFT and inter-chunk percentiles."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    log = open(RESULTS / "service_bench_serve.log", "w")
+    log = open(RESULTS / f"service_bench_serve_{target_where}.log", "w")  # one per placement
     config = Path(tempfile.mkdtemp()) / "serve.yaml"
     config.write_text(f"target: {{where: {target_where}}}\n")
     serve = subprocess.Popen([sys.executable, "-m", "rayspec.cli", "serve", str(config)], cwd=ROOT, env=env,
@@ -322,6 +376,8 @@ def in_process_vs_distributed(args) -> dict:
         ]
         result["idle_control"] = idle_control(target, drafter, prompts[: args.sweep_prompts], args.tokens,
                                               args.temperature, args.verifier, args.tree, costs)
+        if args.scale_targets:
+            result["scale"] = scaled_targets(args, drafter, prompts, logs)
         result["transport_floor"] = transport_floor(result["overhead"]["distributed"]["step_ms"] / 2)
         result["placement"] = placement(workers[0].address, workers[1].address, prompts[: args.placement_prompts],
                                         48, args.temperature, "kary:2x3", costs)
@@ -341,6 +397,11 @@ def main():
     parser.add_argument("--sweep-trees", nargs="*", default=["kary:2x3", "sequoia:32", "sequoia:64", "sequoia:128"],
                         help="trees of growing step time, in-process vs distributed")
     parser.add_argument("--sweep-prompts", type=int, default=4)
+    parser.add_argument("--scale-targets", nargs="*", default=["512x8", "1024x12"],
+                        help="random-weight targets HIDDENxLAYERS: in-process vs distributed at longer steps")
+    parser.add_argument("--scale-tree", default="kary:2x3")
+    parser.add_argument("--scale-prompts", type=int, default=6)
+    parser.add_argument("--scale-tokens", type=int, default=48)
     parser.add_argument("--placement-prompts", type=int, default=3)
     parser.add_argument("--users", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--locust-seconds", type=int, default=60)
@@ -407,6 +468,22 @@ def write_markdown(path, result):
                     f"{local['step_ms']:.1f} | {remote['step_ms']:.1f} | {remote['step_ms'] - local['step_ms']:.1f} | "
                     f"{remote['compute_ms'] - local['compute_ms']:.1f} | "
                     f"{remote['added_share'] * 100:.1f} % | {sweep['identical_tokens']} |")
+        if result.get("scale"):
+            lines += ["", f"### Larger targets (random weights, demo architecture and vocabulary), tree {result['scale'][0]['setting']['tree']}", "",
+                      "Timing only: these targets' outputs are meaningless and they rarely accept a draft, "
+                      "so tokens/s is the inverse of step time here; the tokens are still compared.", "",
+                      "| target (hidden x layers) | parameters | path | tokens/s | vs in-process | step ms | compute ms | "
+                      "added ms/step | of it, slower compute | added by distribution | identical tokens |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|"]
+            for scale in result["scale"]:
+                local = scale["in-process"]
+                for name in SCALE_ARMS:
+                    r = scale[name]
+                    lines.append(
+                        f"| {scale['target']['size']} | {scale['target']['parameters'] / 1e6:.0f} M | {name} | "
+                        f"{r['tokens_per_s']:.2f} | **{r['over_in_process']:.3f}** | {r['step_ms']:.1f} | {r['compute_ms']:.1f} | "
+                        f"{r['step_ms'] - local['step_ms']:.1f} | {r['compute_ms'] - local['compute_ms']:.1f} | "
+                        f"{r['added_share'] * 100:.1f} % | {scale['identical_tokens']} |")
         if result.get("idle_control"):
             rows = result["idle_control"]
             lines += ["", "### Compute after an idle wait, in-process (no RPC: the target sleeps before each verification)", "",
