@@ -156,6 +156,12 @@ class Servicer:
             self._sessions[session_id] = (session, time.monotonic())
             return session
 
+    @rpc_errors
+    def Release(self, request, context):
+        """The `Release` RPC of the worker services: drop a session (unknown ids too)."""
+        self.release(request.session_id)
+        return worker_pb2.ReleaseReply()
+
     def release(self, session_id: str) -> None:
         with self._sessions_lock:
             entry = self._sessions.pop(session_id, None)

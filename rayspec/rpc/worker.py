@@ -104,11 +104,6 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
             session.commit(outcome.tokens, outcome.path)
         return worker_pb2.CommitReply() if reply is None else reply
 
-    @rpc_errors
-    def Release(self, request, context):
-        self.release(request.session_id)
-        return worker_pb2.ReleaseReply()
-
     def Steps(self, calls, context):
         handlers = {"verify": TargetServicer.Verify, "score": TargetServicer.Score, "commit": TargetServicer.Commit}
         yield from self.serve_steps(calls, context, worker_pb2.TargetResult, handlers)
@@ -142,11 +137,6 @@ class DrafterServicer(Servicer, worker_pb2_grpc.DrafterServiceServicer):
         with self.compute:
             session.commit(codec.decode_outcome(request.outcome))
         return worker_pb2.CommitReply() if reply is None else reply
-
-    @rpc_errors
-    def Release(self, request, context):
-        self.release(request.session_id)
-        return worker_pb2.ReleaseReply()
 
     def Steps(self, calls, context):
         handlers = {"draft": DrafterServicer.Draft, "commit": DrafterServicer.Commit}
