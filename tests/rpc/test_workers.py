@@ -156,6 +156,21 @@ def test_bad_input_is_refused_and_the_workers_keep_serving(cluster):
     assert len(generation.Generate(generation_pb2.GenerateRequest(prompt="ok", max_tokens=5), timeout=30).token_ids) == 5
 
 
+@pytest.mark.parametrize("role", ["target", "drafter"])
+def test_a_released_session_is_gone_and_releasing_twice_is_harmless(cluster, role):
+    channel = grpc.insecure_channel(cluster[role].address)
+    stub = (worker_pb2_grpc.TargetServiceStub if role == "target" else worker_pb2_grpc.DrafterServiceStub)(channel)
+    spec = worker_pb2.SequenceSpec(prompt_ids=[1, 2], params=worker_pb2.SamplingParams(temperature=1, top_p=1), seed=1,
+                                   verifier="rrsw")
+    stub.Open(worker_pb2.OpenRequest(session_id=f"released-{role}", spec=spec), timeout=10)
+    outcome = worker_pb2.Outcome(tokens=[3])
+    for _ in range(2):
+        stub.Release(worker_pb2.ReleaseRequest(session_id=f"released-{role}"), timeout=10)
+    code, details = _status(lambda: stub.Commit(worker_pb2.CommitRequest(session_id=f"released-{role}", outcome=outcome),
+                                                timeout=10))
+    assert code == grpc.StatusCode.NOT_FOUND and f"no open session 'released-{role}'" in details
+
+
 def test_oversized_requests_get_invalid_argument_with_a_message():
     from rayspec.rpc.worker import serve_target
     from tests.tiny_models import tiny_llama
