@@ -4,10 +4,15 @@ The drafter grows the tree level by level, one forward for all of a level's inte
 over its own KV cache; the target scores the whole tree in one forward and verifies it.
 Both commit only the accepted path's keys and values (`TreeLM.keep`).  The same classes run
 inside the gRPC workers of `rayspec.rpc`, so remote and local decoding are one code path.
+
+Concurrent sequences over one model compute one at a time (`compute`, a lock per model):
+forwards in parallel on one device only slow each other down, and on CPU their threads
+fight over the GIL between operators, which stretches every request's latency tail.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 import torch
@@ -35,7 +40,8 @@ def model_eos_ids(model) -> tuple[int, ...]:
 class _Session:
     """What both sides keep per sequence: the tokens, the cache, the verifier, randomness."""
 
-    def __init__(self, model, spec: SequenceSpec, stream: str):
+    def __init__(self, model, spec: SequenceSpec, stream: str, compute: threading.RLock):
+        self.compute = compute  # the model's: one computation at a time over all its sequences
         self.lm = TreeLM(model)
         self.tokens = list(spec.prompt_ids)
         self.params = spec.params
@@ -55,10 +61,11 @@ class _Session:
 
 
 class LocalTargetSession(_Session):
-    def __init__(self, model, spec: SequenceSpec):
-        super().__init__(model, spec, "verify")
+    def __init__(self, model, spec: SequenceSpec, compute: threading.RLock):
+        super().__init__(model, spec, "verify", compute)
         if len(self.tokens) > 1:
-            self.lm.prefill(self.tokens[:-1])  # the last prompt token is the first step's root
+            with compute:
+                self.lm.prefill(self.tokens[:-1])  # the last prompt token is the first step's root
 
     def score(self, tree: DraftTree) -> torch.Tensor:
         """The target's law after every node's path, [N, V], from one tree-masked forward.
@@ -85,19 +92,21 @@ class LocalTargetSession(_Session):
         self.tokens += tokens
 
     def verify(self, draft: Draft) -> Outcome:
-        start = time.perf_counter()
-        p_rows = self.score(draft.tree)
-        scored = time.perf_counter()
-        q_rows = None if draft.q_rows is None else draft.q_rows.to(p_rows.device)
-        verdict = self.verifier.verify_tree(draft.tree, p_rows, q_rows, self.randomness())
-        verified = time.perf_counter()
-        self.commit(verdict.tokens, verdict.path)
+        q_rows = draft.q_rows  # decoded (a remote draft's) before taking the model
+        with self.compute:
+            start = time.perf_counter()
+            p_rows = self.score(draft.tree)
+            scored = time.perf_counter()
+            q_rows = None if q_rows is None else q_rows.to(p_rows.device)
+            verdict = self.verifier.verify_tree(draft.tree, p_rows, q_rows, self.randomness())
+            verified = time.perf_counter()
+            self.commit(verdict.tokens, verdict.path)
         return Outcome(verdict.tokens, verdict.path, verdict.ranks, scored - start, verified - scored)
 
 
 class LocalDrafterSession(_Session):
-    def __init__(self, model, spec: SequenceSpec):
-        super().__init__(model, spec, "draft")
+    def __init__(self, model, spec: SequenceSpec, compute: threading.RLock):
+        super().__init__(model, spec, "draft", compute)
         self.slots: dict[int, int] = {}  # node of the last tree -> its cache row
 
     def commit(self, previous: Outcome) -> None:
@@ -122,6 +131,10 @@ class LocalDrafterSession(_Session):
         return q, q, divisors
 
     def draft(self, shape: TreeShape | DynamicPlan, previous: Outcome | None) -> Draft:
+        with self.compute:
+            return self._draft(shape, previous)
+
+    def _draft(self, shape: TreeShape | DynamicPlan, previous: Outcome | None) -> Draft:
         start = time.perf_counter()
         if previous is not None:
             self.commit(previous)
@@ -217,9 +230,10 @@ class LocalTarget:
         self.vocab_size = int(model.config.vocab_size)
         self.context_length = model_context_length(model)
         self.eos_token_ids = model_eos_ids(model)
+        self.compute = threading.RLock()
 
     def open(self, spec: SequenceSpec) -> LocalTargetSession:
-        return LocalTargetSession(self.model, spec)
+        return LocalTargetSession(self.model, spec, self.compute)
 
 
 class LocalDrafter:
@@ -229,6 +243,7 @@ class LocalDrafter:
         self.model = model
         self.vocab_size = int(model.config.vocab_size)
         self.context_length = model_context_length(model)
+        self.compute = threading.RLock()
 
     def open(self, spec: SequenceSpec) -> LocalDrafterSession:
-        return LocalDrafterSession(self.model, spec)
+        return LocalDrafterSession(self.model, spec, self.compute)

@@ -108,7 +108,6 @@ class Servicer:
         self.idle_seconds = idle_seconds
         self._sessions: dict[str, tuple[object, float]] = {}
         self._sessions_lock = threading.Lock()
-        self.compute = threading.Lock()  # one model computation at a time per process
 
     def serve_steps(self, calls, context, result_type, handlers: dict):
         """A `Steps` stream: each call message dispatched to the unary handler its `call` field

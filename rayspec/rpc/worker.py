@@ -61,8 +61,7 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
     def Open(self, request, context):
         spec = codec.decode_spec(request.spec)
         _open_checks(spec, self.target.vocab_size, self.target.context_length)
-        with self.compute:
-            session = self.target.open(spec)
+        session = self.target.open(spec)  # prefills, holding the model
         self.add_session(request.session_id, session)
         return worker_pb2.OpenReply()
 
@@ -75,8 +74,7 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
         q_rows = codec.decode_rows(request.q_rows, len(tree.shape.internal_nodes), self.target.vocab_size, "q rows")
         if q_rows is None and session.verifier.needs_draft_probs and tree.shape.size > 1:
             raise ValueError(f"verifier {session.verifier.name!r} needs the drafter's q rows")
-        with self.compute:
-            outcome = session.verify(Draft(tree, q_rows, request.draft_seconds))
+        outcome = session.verify(Draft(tree, q_rows, request.draft_seconds))
         reply = worker_pb2.VerifyReply() if reply is None else reply
         reply.outcome.CopyFrom(codec.encode_outcome(outcome))
         return reply
@@ -86,7 +84,7 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
         session = self.session(request.session_id)
         tree = codec.decode_tree(request.tree, self.target.vocab_size)
         reply = worker_pb2.ScoreReply() if reply is None else reply
-        with self.compute:
+        with self.target.compute:
             started = time.perf_counter()
             p_rows = session.score(tree)
             if session.verifier.token_only:
@@ -100,7 +98,7 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
     def Commit(self, request, context, reply=None):
         session = self.session(request.session_id)
         outcome = codec.decode_outcome(request.outcome)
-        with self.compute:
+        with self.target.compute:
             session.commit(outcome.tokens, outcome.path)
         return worker_pb2.CommitReply() if reply is None else reply
 
@@ -127,15 +125,15 @@ class DrafterServicer(Servicer, worker_pb2_grpc.DrafterServiceServicer):
         session = self.session(request.session_id)
         shape = codec.decode_plan(request)
         previous = codec.decode_outcome(request.previous) if request.HasField("previous") else None
-        with self.compute:
-            draft = session.draft(shape, previous)
+        draft = session.draft(shape, previous)
         return codec.encode_draft(draft, reply)
 
     @rpc_errors
     def Commit(self, request, context, reply=None):
         session = self.session(request.session_id)
-        with self.compute:
-            session.commit(codec.decode_outcome(request.outcome))
+        outcome = codec.decode_outcome(request.outcome)
+        with self.drafter.compute:
+            session.commit(outcome)
         return worker_pb2.CommitReply() if reply is None else reply
 
     def Steps(self, calls, context):

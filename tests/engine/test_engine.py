@@ -5,6 +5,8 @@ drafter, and clear errors for bad requests."""
 from __future__ import annotations
 
 import itertools
+import threading
+import time
 
 import pytest
 import torch
@@ -282,3 +284,47 @@ def test_a_drafter_that_skipped_steps_catches_up_with_every_emitted_token(pair, 
         assert out.tokens == reference
         drafted = [step for step in out.stats.steps if step.drafted]
         assert drafted and all(step.accepted == step.drafted for step in drafted[:-1])
+
+
+class _OverlapProbe:
+    """Wraps a model's forward: counts how many run at once, each lasting a few ms, long
+    enough that unserialised threads would overlap."""
+
+    def __init__(self, model):
+        self.running = self.most = 0
+        self._lock = threading.Lock()
+        self._forward = model.forward
+        model.forward = self
+
+    def __call__(self, *args, **kwargs):
+        with self._lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        try:
+            time.sleep(0.003)
+            return self._forward(*args, **kwargs)
+        finally:
+            with self._lock:
+                self.running -= 1
+
+
+def test_concurrent_sequences_compute_one_at_a_time_per_model_and_keep_their_tokens():
+    target_model = tiny_llama(seed=3)
+    drafter_model = noisy_copy(target_model, seed=4)
+    engine = SpeculativeEngine(LocalTarget(target_model), LocalDrafter(drafter_model), verifier="rrsw",
+                               tree="kary:2x2")
+    prompts = [[1 + i, 7, 20 + i] for i in range(4)]
+    alone = [engine.run(prompt, max_new_tokens=12, temperature=0.8, seed=i).tokens for i, prompt in enumerate(prompts)]
+    probes = _OverlapProbe(target_model), _OverlapProbe(drafter_model)
+    together = [None] * len(prompts)
+
+    def decode(i):
+        together[i] = engine.run(prompts[i], max_new_tokens=12, temperature=0.8, seed=i).tokens
+
+    threads = [threading.Thread(target=decode, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert together == alone
+    assert [probe.most for probe in probes] == [1, 1]
