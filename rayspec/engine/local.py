@@ -57,7 +57,10 @@ class _Session:
         return self.generator
 
     def close(self) -> None:
-        self.lm = None
+        """Drop the cache, after any computation in flight on this model: a worker may be told
+        to release a session (its client left) while it still computes that session's step."""
+        with self.compute:
+            self.lm = None
 
 
 class LocalTargetSession(_Session):

@@ -12,9 +12,11 @@ import pytest
 import torch
 
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.engine.interfaces import SequenceSpec
 from rayspec.engine.policy import TreePolicy
 from rayspec.tree.structure import TreeShape
 from rayspec.verify import available_verifiers, get_verifier
+from rayspec.verify.processing import SamplingParams
 from tests.stats import assert_frequencies_match
 from tests.tiny_models import noisy_copy, tiny_llama
 
@@ -187,9 +189,6 @@ def test_top_k_one_turns_a_without_replacement_tree_into_a_chain(pair):
 def test_drafter_cache_equals_a_fresh_prefill_after_many_steps(pair):
     target, drafter = pair
     spec_engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="rrs", tree="kary:3x2")
-    from rayspec.engine.interfaces import SequenceSpec
-    from rayspec.verify.processing import SamplingParams
-
     spec = SequenceSpec((1, 2, 3), SamplingParams(0.8), seed=4, verifier="rrs")
     drafter_session = spec_engine.drafter.open(spec)
     target_session = spec_engine.target.open(spec)
@@ -328,3 +327,29 @@ def test_concurrent_sequences_compute_one_at_a_time_per_model_and_keep_their_tok
         thread.join()
     assert together == alone
     assert [probe.most for probe in probes] == [1, 1]
+
+
+def test_closing_a_session_waits_for_its_step_in_flight():
+    target_model = tiny_llama(seed=5)
+    drafter_model = noisy_copy(target_model, seed=6)
+    target, drafter = LocalTarget(target_model), LocalDrafter(drafter_model)
+    spec = SequenceSpec((3, 4, 5), SamplingParams(0.8), 1, "rrsw")
+    target_session, drafter_session = target.open(spec), drafter.open(spec)
+    draft = drafter_session.draft(TreeShape.kary(2, 2), None)
+    probe = _OverlapProbe(target_model)  # each forward now lasts a few ms
+    outcome, errors = [], []
+
+    def verify():
+        try:
+            outcome.append(target_session.verify(draft))
+        except Exception as error:  # noqa: BLE001 — what the test looks for
+            errors.append(error)
+
+    thread = threading.Thread(target=verify)
+    thread.start()
+    while not probe.running:  # the forward has started
+        time.sleep(0.0005)
+    target_session.close()
+    thread.join()
+    assert errors == [] and len(outcome) == 1 and outcome[0].tokens
+    assert target_session.lm is None
