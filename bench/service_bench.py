@@ -207,28 +207,27 @@ def random_target(hidden: int, layers: int, directory: Path) -> Path:
 SCALE_ARMS = ("in-process", "distributed", "target in coordinator")
 
 
-def scaled_targets(args, drafter, prompts, logs: Path) -> list[dict]:
-    """In-process against distributed at larger (random-weight) targets, on a fixed tree."""
+def scaled_targets(args, drafter, drafter_address: str, prompts, logs: Path) -> list[dict]:
+    """In-process against distributed at larger (random-weight) targets, on a fixed tree; the
+    remote arms use the drafter worker at `drafter_address` (the demo drafter's)."""
     rows = []
     for size in args.scale_targets:
         hidden, layers = (int(n) for n in size.split("x"))
         path = random_target(hidden, layers, logs)
         model, _ = load_causal_lm(path, "cpu")
         worker = Worker(logs / f"target-{size}.log", "--role", "target", "--model", str(path), threads=args.threads)
-        drafter_worker = Worker(logs / f"drafter-{size}.log", "--role", "drafter", "--model", str(DRAFTER_PATH),
-                                threads=args.threads)
         try:
             remote = RemoteTarget(worker.address)
-            handles = {"local": (LocalTarget(model), drafter),
-                       "stream": (remote, RemoteDrafter(drafter_worker.address, remote.vocab_size))}
+            remote_drafter = RemoteDrafter(drafter_address, remote.vocab_size)
+            handles = {"local": (LocalTarget(model), drafter), "stream": (remote, remote_drafter)}
             result = overhead(handles, prompts[: args.scale_prompts], args.scale_tokens, args.temperature,
                               args.verifier, args.scale_tree, None, arms=SCALE_ARMS)
             result["target"] = {"size": size, "parameters": sum(p.numel() for p in model.parameters())}
             rows.append(result)
             remote.close()
+            remote_drafter.close()
         finally:
             worker.stop()
-            drafter_worker.stop()
         print(f"  scale: target {size}", flush=True)
     return rows
 
@@ -377,7 +376,7 @@ def in_process_vs_distributed(args) -> dict:
         result["idle_control"] = idle_control(target, drafter, prompts[: args.sweep_prompts], args.tokens,
                                               args.temperature, args.verifier, args.tree, costs)
         if args.scale_targets:
-            result["scale"] = scaled_targets(args, drafter, prompts, logs)
+            result["scale"] = scaled_targets(args, drafter, workers[1].address, prompts, logs)
         result["transport_floor"] = transport_floor(result["overhead"]["distributed"]["step_ms"] / 2)
         result["placement"] = placement(workers[0].address, workers[1].address, prompts[: args.placement_prompts],
                                         48, args.temperature, "kary:2x3", costs)
