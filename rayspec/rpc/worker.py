@@ -23,6 +23,7 @@ import torch
 
 from rayspec.engine.interfaces import Draft
 from rayspec.engine.local import LocalDrafter, LocalTarget
+from rayspec.models.threads import pin_process_to_cpus
 from rayspec.rpc import codec
 from rayspec.rpc.generated import health_pb2_grpc, worker_pb2, worker_pb2_grpc
 from rayspec.rpc.server import HealthServicer, Servicer, rpc_errors, start_server
@@ -173,6 +174,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--cpus", default=None, help="keep this process on these CPUs, e.g. 0-3 or 2,3 "
+                        "(default: wherever Linux schedules it)")
     parser.add_argument("--target", help="coordinator: the target worker's host:port, or 'here' to run the "
                         "target (--model, default the demo target) in this process")
     parser.add_argument("--drafter", help="coordinator: the drafter worker's host:port, or 'here' to run the "
@@ -185,6 +188,11 @@ def main(argv=None) -> int:
                         "--target here, else the demo pair's)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.cpus is not None:
+        try:
+            pin_process_to_cpus(args.cpus)
+        except ValueError as error:
+            parser.error(str(error))
     if args.threads:
         torch.set_num_threads(args.threads)
     address = f"{args.host}:{args.port}"

@@ -3,8 +3,8 @@
     rayspec serve config.yaml
 
     model_id: rayspec-demo            # the name clients pass as `model`
-    target:   {path: null, device: auto, dtype: auto, num_gpus: auto, threads: null, where: worker}
-    drafters: [{path: null, device: auto, dtype: auto, num_gpus: auto, threads: null, where: worker}]
+    target:   {path: null, device: auto, dtype: auto, num_gpus: auto, threads: null, cpus: null, where: worker}
+    drafters: [{path: null, device: auto, dtype: auto, num_gpus: auto, threads: null, cpus: null, where: worker}]
     verifier: rrsw                    # the default; requests may choose another
     verifier_params: {}
     acceptance_dir: null              # measured acceptance vectors (null: the demo pair's)
@@ -20,7 +20,9 @@
     limits: {default_max_tokens: 256, max_tokens: 4096, max_concurrent_requests: 64}
 
 A null model path is the shipped demo pair.  `num_gpus: auto` is 1 when the cluster has
-GPUs and 0 otherwise.
+GPUs and 0 otherwise.  `cpus` ("0-3", "8,9") pins the process that computes with the model
+(its worker, or the coordinator for `where: coordinator`) to those CPUs of its node, and
+caps its torch threads at their number when `threads` is null; null leaves it to Linux.
 
 A drafter runs `where: worker` (default: a gRPC worker of its own, on its own GPU when there
 are GPUs) or `where: coordinator`: loaded into each coordinator process (the HTTP replica and
@@ -69,14 +71,24 @@ class ModelConfig:
     dtype: str = "auto"
     num_gpus: float | str = "auto"
     threads: int | None = None
+    cpus: str | None = None  # taskset-style CPU list the computing process keeps to
+
+    def __post_init__(self):
+        if self.cpus is not None:
+            from rayspec.models.threads import parse_cpu_list
+
+            parse_cpu_list(self.cpus)  # a clear error at config time; availability is checked where it runs
 
     def load(self, default_path):
         """(model, tokenizer) as configured (`default_path` for a null path); sets this
-        process's torch thread count when the config gives one."""
+        process's torch thread count and CPUs when the config gives them."""
         import torch
 
         from rayspec.models import load_causal_lm
+        from rayspec.models.threads import pin_process_to_cpus
 
+        if self.cpus is not None:
+            pin_process_to_cpus(self.cpus)
         if self.threads:
             torch.set_num_threads(self.threads)
         return load_causal_lm(self.path or default_path, self.device, self.dtype)

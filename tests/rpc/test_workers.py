@@ -261,3 +261,42 @@ def test_an_unanswered_stream_call_fails_at_its_deadline_and_extra_streams_are_r
             stream.close()
     finally:
         server.stop(0)
+
+
+def _threads_cpus(pid: int) -> set[frozenset[int]]:
+    """The CPU sets of every thread of process `pid`."""
+    import os
+
+    return {frozenset(os.sched_getaffinity(int(task))) for task in os.listdir(f"/proc/{pid}/task")}
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_getaffinity"), reason="CPU pinning is Linux-only")
+def test_a_worker_pinned_to_a_cpu_keeps_every_thread_there_and_gives_the_same_tokens(cluster, local_engine_parts, tmp_path):
+    import os
+
+    last = max(os.sched_getaffinity(0))
+    target_path, _ = cluster["paths"]
+    worker = Worker(tmp_path / "pinned.log", "--role", "target", "--model", str(target_path), cpus=str(last))
+    try:
+        # gRPC's threads started before and after the pinning, and the handler pool's
+        assert _threads_cpus(worker.process.pid) == {frozenset({last})}
+        local_target, local_drafter, _ = local_engine_parts
+        remote_target = RemoteTarget(worker.address)
+        kwargs = dict(max_new_tokens=24, temperature=0.8, seed=5)
+        remote = SpeculativeEngine(remote_target, local_drafter, verifier="rrsw", tree="kary:2x3").run([11, 500, 7], **kwargs)
+        local = SpeculativeEngine(local_target, local_drafter, verifier="rrsw", tree="kary:2x3").run([11, 500, 7], **kwargs)
+        assert remote.tokens == local.tokens
+        assert _threads_cpus(worker.process.pid) == {frozenset({last})}
+        remote_target.close()
+    finally:
+        worker.stop()
+
+
+def test_a_worker_asked_for_cpus_it_cannot_have_refuses_to_start_with_a_message(tmp_path):
+    import os
+
+    missing = os.cpu_count()
+    with pytest.raises(RuntimeError, match=rf"CPU\(s\) \[{missing}\] are not available to this process"):
+        Worker(tmp_path / "bad.log", "--role", "drafter", "--cpus", f"0-{missing}")
+    with pytest.raises(RuntimeError, match="cpus must be a list like '0-3,8'"):
+        Worker(tmp_path / "bad2.log", "--role", "drafter", "--cpus", "first")

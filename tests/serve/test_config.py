@@ -20,6 +20,7 @@ def test_drafters_in_the_coordinator_get_no_bundle():
     ({"where": "edge"}, "drafters[0].where must be worker or coordinator, got 'edge'"),
     ({"where": "coordinator", "num_gpus": 1}, "drafters[0] runs in the coordinator, which reserves no GPU"),
     ({"placement": "coordinator"}, "unknown key(s) in config.drafters[0]: placement"),
+    ({"cpus": "2-0"}, "cpus: the range '2-0' runs backwards"),
 ])
 def test_bad_drafter_settings_are_refused_with_a_message(drafter, message):
     with pytest.raises(ValueError) as raised:

@@ -1,0 +1,48 @@
+"""Pinning a process to CPUs (rayspec.models.threads): taskset-style lists, clear errors,
+and every thread of the process — running or started later — kept there."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rayspec.models.threads import parse_cpu_list
+
+
+@pytest.mark.parametrize("spec, cpus", [("0", {0}), ("0-3,8", {0, 1, 2, 3, 8}), (" 2, 4-5", {2, 4, 5}), ("1-1", {1})])
+def test_cpu_lists_read_as_taskset_writes_them(spec, cpus):
+    assert parse_cpu_list(spec) == cpus
+
+
+@pytest.mark.parametrize("spec, message", [("", "cpus must be a list like"), ("0-", "cpus must be a list like"),
+                                           ("a", "cpus must be a list like"), ("3-1", "runs backwards"),
+                                           ("-1", "cpus must be a list like")])
+def test_bad_cpu_lists_are_refused_with_a_message(spec, message):
+    with pytest.raises(ValueError, match=message):
+        parse_cpu_list(spec)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU pinning is Linux-only")
+def test_pinning_moves_running_threads_and_caps_torch_threads():
+    # in a child process: pinning this one would pin the rest of the test session
+    script = """
+import os, threading, torch
+from rayspec.models.threads import pin_process_to_cpus
+torch.set_num_threads(64)
+waiting = threading.Event()
+before = threading.Thread(target=waiting.wait); before.start()
+cpu = max(os.sched_getaffinity(0))
+pin_process_to_cpus(str(cpu))
+after = []
+started = threading.Thread(target=lambda: after.append(os.sched_getaffinity(0))); started.start(); started.join()
+print(sorted(os.sched_getaffinity(before.native_id)), sorted(after[0]), sorted(os.sched_getaffinity(0)), cpu,
+      torch.get_num_threads())
+waiting.set()
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split("]")
+    cpu = int(out[-1].split()[0])
+    assert [part.strip(" [") for part in out[:3]] == [str(cpu)] * 3
+    assert int(out[-1].split()[1]) == 1
