@@ -8,7 +8,9 @@
    verifier and tree, interleaved prompt by prompt: the workers' calls on per-session Steps
    streams (the default) and as unary calls, and an arm with the drafter in the
    coordinator's process and one with the target there (one RPC per step instead of two; the
-   latter is a coordinator that sits with its target).  Reported: tokens/s of each
+   latter is a coordinator that sits with its target), and in-process and distributed again
+   with every process kept to a CPU of its own (workers `--cpus`; Linux wakes a waiting
+   process onto an idle core, away from the caches it warmed).  Reported: tokens/s of each
    (goal: the distributed path >= 90 % of in-process), whether the tokens are identical
    (they must be), bytes per step, the share of step time spent outside the drafter's and
    target's compute, and the part of it distribution adds (goal <= 5 %), next to the
@@ -57,6 +59,7 @@ from common import ACCEPTANCE, RESULTS, fits, load_demo, machine
 from rayspec.demo import DRAFTER_PATH, TARGET_PATH
 from rayspec.engine import GenerationStats, LocalTarget, SpeculativeEngine
 from rayspec.models import load_causal_lm
+from rayspec.models.threads import pin_process_to_cpus
 from rayspec.rpc.generated import health_pb2, health_pb2_grpc
 from rayspec.rpc.process import Worker
 from rayspec.rpc.remote import RemoteDrafter, RemoteTarget
@@ -75,13 +78,35 @@ def decode(engine, prompt, tokens, temperature, seed):
     return produced, stats, time.perf_counter() - start
 
 
-ARMS = {  # name: (drafter, target, RPCs per step) — handles: in-process, remote on Steps streams, remote unary
+ARMS = {  # name: (drafter, target, RPCs per step) — handles: in-process, remote on Steps streams, remote unary,
+    # and remote on Steps streams to workers pinned to CPUs (with the coordinator pinned for the arm)
     "in-process": ("local", "local", 0),
     "distributed": ("stream", "stream", 2),
     "distributed, unary calls": ("unary", "unary", 2),
     "drafter in coordinator": ("local", "stream", 1),
     "target in coordinator": ("stream", "local", 1),
+    "in-process, pinned": ("local", "local", 0),
+    "distributed, pinned": ("pinned", "pinned", 2),
 }
+
+
+def cpu_plan() -> dict | None:
+    """CPUs for the pinned arms: the coordinator on the first CPU this process may use, the
+    target on the next, the drafter on the one after (or with the target on a 2-core
+    machine: the two never compute at once).  None on one CPU or without Linux affinity."""
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2:
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    return {"all": ",".join(map(str, cpus)), "coordinator": str(cpus[0]), "target": str(cpus[1]),
+            "drafter": str(cpus[2 % len(cpus)] if len(cpus) > 2 else cpus[1])}
+
+
+def coordinator_cpus(name: str, plan: dict | None) -> None:
+    """Pin this (the coordinator's) process for a pinned arm, release it for the others."""
+    if plan:
+        pin_process_to_cpus(plan["coordinator"] if name.endswith(", pinned") else plan["all"])
+
+
 SWEEP_ARMS = ("in-process", "distributed")
 
 
@@ -96,9 +121,10 @@ def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=
     engines = {
         name: SpeculativeEngine(handles[ARMS[name][1]][0], handles[ARMS[name][0]][1], verifier=verifier, tree=tree,
                                 acceptance_dir=ACCEPTANCE, costs=costs, adaptive=False)
-        for name in arms
+        for name in arms if ARMS[name][0] in handles and ARMS[name][1] in handles
     }
-    if tree == "sequoia:auto" and len(arms) == len(ARMS):
+    plan = handles.get("cpu_plan")
+    if tree == "sequoia:auto" and set(arms) == set(ARMS):
         engines[OWN_PLAN] = SpeculativeEngine(*handles["stream"], verifier=verifier, tree=tree, acceptance_dir=ACCEPTANCE,
                                               adaptive=False)
     totals = {name: {"tokens": 0, "seconds": 0.0, "steps": 0, "wall": 0.0, "other": 0.0, "bytes": 0} for name in engines}
@@ -107,6 +133,7 @@ def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=
         outputs = {}
         shift = i % len(engines)
         for name in list(engines)[shift:] + list(engines)[:shift]:
+            coordinator_cpus(name, plan)
             produced, stats, seconds = decode(engines[name], prompt, tokens, temperature, seed=500 + i)
             outputs[name] = produced
             t = totals[name]
@@ -116,6 +143,7 @@ def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=
             t["wall"] += sum(s.wall for s in stats.steps)
             t["other"] += sum(s.other for s in stats.steps)
             t["bytes"] += sum(s.wire_bytes for s in stats.steps)
+        coordinator_cpus("", plan)
         identical &= all(output == outputs["in-process"] for name, output in outputs.items() if name != OWN_PLAN)
         print(f"  overhead: prompt {i + 1}/{len(prompts)}", flush=True)
     rows = {}
@@ -134,6 +162,9 @@ def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=
         shape = engine.policy(tree).shape_for(verifier, temperature)
         rows[name]["tree"] = {"nodes": shape.size, "depth": shape.max_depth}
     rows["distributed_over_in_process"] = rows["distributed"]["over_in_process"]
+    if "distributed, pinned" in rows and "in-process, pinned" in rows:
+        rows["pinned_over_in_process_pinned"] = (rows["distributed, pinned"]["tokens_per_s"]
+                                                 / rows["in-process, pinned"]["tokens_per_s"])
     rows["identical_tokens"] = identical
     rows["setting"] = {"verifier": verifier, "tree": tree, "temperature": temperature}
     return rows
@@ -355,17 +386,28 @@ def in_process_vs_distributed(args) -> dict:
     target, drafter, target_model, _, _, prompts = load_demo("cpu")
     costs = SpeculativeEngine(target, drafter, tree="chain:1").costs()
     logs = Path(tempfile.mkdtemp())
+    plan = cpu_plan()
     workers = [
         Worker(logs / "target.log", "--role", "target", "--model", str(TARGET_PATH), threads=args.threads),
         Worker(logs / "drafter.log", "--role", "drafter", "--model", str(DRAFTER_PATH), threads=args.threads),
     ]
+    if plan:  # the same pair again, each process kept to its CPU
+        workers += [
+            Worker(logs / "target-pinned.log", "--role", "target", "--model", str(TARGET_PATH), threads=args.threads,
+                   cpus=plan["target"]),
+            Worker(logs / "drafter-pinned.log", "--role", "drafter", "--model", str(DRAFTER_PATH), threads=args.threads,
+                   cpus=plan["drafter"]),
+        ]
     try:
-        handles = {"local": (target, drafter)}
+        handles = {"local": (target, drafter), "cpu_plan": plan}
+        if plan:
+            pinned_target = RemoteTarget(workers[2].address)
+            handles["pinned"] = (pinned_target, RemoteDrafter(workers[3].address, pinned_target.vocab_size))
         for kind in ("stream", "unary"):
             remote_target = RemoteTarget(workers[0].address, streams=kind == "stream")
             handles[kind] = (remote_target, RemoteDrafter(workers[1].address, remote_target.vocab_size,
                                                           streams=kind == "stream"))
-        result = {"costs": costs.to_json()}
+        result = {"costs": costs.to_json(), "cpu_plan": plan}
         result["overhead"] = overhead(handles, prompts[: args.prompts], args.tokens, args.temperature, args.verifier,
                                       args.tree, costs)
         result["sweep"] = [
@@ -417,6 +459,7 @@ def main():
     if not args.only_locust:
         parts = in_process_vs_distributed(args)
         result["meta"]["costs"] = parts.pop("costs")
+        result["meta"]["cpu_plan"] = parts.pop("cpu_plan")
         result.update(parts)
     if not args.skip_locust:
         result["locust"] = [row for where in args.target_where for row in locust_sweep(args.users, args.locust_seconds, 64, where)]
@@ -454,6 +497,12 @@ def write_markdown(path, result):
                   "'outside compute' the rest of the step; 'added by distribution' that minus the in-process "
                   "engine's own (goal ≤ 5 %).  Step time the distributed path adds = its added share plus the "
                   "compute it loses in separate processes (the compute column's difference)."]
+        if "pinned_over_in_process_pinned" in o:
+            plan = meta.get("cpu_plan") or {}
+            lines += ["", f"Pinned arms: every process kept to its CPU (coordinator {plan.get('coordinator')}, target "
+                      f"{plan.get('target')}, drafter {plan.get('drafter')}; workers `--cpus`, the coordinator "
+                      "pinned for the arm only).  Distributed / in-process, both pinned: "
+                      f"**{o['pinned_over_in_process_pinned']:.3f}**."]
         if result.get("sweep"):
             lines += ["", "### Longer steps: in-process vs distributed (Steps streams) by tree", "",
                       "| tree | nodes, depth | in-process tokens/s | distributed tokens/s | ratio | in-process step ms | "
