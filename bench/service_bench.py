@@ -235,30 +235,38 @@ def random_target(hidden: int, layers: int, directory: Path) -> Path:
     return path
 
 
-SCALE_ARMS = ("in-process", "distributed", "target in coordinator")
+SCALE_ARMS = ("in-process", "distributed", "target in coordinator", "in-process, pinned", "distributed, pinned")
 
 
-def scaled_targets(args, drafter, drafter_address: str, prompts, logs: Path) -> list[dict]:
+def scaled_targets(args, drafter, drafter_addresses: dict, prompts, logs: Path, plan: dict | None) -> list[dict]:
     """In-process against distributed at larger (random-weight) targets, on a fixed tree; the
-    remote arms use the drafter worker at `drafter_address` (the demo drafter's)."""
+    remote arms use the running demo drafter workers (`drafter_addresses`: kind of handle ->
+    address), the pinned arms a second target worker kept to its CPU."""
     rows = []
     for size in args.scale_targets:
         hidden, layers = (int(n) for n in size.split("x"))
         path = random_target(hidden, layers, logs)
         model, _ = load_causal_lm(path, "cpu")
-        worker = Worker(logs / f"target-{size}.log", "--role", "target", "--model", str(path), threads=args.threads)
+        workers = {"stream": Worker(logs / f"target-{size}.log", "--role", "target", "--model", str(path),
+                                    threads=args.threads)}
         try:
-            remote = RemoteTarget(worker.address)
-            remote_drafter = RemoteDrafter(drafter_address, remote.vocab_size)
-            handles = {"local": (LocalTarget(model), drafter), "stream": (remote, remote_drafter)}
+            if plan:
+                workers["pinned"] = Worker(logs / f"target-{size}-pinned.log", "--role", "target", "--model", str(path),
+                                           threads=args.threads, cpus=plan["target"])
+            handles = {"local": (LocalTarget(model), drafter), "cpu_plan": plan}
+            for kind, worker in workers.items():
+                remote = RemoteTarget(worker.address)
+                handles[kind] = (remote, RemoteDrafter(drafter_addresses[kind], remote.vocab_size))
             result = overhead(handles, prompts[: args.scale_prompts], args.scale_tokens, args.temperature,
                               args.verifier, args.scale_tree, None, arms=SCALE_ARMS)
             result["target"] = {"size": size, "parameters": sum(p.numel() for p in model.parameters())}
             rows.append(result)
-            remote.close()
-            remote_drafter.close()
+            for kind in workers:
+                for handle in handles[kind]:
+                    handle.close()
         finally:
-            worker.stop()
+            for worker in workers.values():
+                worker.stop()
         print(f"  scale: target {size}", flush=True)
     return rows
 
@@ -418,7 +426,8 @@ def in_process_vs_distributed(args) -> dict:
         result["idle_control"] = idle_control(target, drafter, prompts[: args.sweep_prompts], args.tokens,
                                               args.temperature, args.verifier, args.tree, costs)
         if args.scale_targets:
-            result["scale"] = scaled_targets(args, drafter, workers[1].address, prompts, logs)
+            drafters = {"stream": workers[1].address, **({"pinned": workers[3].address} if plan else {})}
+            result["scale"] = scaled_targets(args, drafter, drafters, prompts, logs, plan)
         result["transport_floor"] = transport_floor(result["overhead"]["distributed"]["step_ms"] / 2)
         result["placement"] = placement(workers[0].address, workers[1].address, prompts[: args.placement_prompts],
                                         48, args.temperature, "kary:2x3", costs)
@@ -525,7 +534,7 @@ def write_markdown(path, result):
                       "|---|---|---|---|---|---|---|---|---|---|---|"]
             for scale in result["scale"]:
                 local = scale["in-process"]
-                for name in SCALE_ARMS:
+                for name in (arm for arm in SCALE_ARMS if arm in scale):
                     r = scale[name]
                     lines.append(
                         f"| {scale['target']['size']} | {scale['target']['parameters'] / 1e6:.0f} M | {name} | "

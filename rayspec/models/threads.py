@@ -42,7 +42,7 @@ def pin_process_to_cpus(spec: str) -> frozenset[int]:
 
     Why: a process that waits between steps (a worker waiting for its next call, a
     coordinator for a reply) is woken by Linux onto whichever core is idle, away from the
-    caches it warmed; on the project's 2-core VM the distributed demo path computed ~6 %
+    caches it warmed; on the project's 2-core VM the distributed demo path stepped 6–7 %
     slower than when each process keeps its cores (`service_bench`, "pinned" arm).  Torch's
     thread count drops to the number of CPUs when it was higher.  Linux only
     (`sched_setaffinity`); returns the CPUs."""
