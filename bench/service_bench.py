@@ -98,7 +98,7 @@ def cpu_plan() -> dict | None:
         return None
     cpus = sorted(os.sched_getaffinity(0))
     return {"all": ",".join(map(str, cpus)), "coordinator": str(cpus[0]), "target": str(cpus[1]),
-            "drafter": str(cpus[2 % len(cpus)] if len(cpus) > 2 else cpus[1])}
+            "drafter": str(cpus[min(2, len(cpus) - 1)])}
 
 
 def coordinator_cpus(name: str, plan: dict | None) -> None:
@@ -113,17 +113,17 @@ SWEEP_ARMS = ("in-process", "distributed")
 OWN_PLAN = "distributed, planned from its own costs"
 
 
-def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=tuple(ARMS)):
+def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=tuple(ARMS), plan=None):
     """Every arm decodes the same tree (planned from the in-process costs) so that their tokens
     can be compared; for sequoia:auto one more arm plans from costs measured through gRPC, as a
     deployment does — its tree, and so its tokens, may differ.  `handles`: (target, drafter)
-    per kind of handle."""
+    per kind of handle; arms whose kind is missing are left out.  `plan`: `cpu_plan()`, for
+    the pinned arms."""
     engines = {
         name: SpeculativeEngine(handles[ARMS[name][1]][0], handles[ARMS[name][0]][1], verifier=verifier, tree=tree,
                                 acceptance_dir=ACCEPTANCE, costs=costs, adaptive=False)
         for name in arms if ARMS[name][0] in handles and ARMS[name][1] in handles
     }
-    plan = handles.get("cpu_plan")
     if tree == "sequoia:auto" and set(arms) == set(ARMS):
         engines[OWN_PLAN] = SpeculativeEngine(*handles["stream"], verifier=verifier, tree=tree, acceptance_dir=ACCEPTANCE,
                                               adaptive=False)
@@ -253,12 +253,12 @@ def scaled_targets(args, drafter, drafter_addresses: dict, prompts, logs: Path, 
             if plan:
                 workers["pinned"] = Worker(logs / f"target-{size}-pinned.log", "--role", "target", "--model", str(path),
                                            threads=args.threads, cpus=plan["target"])
-            handles = {"local": (LocalTarget(model), drafter), "cpu_plan": plan}
+            handles = {"local": (LocalTarget(model), drafter)}
             for kind, worker in workers.items():
                 remote = RemoteTarget(worker.address)
                 handles[kind] = (remote, RemoteDrafter(drafter_addresses[kind], remote.vocab_size))
             result = overhead(handles, prompts[: args.scale_prompts], args.scale_tokens, args.temperature,
-                              args.verifier, args.scale_tree, None, arms=SCALE_ARMS)
+                              args.verifier, args.scale_tree, None, arms=SCALE_ARMS, plan=plan)
             result["target"] = {"size": size, "parameters": sum(p.numel() for p in model.parameters())}
             rows.append(result)
             for kind in workers:
@@ -407,7 +407,7 @@ def in_process_vs_distributed(args) -> dict:
                    cpus=plan["drafter"]),
         ]
     try:
-        handles = {"local": (target, drafter), "cpu_plan": plan}
+        handles = {"local": (target, drafter)}
         if plan:
             pinned_target = RemoteTarget(workers[2].address)
             handles["pinned"] = (pinned_target, RemoteDrafter(workers[3].address, pinned_target.vocab_size))
@@ -417,7 +417,7 @@ def in_process_vs_distributed(args) -> dict:
                                                           streams=kind == "stream"))
         result = {"costs": costs.to_json(), "cpu_plan": plan}
         result["overhead"] = overhead(handles, prompts[: args.prompts], args.tokens, args.temperature, args.verifier,
-                                      args.tree, costs)
+                                      args.tree, costs, plan=plan)
         result["sweep"] = [
             overhead(handles, prompts[: args.sweep_prompts], args.tokens, args.temperature, args.verifier, tree, costs,
                      arms=SWEEP_ARMS)

@@ -3,6 +3,7 @@ and every thread of the process — running or started later — kept there."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -29,7 +30,7 @@ def test_bad_cpu_lists_are_refused_with_a_message(spec, message):
 def test_pinning_moves_running_threads_and_caps_torch_threads():
     # in a child process: pinning this one would pin the rest of the test session
     script = """
-import os, threading, torch
+import json, os, threading, torch
 from rayspec.models.threads import pin_process_to_cpus
 torch.set_num_threads(64)
 waiting = threading.Event()
@@ -38,11 +39,10 @@ cpu = max(os.sched_getaffinity(0))
 pin_process_to_cpus(str(cpu))
 after = []
 started = threading.Thread(target=lambda: after.append(os.sched_getaffinity(0))); started.start(); started.join()
-print(sorted(os.sched_getaffinity(before.native_id)), sorted(after[0]), sorted(os.sched_getaffinity(0)), cpu,
-      torch.get_num_threads())
+print(json.dumps({"cpu": cpu, "before": sorted(os.sched_getaffinity(before.native_id)), "after": sorted(after[0]),
+                  "main": sorted(os.sched_getaffinity(0)), "torch_threads": torch.get_num_threads()}))
 waiting.set()
 """
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split("]")
-    cpu = int(out[-1].split()[0])
-    assert [part.strip(" [") for part in out[:3]] == [str(cpu)] * 3
-    assert int(out[-1].split()[1]) == 1
+    seen = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout)
+    assert seen["before"] == seen["after"] == seen["main"] == [seen["cpu"]]
+    assert seen["torch_threads"] == 1

@@ -4,6 +4,7 @@ refused with INVALID_ARGUMENT and a message, and the workers keep serving."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -265,15 +266,11 @@ def test_an_unanswered_stream_call_fails_at_its_deadline_and_extra_streams_are_r
 
 def _threads_cpus(pid: int) -> set[frozenset[int]]:
     """The CPU sets of every thread of process `pid`."""
-    import os
-
     return {frozenset(os.sched_getaffinity(int(task))) for task in os.listdir(f"/proc/{pid}/task")}
 
 
-@pytest.mark.skipif(not hasattr(__import__("os"), "sched_getaffinity"), reason="CPU pinning is Linux-only")
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU pinning is Linux-only")
 def test_a_worker_pinned_to_a_cpu_keeps_every_thread_there_and_gives_the_same_tokens(cluster, local_engine_parts, tmp_path):
-    import os
-
     last = max(os.sched_getaffinity(0))
     target_path, _ = cluster["paths"]
     worker = Worker(tmp_path / "pinned.log", "--role", "target", "--model", str(target_path), cpus=str(last))
@@ -293,8 +290,6 @@ def test_a_worker_pinned_to_a_cpu_keeps_every_thread_there_and_gives_the_same_to
 
 
 def test_a_worker_asked_for_cpus_it_cannot_have_refuses_to_start_with_a_message(tmp_path):
-    import os
-
     missing = os.cpu_count()
     with pytest.raises(RuntimeError, match=rf"CPU\(s\) \[{missing}\] are not available to this process"):
         Worker(tmp_path / "bad.log", "--role", "drafter", "--cpus", f"0-{missing}")
