@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 
 from rayspec.serve.config import ServiceConfig
-from tests.local_ray import start_ray
+from tests.local_ray import free_port, start_ray
 from tests.rpc.processes import save_tiny_pair
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager
@@ -36,8 +29,9 @@ def launched(directory, target: dict, drafters: list[dict], placement: dict | No
     })
     os.environ["RAY_AUTH_MODE"] = "disabled"
     if ray_address is None:
-        start_ray(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        head = start_ray(num_cpus=2)
     else:
+        head = None
         ray.init(address=ray_address, log_to_driver=False)
     try:
         running = Service(config)
@@ -46,7 +40,10 @@ def launched(directory, target: dict, drafters: list[dict], placement: dict | No
         finally:
             running.stop()
     finally:
-        ray.shutdown()
+        if head is None:
+            ray.shutdown()
+        else:
+            head.stop()
 
 
 PROMPT = "def add(a, b):"

@@ -19,8 +19,7 @@ from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.models import load_causal_lm
 from rayspec.serve.config import ServiceConfig
-from tests.cluster.launching import free_port
-from tests.local_ray import start_ray
+from tests.local_ray import free_port, start_ray
 from tests.rpc.processes import Worker, save_tiny_pair
 
 MODEL = "tiny-pair"
@@ -42,8 +41,9 @@ def cluster(tmp_path_factory):
         "model_id": MODEL, "target": {"path": str(target_path)}, "drafters": [{"path": str(drafter_path)}],
         "verifier": "rrsw", "tree": "kary:2x3", "http": {"port": port},
     })
+    head = None
     try:
-        start_ray(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        head = start_ray(num_cpus=2)
         serve.start(http_options={"host": config.http.host, "port": config.http.port})
         # two drafter handles (a DrafterPool) on one worker process, to spare the CPU
         drafters = [workers[1].address] * 2
@@ -52,7 +52,8 @@ def cluster(tmp_path_factory):
     finally:
         if ray.is_initialized():
             serve.shutdown()
-        ray.shutdown()
+        if head is not None:
+            head.stop()
         for worker in workers:
             worker.stop()
 
