@@ -229,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="run the service on a Ray cluster (a local one by default)")
     serve.add_argument("config", nargs="?", help="service YAML (default: the demo pair on this machine)")
-    serve.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
+    serve.add_argument("--address", default=None, help="Ray cluster address, or auto for the one `ray start` brought up here (default: $RAY_ADDRESS, else a new local Ray)")
     serve.set_defaults(func=cmd_serve)
     return parser
 

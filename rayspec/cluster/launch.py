@@ -29,6 +29,14 @@ from rayspec.cluster.actors import BUNDLE_CPUS, GenerationActor, WorkerActor, bu
 from rayspec.serve.config import ServiceConfig
 
 
+def ray_to_join(ray_address: str | None) -> str:
+    """The `ray.init` address for `--address`: as given, else `RAY_ADDRESS`, else "local" (a
+    new local Ray).  Not Ray's own default: with no address, `ray.init()` joins the last
+    cluster `ray start` brought up on this machine, and when that one has died it waits for
+    its GCS for ever instead of starting."""
+    return ray_address or os.environ.get("RAY_ADDRESS") or "local"
+
+
 class Service:
     """A running service: its actors, placement group and Serve application."""
 
@@ -37,7 +45,7 @@ class Service:
 
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         if not ray.is_initialized():
-            ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
+            ray.init(address=ray_to_join(ray_address), include_dashboard=False, log_to_driver=False)
         self.config = config
         self.group, self.target, self.generation, self.drafters = None, None, None, []
         nodes = [n for n in ray.nodes() if n["Alive"]]

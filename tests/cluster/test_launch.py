@@ -49,6 +49,19 @@ def test_the_http_coordinator_is_pinned_to_a_node_by_its_ray_node_id_label():
     assert coordinator_actor_options("ab12") == {"num_cpus": 0, "label_selector": {"ray.io/node-id": "ab12"}}
 
 
+def test_with_no_address_serve_starts_a_new_local_ray_unless_ray_address_is_set(monkeypatch):
+    from rayspec.cluster.launch import ray_to_join
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    # not None: ray.init(None) would join a dead `ray start` cluster named in ray_current_cluster
+    assert ray_to_join(None) == "local"
+    assert ray_to_join("auto") == "auto"
+    assert ray_to_join("10.0.0.5:6379") == "10.0.0.5:6379"
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.7:6379")
+    assert ray_to_join(None) == "10.0.0.7:6379"
+    assert ray_to_join("auto") == "auto"
+
+
 def test_a_wildcard_host_is_advertised_as_the_nodes_ip():
     import ray
 
