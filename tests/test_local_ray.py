@@ -27,17 +27,29 @@ def ray_daemons() -> set[int]:
     return pids
 
 
-def test_a_head_that_does_not_start_in_time_is_killed_with_its_daemons():
-    before = ray_daemons()
-    with pytest.raises(local_ray.HeadDidNotStart, match=r"did not start in 2 s; its logs are in (\S+); it printed:") as failed:
-        # `ray start` needs ~3 s here: it is stopped half-way (on this machine, once the GCS
-        # was up and before the raylet)
-        local_ray.LocalRay(num_cpus=1, timeout=2.0)
-    shutil.rmtree(re.search(r"logs are in (\S+);", str(failed.value)).group(1))
-    deadline = time.monotonic() + 10
+def wait_for_no_new_daemons(before: set[int], seconds: float = 10.0) -> set[int]:
+    deadline = time.monotonic() + seconds
     while ray_daemons() - before and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert ray_daemons() - before == set()
+    return ray_daemons() - before
+
+
+def test_a_head_that_does_not_start_in_time_is_killed_with_its_daemons():
+    before = ray_daemons()
+    with pytest.raises(local_ray.HeadDidNotStart, match=r"did not start in 1 s; its logs are in (\S+); it printed:") as failed:
+        local_ray.LocalRay(num_cpus=1, timeout=1.0)  # `ray start` needs 3 s and more here
+    shutil.rmtree(re.search(r"logs are in (\S+);", str(failed.value)).group(1))
+    assert wait_for_no_new_daemons(before) == set()
+
+
+def test_stopping_a_running_head_kills_its_daemons_and_removes_its_directory():
+    before = ray_daemons()
+    head = local_ray.LocalRay(num_cpus=1, timeout=60.0)
+    assert head.process.poll() is None
+    assert ray_daemons() - before, "a running head has a GCS server and a raylet"
+    head.stop()
+    assert wait_for_no_new_daemons(before) == set()
+    assert not Path(head.temp_dir).exists()
 
 
 def test_start_ray_starts_another_head_when_one_fails(monkeypatch):
