@@ -328,7 +328,7 @@ def test_retries_are_bounded_by_count_and_deadline(server):
         start = time.monotonic()
         with pytest.raises(UnavailableError):
             client.generate("abc", seed=1, timeout=0.3)  # a 1 s pause would overrun the deadline
-        assert time.monotonic() - start < 0.5
+        assert time.monotonic() - start < 0.9  # below the pause, with room for a loaded CI machine
     assert len(server.generation.requests) == 1
     server.generation.unavailable = 100
     with Client(server.address, retries=0) as client, pytest.raises(UnavailableError):
