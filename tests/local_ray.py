@@ -18,7 +18,6 @@ import os
 import queue
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,13 +25,9 @@ import threading
 import time
 import warnings
 
+from tests.loopback import free_port
+
 READY_LINE = "Ray runtime started"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class HeadDidNotStart(RuntimeError):

@@ -194,7 +194,7 @@ def greedy_tree(acceptance, budget: int, max_depth: int, max_children: int | Non
     top nodes are an optimal tree (exchange argument): the same value as `solve`."""
     rows = acceptance_rows(acceptance, max_children)
     width = rows.shape[1]
-    parents, order = [-1], 0
+    order = 0
     # Entries: (-reach, tie order, reach, parent, rank, depth); the root's first child first.
     frontier = []
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from rayspec.cli import main
 from rayspec.tree.structure import TreeShape
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from tests.local_ray import free_port
+from tests.loopback import free_port
 from tests.rpc.processes import save_tiny_pair
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,6 @@ next N calls, UNAVAILABLE in the middle of a stream, a delay, any status code.""
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from concurrent import futures
@@ -36,6 +35,7 @@ from rayspec.client import (
 )
 from rayspec.rpc.generated import generation_pb2 as pb
 from rayspec.rpc.generated import generation_pb2_grpc, health_pb2, health_pb2_grpc
+from tests.loopback import free_port
 
 FAST = RetryPolicy(max_retries=3, initial_backoff=0.01, max_backoff=0.04)
 VERIFIERS = ("", "sps", "rrsw")
@@ -173,9 +173,7 @@ def client(server):
 
 
 def closed_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
+    return f"127.0.0.1:{free_port()}"
 
 
 def expected_text(prompt: str, seed: int, n: int) -> str:

@@ -6,7 +6,8 @@ import contextlib
 import os
 
 from rayspec.serve.config import ServiceConfig
-from tests.local_ray import free_port, start_ray
+from tests.local_ray import start_ray
+from tests.loopback import free_port
 from tests.rpc.processes import save_tiny_pair
 
 

@@ -13,13 +13,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import socket
-import threading
 import time
 from concurrent import futures
 
 import grpc
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
@@ -151,31 +148,6 @@ class FakeOpenAI:
             yield event([], usage=usage(prompt, tokens))
         if not broken:
             yield "data: [DONE]\n\n"
-
-
-class ServerThread:
-    """uvicorn serving `app` on a free loopback port from a background thread."""
-
-    def __init__(self, app):
-        self.socket = socket.socket()
-        self.socket.bind(("127.0.0.1", 0))
-        self.port = self.socket.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
-
-    def __enter__(self) -> ServerThread:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("the fake HTTP server did not start")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.socket.close()
 
 
 class FakeGeneration(generation_pb2_grpc.GenerationServicer):

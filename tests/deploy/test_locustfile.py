@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.fakes import BETWEEN_CHUNKS_S, FIRST_CHUNK_S, FakeGeneration, FakeOpenAI, GrpcServer, ServerThread
+from tests.deploy.fakes import BETWEEN_CHUNKS_S, FIRST_CHUNK_S, FakeGeneration, FakeOpenAI, GrpcServer
+from tests.loopback import ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCUSTFILE = ROOT / "loadtest" / "locustfile.py"

@@ -11,7 +11,6 @@ import time
 import grpc
 import msgpack
 import pytest
-import torch
 
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.models import load_causal_lm

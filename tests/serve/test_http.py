@@ -12,11 +12,9 @@ failures are 503.  The target and drafter are wrapped in `Watched`, a test doubl
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 
 import grpc
 import httpx
@@ -34,6 +32,7 @@ from rayspec.rpc.server import HealthServicer, start_server
 from rayspec.serve.config import LimitsConfig
 from rayspec.serve.http import create_app
 from rayspec.serve.service import Service
+from tests.loopback import ServerThread
 from tests.tiny_models import noisy_copy, tiny_llama
 
 MODEL = "tiny-pair"
@@ -102,25 +101,6 @@ def eventually(condition, timeout: float = 20.0, what: str = "condition"):
         time.sleep(0.02)
 
 
-@contextmanager
-def serving(app):
-    """`app` served by uvicorn on a free localhost port, in a background thread."""
-    import uvicorn
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    eventually(lambda: server.started, 30, "uvicorn to start")
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-
-
 @pytest.fixture(scope="module")
 def parts():
     target = tiny_llama(vocab=8192, hidden=32, layers=2, context=512)
@@ -143,8 +123,8 @@ def server(parts):
     engine = SpeculativeEngine(watched_target, watched_drafter, tokenizer=tokenizer, **SETTING)
     limits = LimitsConfig(default_max_tokens=24, max_tokens=256, max_concurrent_requests=2)
     service = Service(engine, tokenizer, MODEL, limits)
-    with serving(create_app(service)) as url:
-        yield {"url": url, "service": service, "target": watched_target, "drafter": watched_drafter}
+    with ServerThread(create_app(service)) as http_server:
+        yield {"url": http_server.url, "service": service, "target": watched_target, "drafter": watched_drafter}
 
 
 @pytest.fixture

@@ -19,7 +19,8 @@ from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.models import load_causal_lm
 from rayspec.serve.config import ServiceConfig
-from tests.local_ray import free_port, start_ray
+from tests.local_ray import start_ray
+from tests.loopback import free_port
 from tests.rpc.processes import Worker, save_tiny_pair
 
 MODEL = "tiny-pair"
