@@ -10,7 +10,9 @@
    coordinator's process and one with the target there (one RPC per step instead of two; the
    latter is a coordinator that sits with its target), and in-process and distributed again
    with every process kept to a CPU of its own (workers `--cpus`; Linux wakes a waiting
-   process onto an idle core, away from the caches it warmed).  Reported: tokens/s of each
+   process onto an idle core, away from the caches it warmed), and both again with a busy loop
+   at the lowest priority on every CPU (no virtual CPU ever halts: how much of the gap is
+   this VM's wake-up from idle).  Reported: tokens/s of each
    (goal: the distributed path >= 90 % of in-process), whether the tokens are identical
    (they must be), bytes per step, the share of step time spent outside the drafter's and
    target's compute, and the part of it distribution adds (goal <= 5 %), next to the
@@ -41,6 +43,7 @@ Writes bench/results/service_bench.{json,md} (`--out`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import multiprocessing
@@ -87,7 +90,42 @@ ARMS = {  # name: (drafter, target, RPCs per step) — handles: in-process, remo
     "target in coordinator": ("stream", "local", 1),
     "in-process, pinned": ("local", "local", 0),
     "distributed, pinned": ("pinned", "pinned", 2),
+    "in-process, CPUs kept awake": ("local", "local", 0),
+    "distributed, CPUs kept awake": ("stream", "stream", 2),
 }
+AWAKE = ", CPUs kept awake"
+
+# Runs on every CPU at SCHED_IDLE priority: the kernel gives it a CPU only when nothing else
+# wants one, and takes it back at once when something wakes.
+_IDLE_SPINNER = """
+import os, sys
+os.sched_setaffinity(0, {int(sys.argv[1])})
+os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+print("spinning", flush=True)
+while True:
+    pass
+"""
+
+
+@contextlib.contextmanager
+def cpus_kept_awake():
+    """A busy loop at the lowest priority on every CPU, so that no CPU ever goes idle: a
+    virtual CPU with nothing to run halts and hands its core back to the host, and whatever
+    wakes it next (an RPC's reply, the next request) pays for getting it back.  A diagnostic
+    of how much of distribution's cost on this VM is that wake-up, not a setting rayspec uses:
+    the loops hold the cores at full power, and where the host shares them they take time from
+    other guests."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    loops = [subprocess.Popen([sys.executable, "-c", _IDLE_SPINNER, str(cpu)], stdout=subprocess.PIPE, text=True)
+             for cpu in cpus]
+    try:
+        for loop in loops:
+            loop.stdout.readline()
+        yield
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
 
 
 def cpu_plan() -> dict | None:
@@ -134,7 +172,8 @@ def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=
         shift = i % len(engines)
         for name in list(engines)[shift:] + list(engines)[:shift]:
             coordinator_cpus(name, plan)
-            produced, stats, seconds = decode(engines[name], prompt, tokens, temperature, seed=500 + i)
+            with cpus_kept_awake() if name.endswith(AWAKE) else contextlib.nullcontext():
+                produced, stats, seconds = decode(engines[name], prompt, tokens, temperature, seed=500 + i)
             outputs[name] = produced
             t = totals[name]
             t["tokens"] += len(produced)
@@ -165,6 +204,9 @@ def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=
     if "distributed, pinned" in rows and "in-process, pinned" in rows:
         rows["pinned_over_in_process_pinned"] = (rows["distributed, pinned"]["tokens_per_s"]
                                                  / rows["in-process, pinned"]["tokens_per_s"])
+    if "distributed" + AWAKE in rows and "in-process" + AWAKE in rows:
+        rows["awake_over_in_process_awake"] = (rows["distributed" + AWAKE]["tokens_per_s"]
+                                               / rows["in-process" + AWAKE]["tokens_per_s"])
     rows["identical_tokens"] = identical
     rows["setting"] = {"verifier": verifier, "tree": tree, "temperature": temperature}
     return rows
@@ -512,6 +554,12 @@ def write_markdown(path, result):
                       f"{plan.get('target')}, drafter {plan.get('drafter')}; workers `--cpus`, the coordinator "
                       "pinned for the arm only).  Distributed / in-process, both pinned: "
                       f"**{o['pinned_over_in_process_pinned']:.3f}**."]
+        if "awake_over_in_process_awake" in o:
+            lines += ["", "CPUs kept awake: a busy loop at SCHED_IDLE priority on every CPU during the arm's decoding, "
+                      "so that no virtual CPU halts while its process waits (a diagnostic of this VM's wake-up cost, "
+                      "not a rayspec setting).  Distributed / in-process, both kept awake: "
+                      f"**{o['awake_over_in_process_awake']:.3f}**; distributed kept awake / plain in-process: "
+                      f"**{o['distributed' + AWAKE]['over_in_process']:.3f}**."]
         if result.get("sweep"):
             lines += ["", "### Longer steps: in-process vs distributed (Steps streams) by tree", "",
                       "| tree | nodes, depth | in-process tokens/s | distributed tokens/s | ratio | in-process step ms | "
