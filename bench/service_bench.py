@@ -17,7 +17,7 @@
    (they must be), bytes per step, the share of step time spent outside the drafter's and
    target's compute, and the part of it distribution adds (goal <= 5 %), next to the
    transport floor: a no-op RPC's round trip and a synthetic RPC whose handler computes
-   for as long as a target step.  Then in-process against distributed over trees of growing
+   for as long as a target step, each beside the same handler behind a bare TCP socket.  Then in-process against distributed over trees of growing
    size (`--sweep-trees`): how the ratio moves as the step gets longer.
    A control with no RPC: the in-process engine with its target sleeping 5 or 10 ms before
    each verification, for how much slower this machine computes right after an idle wait.
@@ -49,6 +49,7 @@ import json
 import multiprocessing
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -334,14 +335,18 @@ def placement(target_address, drafter_address, prompts, tokens, temperature, tre
     return rows
 
 
+def _spin(ms: float) -> None:
+    deadline = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < deadline:
+        pass
+
+
 class _BusyHealth(HealthServicer):
     """A health service whose Check computes for `service` milliseconds: an RPC as long as a
     decoding step, with nothing of rayspec in it."""
 
     def Check(self, request, context):
-        deadline = time.perf_counter() + float(request.service or 0) / 1e3
-        while time.perf_counter() < deadline:
-            pass
+        _spin(float(request.service or 0))
         return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
 
 
@@ -351,25 +356,56 @@ def _serve_busy_health(ports):
     server.wait_for_termination()
 
 
+def _serve_bare_tcp(ports):
+    """The busy handler behind a bare loopback TCP socket: each request is the handler's
+    milliseconds as 16 ASCII bytes, each reply one byte."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    ports.put(listener.getsockname()[1])
+    connection, _ = listener.accept()
+    connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while request := connection.recv(16, socket.MSG_WAITALL):
+        _spin(float(request))
+        connection.sendall(b"\n")
+
+
+def _round_trips(call, ms: float, calls: int) -> float:
+    """Median seconds of `call(ms)` beyond `ms`, its first few calls left out."""
+    extra = []
+    for _ in range(calls if ms == 0 else max(20, int(calls * 5 / max(ms, 5)))):
+        start = time.perf_counter()
+        call(ms)
+        extra.append(time.perf_counter() - start - ms / 1e3)
+    return statistics.median(extra[5:])
+
+
 def transport_floor(step_ms: float, calls: int = 200) -> dict:
-    """Median round trip of a gRPC call on loopback beyond its handler's own time, for a
-    handler of 0 ms and of `step_ms` (this machine wakes slower from a longer wait)."""
-    ports = multiprocessing.Queue()
-    server = multiprocessing.Process(target=_serve_busy_health, args=(ports,), daemon=True)
-    server.start()
-    try:
-        stub = health_pb2_grpc.HealthStub(grpc.insecure_channel(f"127.0.0.1:{ports.get(timeout=60)}"))
-        floor = {}
-        for ms in (0.0, step_ms):
-            extra = []
-            for _ in range(calls if ms == 0 else max(20, int(calls * 5 / max(ms, 5)))):
-                start = time.perf_counter()
-                stub.Check(health_pb2.HealthCheckRequest(service=f"{ms:.3f}"), timeout=10)
-                extra.append(time.perf_counter() - start - ms / 1e3)
-            floor[f"handler_{ms:.0f}ms_overhead_ms"] = statistics.median(extra[5:]) * 1e3
-        return floor
-    finally:
-        server.terminate()
+    """Median round trip on loopback beyond the handler's own time, for a handler of 0 ms and
+    of `step_ms` (this machine wakes slower from a longer wait): a gRPC call, and the same
+    handler behind a bare TCP socket — what the kernel and this VM cost without gRPC."""
+    floor = {}
+    for transport, serve in (("grpc", _serve_busy_health), ("bare_tcp", _serve_bare_tcp)):
+        ports = multiprocessing.Queue()
+        server = multiprocessing.Process(target=serve, args=(ports,), daemon=True)
+        server.start()
+        try:
+            port = ports.get(timeout=60)
+            if transport == "grpc":
+                stub = health_pb2_grpc.HealthStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+
+                def call(ms):
+                    stub.Check(health_pb2.HealthCheckRequest(service=f"{ms:.3f}"), timeout=10)
+            else:
+                connection = socket.create_connection(("127.0.0.1", port))
+                connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+                def call(ms):
+                    connection.sendall(f"{ms:<16.3f}".encode())
+                    connection.recv(1)
+            for ms in (0.0, step_ms):
+                floor.setdefault(transport, {})[f"{ms:.0f}ms"] = _round_trips(call, ms, calls) * 1e3
+        finally:
+            server.terminate()
+    return floor
 
 
 def locust_sweep(users, seconds, max_tokens, target_where="worker"):
@@ -597,8 +633,11 @@ def write_markdown(path, result):
                 lines.append(f"| {r['pause_ms']:.0f} ms | {r['draft_ms']:.2f} | {r['score_ms']:.2f} | "
                              f"{r['score_ms'] / rows[0]['score_ms']:.3f} |")
         if floor:
-            lines += ["", "Transport floor on this machine (gRPC Python, loopback, median time beyond the handler's own): "
-                      + ", ".join(f"{v:.2f} ms with a {k.split('_')[1]} handler" for k, v in floor.items()) + "."]
+            grpc_floor, tcp_floor = floor["grpc"], floor["bare_tcp"]
+            lines += ["", "Transport floor on this machine (loopback, median round trip beyond the handler's own): "
+                      "gRPC Python " + ", ".join(f"{v:.2f} ms with a {k[:-2]} ms handler" for k, v in grpc_floor.items())
+                      + "; a bare TCP socket with the same handlers "
+                      + ", ".join(f"{v:.2f} ms with a {k[:-2]} ms handler" for k, v in tcp_floor.items()) + "."]
     if result.get("placement"):
         lines += ["",
                   "## Bytes crossing per step, by verifier and where it runs (tree kary:2x3; single-draft verifiers chain:4; topk dynamic:32)", "",
