@@ -17,8 +17,9 @@
    (they must be), bytes per step, the share of step time spent outside the drafter's and
    target's compute, and the part of it distribution adds (goal <= 5 %), next to the
    transport floor: a no-op RPC's round trip and a synthetic RPC whose handler computes
-   for as long as a target step, each beside the same handler behind a bare TCP socket.  Then in-process against distributed over trees of growing
-   size (`--sweep-trees`): how the ratio moves as the step gets longer.
+   for as long as a target step, each beside the same handler behind a bare TCP socket.
+   Then in-process against distributed over trees of growing size (`--sweep-trees`): how
+   the ratio moves as the step gets longer.
    A control with no RPC: the in-process engine with its target sleeping 5 or 10 ms before
    each verification, for how much slower this machine computes right after an idle wait.
    Then the same comparison at larger targets (`--scale-targets HIDDENxLAYERS ...`): targets
@@ -112,7 +113,7 @@ while True:
 def cpus_kept_awake():
     """A busy loop at the lowest priority on every CPU, so that no CPU ever goes idle: a
     virtual CPU with nothing to run halts and hands its core back to the host, and whatever
-    wakes it next (an RPC's reply, the next request) pays for getting it back.  A diagnostic
+    wakes it next (an RPC's reply, the next request) may wait to get it back.  A diagnostic
     of how much of distribution's cost on this VM is that wake-up, not a setting rayspec uses:
     the loops hold the cores at full power, and where the host shares them they take time from
     other guests."""
