@@ -379,31 +379,42 @@ def _round_trips(call, ms: float, calls: int) -> float:
     return statistics.median(extra[5:])
 
 
+@contextlib.contextmanager
+def _grpc_caller(port: int):
+    """call(ms): one health Check whose handler computes for `ms`."""
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        yield lambda ms: stub.Check(health_pb2.HealthCheckRequest(service=f"{ms:.3f}"), timeout=10)
+
+
+@contextlib.contextmanager
+def _bare_tcp_caller(port: int):
+    """call(ms): one request to `_serve_bare_tcp` and its reply."""
+    with socket.create_connection(("127.0.0.1", port)) as connection:
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def call(ms):
+            connection.sendall(f"{ms:<16.3f}".encode())
+            connection.recv(1)
+
+        yield call
+
+
+TRANSPORTS = {"grpc": (_serve_busy_health, _grpc_caller), "bare_tcp": (_serve_bare_tcp, _bare_tcp_caller)}
+
+
 def transport_floor(step_ms: float, calls: int = 200) -> dict:
     """Median round trip on loopback beyond the handler's own time, for a handler of 0 ms and
     of `step_ms` (this machine wakes slower from a longer wait): a gRPC call, and the same
     handler behind a bare TCP socket — what the kernel and this VM cost without gRPC."""
     floor = {}
-    for transport, serve in (("grpc", _serve_busy_health), ("bare_tcp", _serve_bare_tcp)):
+    for transport, (serve, caller) in TRANSPORTS.items():
         ports = multiprocessing.Queue()
         server = multiprocessing.Process(target=serve, args=(ports,), daemon=True)
         server.start()
         try:
-            port = ports.get(timeout=60)
-            if transport == "grpc":
-                stub = health_pb2_grpc.HealthStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
-
-                def call(ms):
-                    stub.Check(health_pb2.HealthCheckRequest(service=f"{ms:.3f}"), timeout=10)
-            else:
-                connection = socket.create_connection(("127.0.0.1", port))
-                connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-                def call(ms):
-                    connection.sendall(f"{ms:<16.3f}".encode())
-                    connection.recv(1)
-            for ms in (0.0, step_ms):
-                floor.setdefault(transport, {})[f"{ms:.0f}ms"] = _round_trips(call, ms, calls) * 1e3
+            with caller(ports.get(timeout=60)) as call:
+                floor[transport] = {f"{ms:.0f}ms": _round_trips(call, ms, calls) * 1e3 for ms in (0.0, step_ms)}
         finally:
             server.terminate()
     return floor
@@ -634,11 +645,11 @@ def write_markdown(path, result):
                 lines.append(f"| {r['pause_ms']:.0f} ms | {r['draft_ms']:.2f} | {r['score_ms']:.2f} | "
                              f"{r['score_ms'] / rows[0]['score_ms']:.3f} |")
         if floor:
-            grpc_floor, tcp_floor = floor["grpc"], floor["bare_tcp"]
+            labels = {"grpc": "gRPC Python", "bare_tcp": "a bare TCP socket with the same handlers"}
             lines += ["", "Transport floor on this machine (loopback, median round trip beyond the handler's own): "
-                      "gRPC Python " + ", ".join(f"{v:.2f} ms with a {k[:-2]} ms handler" for k, v in grpc_floor.items())
-                      + "; a bare TCP socket with the same handlers "
-                      + ", ".join(f"{v:.2f} ms with a {k[:-2]} ms handler" for k, v in tcp_floor.items()) + "."]
+                      + "; ".join(labels[transport] + " " + ", ".join(f"{v:.2f} ms with a {k[:-2]} ms handler"
+                                                                   for k, v in handlers.items())
+                                  for transport, handlers in floor.items()) + "."]
     if result.get("placement"):
         lines += ["",
                   "## Bytes crossing per step, by verifier and where it runs (tree kary:2x3; single-draft verifiers chain:4; topk dynamic:32)", "",
