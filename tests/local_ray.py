@@ -103,15 +103,14 @@ def start_ray(num_cpus: int = 2, attempts: int = 3, timeout: float = 60.0) -> Lo
     for attempt in range(1, attempts + 1):
         try:
             head = LocalRay(num_cpus, timeout)
+            break
         except HeadDidNotStart as error:
             if attempt == attempts:
                 raise
             warnings.warn(f"attempt {attempt} of {attempts}: {error}", stacklevel=2)
-            continue
-        try:
-            ray.init(address=head.address, log_to_driver=False)
-        except BaseException:
-            head.stop()
-            raise
-        return head
-    raise AssertionError("unreachable")
+    try:
+        ray.init(address=head.address, log_to_driver=False)
+    except BaseException:
+        head.stop()
+        raise
+    return head
