@@ -15,9 +15,11 @@
    this VM's wake-up from idle).  Reported: tokens/s of each
    (goal: the distributed path >= 90 % of in-process), whether the tokens are identical
    (they must be), bytes per step, the share of step time spent outside the drafter's and
-   target's compute, and the part of it distribution adds (goal <= 5 %), next to the
-   transport floor: a no-op RPC's round trip and a synthetic RPC whose handler computes
-   for as long as a target step, each beside the same handler behind a bare TCP socket.
+   target's compute, and the part of it distribution adds (goal <= 5 %), the CPU time of
+   every thread of each arm's processes and their time waiting for a CPU (Linux: whether
+   the added time is work or waiting), next to the transport floor: a no-op RPC's round
+   trip and a synthetic RPC whose handler computes for as long as a target step, each beside
+   the same handler behind a bare TCP socket.
    Then in-process against distributed over trees of growing size (`--sweep-trees`): how
    the ratio moves as the step gets longer.
    A control with no RPC: the in-process engine with its target sleeping 5 or 10 ms before
@@ -147,18 +149,44 @@ def coordinator_cpus(name: str, plan: dict | None) -> None:
         pin_process_to_cpus(plan["coordinator"] if name.endswith(", pinned") else plan["all"])
 
 
+def cpu_seconds(pids) -> tuple[float, float] | None:
+    """(seconds on a CPU, seconds runnable but waiting for one), summed over every thread of
+    the processes `pids` (Linux's per-thread schedstat; None elsewhere).  Threads that end in
+    between take their time with them: gRPC's and torch's live as long as their process."""
+    if not os.path.exists("/proc/self/task"):
+        return None
+    on_cpu = waiting = 0
+    for pid in pids:
+        for thread in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                with open(f"/proc/{pid}/task/{thread}/schedstat") as schedstat:
+                    ran, waited, _ = schedstat.read().split()
+                on_cpu += int(ran)
+                waiting += int(waited)
+    return on_cpu / 1e9, waiting / 1e9
+
+
+def arm_processes(name: str, worker_pids: dict) -> list[int]:
+    """This (the coordinator's) process and the worker processes an arm's handles talk to.
+    `worker_pids`: kind of handle -> (target worker's pid, drafter worker's pid)."""
+    drafter_kind, target_kind, _ = ARMS[name] if name in ARMS else ("stream", "stream", 2)
+    return [os.getpid(), *(pid for pid in (worker_pids.get(target_kind, (None, None))[0],
+                                           worker_pids.get(drafter_kind, (None, None))[1]) if pid)]
+
+
 SWEEP_ARMS = ("in-process", "distributed")
 
 
 OWN_PLAN = "distributed, planned from its own costs"
 
 
-def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=tuple(ARMS), plan=None):
+def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=tuple(ARMS), plan=None, worker_pids=None):
     """Every arm decodes the same tree (planned from the in-process costs) so that their tokens
     can be compared; for sequoia:auto one more arm plans from costs measured through gRPC, as a
     deployment does — its tree, and so its tokens, may differ.  `handles`: (target, drafter)
     per kind of handle; arms whose kind is missing are left out.  `plan`: `cpu_plan()`, for
-    the pinned arms."""
+    the pinned arms.  `worker_pids`: kind of handle -> (target worker's pid, drafter worker's
+    pid), for the CPU time of each arm's processes."""
     engines = {
         name: SpeculativeEngine(handles[ARMS[name][1]][0], handles[ARMS[name][0]][1], verifier=verifier, tree=tree,
                                 acceptance_dir=ACCEPTANCE, costs=costs, adaptive=False)
@@ -167,15 +195,19 @@ def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=
     if tree == "sequoia:auto" and set(arms) == set(ARMS):
         engines[OWN_PLAN] = SpeculativeEngine(*handles["stream"], verifier=verifier, tree=tree, acceptance_dir=ACCEPTANCE,
                                               adaptive=False)
-    totals = {name: {"tokens": 0, "seconds": 0.0, "steps": 0, "wall": 0.0, "other": 0.0, "bytes": 0} for name in engines}
+    totals = {name: {"tokens": 0, "seconds": 0.0, "steps": 0, "wall": 0.0, "other": 0.0, "bytes": 0, "cpu": 0.0,
+                     "cpu_wait": 0.0} for name in engines}
     identical = True
     for i, prompt in enumerate(prompts):
         outputs = {}
         shift = i % len(engines)
         for name in list(engines)[shift:] + list(engines)[:shift]:
             coordinator_cpus(name, plan)
+            processes = arm_processes(name, worker_pids or {})
             with cpus_kept_awake() if name.endswith(AWAKE) else contextlib.nullcontext():
+                before = cpu_seconds(processes)
                 produced, stats, seconds = decode(engines[name], prompt, tokens, temperature, seed=500 + i)
+                after = cpu_seconds(processes)
             outputs[name] = produced
             t = totals[name]
             t["tokens"] += len(produced)
@@ -184,6 +216,9 @@ def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=
             t["wall"] += sum(s.wall for s in stats.steps)
             t["other"] += sum(s.other for s in stats.steps)
             t["bytes"] += sum(s.wire_bytes for s in stats.steps)
+            if before is not None:
+                t["cpu"] += after[0] - before[0]
+                t["cpu_wait"] += after[1] - before[1]
         coordinator_cpus("", plan)
         identical &= all(output == outputs["in-process"] for name, output in outputs.items() if name != OWN_PLAN)
         print(f"  overhead: prompt {i + 1}/{len(prompts)}", flush=True)
@@ -196,7 +231,12 @@ def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=
                       "compute_ms": (t["wall"] - t["other"]) / t["steps"] * 1e3,
                       # what distribution adds to the in-process engine's own bookkeeping
                       "added_share": max(t["other"] / t["steps"] - base["other"] / base["steps"], 0.0) / wall,
-                      "bytes_per_step": t["bytes"] / t["steps"]}
+                      "bytes_per_step": t["bytes"] / t["steps"],
+                      # every thread of the arm's processes (the models, gRPC, codecs, Python) over the
+                      # whole decode, prompt included, beside the decode's wall time per step
+                      "decode_ms_per_step": t["seconds"] / t["steps"] * 1e3,
+                      **({"cpu_ms": t["cpu"] / t["steps"] * 1e3, "cpu_wait_ms": t["cpu_wait"] / t["steps"] * 1e3}
+                         if t["cpu"] else {"cpu_ms": None, "cpu_wait_ms": None})}
         rows[name]["over_in_process"] = rows[name]["tokens_per_s"] / (base["tokens"] / base["seconds"])
         rows[name]["rpcs_per_step"] = ARMS[name][2] if name in ARMS else 2
     for name, engine in engines.items():
@@ -282,10 +322,10 @@ def random_target(hidden: int, layers: int, directory: Path) -> Path:
 SCALE_ARMS = ("in-process", "distributed", "target in coordinator", "in-process, pinned", "distributed, pinned")
 
 
-def scaled_targets(args, drafter, drafter_addresses: dict, prompts, logs: Path, plan: dict | None) -> list[dict]:
+def scaled_targets(args, drafter, drafter_workers: dict, prompts, logs: Path, plan: dict | None) -> list[dict]:
     """In-process against distributed at larger (random-weight) targets, on a fixed tree; the
-    remote arms use the running demo drafter workers (`drafter_addresses`: kind of handle ->
-    address), the pinned arms a second target worker kept to its CPU."""
+    remote arms use the running demo drafter workers (`drafter_workers`: kind of handle ->
+    Worker), the pinned arms a second target worker kept to its CPU."""
     rows = []
     for size in args.scale_targets:
         hidden, layers = (int(n) for n in size.split("x"))
@@ -300,9 +340,10 @@ def scaled_targets(args, drafter, drafter_addresses: dict, prompts, logs: Path, 
             handles = {"local": (LocalTarget(model), drafter)}
             for kind, worker in workers.items():
                 remote = RemoteTarget(worker.address)
-                handles[kind] = (remote, RemoteDrafter(drafter_addresses[kind], remote.vocab_size))
+                handles[kind] = (remote, RemoteDrafter(drafter_workers[kind].address, remote.vocab_size))
+            pids = {kind: (worker.process.pid, drafter_workers[kind].process.pid) for kind, worker in workers.items()}
             result = overhead(handles, prompts[: args.scale_prompts], args.scale_tokens, args.temperature,
-                              args.verifier, args.scale_tree, None, arms=SCALE_ARMS, plan=plan)
+                              args.verifier, args.scale_tree, None, arms=SCALE_ARMS, plan=plan, worker_pids=pids)
             result["target"] = {"size": size, "parameters": sum(p.numel() for p in model.parameters())}
             rows.append(result)
             for kind in workers:
@@ -505,18 +546,21 @@ def in_process_vs_distributed(args) -> dict:
             remote_target = RemoteTarget(workers[0].address, streams=kind == "stream")
             handles[kind] = (remote_target, RemoteDrafter(workers[1].address, remote_target.vocab_size,
                                                           streams=kind == "stream"))
+        pids = {kind: (workers[0].process.pid, workers[1].process.pid) for kind in ("stream", "unary")}
+        if plan:
+            pids["pinned"] = (workers[2].process.pid, workers[3].process.pid)
         result = {"costs": costs.to_json(), "cpu_plan": plan}
         result["overhead"] = overhead(handles, prompts[: args.prompts], args.tokens, args.temperature, args.verifier,
-                                      args.tree, costs, plan=plan)
+                                      args.tree, costs, plan=plan, worker_pids=pids)
         result["sweep"] = [
             overhead(handles, prompts[: args.sweep_prompts], args.tokens, args.temperature, args.verifier, tree, costs,
-                     arms=SWEEP_ARMS)
+                     arms=SWEEP_ARMS, worker_pids=pids)
             for tree in args.sweep_trees
         ]
         result["idle_control"] = idle_control(target, drafter, prompts[: args.sweep_prompts], args.tokens,
                                               args.temperature, args.verifier, args.tree, costs)
         if args.scale_targets:
-            drafters = {"stream": workers[1].address, **({"pinned": workers[3].address} if plan else {})}
+            drafters = {"stream": workers[1], **({"pinned": workers[3]} if plan else {})}
             result["scale"] = scaled_targets(args, drafter, drafters, prompts, logs, plan)
         result["transport_floor"] = transport_floor(result["overhead"]["distributed"]["step_ms"] / 2)
         result["placement"] = placement(workers[0].address, workers[1].address, prompts[: args.placement_prompts],
@@ -569,6 +613,14 @@ def main():
     print(out.with_suffix(".md").read_text())
 
 
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}"
+
+
+def _ms_more(row: dict, base: dict) -> str:
+    return "–" if row["cpu_ms"] is None else f"{row['cpu_ms'] - base['cpu_ms']:.1f}"
+
+
 def write_markdown(path, result):
     meta = result["meta"]
     threads = meta.get("threads_text") or f"{meta['threads']} torch thread(s) per process"
@@ -580,15 +632,16 @@ def write_markdown(path, result):
         s = o["setting"]
         lines += ["",
                   f"## Overhead: workers as plain processes on loopback gRPC vs in-process ({s['verifier']}, {s['tree']}, T = {s['temperature']:g})", "",
-                  "| path | RPCs/step | tree (nodes, depth) | tokens/s | vs in-process | tokens/step | step ms | compute ms | outside compute | added by distribution | bytes/step |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| path | RPCs/step | tree (nodes, depth) | tokens/s | vs in-process | tokens/step | step ms | compute ms | outside compute | added by distribution | CPU ms/step | waiting for a CPU, ms/step | bytes/step |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for name in [*ARMS, OWN_PLAN]:
             if name not in o:
                 continue
             r = o[name]
             lines.append(f"| {name} | {r['rpcs_per_step']} | {r['tree']['nodes']}, {r['tree']['depth']} | {r['tokens_per_s']:.1f} | "
                          f"{r['over_in_process']:.3f} | {r['tokens_per_step']:.2f} | {r['step_ms']:.1f} | {r['compute_ms']:.1f} | "
-                         f"{r['other_share'] * 100:.1f} % | {r['added_share'] * 100:.1f} % | {r['bytes_per_step']:.0f} |")
+                         f"{r['other_share'] * 100:.1f} % | {r['added_share'] * 100:.1f} % | {_ms(r['cpu_ms'])} | "
+                         f"{_ms(r['cpu_wait_ms'])} | {r['bytes_per_step']:.0f} |")
         floor = result.get("transport_floor", {})
         lines += ["", f"Distributed / in-process tokens/s: **{o['distributed_over_in_process']:.3f}** (goal ≥ 0.90); "
                   f"identical tokens for the same seeds and tree on every path: **{o['identical_tokens']}**.  "
@@ -596,6 +649,13 @@ def write_markdown(path, result):
                   "'outside compute' the rest of the step; 'added by distribution' that minus the in-process "
                   "engine's own (goal ≤ 5 %).  Step time the distributed path adds = its added share plus the "
                   "compute it loses in separate processes (the compute column's difference)."]
+        if o["in-process"]["cpu_ms"] is not None:
+            added_wall = o["distributed"]["decode_ms_per_step"] - o["in-process"]["decode_ms_per_step"]
+            lines[-1] += ("  'CPU ms/step': CPU time of every thread of the arm's processes (coordinator and workers: "
+                          "models, gRPC, codecs, Python) over whole decodes, prompts included, per step; beside it, "
+                          "the time those threads were runnable but waiting for a CPU.  The distributed path's "
+                          f"processes spend **{_ms_more(o['distributed'], o['in-process'])} ms** more CPU per step than "
+                          f"the in-process engine, of the **{added_wall:.1f} ms** per step it adds to a decode.")
         if "pinned_over_in_process_pinned" in o:
             plan = meta.get("cpu_plan") or {}
             lines += ["", f"Pinned arms: every process kept to its CPU (coordinator {plan.get('coordinator')}, target "
@@ -611,23 +671,23 @@ def write_markdown(path, result):
         if result.get("sweep"):
             lines += ["", "### Longer steps: in-process vs distributed (Steps streams) by tree", "",
                       "| tree | nodes, depth | in-process tokens/s | distributed tokens/s | ratio | in-process step ms | "
-                      "distributed step ms | added ms/step | of it, slower compute | added by distribution | identical tokens |",
-                      "|---|---|---|---|---|---|---|---|---|---|---|"]
+                      "distributed step ms | added ms/step | of it, slower compute | added CPU ms/step | added by distribution | identical tokens |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|---|"]
             for sweep in result["sweep"]:
                 local, remote = sweep["in-process"], sweep["distributed"]
                 lines.append(
                     f"| {sweep['setting']['tree']} | {local['tree']['nodes']}, {local['tree']['depth']} | "
                     f"{local['tokens_per_s']:.1f} | {remote['tokens_per_s']:.1f} | **{remote['over_in_process']:.3f}** | "
                     f"{local['step_ms']:.1f} | {remote['step_ms']:.1f} | {remote['step_ms'] - local['step_ms']:.1f} | "
-                    f"{remote['compute_ms'] - local['compute_ms']:.1f} | "
+                    f"{remote['compute_ms'] - local['compute_ms']:.1f} | {_ms_more(remote, local)} | "
                     f"{remote['added_share'] * 100:.1f} % | {sweep['identical_tokens']} |")
         if result.get("scale"):
             lines += ["", f"### Larger targets (random weights, demo architecture and vocabulary), tree {result['scale'][0]['setting']['tree']}", "",
                       "Timing only: these targets' outputs are meaningless and they rarely accept a draft, "
                       "so tokens/s is the inverse of step time here; the tokens are still compared.", "",
                       "| target (hidden x layers) | parameters | path | tokens/s | vs in-process | step ms | compute ms | "
-                      "added ms/step | of it, slower compute | added by distribution | identical tokens |",
-                      "|---|---|---|---|---|---|---|---|---|---|---|"]
+                      "added ms/step | of it, slower compute | added CPU ms/step | added by distribution | identical tokens |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|---|"]
             for scale in result["scale"]:
                 local = scale["in-process"]
                 for name in (arm for arm in SCALE_ARMS if arm in scale):
@@ -636,7 +696,7 @@ def write_markdown(path, result):
                         f"| {scale['target']['size']} | {scale['target']['parameters'] / 1e6:.0f} M | {name} | "
                         f"{r['tokens_per_s']:.2f} | **{r['over_in_process']:.3f}** | {r['step_ms']:.1f} | {r['compute_ms']:.1f} | "
                         f"{r['step_ms'] - local['step_ms']:.1f} | {r['compute_ms'] - local['compute_ms']:.1f} | "
-                        f"{r['added_share'] * 100:.1f} % | {scale['identical_tokens']} |")
+                        f"{_ms_more(r, local)} | {r['added_share'] * 100:.1f} % | {scale['identical_tokens']} |")
         if result.get("idle_control"):
             rows = result["idle_control"]
             lines += ["", "### Compute after an idle wait, in-process (no RPC: the target sleeps before each verification)", "",
