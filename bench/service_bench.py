@@ -166,18 +166,25 @@ def cpu_seconds(pids) -> tuple[float, float] | None:
     return on_cpu / 1e9, waiting / 1e9
 
 
+OWN_PLAN = "distributed, planned from its own costs"
+OWN_PLAN_ARM = ("stream", "stream", 2)  # ARMS' form: its handles are the distributed arm's
+
+
+def arm_handles(name: str, handles: dict) -> tuple:
+    """(target, drafter) of an arm, from `handles`: kind of handle -> (target, drafter)."""
+    drafter_kind, target_kind, _ = ARMS.get(name, OWN_PLAN_ARM)
+    return handles[target_kind][0], handles[drafter_kind][1]
+
+
 def arm_processes(name: str, worker_pids: dict) -> list[int]:
     """This (the coordinator's) process and the worker processes an arm's handles talk to.
     `worker_pids`: kind of handle -> (target worker's pid, drafter worker's pid)."""
-    drafter_kind, target_kind, _ = ARMS[name] if name in ARMS else ("stream", "stream", 2)
+    drafter_kind, target_kind, _ = ARMS.get(name, OWN_PLAN_ARM)
     return [os.getpid(), *(pid for pid in (worker_pids.get(target_kind, (None, None))[0],
                                            worker_pids.get(drafter_kind, (None, None))[1]) if pid)]
 
 
 SWEEP_ARMS = ("in-process", "distributed")
-
-
-OWN_PLAN = "distributed, planned from its own costs"
 
 
 def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=tuple(ARMS), plan=None, worker_pids=None):
@@ -188,13 +195,13 @@ def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=
     the pinned arms.  `worker_pids`: kind of handle -> (target worker's pid, drafter worker's
     pid), for the CPU time of each arm's processes."""
     engines = {
-        name: SpeculativeEngine(handles[ARMS[name][1]][0], handles[ARMS[name][0]][1], verifier=verifier, tree=tree,
-                                acceptance_dir=ACCEPTANCE, costs=costs, adaptive=False)
+        name: SpeculativeEngine(*arm_handles(name, handles), verifier=verifier, tree=tree, acceptance_dir=ACCEPTANCE,
+                                costs=costs, adaptive=False)
         for name in arms if ARMS[name][0] in handles and ARMS[name][1] in handles
     }
     if tree == "sequoia:auto" and set(arms) == set(ARMS):
-        engines[OWN_PLAN] = SpeculativeEngine(*handles["stream"], verifier=verifier, tree=tree, acceptance_dir=ACCEPTANCE,
-                                              adaptive=False)
+        engines[OWN_PLAN] = SpeculativeEngine(*arm_handles(OWN_PLAN, handles), verifier=verifier, tree=tree,
+                                              acceptance_dir=ACCEPTANCE, adaptive=False)
     totals = {name: {"tokens": 0, "seconds": 0.0, "steps": 0, "wall": 0.0, "other": 0.0, "bytes": 0, "cpu": 0.0,
                      "cpu_wait": 0.0} for name in engines}
     identical = True
@@ -238,7 +245,7 @@ def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=
                       **({"cpu_ms": t["cpu"] / t["steps"] * 1e3, "cpu_wait_ms": t["cpu_wait"] / t["steps"] * 1e3}
                          if t["cpu"] else {"cpu_ms": None, "cpu_wait_ms": None})}
         rows[name]["over_in_process"] = rows[name]["tokens_per_s"] / (base["tokens"] / base["seconds"])
-        rows[name]["rpcs_per_step"] = ARMS[name][2] if name in ARMS else 2
+        rows[name]["rpcs_per_step"] = ARMS.get(name, OWN_PLAN_ARM)[2]
     for name, engine in engines.items():
         shape = engine.policy(tree).shape_for(verifier, temperature)
         rows[name]["tree"] = {"nodes": shape.size, "depth": shape.max_depth}
