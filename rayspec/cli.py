@@ -62,7 +62,7 @@ def cmd_generate(args) -> int:
     engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=args.tree, tokenizer=tokenizer,
                                acceptance_dir=acceptance_dir(args))
     prompt_ids = tokenizer.encode(args.prompt, add_special_tokens=False)
-    assembler = TextAssembler(tokenizer, args.stop or ())
+    assembler = TextAssembler(tokenizer, args.stop or (), prompt_ids)
     stats = GenerationStats()
     sys.stdout.write(args.prompt)
     for chunk in engine.generate(

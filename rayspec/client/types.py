@@ -131,8 +131,9 @@ def _prompt(prompt: str | Iterable[int]) -> str | tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Usage:
-    """Token counts of one generation: draft tokens the verifier accepted and rejected, and
-    the number of verification steps (completion_tokens / steps is the speed-up's source)."""
+    """Token counts of one generation: draft tokens accepted into the completion and the rest
+    of the drafts (rejected, or cut off by a stop or max_tokens), and the number of
+    verification steps (completion_tokens / steps is the speed-up's source)."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0

@@ -24,6 +24,7 @@ import torch
 
 from rayspec.engine.interfaces import Draft, SequenceSpec
 from rayspec.engine.policy import AcceptanceLibrary, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia
+from rayspec.engine.text import ContinuationDecoder
 from rayspec.engine.trees import parse_tree_spec
 from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import DraftTree, TreeShape
@@ -34,7 +35,11 @@ from rayspec.verify.processing import SamplingParams
 @dataclass
 class StepStats:
     """One verification step.  Times in seconds; `other` is what remains of the step's wall
-    time (transport between processes, serialisation, the engine's own bookkeeping)."""
+    time (transport between processes, serialisation, the engine's own bookkeeping).
+
+    `accepted` is the verifier's acceptance, the measure of the drafts; `emitted` the tokens
+    the step added to the completion, fewer than `accepted + 1` when a stop or max_tokens cut
+    the step."""
 
     drafted: int
     accepted: int
@@ -44,6 +49,12 @@ class StepStats:
     verify: float
     wall: float
     wire_bytes: int = 0
+    emitted: int = 0
+
+    @property
+    def accepted_in_completion(self) -> int:
+        """Accepted drafts that are in the completion (the step's tokens begin with them)."""
+        return min(self.accepted, self.emitted)
 
     @property
     def other(self) -> float:
@@ -212,6 +223,7 @@ class SpeculativeEngine:
         stop_texts = [s for s in stop or () if isinstance(s, str) and s]
         if stop_texts and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer; give the engine one, or stop on token ids")
+        decoder = ContinuationDecoder(self.tokenizer, prompt) if stop_texts else None
         seed = secrets.randbits(63) if seed is None else int(seed)
         spec = SequenceSpec(tuple(prompt), params, seed, verifier, verifier_params)
         stats = stats if stats is not None else GenerationStats()
@@ -244,8 +256,8 @@ class SpeculativeEngine:
                         break
                 if len(produced) + len(new) >= max_new_tokens:
                     new, finish = new[: max_new_tokens - len(produced)], finish or "length"
-                if finish is None and stop_texts:
-                    cut = self._stop_string_cut(produced, new, stop_texts)
+                if stop_texts and new:  # a stop string in the step's last allowed tokens still stops
+                    cut = _stop_string_cut(decoder, produced, new, stop_texts)
                     if cut is not None:
                         new, finish = new[:cut], "stop"
                 produced += new
@@ -260,6 +272,7 @@ class SpeculativeEngine:
                     verify=outcome.verify_seconds,
                     wall=time.perf_counter() - step_start,
                     wire_bytes=draft.wire_bytes + outcome.wire_bytes,
+                    emitted=len(new),
                 )
                 stats.steps.append(step)
                 stats.tokens = len(produced)
@@ -267,17 +280,6 @@ class SpeculativeEngine:
                 yield Chunk(new, step, finish)
                 if finish is not None:
                     return
-
-    def _stop_string_cut(self, produced: list[int], new: list[int], stop_texts: list[str]) -> int | None:
-        """The number of new tokens up to and including the one that completes a stop string."""
-        before = self.tokenizer.decode(produced)
-        if not any(s in self.tokenizer.decode(produced + new)[max(len(before) - max(map(len, stop_texts)), 0):] for s in stop_texts):
-            return None
-        for n in range(1, len(new) + 1):
-            text = self.tokenizer.decode(produced + new[:n])
-            if any(s in text for s in stop_texts):
-                return n
-        return None
 
     def run(self, prompt_ids: Sequence[int], **kwargs) -> Generation:
         """`generate` to the end: all tokens, the finish reason and the statistics."""
@@ -289,6 +291,20 @@ class SpeculativeEngine:
             tokens += chunk.tokens
             finish = chunk.finish_reason or finish
         return Generation(tokens, finish, stats, seed)
+
+
+def _stop_string_cut(decoder: ContinuationDecoder, produced: list[int], new: list[int],
+                     stop_texts: list[str]) -> int | None:
+    """The number of new tokens up to and including the one that completes a stop string
+    (none had before them), decoded as `TextAssembler` decodes them."""
+    before = decoder.decode(produced).rstrip("\ufffd")  # an unfinished character may yet start one
+    window = max(len(before) - max(map(len, stop_texts)), 0)
+    if not any(s in decoder.decode(produced + new)[window:] for s in stop_texts):
+        return None
+    for n in range(1, len(new) + 1):
+        if any(s in decoder.decode(produced + new[:n]) for s in stop_texts):
+            return n
+    return None
 
 
 class _closing:

@@ -23,7 +23,10 @@ class Limits:
 
 
 def usage_of(stats: GenerationStats, prompt_tokens: int) -> dict:
-    accepted = sum(s.accepted for s in stats.steps)
+    """Token counts.  Draft tokens count as accepted when they are in the completion (OpenAI's
+    accepted prediction tokens), so accepted drafts that a stop or max_tokens cut off count as
+    rejected."""
+    accepted = sum(s.accepted_in_completion for s in stats.steps)
     drafted = sum(s.drafted for s in stats.steps)
     return {
         "prompt_tokens": prompt_tokens,
@@ -47,9 +50,18 @@ class GenerationRequest:
                 raise ValueError("prompt must be a string")
             prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
         self.prompt_ids = [int(t) for t in prompt_ids]
-        max_tokens = limits.default_max_tokens if max_tokens in (None, 0) else int(max_tokens)
+        asked = max_tokens not in (None, 0)
+        max_tokens = int(max_tokens) if asked else limits.default_max_tokens
         if not 1 <= max_tokens <= limits.max_tokens:
             raise ValueError(f"max_tokens must be between 1 and {limits.max_tokens}, got {max_tokens}")
+        # As OpenAI and vLLM do, a length the context cannot hold is refused, not cut short; the
+        # default length is cut (a prompt that fills the context is the engine's error).
+        context, prompt_tokens = engine.target.context_length, len(self.prompt_ids)
+        if asked and 0 < context - prompt_tokens < max_tokens:
+            raise ValueError(
+                f"the model's context holds {context} tokens, but {prompt_tokens + max_tokens} were asked for "
+                f"({prompt_tokens} in the prompt, max_tokens {max_tokens}): ask for at most "
+                f"{context - prompt_tokens} new tokens, or shorten the prompt")
         stop = [stop] if isinstance(stop, str) else stop
         if stop is not None and not all(isinstance(s, str) for s in stop):
             raise ValueError("stop must be a string or a list of strings")
@@ -80,7 +92,7 @@ class GenerationRequest:
         `self.text`, `self.token_ids`, `self.stats` hold the totals."""
         self.stats = GenerationStats()
         self.token_ids, self.finish_reason = [], "length"
-        assembler = TextAssembler(self.tokenizer, self.kwargs["stop"])
+        assembler = TextAssembler(self.tokenizer, self.kwargs["stop"], self.prompt_ids)
         for chunk in self.engine.generate(self.prompt_ids, stats=self.stats, **self.kwargs):
             self.token_ids += chunk.tokens
             self.finish_reason = chunk.finish_reason or self.finish_reason

@@ -5,6 +5,11 @@ decodes the generated sequence and emits what is new.  It holds back an unfinish
 character (decoded as U+FFFD) and any tail that could be the beginning of a stop string;
 once a stop string appears, the text ends right before it (OpenAI's semantics: the stop
 string itself is not returned).
+
+A completion is decoded after the last few prompt tokens (`ContinuationDecoder`), as vLLM's
+incremental detokeniser does: SentencePiece-style tokenizers (Llama 2, Mistral, Gemma) drop
+the leading space of a sequence's first word, so a completion decoded on its own would lose
+the space between the prompt and its first word.
 """
 
 from __future__ import annotations
@@ -12,11 +17,35 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 _REPLACEMENT = "\ufffd"
+CONTEXT_TOKENS = 4  # prompt tokens decoded before a completion; any word boundary shows in fewer
+
+
+class ContinuationDecoder:
+    """The text of generated tokens as it reads after the prompt (special tokens skipped)."""
+
+    def __init__(self, tokenizer, prompt_ids: Sequence[int] = ()):
+        self.tokenizer = tokenizer
+        self.context = [int(t) for t in prompt_ids][-CONTEXT_TOKENS:]
+        self.head = self._decode(self.context) if self.context else ""
+        # A prompt ending in half a character would decode differently once the completion
+        # finishes it: then the completion is decoded on its own.
+        if self.head.endswith(_REPLACEMENT):
+            self.context, self.head = [], ""
+
+    def decode(self, ids: Sequence[int]) -> str:
+        if self.context:
+            whole = self._decode([*self.context, *ids])
+            if whole.startswith(self.head):
+                return whole[len(self.head):]
+        return self._decode(ids)
+
+    def _decode(self, ids) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
 
 class TextAssembler:
-    def __init__(self, tokenizer, stop: Sequence[str] = ()):
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer, stop: Sequence[str] = (), prompt_ids: Sequence[int] = ()):
+        self.decoder = ContinuationDecoder(tokenizer, prompt_ids)
         self.stop = [s for s in stop if s]
         self.tokens: list[int] = []
         self.sent = 0  # characters already returned
@@ -28,7 +57,7 @@ class TextAssembler:
         if self.stopped:
             return ""
         self.tokens += list(tokens)
-        self._text = self.tokenizer.decode(self.tokens, skip_special_tokens=True)
+        self._text = self.decoder.decode(self.tokens)
         cut = min((i for i in (self._text.find(s) for s in self.stop) if i >= 0), default=-1)
         if cut >= 0:
             self.stopped = True
@@ -47,14 +76,17 @@ class TextAssembler:
         return self._text
 
     def _held_back(self) -> int:
-        text = self._text
-        hold = len(text) - len(text.rstrip(_REPLACEMENT))
+        """Characters at the end that may still change: an unfinished character, and before it
+        the longest tail that begins a stop string (which that character may continue)."""
+        text = self._text.rstrip(_REPLACEMENT)
+        unfinished = len(self._text) - len(text)
+        prefix = 0
         for stop in self.stop:
-            for n in range(min(len(stop) - 1, len(text)), 0, -1):
+            for n in range(min(len(stop) - 1, len(text)), prefix, -1):
                 if text.endswith(stop[:n]):
-                    hold = max(hold, n)
+                    prefix = n
                     break
-        return hold
+        return unfinished + prefix
 
     def _release(self, upto: int) -> str:
         upto = max(upto, self.sent)

@@ -54,7 +54,7 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
         request = self._request(message)
         for text, tokens, step in request.run():
             yield generation_pb2.GenerateStreamResponse(
-                chunk=generation_pb2.Chunk(text=text, token_ids=tokens, accepted=step.accepted)
+                chunk=generation_pb2.Chunk(text=text, token_ids=tokens, accepted=step.accepted_in_completion)
             )
         yield generation_pb2.GenerateStreamResponse(complete=self._complete(request, ""))
 

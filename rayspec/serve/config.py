@@ -123,6 +123,15 @@ class LimitsConfig:
     max_tokens: int = 4096
     max_concurrent_requests: int = 64
 
+    def __post_init__(self):
+        for name in ("default_max_tokens", "max_tokens", "max_concurrent_requests"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"limits.{name} must be a positive integer, got {value!r}")
+        if self.default_max_tokens > self.max_tokens:
+            raise ValueError(f"limits.default_max_tokens ({self.default_max_tokens}) is above "
+                             f"limits.max_tokens ({self.max_tokens})")
+
 
 @dataclass
 class ServiceConfig:

@@ -16,10 +16,11 @@ fields, as OpenAI does.  `user`, `metadata`, `store` and `service_tier` are acce
 ignored.
 
 Responses have OpenAI's shapes.  `usage.completion_tokens_details` counts the accepted and
-rejected draft tokens (OpenAI's Predicted Outputs fields), and a `rayspec` object carries
-the request's speculative decoding figures: the seed used (send it back to get the same
-tokens), steps, tokens per step, the histogram of accepted drafts per step and the
-acceptance rate at each tree depth.
+rejected draft tokens (OpenAI's Predicted Outputs fields: accepted drafts are those in the
+completion, so drafts a stop or max_tokens cut off count as rejected), and a `rayspec` object
+carries the request's speculative decoding figures, the verifier's verdicts whatever the cut:
+the seed used (send it back to get the same tokens), steps, tokens per step, the histogram of
+accepted drafts per step and the acceptance rate at each tree depth.
 
 Streaming (`stream: true`): server-sent events, one `data: {chunk}` per verification step
 that produced text, sent as soon as the step is verified; then a chunk with the finish
@@ -464,7 +465,7 @@ def create_app(service: Service) -> FastAPI:
         check_model(body.model)
         body.refuse_unsupported()
         request = service.request(
-            **body.prompt_fields(), max_tokens=body.max_tokens or COMPLETIONS_DEFAULT_MAX_TOKENS,
+            **body.prompt_fields(), max_tokens=body.max_tokens, default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS,
             **body.generation_fields(),
         )
         return await _answer(_CompletionReply(service, request), bool(body.stream), _include_usage(body))

@@ -58,10 +58,10 @@ class Metrics:
         for phase in _PHASES:  # every phase is exported from the start, at zero
             self.phase_seconds.labels(phase)
 
-    def observe_step(self, step: StepStats, emitted: int) -> None:
-        """One verification step that emitted `emitted` completion tokens (fewer than its
-        acceptance length when a stop or max_tokens cut them)."""
-        self.tokens.inc(emitted)
+    def observe_step(self, step: StepStats) -> None:
+        """One verification step (its completion tokens are fewer than its acceptance length
+        when a stop or max_tokens cut them)."""
+        self.tokens.inc(step.emitted)
         self.acceptance_length.observe(step.accepted + 1)
         for depth, rank in enumerate(step.ranks):
             self.depth_visits.labels(str(depth)).inc()

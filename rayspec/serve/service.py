@@ -12,6 +12,7 @@ away stops its generation after the current step.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Mapping
@@ -94,9 +95,13 @@ class Service:
         service._handles = handles
         return service
 
-    def request(self, **fields) -> GenerationRequest:
-        """A validated request (`GenerationRequest` fields); ValueError on bad input."""
-        return GenerationRequest(self.engine, self.tokenizer, self.request_limits, **fields)
+    def request(self, default_max_tokens: int | None = None, **fields) -> GenerationRequest:
+        """A validated request (`GenerationRequest` fields); ValueError on bad input.  Its length
+        when it gives none is `default_max_tokens`, if given, within the service's limit."""
+        limits = self.request_limits
+        if default_max_tokens is not None:
+            limits = dataclasses.replace(limits, default_max_tokens=min(default_max_tokens, limits.max_tokens))
+        return GenerationRequest(self.engine, self.tokenizer, limits, **fields)
 
     def render_chat(self, messages: list[dict]) -> str:
         """The prompt text of a conversation, by the tokenizer's chat template (or the
@@ -183,7 +188,7 @@ class StepStream:
                 except StopIteration:
                     metrics.observe_generation(request.stats)
                     break
-                metrics.observe_step(step, len(tokens))
+                metrics.observe_step(step)
                 self._put((text, tokens, step))
         except Exception as failure:  # delivered to the awaiting side, which answers for it
             error = failure

@@ -26,3 +26,14 @@ def test_bad_drafter_settings_are_refused_with_a_message(drafter, message):
     with pytest.raises(ValueError) as raised:
         ServiceConfig.from_dict({"drafters": [drafter]})
     assert message in str(raised.value)
+
+
+@pytest.mark.parametrize("limits, message", [
+    ({"default_max_tokens": 300, "max_tokens": 256}, "limits.default_max_tokens (300) is above limits.max_tokens (256)"),
+    ({"max_concurrent_requests": 0}, "limits.max_concurrent_requests must be a positive integer, got 0"),
+    ({"max_tokens": "lots"}, "limits.max_tokens must be a positive integer, got 'lots'"),
+])
+def test_bad_limits_are_refused_with_a_message(limits, message):
+    with pytest.raises(ValueError) as raised:
+        ServiceConfig.from_dict({"limits": limits})
+    assert message in str(raised.value)

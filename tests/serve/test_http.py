@@ -186,7 +186,7 @@ def test_completion_is_the_in_process_engine_output(http, parts, reference):
     assert body["object"] == "text_completion" and body["id"].startswith("cmpl-") and body["model"] == MODEL
     assert isinstance(body["created"], int)
     assert body["choices"] == [{"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}]
-    accepted = sum(s.accepted for s in stats.steps)
+    accepted = sum(s.accepted_in_completion for s in stats.steps)
     drafted = sum(s.drafted for s in stats.steps)
     prompt_tokens = len(tokenizer.encode(PROMPT, add_special_tokens=False))
     assert body["usage"] == {
@@ -219,7 +219,7 @@ def test_openai_client_completions_and_chat(client, parts, reference):
     chat = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=16, temperature=0.7, seed=5)
     assert chat.object == "chat.completion" and chat.id.startswith("chatcmpl-")
     assert chat.choices[0].message.role == "assistant" and chat.choices[0].message.content == chat_text
-    accepted = sum(s.accepted for s in stats.steps)
+    accepted = sum(s.accepted_in_completion for s in stats.steps)
     assert chat.usage.completion_tokens_details.accepted_prediction_tokens == accepted
     # the rayspec extension picks the verifier and tree per request
     _, gumbel_text, _ = expected(reference, tokenizer, PROMPT, max_new_tokens=20, seed=3, verifier="gumbel", tree="kary:2x2")
@@ -299,6 +299,8 @@ BAD_COMPLETIONS = [
     ({"prompt": "x", "rayspec": {"verifier_params": [1]}}, 400, "verifier_params", "rayspec"),
     ({"prompt": "x", "rayspec": {"speed": "max"}}, 400, "unrecognized request argument: rayspec.speed", "rayspec"),
     ({"prompt": [7] * 600}, 400, "context holds 512", None),
+    ({"prompt": [7] * 500, "max_tokens": 20}, 400, "520 were asked for (500 in the prompt, max_tokens 20): "
+                                                   "ask for at most 12 new tokens", None),
     ({"prompt": [1, 99999]}, 400, "out of the vocabulary", None),
     ({"prompt": ""}, 400, "at least one token", None),
     ({"prompt": ["a", "b"]}, 400, "batches of prompts are not supported", "prompt"),
@@ -350,6 +352,16 @@ def test_the_server_keeps_serving_after_bad_input_and_harmless_fields_pass(http)
     assert http.post("/v1/completions", json=harmless).status_code == 200
     unknown_route = http.post("/v1/embeddings", json={})
     assert unknown_route.status_code == 404 and "/v1/embeddings" in unknown_route.json()["error"]["message"]
+
+
+def test_default_lengths_are_cut_to_the_context_and_the_limits(http, parts, reference):
+    near_the_end = http.post("/v1/completions", json={"prompt": [7] * 500, "seed": 1}).json()
+    assert near_the_end["usage"]["completion_tokens"] == 12 and near_the_end["choices"][0]["finish_reason"] == "length"
+    service = Service(reference, parts[2], MODEL, LimitsConfig(default_max_tokens=3, max_tokens=5))
+    with ServerThread(create_app(service)) as small, httpx.Client(base_url=small.url, timeout=60) as client:
+        completion = client.post("/v1/completions", json={"prompt": PROMPT, "seed": 1}).json()  # OpenAI's 16, cut to 5
+        chat = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "seed": 1}).json()
+    assert completion["usage"]["completion_tokens"] == 5 and chat["usage"]["completion_tokens"] == 3
 
 
 def test_openai_client_raises_on_a_bad_request(client):

@@ -92,7 +92,7 @@ def test_completion_through_serve_is_the_in_process_engine_output(cluster, refer
     client = openai.OpenAI(base_url=f"{cluster['url']}/v1", api_key="x", max_retries=0)
     completion = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=30, temperature=0.8, seed=7)
     assert completion.choices[0].text == tokenizer.decode(local.tokens, skip_special_tokens=True).rstrip("\ufffd")
-    accepted = sum(s.accepted for s in local.stats.steps)
+    accepted = sum(s.accepted_in_completion for s in local.stats.steps)
     assert completion.usage.completion_tokens == 30
     assert completion.usage.completion_tokens_details.accepted_prediction_tokens == accepted
     assert completion.rayspec["seed"] == 7 and completion.rayspec["steps"] == len(local.stats.steps)
@@ -137,7 +137,7 @@ def test_errors_health_and_metrics_through_serve(http):
 def test_a_disconnect_through_serve_stops_the_generation(http):
     before = metrics(http).get("rayspec_generated_tokens_total", 0)
     # target-only decoding, one token per step: ~500 steps to fill the 512-token context
-    body = {"prompt": PROMPT, "max_tokens": 4096, "stream": True, "rayspec": {"tree": "none"}}
+    body = {"prompt": PROMPT, "max_tokens": 480, "stream": True, "rayspec": {"tree": "none"}}
     with http.stream("POST", "/v1/completions", json=body) as response:
         next(line for line in response.iter_lines() if line)
     deadline = time.monotonic() + 30
