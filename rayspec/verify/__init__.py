@@ -49,15 +49,24 @@ def verifier_class(name: str) -> type[Verifier]:
 def get_verifier(name: str, **params) -> Verifier:
     """The verifier `name`, configured by `params` (e.g. get_verifier("mentored", kl_budget=0.1))."""
     cls = verifier_class(name)
-    accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
-    unknown = set(params) - accepted
+    signature = dict(inspect.signature(cls.__init__).parameters)
+    signature.pop("self")
+    unknown = set(params) - set(signature)
     if unknown:
-        allowed = ", ".join(sorted(accepted)) or "none"
+        allowed = ", ".join(sorted(signature)) or "none"
         raise ValueError(
             f"verifier {name!r} takes no parameter(s) {', '.join(sorted(unknown))}; "
             f"its parameters: {allowed}"
         )
-    return cls(**params)
+    for key, value in params.items():  # parameters arrive from requests: a wrong type is bad input
+        default = signature[key].default
+        kinds = {bool: (bool,), int: (int,), float: (int, float)}.get(type(default))
+        if kinds and value is not None and (type(value) not in kinds):
+            raise ValueError(f"verifier {name!r}: {key} must be {type(default).__name__}, got {value!r}")
+    try:
+        return cls(**params)
+    except TypeError as error:
+        raise ValueError(f"verifier {name!r}: bad parameters {params}: {error}") from None
 
 
 __all__ = ["Verifier", "TreeVerdict", "available_verifiers", "get_verifier", "verifier_class", "walk_tree"]

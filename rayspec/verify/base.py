@@ -171,12 +171,17 @@ def sample_from_weights(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """
     squeeze = u.dim() == 1
     u = u.unsqueeze(-1) if squeeze else u
-    cdf = torch.cumsum(weights, dim=-1)
+    # In float64: a float32 running sum over a large vocabulary is off by ~1e-4 in total
+    # variation (and never reaches tokens of tiny mass after a large one), and a float32
+    # threshold rounds u in [1 - 2^-25, 1) up to 1.
+    cdf = torch.cumsum(weights, dim=-1, dtype=torch.float64)
     total = cdf[:, -1:]
     # right=True: the first index whose cumulative mass exceeds the threshold, which can
     # only be an index of positive weight (u = 0 must not pick a leading zero).
-    index = torch.searchsorted(cdf, u.to(cdf.dtype) * total, right=True)
-    index = index.clamp_max(weights.shape[-1] - 1)
+    index = torch.searchsorted(cdf, u.to(torch.float64) * total, right=True)
+    # u * total may still round to total: that draw belongs to the last positive weight.
+    last_positive = weights.shape[-1] - 1 - (weights.flip(-1) > 0).to(torch.int32).argmax(-1, keepdim=True)
+    index = torch.minimum(index, last_positive)
     ok = (total > 0) & (weights.gather(-1, index) > 0)
     index = torch.where(ok, index, torch.full_like(index, -1))
     return index.squeeze(-1) if squeeze else index

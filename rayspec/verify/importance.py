@@ -305,12 +305,38 @@ class PairwiseImportanceSampling(IIDDrafts, Verifier):
     # With one draft the selection is trivial (p_I = q), so step 2 is plain speculative sampling
     # over the whole vocabulary: exact, and optimal at 1 - TV.  The truncated alphabet would only
     # cost the tail mass 1 - gamma there (at T = 1 on the demo pair, ~40 % of a chain's tokens).
+    # Decided per row: a node with one child in a tree walked with wider nodes has one draft
+    # and -1 padding.
     _single_draft = SpeculativeSampling()
 
+    def _by_draft_count(self, single_rule, truncated_rule, p, q, drafts):
+        """`single_rule(p, q, draft [n, 1], column [n])` on the rows with exactly one draft,
+        `truncated_rule(p, q, drafts)` on the others, each result's rows back in place."""
+        drafts = torch.as_tensor(drafts, dtype=torch.long, device=p.device)
+        valid = drafts >= 0
+        single = valid.sum(-1) == 1
+        if not bool(single.any()):
+            return truncated_rule(p, q, drafts)
+        column = valid.to(torch.int8).argmax(-1)
+        draft = drafts.gather(-1, column.unsqueeze(-1))
+        if bool(single.all()):
+            return single_rule(p, q, draft, column)
+        parts = []
+        for rows, rule, args in ((single.nonzero().flatten(), single_rule, (draft, column)),
+                                 ((~single).nonzero().flatten(), truncated_rule, (drafts,))):
+            # index_select, not p[rows]: see tree_walk.rows_of
+            pick = [x.index_select(0, rows) for x in (p, q, *args)]
+            parts.append((rows, rule(*pick)))
+        return _merge_rows(parts, p.shape[0])
+
     def verify_batch(self, p, q, drafts, generator):
-        drafts = torch.as_tensor(drafts, dtype=torch.long)
-        if drafts.shape[-1] == 1:
-            return self._single_draft.verify_batch(p, q, drafts, generator)
+        def single(p, q, draft, column):
+            token, index = self._single_draft.verify_batch(p, q, draft, generator)
+            return token, torch.where(index >= 0, column, -1)
+
+        return self._by_draft_count(single, lambda p, q, d: self._verify_truncated(p, q, d, generator), p, q, drafts)
+
+    def _verify_truncated(self, p, q, drafts, generator):
         nodes = self.nodes(p, q, drafts)
         batch, k = nodes.local.shape
         # Columns: k-1 selection stages, then acceptance, residual, gamma coin, tail draw.
@@ -334,9 +360,12 @@ class PairwiseImportanceSampling(IIDDrafts, Verifier):
         return token, index
 
     def output_law_batch(self, p, q, drafts):
-        drafts = torch.as_tensor(drafts, dtype=torch.long)
-        if drafts.shape[-1] == 1:
-            return self._single_draft.output_law_batch(p, q, drafts)
+        def single(p, q, draft, column):
+            return self._single_draft.output_law_batch(p, q, draft)
+
+        return self._by_draft_count(single, self._truncated_law, p, q, drafts)
+
+    def _truncated_law(self, p, q, drafts):
         nodes = self.nodes(p, q, drafts)
         p_sel = nodes.selection_law()
         probs = nodes.selection_probs()
@@ -369,6 +398,18 @@ class PairwiseImportanceSampling(IIDDrafts, Verifier):
             comb(k, n) * inside**n * (1 - inside) ** (k - n) * float(rates[n - 1]) for n in range(1, k + 1)
         )
         return total * float(nodes.head[0] / (nodes.head[0] + nodes.tail[0]))
+
+
+def _merge_rows(parts, batch: int):
+    """Results (a tensor, or a tuple of tensors) of row subsets, back in one batch of `batch` rows:
+    parts is [(rows, result)]."""
+    first = parts[0][1]
+    if isinstance(first, tuple):
+        return tuple(_merge_rows([(rows, result[i]) for rows, result in parts], batch) for i in range(len(first)))
+    out = first.new_empty((batch, *first.shape[1:]))
+    for rows, result in parts:
+        out.index_copy_(0, rows, result)
+    return out
 
 
 def _at(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

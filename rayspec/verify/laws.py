@@ -44,6 +44,6 @@ def mixture_output_law(verifier, p: torch.Tensor, q: torch.Tensor, k: int) -> to
 def exact_acceptance(verifier, p: torch.Tensor, q: torch.Tensor, k: int) -> float:
     """P(the emitted token is one of the drafted tokens), drafts included."""
     drafts, probs, laws = conditional_laws(verifier, p, q, k)
-    drafted = torch.zeros_like(laws, dtype=torch.bool)
-    drafted.scatter_(-1, drafts.clamp_min(0), drafts >= 0)
+    # Added, not written: a -1 pad (clamped to column 0) must not erase a real draft of token 0.
+    drafted = torch.zeros_like(laws).scatter_add_(-1, drafts.clamp_min(0), (drafts >= 0).to(laws.dtype)) > 0
     return float(probs @ (laws * drafted).sum(-1))

@@ -19,8 +19,8 @@ class SamplingParams:
     top_k: int = 0  # 0: no top-k truncation
 
     def __post_init__(self):
-        if not (self.temperature >= 0 and self.temperature == self.temperature):
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.temperature < float("inf"):  # NaN fails too
+            raise ValueError(f"temperature must be >= 0 and finite, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
@@ -37,7 +37,8 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams, dtype=torch.fl
     if params.greedy:
         probs = torch.zeros_like(logits)
         return probs.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
-    logits = logits / params.temperature
+    # Shifted first: logits / T overflows float32 for a tiny T (1e-40), and softmax of inf is NaN.
+    logits = (logits - logits.amax(-1, keepdim=True)) / params.temperature
     if 0 < params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -140,10 +140,12 @@ def walk_trees(verifier, shape: TreeShape, tokens, p_rows, q_rows, generator) ->
 def walk_tree(verifier, tree: DraftTree, p_rows, q_rows, generator) -> TreeVerdict:
     """Walk one tree: p_rows [N, V]; q_rows [N, V], [I, V] for the internal nodes only, or None.
 
-    The same walk as `walk_trees` for B = 1 — same verifier calls with the same shapes, so the
-    same randomness and the same verdict — with the tree bookkeeping in Python integers: for
-    one tree, tensor bookkeeping would cost more than the verification itself."""
+    The same walk as `walk_trees` for B = 1 — same verifier calls with the same shapes (every
+    node's drafts padded with -1 to the tree's widest node), so the same randomness and the
+    same verdict — with the tree bookkeeping in Python integers: for one tree, tensor
+    bookkeeping would cost more than the verification itself."""
     shape, tokens = tree.shape, tree.tokens.tolist()
+    width = max(shape.max_children, 1)
     verdict = TreeVerdict()
     node = 0
     while True:
@@ -153,7 +155,7 @@ def walk_tree(verifier, tree: DraftTree, p_rows, q_rows, generator) -> TreeVerdi
         if not children:
             verdict.tokens.append(int(verifier.sample_target_batch(p, randomness)[0]))
             return verdict
-        drafts = torch.tensor([[tokens[c] for c in children]], device=p.device)
+        drafts = torch.tensor([[tokens[c] for c in children] + [-1] * (width - len(children))], device=p.device)
         row = node if q_rows is None or q_rows.shape[0] == shape.size else shape.internal_index[node]
         q = None if q_rows is None else q_rows[row : row + 1]
         token, index = (int(x[0]) for x in verifier.verify_batch(p, q, drafts, randomness))

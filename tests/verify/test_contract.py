@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from rayspec.verify import available_verifiers, get_verifier
-from rayspec.verify.laws import conditional_laws, mixture_output_law
+from rayspec.verify.laws import conditional_laws, exact_acceptance, mixture_output_law
 from tests.cases import adversarial_pairs, random_pairs
 from tests.stats import assert_frequencies_match, law_of_tensor
 
@@ -140,3 +140,24 @@ def test_unknown_verifier_and_parameter_are_refused():
         get_verifier("nope")
     with pytest.raises(ValueError, match="takes no parameter"):
         get_verifier("rrsw", temperature=2)
+    # parameters come from requests: a wrong type is bad input, not a crash inside the verifier
+    with pytest.raises(ValueError, match="verifier 'is': alphabet_size must be int, got 'x'"):
+        get_verifier("is", alphabet_size="x")
+    with pytest.raises(ValueError, match="kl_budget must be float, got \\[0.1\\]"):
+        get_verifier("mentored", kl_budget=[0.1])
+    with pytest.raises(ValueError, match="within_target_support must be bool, got 1"):
+        get_verifier("mentored", within_target_support=1)
+    assert get_verifier("mentored", kl_budget=1).kl_budget == 1 and get_verifier("is", alphabet_size=None)
+
+
+def test_exact_acceptance_counts_a_drafted_token_zero_beside_padded_tuples():
+    """The oracle itself, on a draft law whose tuples differ in length (-1 pads the short one)."""
+
+    class RaggedDrafts(type(get_verifier("topk"))):
+        def draft_law(self, q, k):
+            return [((0,), 0.5), ((1, 2), 0.5)]
+
+    verifier, p = RaggedDrafts(), torch.tensor([0.5, 0.25, 0.25], dtype=torch.float64)
+    expected = sum(mass * float(verifier.output_law(p, p, list(drafts))[list(drafts)].sum())
+                   for drafts, mass in verifier.draft_law(p, 2))
+    assert expected > 0.4 and exact_acceptance(verifier, p, p.clone(), 2) == pytest.approx(expected, abs=1e-12)

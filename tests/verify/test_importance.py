@@ -154,6 +154,18 @@ def test_one_draft_skips_the_truncated_alphabet(name):
         assert torch.allclose(verifier.output_law(p, q, [x]), sps.output_law(p, q, [x]), atol=1e-12)
     tokens = [verifier.verify(p, q, [17], torch.Generator().manual_seed(s))[0] for s in range(50)]
     assert tokens == [sps.verify(p, q, [17], torch.Generator().manual_seed(s))[0] for s in range(50)]
+    # Decided per row: one draft padded with -1 (a one-child node of a wider tree) is still
+    # speculative sampling, beside rows with two drafts in the same batch.
+    drafts = torch.tensor([[17, -1], [-1, 17], [17, 40], [0, -1]])
+    rows = verifier.output_law_batch(p.expand(4, -1), q.expand(4, -1), drafts)
+    assert torch.allclose(rows[0], sps.output_law(p, q, [17]), atol=1e-12) and torch.equal(rows[0], rows[1])
+    assert torch.allclose(rows[2], verifier.output_law(p, q, [17, 40]), atol=1e-12)
+    assert torch.allclose(rows[3], sps.output_law(p, q, [0]), atol=1e-12)
+    token, index = verifier.verify_batch(p.expand(4000, -1), q.expand(4000, -1), drafts[1:2].expand(4000, -1),
+                                         torch.Generator().manual_seed(0))
+    accepted = float((index == 1).double().mean())  # the one draft's column
+    assert bool((index != 0).all()) and bool((token[index == 1] == 17).all())
+    assert accepted == pytest.approx(min(float(p[17] / q[17]), 1.0), abs=0.03)  # speculative sampling's rate
 
 
 @pytest.mark.parametrize("name", ["is", "is-weighted full LP"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from rayspec.verify.processing import SamplingParams, half_precision, logits_to_probs
@@ -20,3 +21,15 @@ def test_the_half_precision_law_is_a_law_close_to_the_full_one_and_rebuilt_exact
         assert ((law == 0) == (probs.to(torch.float16) == 0)).all()  # support: all but the sub-6e-8 tail
         weights = (law * divisors.unsqueeze(-1)).to(torch.float16)
         assert torch.equal(weights.float() / divisors.unsqueeze(-1), law)
+
+
+def test_a_tiny_temperature_is_the_argmax_law_not_nan():
+    logits = torch.tensor([[1.0, 3.0, 2.0, -50.0]])
+    for temperature in (1e-30, 1e-45):  # 3 / 1e-45 overflows float32
+        assert torch.equal(logits_to_probs(logits, SamplingParams(temperature)), torch.tensor([[0.0, 1.0, 0.0, 0.0]]))
+
+
+def test_an_infinite_or_nan_temperature_is_refused():
+    for temperature in (float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="temperature must be >= 0 and finite"):
+            SamplingParams(temperature)

@@ -76,11 +76,14 @@ def draft_one_tree(verifier, shape, pair, context, randomness):
     return tokens, pair.p[previous, tokens], pair.q[previous, tokens]
 
 
+@pytest.mark.parametrize("unbalanced", [False, True], ids=["kary", "unbalanced"])
 @pytest.mark.parametrize("name", available_verifiers())
-def test_single_walk_equals_batched_walk(name):
+def test_single_walk_equals_batched_walk(name, unbalanced):
     verifier = get_verifier(name)
     width = min(3, verifier.max_drafts or 3)
     shape = TreeShape.kary(width, 3) if width > 1 else TreeShape.chain(4)
+    if unbalanced and width > 1:  # nodes of 1 to `width` children, as Sequoia's trees have
+        shape = WIDE if width == 3 else TreeShape((-1, 0, 0, 1, 3, 4))
     pair = TablePair(vocab=7, seed=3)
     for trial in range(20):
         if verifier.drafter_invariant:
