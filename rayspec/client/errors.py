@@ -5,7 +5,7 @@
     ├── NotFoundError             NOT_FOUND: unknown session, model or health service
     ├── OverloadedError           RESOURCE_EXHAUSTED: the server sheds load; back off
     ├── DeadlineExceededError     DEADLINE_EXCEEDED: the call's timeout ran out
-    ├── UnavailableError          UNAVAILABLE: the server cannot be reached (or is shutting down)
+    ├── UnavailableError          UNAVAILABLE: the server, or a model worker behind it, cannot be reached
     └── ServerError               INTERNAL / UNKNOWN / UNIMPLEMENTED / DATA_LOSS: a server bug
 
 Other status codes (CANCELLED, PERMISSION_DENIED, ...) raise a plain `RayspecError`.  The
@@ -46,7 +46,8 @@ class DeadlineExceededError(RayspecError):
 
 
 class UnavailableError(RayspecError):
-    """The server could not be reached, or dropped the connection."""
+    """The server could not be reached or dropped the connection, or a model worker behind it
+    failed or could not be reached."""
 
 
 class ServerError(RayspecError):

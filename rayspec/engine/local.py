@@ -73,9 +73,12 @@ class LocalTargetSession(_Session):
     def score(self, tree: DraftTree) -> torch.Tensor:
         """The target's law after every node's path, [N, V], from one tree-masked forward.
 
-        The tree's rows stay in the cache until `commit` keeps the accepted path's."""
+        The tree's rows stay in the cache until `commit` keeps the accepted path's; those of a
+        tree scored before and never committed (its step failed) are dropped first."""
         if int(tree.tokens[0]) != self.tokens[-1]:
             raise ValueError(f"the tree's root {int(tree.tokens[0])} is not the last committed token {self.tokens[-1]}")
+        if self.lm.cached > self.lm.committed:
+            self.lm.keep([])
         logits = self.lm.forward(tree.tokens.tolist(), tree.shape.parents, tree.shape.depth)
         return logits_to_probs(logits, self.params)
 
@@ -95,14 +98,22 @@ class LocalTargetSession(_Session):
         self.tokens += tokens
 
     def verify(self, draft: Draft) -> Outcome:
+        """Score, verify and commit one tree; a step that fails leaves the session as it was
+        (a worker answers the error and keeps the session open for the next step)."""
         q_rows = draft.q_rows  # decoded (a remote draft's) before taking the model
         with self.compute:
-            start = time.perf_counter()
-            p_rows = self.score(draft.tree)
-            scored = time.perf_counter()
-            q_rows = None if q_rows is None else q_rows.to(p_rows.device)
-            verdict = self.verifier.verify_tree(draft.tree, p_rows, q_rows, self.randomness())
-            verified = time.perf_counter()
+            drawn = self.generator.get_state()
+            try:
+                start = time.perf_counter()
+                p_rows = self.score(draft.tree)
+                scored = time.perf_counter()
+                q_rows = None if q_rows is None else q_rows.to(p_rows.device)
+                verdict = self.verifier.verify_tree(draft.tree, p_rows, q_rows, self.randomness())
+                verified = time.perf_counter()
+            except BaseException:
+                self.lm.keep([])
+                self.generator.set_state(drawn)
+                raise
             self.commit(verdict.tokens, verdict.path)
         return Outcome(verdict.tokens, verdict.path, verdict.ranks, scored - start, verified - scored)
 
@@ -139,6 +150,9 @@ class LocalDrafterSession(_Session):
 
     def _draft(self, shape: TreeShape | DynamicPlan, previous: Outcome | None) -> Draft:
         start = time.perf_counter()
+        if previous is None and self.lm.committed == len(self.tokens):
+            raise ValueError("nothing new to draft from: send the previous step's outcome with this draft, "
+                             "or commit it first")
         if previous is not None:
             self.commit(previous)
         self.slots = {}

@@ -16,6 +16,10 @@ from rayspec.engine.policy import check_tree_spec
 from rayspec.engine.text import TextAssembler
 
 
+# No tokenizer's tokens average this many characters over a whole prompt.
+MAX_CHARS_PER_TOKEN = 64
+
+
 @dataclass
 class Limits:
     default_max_tokens: int = 256
@@ -45,9 +49,13 @@ class GenerationRequest:
                  verifier=None, tree=None, verifier_params=None, request_id=None):
         if (prompt is None) == (prompt_ids is None):
             raise ValueError("give exactly one of prompt (text) and prompt_ids (token ids)")
+        context = engine.target.context_length
         if prompt is not None:
             if not isinstance(prompt, str):
                 raise ValueError("prompt must be a string")
+            if len(prompt) > MAX_CHARS_PER_TOKEN * context:  # refused before tokenizing it costs seconds
+                raise ValueError(f"the prompt has {len(prompt)} characters, far more than the model's context of "
+                                 f"{context} tokens can hold")
             prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
         self.prompt_ids = [int(t) for t in prompt_ids]
         asked = max_tokens not in (None, 0)
@@ -56,7 +64,7 @@ class GenerationRequest:
             raise ValueError(f"max_tokens must be between 1 and {limits.max_tokens}, got {max_tokens}")
         # As OpenAI and vLLM do, a length the context cannot hold is refused, not cut short; the
         # default length is cut (a prompt that fills the context is the engine's error).
-        context, prompt_tokens = engine.target.context_length, len(self.prompt_ids)
+        prompt_tokens = len(self.prompt_ids)
         if asked and 0 < context - prompt_tokens < max_tokens:
             raise ValueError(
                 f"the model's context holds {context} tokens, but {prompt_tokens + max_tokens} were asked for "

@@ -35,6 +35,7 @@ _LITTLE = sys.byteorder == "little"
 # A sparse table is sent when it holds at most this share of non-zeros: an entry then costs
 # index + value (2x a dense entry), so below 1/2 it is smaller; 1/4 leaves margin for offsets.
 SPARSE_BELOW = 0.25
+MAX_DIMS, MAX_DIM = 8, 2**31 - 1
 
 
 class CodecError(ValueError):
@@ -66,6 +67,8 @@ def decode_tensor(message: tensor_pb2.Tensor, expect: set[str] | None = None, wh
     shape = tuple(int(d) for d in message.shape)
     if any(d < 0 for d in shape):
         raise CodecError(f"{what}: negative dimension in shape {shape}")
+    if len(shape) > MAX_DIMS or any(d > MAX_DIM for d in shape):  # an empty tensor too: torch sizes overflow
+        raise CodecError(f"{what}: shape {list(shape)} beyond {MAX_DIMS} dimensions of at most {MAX_DIM}")
     dtype = DTYPES[message.dtype]
     count = 1
     for d in shape:
@@ -216,8 +219,11 @@ def decode_plan(request: worker_pb2.DraftRequest, max_nodes: int = 4096) -> Tree
     kind = request.WhichOneof("plan")
     if kind == "dynamic":
         plan = request.dynamic
-        if plan.budget > max_nodes or plan.depth > max_nodes or plan.top_k > max_nodes:
-            raise CodecError(f"dynamic tree {plan.budget}x{plan.depth}x{plan.top_k} exceeds the limit of {max_nodes}")
+        # The drafter scores top_k^2 candidates per level: the work, not each field, is capped.
+        work = max(plan.budget, plan.depth * plan.top_k**2)
+        if work > max_nodes:
+            raise CodecError(f"dynamic tree {plan.budget}x{plan.depth}x{plan.top_k} asks for {work} nodes of "
+                             f"work (budget, or depth * top_k^2); the limit is {max_nodes}")
         try:
             return DynamicPlan(plan.budget, plan.depth, plan.top_k)
         except ValueError as error:
@@ -244,10 +250,19 @@ def encode_outcome(outcome: Outcome) -> worker_pb2.Outcome:
     )
 
 
-def decode_outcome(message: worker_pb2.Outcome) -> Outcome:
-    return Outcome(
-        list(message.tokens), list(message.path), list(message.ranks), message.score_seconds, message.verify_seconds
-    )
+def decode_outcome(message: worker_pb2.Outcome, vocab_size: int) -> Outcome:
+    """An Outcome whose tokens are in the vocabulary and whose path is shorter than them
+    (the accepted drafts' tokens, then one more): a session is never handed tokens that
+    its next forward cannot embed."""
+    tokens, path = list(message.tokens), list(message.path)
+    if not tokens or len(path) >= len(tokens):
+        raise CodecError(f"an outcome emits its {len(path)} accepted drafts' tokens and one more; "
+                         f"got {len(tokens)} tokens")
+    if min(tokens) < 0 or max(tokens) >= vocab_size:
+        raise CodecError(f"outcome tokens outside the vocabulary [0, {vocab_size})")
+    if min(path, default=1) < 1:
+        raise CodecError("an outcome's path holds tree nodes below the root (indices >= 1)")
+    return Outcome(tokens, path, list(message.ranks), message.score_seconds, message.verify_seconds)
 
 
 def encode_draft(draft: Draft, out: worker_pb2.DraftReply | None = None) -> worker_pb2.DraftReply:

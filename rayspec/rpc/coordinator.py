@@ -7,6 +7,8 @@ step's text as soon as it is verified, then a last message with the totals.
 
 from __future__ import annotations
 
+from contextlib import closing
+
 from rayspec.engine import SpeculativeEngine
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.rpc import codec
@@ -45,8 +47,10 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
     @rpc_errors
     def Generate(self, message, context):
         request = self._request(message)
-        for _ in request.run():
-            pass
+        with closing(request.run()) as steps:
+            for _ in steps:
+                if not context.is_active():  # cancelled, or past its deadline: stop, releasing the sessions
+                    return generation_pb2.GenerateResponse()
         return self._complete(request, request.text)
 
     @rpc_errors

@@ -33,16 +33,12 @@ from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec, stream_gener
 from rayspec.coupling import KeyedNoise
 from rayspec.rpc import codec
 from rayspec.rpc.generated import worker_pb2, worker_pb2_grpc
-from rayspec.rpc.server import GRPC_OPTIONS
+from rayspec.rpc.server import GRPC_OPTIONS, RemoteError
 from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import TreeShape
 from rayspec.verify import get_verifier
 
 DEFAULT_TIMEOUT = 60.0
-
-
-class RemoteError(RuntimeError):
-    """A worker failed or could not be reached."""
 
 
 _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
@@ -54,7 +50,8 @@ def failure(code: grpc.StatusCode | int, details: str) -> Exception:
     code = _STATUS_CODES.get(code, code) if isinstance(code, int) else code
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return ValueError(details)
-    return RemoteError(f"{getattr(code, 'name', code)}: {details}")
+    code = code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
+    return RemoteError(f"{code.name}: {details}", code)
 
 
 def call(method, request, timeout: float):
@@ -273,7 +270,7 @@ class RemoteTargetSession(_RemoteSession):
         elif draft.q_rows is not None:
             codec.encode_rows(draft.q_rows, request.q_rows, draft.q_divisors)
         reply, wire_bytes = self._step(message)
-        outcome = codec.decode_outcome(reply.outcome)
+        outcome = codec.decode_outcome(reply.outcome, self.target.vocab_size)
         outcome.wire_bytes = wire_bytes
         return outcome
 

@@ -1,8 +1,10 @@
 """What every rayspec gRPC server shares: options, error mapping, sessions, health.
 
 Errors: bad input (a `ValueError`, codec errors included) is INVALID_ARGUMENT with its
-message; an unknown session NOT_FOUND; too many sessions RESOURCE_EXHAUSTED; anything else
-INTERNAL with the exception's message — the server keeps serving in every case.
+message; an unknown session NOT_FOUND; too many sessions RESOURCE_EXHAUSTED; a worker of a
+coordinator that failed (`RemoteError`) UNAVAILABLE, or RESOURCE_EXHAUSTED when the worker
+was full; anything else INTERNAL with the exception's message — the server keeps serving in
+every case.
 
 Sizes: the transport accepts messages up to `TRANSPORT_LIMIT`; requests above the service's
 own `max_request_bytes` are refused with INVALID_ARGUMENT and a message saying so, rather
@@ -57,6 +59,14 @@ class SessionLimitError(RuntimeError):
     pass
 
 
+class RemoteError(RuntimeError):
+    """A worker failed or could not be reached; `code` is the status its call ended with."""
+
+    def __init__(self, message: str, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE):
+        super().__init__(message)
+        self.code = code
+
+
 class UnknownSessionError(KeyError):
     pass
 
@@ -69,6 +79,10 @@ def status_of(error: Exception, where: str) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.NOT_FOUND, str(error.args[0])
     if isinstance(error, SessionLimitError):
         return grpc.StatusCode.RESOURCE_EXHAUSTED, str(error)
+    if isinstance(error, RemoteError):  # a coordinator's worker: this service is unavailable, or full
+        log.warning("%s: a worker call failed: %s", where, error)
+        full = error.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        return grpc.StatusCode.RESOURCE_EXHAUSTED if full else grpc.StatusCode.UNAVAILABLE, f"a model worker failed: {error}"
     log.error("internal error in %s", where, exc_info=error)
     return grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}"
 
@@ -96,6 +110,9 @@ def rpc_errors(method):
             abort(context, error)
 
     return streaming if inspect.isgeneratorfunction(method) else unary
+
+
+_OPENING = object()  # the place of a session whose Open is still running
 
 
 class Servicer:
@@ -136,7 +153,9 @@ class Servicer:
         if size > self.max_request_bytes:
             raise ValueError(f"request of {size} bytes exceeds this server's limit of {self.max_request_bytes} bytes")
 
-    def add_session(self, session_id: str, session) -> None:
+    def open_session(self, session_id: str, make) -> None:
+        """Open `session_id` with `make()` (which may prefill a prompt): its place is taken
+        first, so that an Open refused for a duplicate id or a full server costs no compute."""
         if not session_id:
             raise ValueError("a session id is required")
         with self._sessions_lock:
@@ -145,12 +164,24 @@ class Servicer:
                 raise ValueError(f"session {session_id!r} is already open")
             if len(self._sessions) >= self.max_sessions:
                 raise SessionLimitError(f"{len(self._sessions)} sessions open, the limit is {self.max_sessions}")
-            self._sessions[session_id] = (session, time.monotonic())
+            self._sessions[session_id] = (_OPENING, time.monotonic())
+        try:
+            session = make()
+        except BaseException:
+            with self._sessions_lock:
+                self._sessions.pop(session_id, None)
+            raise
+        with self._sessions_lock:
+            if session_id in self._sessions:  # not released while it opened
+                self._sessions[session_id] = (session, time.monotonic())
+                return
+        session.close()
 
     def session(self, session_id: str):
         with self._sessions_lock:
-            if session_id not in self._sessions:
-                raise UnknownSessionError(f"no open session {session_id!r} (released, expired or never opened)")
+            if self._sessions.get(session_id, (None,))[0] in (None, _OPENING):
+                raise UnknownSessionError(f"no open session {session_id!r} (released, expired, still opening "
+                                          "or never opened)")
             session, _ = self._sessions[session_id]
             self._sessions[session_id] = (session, time.monotonic())
             return session
@@ -164,12 +195,14 @@ class Servicer:
     def release(self, session_id: str) -> None:
         with self._sessions_lock:
             entry = self._sessions.pop(session_id, None)
-        if entry is not None:
+        if entry is not None and entry[0] is not _OPENING:
             entry[0].close()
 
     def _expire_idle(self) -> None:
         now = time.monotonic()
-        for session_id in [s for s, (_, used) in self._sessions.items() if now - used > self.idle_seconds]:
+        idle = [s for s, (session, used) in self._sessions.items()
+                if session is not _OPENING and now - used > self.idle_seconds]
+        for session_id in idle:
             self._sessions.pop(session_id)[0].close()
             log.info("session %s expired after %.0f s idle", session_id, self.idle_seconds)
 

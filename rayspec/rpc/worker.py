@@ -62,8 +62,7 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
     def Open(self, request, context):
         spec = codec.decode_spec(request.spec)
         _open_checks(spec, self.target.vocab_size, self.target.context_length)
-        session = self.target.open(spec)  # prefills, holding the model
-        self.add_session(request.session_id, session)
+        self.open_session(request.session_id, lambda: self.target.open(spec))  # prefills, holding the model
         return worker_pb2.OpenReply()
 
     # The per-step handlers take the reply to fill: a `Steps` stream passes the one inside its
@@ -98,7 +97,7 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
     @rpc_errors
     def Commit(self, request, context, reply=None):
         session = self.session(request.session_id)
-        outcome = codec.decode_outcome(request.outcome)
+        outcome = codec.decode_outcome(request.outcome, self.target.vocab_size)
         with self.target.compute:
             session.commit(outcome.tokens, outcome.path)
         return worker_pb2.CommitReply() if reply is None else reply
@@ -117,22 +116,21 @@ class DrafterServicer(Servicer, worker_pb2_grpc.DrafterServiceServicer):
     def Open(self, request, context):
         spec = codec.decode_spec(request.spec)
         _open_checks(spec, self.drafter.vocab_size, self.drafter.context_length)
-        session = self.drafter.open(spec)  # no forward yet: the first draft prefills
-        self.add_session(request.session_id, session)
+        self.open_session(request.session_id, lambda: self.drafter.open(spec))  # no forward yet: the first draft prefills
         return worker_pb2.OpenReply()
 
     @rpc_errors
     def Draft(self, request, context, reply=None):
         session = self.session(request.session_id)
         shape = codec.decode_plan(request)
-        previous = codec.decode_outcome(request.previous) if request.HasField("previous") else None
+        previous = codec.decode_outcome(request.previous, self.drafter.vocab_size) if request.HasField("previous") else None
         draft = session.draft(shape, previous)
         return codec.encode_draft(draft, reply)
 
     @rpc_errors
     def Commit(self, request, context, reply=None):
         session = self.session(request.session_id)
-        outcome = codec.decode_outcome(request.outcome)
+        outcome = codec.decode_outcome(request.outcome, self.drafter.vocab_size)
         with self.drafter.compute:
             session.commit(outcome)
         return worker_pb2.CommitReply() if reply is None else reply

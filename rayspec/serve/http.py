@@ -32,7 +32,8 @@ current step, and the worker sessions are released.
 Errors have OpenAI's body `{"error": {"message", "type", "param", "code"}}`: 400 for bad
 input (malformed JSON, wrong types, unknown verifier, a prompt longer than the context, ...),
 404 for an unknown model or route, 429 when `limits.max_concurrent_requests` generations are
-running, 503 when a worker fails or cannot be reached, 500 for anything else.
+running or a worker has no room for another session, 503 when a worker fails or cannot be
+reached, 500 for anything else.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import logging
 import time
 from typing import Any, Literal
 
+import grpc
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -384,6 +386,8 @@ def error_body(error: BaseException) -> tuple[int, dict]:
         return _error(400, str(error))
     if isinstance(error, Overloaded):
         return _error(429, str(error), code="too_many_requests", kind="rate_limit_error")
+    if isinstance(error, RemoteError) and error.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return _error(429, f"a model worker is full: {error}", code="too_many_requests", kind="rate_limit_error")
     if isinstance(error, RemoteError):
         log.error("worker failure: %s", error)
         return _error(503, f"a model worker failed or cannot be reached: {error}", kind="service_unavailable")

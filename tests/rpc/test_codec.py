@@ -66,6 +66,8 @@ def test_bad_divisors_are_refused():
         (tensor_pb2.Tensor(dtype="float64", shape=[2], data=b"\0" * 16), "unknown dtype"),
         (tensor_pb2.Tensor(dtype="float32", shape=[3], data=b"\0" * 8), "do not hold"),
         (tensor_pb2.Tensor(dtype="float32", shape=[-1], data=b""), "negative dimension"),
+        (tensor_pb2.Tensor(dtype="float32", shape=[2**62, 2**62, 0], data=b""), "beyond 8 dimensions of at most"),
+        (tensor_pb2.Tensor(dtype="float32", shape=[0] * 9, data=b""), "beyond 8 dimensions"),
     ],
 )
 def test_malformed_tensors_are_refused_with_a_message(message, match):

@@ -299,6 +299,7 @@ BAD_COMPLETIONS = [
     ({"prompt": "x", "rayspec": {"verifier_params": [1]}}, 400, "verifier_params", "rayspec"),
     ({"prompt": "x", "rayspec": {"speed": "max"}}, 400, "unrecognized request argument: rayspec.speed", "rayspec"),
     ({"prompt": [7] * 600}, 400, "context holds 512", None),
+    ({"prompt": "word " * 7000}, 400, "the prompt has 35000 characters, far more than the model's context of 512", None),
     ({"prompt": [7] * 500, "max_tokens": 20}, 400, "520 were asked for (500 in the prompt, max_tokens 20): "
                                                    "ask for at most 12 new tokens", None),
     ({"prompt": [1, 99999]}, 400, "out of the vocabulary", None),

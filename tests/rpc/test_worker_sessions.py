@@ -1,0 +1,203 @@
+"""A worker's sessions under bad or failing calls: a step that fails leaves its session as it
+was, tokens a session could not embed are refused before they reach it, a refused Open costs
+no prefill, and a coordinator reports its workers' failures with their status, not INTERNAL.
+gRPC servers in this process, over tiny random models."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+import torch
+
+from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.rpc import codec
+from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, worker_pb2, worker_pb2_grpc
+from rayspec.rpc.remote import RemoteError, RemoteTarget
+from rayspec.rpc.server import status_of
+from rayspec.rpc.worker import serve_drafter, serve_target
+from tests.tiny_models import tiny_llama
+
+VOCAB = 64
+
+
+def _spec(verifier="rrsw", temperature=1.0, prompt=(11, 5, 7, 40)):
+    return worker_pb2.SequenceSpec(prompt_ids=list(prompt), seed=3, verifier=verifier,
+                                   params=worker_pb2.SamplingParams(temperature=temperature, top_p=1))
+
+
+def _status(call):
+    with pytest.raises(grpc.RpcError) as raised:
+        call()
+    return raised.value.code(), raised.value.details()
+
+
+class _CountingTarget(LocalTarget):
+    def __init__(self, model):
+        super().__init__(model)
+        self.opened = 0
+
+    def open(self, spec):
+        self.opened += 1
+        return super().open(spec)
+
+
+@pytest.fixture(scope="module")
+def target_server():
+    target = _CountingTarget(tiny_llama(vocab=VOCAB, seed=0))
+    server, port = serve_target(target, "127.0.0.1:0")
+    yield target, worker_pb2_grpc.TargetServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}")), port
+    server.stop(0)
+
+
+@pytest.fixture(scope="module")
+def drafter_stub():
+    server, port = serve_drafter(LocalDrafter(tiny_llama(vocab=VOCAB, seed=0)), "127.0.0.1:0")
+    yield worker_pb2_grpc.DrafterServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+    server.stop(0)
+
+
+def test_a_verify_that_fails_after_scoring_leaves_the_session_as_it_was(target_server):
+    _, stub, _ = target_server
+    spec = _spec("spechub", temperature=0.0)
+    for session in ("clean", "failed-once", "probe"):
+        stub.Open(worker_pb2.OpenRequest(session_id=session, spec=spec), timeout=10)
+
+    def verify(session, parents, tokens, q_token=None):
+        request = worker_pb2.VerifyRequest(session_id=session, tree=worker_pb2.Tree(parents=parents, tokens=tokens))
+        if q_token is not None:
+            request.q_rows.CopyFrom(codec.encode_rows(torch.nn.functional.one_hot(torch.tensor([q_token]), VOCAB).float()))
+        return stub.Verify(request, timeout=30).outcome.tokens
+
+    root = spec.prompt_ids[-1]
+    greedy = verify("probe", [-1], [root])[0]
+    other, third = (greedy + 1) % VOCAB, (greedy + 2) % VOCAB
+    # SpecHub refuses a pair of drafts without its hub (q's argmax), after the tree was scored
+    code, details = _status(lambda: verify("failed-once", [-1, 0, 0], [root, other, third], q_token=greedy))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "hub" in details
+    runs = {}
+    for session in ("clean", "failed-once"):
+        tokens = list(verify(session, [-1, 0, 0], [root, greedy, other], q_token=greedy))
+        for _ in range(8):
+            tokens += verify(session, [-1], [tokens[-1]])
+        runs[session] = tokens
+    assert runs["failed-once"] == runs["clean"] and len(runs["clean"]) >= 10
+
+
+@pytest.mark.parametrize("outcome, message", [
+    (worker_pb2.Outcome(tokens=[VOCAB + 5]), f"outcome tokens outside the vocabulary [0, {VOCAB})"),
+    (worker_pb2.Outcome(tokens=[-1]), "outside the vocabulary"),
+    (worker_pb2.Outcome(tokens=[3], path=[1]), "got 1 tokens"),
+    (worker_pb2.Outcome(tokens=[3, 4], path=[0]), "indices >= 1"),
+])
+def test_outcomes_a_session_could_not_embed_are_refused_and_the_session_goes_on(drafter_stub, outcome, message):
+    stub = drafter_stub
+    session = f"s{abs(hash(message)) % 10**6}"
+    stub.Open(worker_pb2.OpenRequest(session_id=session, spec=_spec()), timeout=10)
+    plan = worker_pb2.DraftRequest(session_id=session, shape=worker_pb2.Tree(parents=[-1, 0, 0]))
+    stub.Draft(plan, timeout=10)
+    for call in (lambda: stub.Commit(worker_pb2.CommitRequest(session_id=session, outcome=outcome), timeout=10),
+                 lambda: stub.Draft(worker_pb2.DraftRequest(session_id=session, shape=plan.shape, previous=outcome),
+                                    timeout=10)):
+        code, details = _status(call)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and message in details
+    # nothing was committed: a second draft with nothing new is refused, a good outcome drafts
+    code, details = _status(lambda: stub.Draft(plan, timeout=10))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "nothing new to draft from" in details
+    good = worker_pb2.DraftRequest(session_id=session, shape=plan.shape, previous=worker_pb2.Outcome(tokens=[3]))
+    assert len(stub.Draft(good, timeout=10).tree.tokens) == 3
+
+
+def test_dynamic_plans_are_capped_by_their_work(drafter_stub):
+    stub = drafter_stub
+    stub.Open(worker_pb2.OpenRequest(session_id="dynamic", spec=_spec()), timeout=10)
+    request = worker_pb2.DraftRequest(session_id="dynamic", dynamic=worker_pb2.DynamicPlan(budget=8, depth=6, top_k=2048))
+    code, details = _status(lambda: stub.Draft(request, timeout=10))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "asks for 25165824 nodes of work" in details
+
+
+@pytest.fixture(scope="module")
+def full_target():
+    """A target worker with room for two sessions, both open."""
+    target = _CountingTarget(tiny_llama(vocab=VOCAB, seed=0))
+    server, port = serve_target(target, "127.0.0.1:0", max_sessions=2)
+    stub = worker_pb2_grpc.TargetServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+    for session in ("a", "b"):
+        stub.Open(worker_pb2.OpenRequest(session_id=session, spec=_spec()), timeout=10)
+    yield target, stub, port
+    server.stop(0)
+
+
+def test_a_refused_open_costs_no_prefill(full_target):
+    target, stub, _ = full_target
+    assert target.opened == 2
+    code, details = _status(lambda: stub.Open(worker_pb2.OpenRequest(session_id="a", spec=_spec()), timeout=10))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "session 'a' is already open" in details
+    code, details = _status(lambda: stub.Open(worker_pb2.OpenRequest(session_id="c", spec=_spec()), timeout=10))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "2 sessions open, the limit is 2" in details
+    assert target.opened == 2
+
+
+class _SlowTarget(LocalTarget):
+    """Each verification takes 50 ms and is counted."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.steps = 0
+
+    def open(self, spec):
+        session, owner = super().open(spec), self
+        verify = session.verify
+
+        def slow_verify(draft):
+            owner.steps += 1
+            time.sleep(0.05)
+            return verify(draft)
+
+        session.verify = slow_verify
+        return session
+
+
+def test_a_unary_generate_stops_when_its_caller_gives_up():
+    from transformers import AutoTokenizer
+
+    from rayspec.demo import TARGET_PATH
+    from rayspec.rpc.coordinator import serve_generation
+
+    target = _SlowTarget(tiny_llama(vocab=VOCAB, seed=0, context=256))
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
+    server, port = serve_generation(SpeculativeEngine(target, None, tokenizer=tokenizer), tokenizer, "127.0.0.1:0")
+    try:
+        generation = generation_pb2_grpc.GenerationStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        request = generation_pb2.GenerateRequest(prompt_ids=[1, 2], max_tokens=200, seed=1)  # 10 s of steps
+        code, _ = _status(lambda: generation.Generate(request, timeout=0.5))
+        assert code == grpc.StatusCode.DEADLINE_EXCEEDED
+        time.sleep(0.3)
+        stopped_at = target.steps
+        time.sleep(0.5)
+        assert target.steps == stopped_at < 30
+    finally:
+        server.stop(0)
+
+
+def test_a_coordinator_reports_a_full_or_missing_worker_with_its_status(full_target):
+    from rayspec.rpc.coordinator import serve_generation
+
+    from transformers import AutoTokenizer
+
+    from rayspec.demo import TARGET_PATH
+
+    _, _, port = full_target
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
+    engine = SpeculativeEngine(RemoteTarget(f"127.0.0.1:{port}"), None, tokenizer=tokenizer)
+    server, coordinator = serve_generation(engine, tokenizer, "127.0.0.1:0")
+    try:
+        generation = generation_pb2_grpc.GenerationStub(grpc.insecure_channel(f"127.0.0.1:{coordinator}"))
+        code, details = _status(lambda: generation.Generate(generation_pb2.GenerateRequest(prompt_ids=[1, 2]), timeout=30))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "the limit is 2" in details
+    finally:
+        server.stop(0)
+    assert status_of(RemoteError("UNAVAILABLE: connection refused"), "test")[0] == grpc.StatusCode.UNAVAILABLE
+    gone = RemoteError("DEADLINE_EXCEEDED: target did not answer", grpc.StatusCode.DEADLINE_EXCEEDED)
+    assert status_of(gone, "test") == (grpc.StatusCode.UNAVAILABLE, "a model worker failed: DEADLINE_EXCEEDED: target did not answer")
