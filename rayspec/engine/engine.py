@@ -24,7 +24,7 @@ import torch
 
 from rayspec.engine.interfaces import Draft, SequenceSpec
 from rayspec.engine.policy import AcceptanceLibrary, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia
-from rayspec.engine.text import ContinuationDecoder
+from rayspec.engine.text import REPLACEMENT, ContinuationDecoder
 from rayspec.engine.trees import parse_tree_spec
 from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import DraftTree, TreeShape
@@ -297,7 +297,7 @@ def _stop_string_cut(decoder: ContinuationDecoder, produced: list[int], new: lis
                      stop_texts: list[str]) -> int | None:
     """The number of new tokens up to and including the one that completes a stop string
     (none had before them), decoded as `TextAssembler` decodes them."""
-    before = decoder.decode(produced).rstrip("\ufffd")  # an unfinished character may yet start one
+    before = decoder.decode(produced).rstrip(REPLACEMENT)  # an unfinished character may yet start one
     window = max(len(before) - max(map(len, stop_texts)), 0)
     if not any(s in decoder.decode(produced + new)[window:] for s in stop_texts):
         return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-_REPLACEMENT = "\ufffd"
+REPLACEMENT = "\ufffd"
 CONTEXT_TOKENS = 4  # prompt tokens decoded before a completion; any word boundary shows in fewer
 
 
@@ -29,7 +29,7 @@ class ContinuationDecoder:
         self.head = self._decode(self.context) if self.context else ""
         # A prompt ending in half a character would decode differently once the completion
         # finishes it: then the completion is decoded on its own.
-        if self.head.endswith(_REPLACEMENT):
+        if self.head.endswith(REPLACEMENT):
             self.context, self.head = [], ""
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -67,8 +67,8 @@ class TextAssembler:
 
     def finish(self) -> str:
         """The rest of the text once generation is over (nothing held back any more)."""
-        if self._text.endswith(_REPLACEMENT) and not self.stopped:
-            self._text = self._text.rstrip(_REPLACEMENT)
+        if self._text.endswith(REPLACEMENT) and not self.stopped:
+            self._text = self._text.rstrip(REPLACEMENT)
         return self._release(len(self._text))
 
     @property
@@ -78,7 +78,7 @@ class TextAssembler:
     def _held_back(self) -> int:
         """Characters at the end that may still change: an unfinished character, and before it
         the longest tail that begins a stop string (which that character may continue)."""
-        text = self._text.rstrip(_REPLACEMENT)
+        text = self._text.rstrip(REPLACEMENT)
         unfinished = len(self._text) - len(text)
         prefix = 0
         for stop in self.stop:

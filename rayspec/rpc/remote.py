@@ -47,10 +47,9 @@ _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 def failure(code: grpc.StatusCode | int, details: str) -> Exception:
     """What a failed call raises: INVALID_ARGUMENT a ValueError (the caller's input was bad),
     every other status a RemoteError naming it."""
-    code = _STATUS_CODES.get(code, code) if isinstance(code, int) else code
+    code = _STATUS_CODES.get(code, grpc.StatusCode.UNKNOWN) if isinstance(code, int) else code
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return ValueError(details)
-    code = code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
     return RemoteError(f"{code.name}: {details}", code)
 
 

@@ -66,6 +66,11 @@ class RemoteError(RuntimeError):
         super().__init__(message)
         self.code = code
 
+    @property
+    def worker_full(self) -> bool:
+        """The worker refused for want of room (a session or call limit), not for a failure."""
+        return self.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+
 
 class UnknownSessionError(KeyError):
     pass
@@ -81,8 +86,8 @@ def status_of(error: Exception, where: str) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.RESOURCE_EXHAUSTED, str(error)
     if isinstance(error, RemoteError):  # a coordinator's worker: this service is unavailable, or full
         log.warning("%s: a worker call failed: %s", where, error)
-        full = error.code == grpc.StatusCode.RESOURCE_EXHAUSTED
-        return grpc.StatusCode.RESOURCE_EXHAUSTED if full else grpc.StatusCode.UNAVAILABLE, f"a model worker failed: {error}"
+        code = grpc.StatusCode.RESOURCE_EXHAUSTED if error.worker_full else grpc.StatusCode.UNAVAILABLE
+        return code, f"a model worker failed: {error}"
     log.error("internal error in %s", where, exc_info=error)
     return grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}"
 

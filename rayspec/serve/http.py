@@ -43,7 +43,6 @@ import logging
 import time
 from typing import Any, Literal
 
-import grpc
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -386,7 +385,7 @@ def error_body(error: BaseException) -> tuple[int, dict]:
         return _error(400, str(error))
     if isinstance(error, Overloaded):
         return _error(429, str(error), code="too_many_requests", kind="rate_limit_error")
-    if isinstance(error, RemoteError) and error.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+    if isinstance(error, RemoteError) and error.worker_full:
         return _error(429, f"a model worker is full: {error}", code="too_many_requests", kind="rate_limit_error")
     if isinstance(error, RemoteError):
         log.error("worker failure: %s", error)

@@ -175,13 +175,13 @@ def sample_from_weights(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     # variation (and never reaches tokens of tiny mass after a large one), and a float32
     # threshold rounds u in [1 - 2^-25, 1) up to 1.
     cdf = torch.cumsum(weights, dim=-1, dtype=torch.float64)
-    total = cdf[:, -1:]
+    total = cdf[:, -1:].contiguous()  # searched for below: a strided view would be copied each time
     # right=True: the first index whose cumulative mass exceeds the threshold, which can
     # only be an index of positive weight (u = 0 must not pick a leading zero).
     index = torch.searchsorted(cdf, u.to(torch.float64) * total, right=True)
-    # u * total may still round to total: that draw belongs to the last positive weight.
-    last_positive = weights.shape[-1] - 1 - (weights.flip(-1) > 0).to(torch.int32).argmax(-1, keepdim=True)
-    index = torch.minimum(index, last_positive)
+    # u * total may still round to total: that draw goes to the first index whose cumulative
+    # mass reaches the total, which has positive weight (a search, not another pass over V).
+    index = torch.minimum(index, torch.searchsorted(cdf, total))
     ok = (total > 0) & (weights.gather(-1, index) > 0)
     index = torch.where(ok, index, torch.full_like(index, -1))
     return index.squeeze(-1) if squeeze else index
