@@ -15,7 +15,9 @@ path — the baseline, and the fallback.
 from __future__ import annotations
 
 import secrets
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -23,13 +25,28 @@ from dataclasses import dataclass, field
 import torch
 
 from rayspec.engine.interfaces import Draft, SequenceSpec
-from rayspec.engine.policy import AcceptanceLibrary, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia
+from rayspec.engine.policy import (
+    AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia,
+)
 from rayspec.engine.text import REPLACEMENT, ContinuationDecoder
 from rayspec.engine.trees import parse_tree_spec
 from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import DraftTree, TreeShape
 from rayspec.verify import get_verifier, verifier_class
 from rayspec.verify.processing import SamplingParams
+
+# Trees that requests name are planned once and kept; the least recently used go beyond this
+# many, so that requests naming ever new trees cannot grow the engine without bound.
+MAX_REQUEST_POLICIES = 32
+
+
+def _policy_key(tree):
+    """One key per tree, however it is spelled: "sequoia:64" and "sequoia:064x10" plan the
+    same trees, "chain:3" and "kary:1x3" draft the same shape."""
+    if isinstance(tree, str):
+        sequoia = parse_sequoia(tree)
+        return sequoia if sequoia is not None else parse_tree_spec(tree)
+    return tree
 
 
 @dataclass
@@ -150,11 +167,13 @@ class SpeculativeEngine:
         self.verifier_params = dict(verifier_params or {})
         self.library = AcceptanceLibrary(acceptance_dir)
         self.adaptive = adaptive
-        self._policies: dict = {}
         self._costs = costs
         self.tree = tree if drafter is not None else "none"
-        self.policy(self.tree)  # plans (and for sequoia:auto, calibrates) at start-up
-        check_setting(verifier, self.verifier_params, self.policy(self.tree).shape_for(verifier, 1.0))
+        self._tree_key = _policy_key(self.tree)
+        self._tree_policy = self._build_policy(self._tree_key)  # sequoia:auto calibrates here, at start-up
+        self._policies: OrderedDict = OrderedDict()  # the trees requests named, least recently used first
+        self._policies_lock = threading.Lock()
+        check_setting(verifier, self.verifier_params, self._tree_policy.shape_for(verifier, 1.0))
 
     def costs(self):
         """This deployment's measured step costs (`rayspec.engine.calibrate`), measured once."""
@@ -164,21 +183,35 @@ class SpeculativeEngine:
             self._costs = measure_costs(self.target, self.drafter)
         return self._costs
 
-    def policy(self, tree) -> TreePolicy:
-        """The tree policy of a spec, built once per spec (its plans and estimates persist)."""
+    def policy(self, tree=None) -> TreePolicy:
+        """The tree policy of a spec (None: the engine's own), built once per tree and kept
+        while requests use it, so that its plans and running estimates persist."""
         if isinstance(tree, TreePolicy):
             return tree
-        key = tree if isinstance(tree, str) else repr(tree)
-        if key not in self._policies:
-            sequoia = parse_sequoia(tree) if isinstance(tree, str) else None
-            if sequoia is not None:
-                if sequoia.budget is None:
-                    self.costs()
-                self._policies[key] = SequoiaTrees(sequoia, self.library, self.costs, self.target.vocab_size,
-                                                   adaptive=self.adaptive)
-            else:
-                self._policies[key] = StaticTrees(parse_tree_spec(tree))
-        return self._policies[key]
+        key = self._tree_key if tree is None else _policy_key(tree)
+        if key == self._tree_key:
+            return self._tree_policy
+        if isinstance(key, SequoiaSpec) and key.budget is None:
+            self.costs()  # once per engine, and not while holding the lock other requests wait on
+        with self._policies_lock:
+            policy = self._policies.get(key)
+            if policy is None:
+                policy = self._policies[key] = self._build_policy(key)
+                while len(self._policies) > MAX_REQUEST_POLICIES:
+                    self._policies.popitem(last=False)
+            self._policies.move_to_end(key)
+            return policy
+
+    def _build_policy(self, key) -> TreePolicy:
+        """Cheap but for sequoia:auto's one-off calibration: Sequoia trees are planned lazily,
+        per (verifier, temperature), by the policy itself."""
+        if isinstance(key, TreePolicy):
+            return key
+        if isinstance(key, SequoiaSpec):
+            if key.budget is None:
+                self.costs()
+            return SequoiaTrees(key, self.library, self.costs, self.target.vocab_size, adaptive=self.adaptive)
+        return StaticTrees(key)
 
     def generate(
         self,
@@ -217,7 +250,7 @@ class SpeculativeEngine:
         exact = verifier_class(verifier).exact_params
         if params.greedy and exact:  # T = 0 asks for the target's greedy output, exactly
             verifier_params = {**verifier_params, **exact}
-        policy = self.policy(self.tree if tree is None or self.drafter is None else tree)
+        policy = self.policy(None if self.drafter is None else tree)
         check_setting(verifier, verifier_params, policy.shape_for(verifier, params.temperature))
         stop_ids = set(self.target.eos_token_ids) | {int(s) for s in stop or () if not isinstance(s, str)}
         stop_texts = [s for s in stop or () if isinstance(s, str) and s]

@@ -52,25 +52,48 @@ class SequoiaSpec:
     depth: int = DEFAULT_DEPTH
 
 
+# A request's Sequoia tree is planned while the request waits (and re-planned as it adapts):
+# its dynamic program, O(budget^2 * depth) cells, is capped at ~0.2 s on a 2-core VM.
+# Bigger Sequoia trees belong in the service's config.
+MAX_REQUEST_PLAN_CELLS = 256 * 256 * 32
+
+
 def parse_sequoia(text: str) -> SequoiaSpec | None:
+    """The Sequoia spec `text` names, or None when it names another kind of tree."""
+    text = text.strip()
     if text == "sequoia:auto":
         return SequoiaSpec(None)
     if match := re.fullmatch(r"sequoia:(\d+)(?:x(\d+))?", text):
         from rayspec.engine.trees import MAX_TREE_NODES
 
         budget, depth = int(match[1]), DEFAULT_DEPTH if match[2] is None else int(match[2])
-        if budget > MAX_TREE_NODES or depth > MAX_TREE_NODES:
-            raise ValueError(f"tree spec {text!r}: at most {MAX_TREE_NODES} nodes and levels are allowed")
+        if not 1 <= budget <= MAX_TREE_NODES or depth > MAX_TREE_NODES:
+            raise ValueError(f"tree spec {text!r}: a Sequoia tree has 1 to {MAX_TREE_NODES} nodes "
+                             f"(the root counts) and at most {MAX_TREE_NODES} levels")
         return SequoiaSpec(budget, depth)
     return None
 
 
+def plan_cells(spec: SequoiaSpec) -> int:
+    """The size of the dynamic program that plans `spec` (`rayspec.tree.sequoia.solve`)."""
+    return spec.budget**2 * min(spec.depth, spec.budget - 1)
+
+
 def check_tree_spec(text: str) -> None:
-    """Raise ValueError, with a message, unless `text` is a tree spec within the size cap."""
-    if parse_sequoia(text) is None:
+    """Raise ValueError, with a message, unless a request may name the tree `text`: a tree
+    spec within the size cap whose planning, if it is a Sequoia tree, is cheap enough to
+    run while the request waits."""
+    sequoia = parse_sequoia(text)
+    if sequoia is None:
         from rayspec.engine.trees import parse_tree_spec
 
         parse_tree_spec(text)
+    elif sequoia.budget is not None and plan_cells(sequoia) > MAX_REQUEST_PLAN_CELLS:
+        raise ValueError(
+            f"tree spec {text.strip()!r} is too big to plan per request: budget^2 x depth must be at most "
+            f"{MAX_REQUEST_PLAN_CELLS} (e.g. sequoia:256x32, sequoia:512x8), it is {plan_cells(sequoia)}; "
+            "put bigger Sequoia trees in the service's config and leave the request's tree out"
+        )
 
 
 def vector_file_name(verifier: str, temperature: float) -> str:
@@ -163,6 +186,7 @@ class SequoiaTrees(TreePolicy):
         self._running: dict[tuple[str, float], RunningAcceptance] = {}
         self._idle_steps: dict[tuple[str, float], int] = {}  # steps decoded on a one-node plan
         self._probe_interval: dict[tuple[str, float], int] = {}
+        self._replanning: set[tuple[str, float]] = set()  # keys whose re-planning is under way
         self.probes = 0
         self._lock = threading.Lock()
         self.history: list[Replanned] = []
@@ -222,25 +246,34 @@ class SequoiaTrees(TreePolicy):
                 return
             running.observe_walk(shape, outcome.path, outcome.ranks)
             self.steps += 1
-            if running.steps % self.replan_every:
+            if running.steps % self.replan_every or key in self._replanning:
                 return
             vector = running.vector()
             if vector is None:
                 return
-            current = self._plans[key]
-            if self.spec.budget is None:
-                cost = self.cost_model(verifier)
-                budgets = [n for n in cost.target_seconds.sizes if n <= AUTO_MAX_BUDGET]
-                decision = replan_decision(current, vector, cost, budgets, self.spec.depth, self.threshold,
-                                           verifier_class(verifier).max_drafts)
-                better, gain = decision.best.shape, decision.gain
-            else:
-                better = self.plan(verifier, vector)
-                gain = 1 - expected_tokens(current, vector) / max(expected_tokens(better, vector), 1e-12)
+            current, steps = self._plans[key], self.steps
+            self._replanning.add(key)
+        try:  # the dynamic program runs unlocked: other sequences go on drafting the current tree
+            better, gain = self._replan(verifier, current, vector)
+        finally:
+            with self._lock:
+                self._replanning.discard(key)
+        with self._lock:
             if gain > self.threshold and better != current:
-                self.history.append(Replanned(self.steps, verifier, key[1], (current.size, current.max_depth),
+                self.history.append(Replanned(steps, verifier, key[1], (current.size, current.max_depth),
                                               (better.size, better.max_depth), gain))
                 self._plans[key] = better
             elif current.size <= 1:
                 interval = self._probe_interval.get(key, self.explore_every)
                 self._probe_interval[key] = min(2 * interval, 16 * self.explore_every)
+
+    def _replan(self, verifier: str, current: TreeShape, vector) -> tuple[TreeShape, float]:
+        """The tree `vector` calls for, and its predicted relative gain over `current`."""
+        if self.spec.budget is None:
+            cost = self.cost_model(verifier)
+            budgets = [n for n in cost.target_seconds.sizes if n <= AUTO_MAX_BUDGET]
+            decision = replan_decision(current, vector, cost, budgets, self.spec.depth, self.threshold,
+                                       verifier_class(verifier).max_drafts)
+            return decision.best.shape, decision.gain
+        better = self.plan(verifier, vector)
+        return better, 1 - expected_tokens(current, vector) / max(expected_tokens(better, vector), 1e-12)

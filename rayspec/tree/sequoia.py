@@ -169,8 +169,15 @@ def solve(acceptance, budget: int, max_depth: int, max_children: int | None = No
     # State (k, r): subtree rooted at depth k (rows beyond the last share it) with r levels
     # below; the tree itself is (0, d), and (0, d) needs (min(k+1, last), d-1).
     states = {(k, 0): leaf for k in range(last + 1)}
+    # A subtree of at most `budget` nodes is at most budget - 1 levels deep, so the states of
+    # more levels equal those of budget - 1 exactly (their extra child values, for subtrees of
+    # `budget` nodes below a root, are never read): solve those levels only, share the rest.
+    solved_depth = min(max_depth, budget - 1)
     for levels in range(1, max_depth + 1):
         for k in range(min(last, max_depth - levels) + 1):
+            if levels > solved_depth:
+                states[k, levels] = states[k, solved_depth]
+                continue
             child = states[min(k + 1, last), levels - 1].value
             states[k, levels] = _solve_state(rows[k], child, budget)
     values = np.stack([states[0, d].value for d in range(max_depth + 1)], axis=1)

@@ -353,3 +353,25 @@ def test_closing_a_session_waits_for_its_step_in_flight():
     thread.join()
     assert errors == [] and len(outcome) == 1 and outcome[0].tokens
     assert target_session.lm is None
+
+
+def test_trees_named_by_requests_are_planned_once_per_tree_and_kept_within_a_bound(pair):
+    from rayspec.engine.engine import MAX_REQUEST_POLICIES
+
+    target, drafter = pair
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="rrsw", tree="sequoia:16x4")
+    own = engine.policy()
+    assert engine.policy("sequoia:16x4") is own and engine.policy(" sequoia:016x4") is own
+    sequoia = engine.policy("sequoia:32")
+    assert engine.policy("sequoia:32x10") is sequoia  # the same tree, however spelled
+    assert engine.policy("chain:3") is engine.policy("kary:1x3")
+    recent = engine.policy("kary:2x2")
+    for length in range(1, MAX_REQUEST_POLICIES + 8):  # requests naming ever new trees
+        engine.policy(f"chain:{length}")
+        engine.policy("kary:2x2")  # used all along: stays planned
+    assert len(engine._policies) == MAX_REQUEST_POLICIES
+    assert engine.policy("kary:2x2") is recent and engine.policy() is own
+    rebuilt = engine.policy("sequoia:32")  # the least recently used went; naming it again rebuilds it
+    assert rebuilt is not sequoia and rebuilt.shape_for("rrsw", 1.0) == sequoia.shape_for("rrsw", 1.0)
+    out = engine.run([1, 2, 3], max_new_tokens=8, temperature=0, tree="sequoia:32x10")
+    assert len(out.tokens) == 8

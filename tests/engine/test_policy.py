@@ -4,13 +4,16 @@ sizes from measured costs, and re-planning from the ranks accepted while serving
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
 
 from rayspec.engine.calibrate import Costs
 from rayspec.engine.interfaces import Outcome
-from rayspec.engine.policy import AcceptanceLibrary, SequoiaSpec, SequoiaTrees, parse_sequoia, vector_file_name
+from rayspec.engine.policy import (
+    AcceptanceLibrary, SequoiaSpec, SequoiaTrees, check_tree_spec, parse_sequoia, vector_file_name,
+)
 from rayspec.tree.planner import MeasuredTimes
 from rayspec.tree.sequoia import solve
 
@@ -34,7 +37,21 @@ def test_library_takes_the_nearest_temperature_of_the_verifier(tmp_path):
 def test_parse():
     assert parse_sequoia("sequoia:auto") == SequoiaSpec(None)
     assert parse_sequoia("sequoia:64x8") == SequoiaSpec(64, 8)
+    assert parse_sequoia(" sequoia:064 ") == SequoiaSpec(64, 10)
     assert parse_sequoia("kary:2x3") is None
+    for spec in ("sequoia:0", "sequoia:1025", "sequoia:8x1025"):
+        with pytest.raises(ValueError, match="a Sequoia tree has 1 to 1024 nodes"):
+            parse_sequoia(spec)
+
+
+def test_requests_may_name_only_sequoia_trees_cheap_enough_to_plan_while_they_wait():
+    for spec in ("sequoia:256x32", "sequoia:512x8", "sequoia:1024x2", "sequoia:8x1024", "sequoia:auto", "kary:4x4"):
+        check_tree_spec(spec)
+    with pytest.raises(ValueError, match=r"'sequoia:1024x10' is too big to plan per request: .* it is 10485760; "
+                                         r"put bigger Sequoia trees in the service's config"):
+        check_tree_spec("sequoia:1024x10")
+    with pytest.raises(ValueError, match="at most 1024"):
+        check_tree_spec("kary:4x8")
 
 
 @pytest.mark.parametrize("verifier, width", [("rrsw", None), ("spechub", 2), ("sps", 1)])
@@ -89,6 +106,43 @@ def test_adaptive_trees_replan_when_the_served_vector_differs(tmp_path):
     assert policy.history and final != first
     assert final.max_depth > first.max_depth  # rank 1 dominates: a deeper, narrower tree
     assert all(event.gain > policy.threshold for event in policy.history)
+
+
+def test_a_replan_does_not_hold_up_the_sequences_drafting_meanwhile(tmp_path):
+    """Re-planning runs Sequoia's dynamic program (seconds for big trees): the sequences
+    sharing the policy must keep getting their current tree while it runs."""
+    write_vector(tmp_path, "rrsw", 1.0, [0.3, 0.3, 0.2])
+    replanning, release = threading.Event(), threading.Event()
+
+    class SlowReplans(SequoiaTrees):
+        def plan(self, verifier, vector):
+            if self._plans:  # the first plan is made at once; re-plans wait for the test
+                replanning.set()
+                assert release.wait(30)
+            return super().plan(verifier, vector)
+
+    policy = SlowReplans(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25, min_samples=10)
+    rng = np.random.default_rng(0)
+    first = policy.shape_for("rrsw", 1.0)
+
+    def serve():
+        while not replanning.is_set():
+            policy.observe("rrsw", 1.0, first, simulate_walk(first, [0.85, 0.05, 0.02], rng))
+
+    observer = threading.Thread(target=serve)
+    observer.start()
+    assert replanning.wait(30)
+    meanwhile = []
+    drafter = threading.Thread(target=lambda: meanwhile.append(policy.next_shape("rrsw", 1.0)))
+    drafter.start()
+    drafter.join(10)
+    blocked = drafter.is_alive()
+    release.set()
+    observer.join(30)
+    drafter.join(30)
+    assert not blocked, "next_shape waited for the re-planning"
+    assert meanwhile == [first]
+    assert policy.history and policy.shape_for("rrsw", 1.0) != first  # the re-plan still lands
 
 
 def test_adaptive_trees_stay_put_when_the_served_vector_matches(tmp_path):

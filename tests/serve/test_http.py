@@ -296,6 +296,7 @@ BAD_COMPLETIONS = [
     ({"prompt": "x", "rayspec": {"tree": "file:/etc/passwd"}}, 400, "file: trees", "rayspec.tree"),
     ({"prompt": "x", "rayspec": {"tree": "kary:64x8"}}, 400, "at most 1024", "rayspec.tree"),
     ({"prompt": "x", "rayspec": {"tree": "sequoia:100000"}}, 400, "at most 1024", "rayspec.tree"),
+    ({"prompt": "x", "rayspec": {"tree": "sequoia:1024x10"}}, 400, "too big to plan per request", "rayspec.tree"),
     ({"prompt": "x", "rayspec": {"verifier_params": [1]}}, 400, "verifier_params", "rayspec"),
     ({"prompt": "x", "rayspec": {"speed": "max"}}, 400, "unrecognized request argument: rayspec.speed", "rayspec"),
     ({"prompt": [7] * 600}, 400, "context holds 512", None),

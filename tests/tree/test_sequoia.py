@@ -269,3 +269,25 @@ def test_tree_file_round_trip():
     assert minimal.expected_tokens == pytest.approx(tree.expected_tokens)
     with pytest.raises(ValueError):
         tree_from_json({**data, "child_rank": [0] * len(data["parents"])})
+
+
+@pytest.mark.parametrize("kind", ["vector", "depth-aware"])
+def test_levels_beyond_budget_minus_one_are_shared_not_solved(kind, monkeypatch):
+    """A tree of n nodes is at most n - 1 levels deep: solving more levels must change
+    nothing, and must cost nothing (sequoia:8x1024 is as cheap as sequoia:8x7)."""
+    import rayspec.tree.sequoia as sequoia
+
+    rng = np.random.default_rng(11)
+    a = random_vector(4, rng) if kind == "vector" else np.stack([random_vector(4, rng) for _ in range(9)])
+    budget, shallow, deep = 8, 7, 300
+    reference = solve(a, budget, shallow)
+    calls = []
+    real = sequoia._solve_state
+    monkeypatch.setattr(sequoia, "_solve_state", lambda *args: calls.append(1) or real(*args))
+    solution = solve(a, budget, deep)
+    rows = 1 if kind == "vector" else 9
+    assert len(calls) <= shallow * rows
+    assert np.array_equal(solution.values[:, : shallow + 1], reference.values)
+    assert (solution.values[:, shallow + 1:] == reference.values[:, -1:]).all()
+    for n in range(1, budget + 1):
+        assert solution.tree(n, deep) == reference.tree(n, shallow)
