@@ -18,6 +18,7 @@ import inspect
 import logging
 import threading
 import time
+import weakref
 from concurrent import futures
 
 import grpc
@@ -121,15 +122,22 @@ _OPENING = object()  # the place of a session whose Open is still running
 
 
 class Servicer:
-    """Base of rayspec servicers: request size limit, sessions with idle expiry."""
+    """Base of rayspec servicers: request size limit, sessions with idle expiry.
+
+    A session untouched for `idle_seconds` is closed (its KV cache freed) by a sweeper thread,
+    so that the sessions of a coordinator that died without releasing them go even when no
+    other request ever comes."""
 
     def __init__(self, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, max_sessions: int = 256,
                  idle_seconds: float = 600.0):
+        if not idle_seconds > 0:
+            raise ValueError(f"idle_seconds must be positive, got {idle_seconds}")
         self.max_request_bytes = max_request_bytes
         self.max_sessions = max_sessions
         self.idle_seconds = idle_seconds
         self._sessions: dict[str, tuple[object, float]] = {}
         self._sessions_lock = threading.Lock()
+        self._sweeper: threading.Thread | None = None
 
     def serve_steps(self, calls, context, result_type, handlers: dict):
         """A `Steps` stream: each call message dispatched to the unary handler its `call` field
@@ -163,13 +171,17 @@ class Servicer:
         first, so that an Open refused for a duplicate id or a full server costs no compute."""
         if not session_id:
             raise ValueError("a session id is required")
+        self.expire_idle_sessions()
         with self._sessions_lock:
-            self._expire_idle()
             if session_id in self._sessions:
                 raise ValueError(f"session {session_id!r} is already open")
             if len(self._sessions) >= self.max_sessions:
                 raise SessionLimitError(f"{len(self._sessions)} sessions open, the limit is {self.max_sessions}")
             self._sessions[session_id] = (_OPENING, time.monotonic())
+            if self._sweeper is None:
+                self._sweeper = threading.Thread(target=_sweep_idle_sessions, args=(weakref.ref(self),),
+                                                 name="rayspec-session-sweeper", daemon=True)
+                self._sweeper.start()
         try:
             session = make()
         except BaseException:
@@ -203,13 +215,34 @@ class Servicer:
         if entry is not None and entry[0] is not _OPENING:
             entry[0].close()
 
-    def _expire_idle(self) -> None:
+    def expire_idle_sessions(self) -> None:
+        """Close the sessions idle for longer than `idle_seconds` (outside the sessions' lock:
+        closing waits for the model's step in flight)."""
         now = time.monotonic()
-        idle = [s for s, (session, used) in self._sessions.items()
-                if session is not _OPENING and now - used > self.idle_seconds]
-        for session_id in idle:
-            self._sessions.pop(session_id)[0].close()
-            log.info("session %s expired after %.0f s idle", session_id, self.idle_seconds)
+        with self._sessions_lock:
+            idle = [s for s, (session, used) in self._sessions.items()
+                    if session is not _OPENING and now - used > self.idle_seconds]
+            expired = [self._sessions.pop(session_id)[0] for session_id in idle]
+        for session_id, session in zip(idle, expired):
+            try:  # a session that fails to close must not fail the Open or the sweep that found it
+                session.close()
+            except Exception:  # noqa: BLE001
+                log.exception("session %s expired after %.0f s idle; closing it failed", session_id, self.idle_seconds)
+            else:
+                log.info("session %s expired after %.0f s idle", session_id, self.idle_seconds)
+
+
+def _sweep_idle_sessions(servicer_ref) -> None:
+    """Expire a servicer's idle sessions every quarter of its idle time (at most 30 s apart),
+    until the servicer is gone: the thread holds no reference to it between sweeps."""
+    while (servicer := servicer_ref()) is not None:
+        period = min(servicer.idle_seconds / 4, 30.0)
+        del servicer
+        time.sleep(period)
+        if (servicer := servicer_ref()) is None:
+            return
+        servicer.expire_idle_sessions()
+        del servicer
 
 
 class HealthServicer(health_pb2_grpc.HealthServicer):

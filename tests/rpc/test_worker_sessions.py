@@ -201,3 +201,35 @@ def test_a_coordinator_reports_a_full_or_missing_worker_with_its_status(full_tar
     assert status_of(RemoteError("UNAVAILABLE: connection refused"), "test")[0] == grpc.StatusCode.UNAVAILABLE
     gone = RemoteError("DEADLINE_EXCEEDED: target did not answer", grpc.StatusCode.DEADLINE_EXCEEDED)
     assert status_of(gone, "test") == (grpc.StatusCode.UNAVAILABLE, "a model worker failed: DEADLINE_EXCEEDED: target did not answer")
+
+
+def test_idle_sessions_are_closed_even_when_no_request_comes():
+    """A coordinator killed mid-request never releases its sessions: the worker must free their
+    caches after `idle_seconds` by itself, not wait for the next Open to notice."""
+    closed = []
+
+    class Target(LocalTarget):
+        def open(self, spec):
+            session = super().open(spec)
+            close = session.close
+            session.close = lambda: (close(), closed.append(time.monotonic()))
+            return session
+
+    server, port = serve_target(Target(tiny_llama(vocab=VOCAB, seed=0)), "127.0.0.1:0", idle_seconds=0.4)
+    try:
+        stub = worker_pb2_grpc.TargetServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        stub.Open(worker_pb2.OpenRequest(session_id="orphan", spec=_spec()), timeout=10)
+        opened = time.monotonic()
+        deadline = opened + 10
+        while not closed and time.monotonic() < deadline:
+            stub.Release(worker_pb2.ReleaseRequest(session_id="unknown"), timeout=10)  # traffic, but no Open
+            time.sleep(0.05)
+        assert closed, "the idle sessions were never closed"
+        assert closed[0] - opened >= 0.4
+        code, details = _status(lambda: stub.Commit(
+            worker_pb2.CommitRequest(session_id="orphan", outcome=worker_pb2.Outcome(tokens=[3])), timeout=10))
+        assert code == grpc.StatusCode.NOT_FOUND and "no open session 'orphan'" in details
+    finally:
+        server.stop(0)
+    with pytest.raises(ValueError, match="idle_seconds must be positive"):
+        serve_target(LocalTarget(tiny_llama(vocab=VOCAB, seed=0)), "127.0.0.1:0", idle_seconds=0)
