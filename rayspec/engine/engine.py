@@ -245,6 +245,9 @@ class SpeculativeEngine:
         if len(prompt) >= context:
             raise ValueError(f"the prompt has {len(prompt)} tokens; the model's context holds {context}, "
                              "leaving no room to generate")
+        # Trees fit both models' contexts; past a shorter drafter's, steps decode target-only
+        # (as vLLM skips proposals for sequences longer than the draft model's max length).
+        draft_context = context if self.drafter is None else min(context, self.drafter.context_length)
         verifier = verifier or self.verifier
         verifier_params = self.verifier_params if verifier_params is None else dict(verifier_params)
         exact = verifier_class(verifier).exact_params
@@ -270,7 +273,7 @@ class SpeculativeEngine:
             while True:
                 step_start = time.perf_counter()
                 length = len(prompt) + len(produced)
-                step_shape = policy.next_shape(verifier, params.temperature).truncated(context - length - 1)
+                step_shape = policy.next_shape(verifier, params.temperature).truncated(draft_context - length - 1)
                 if self.drafter is not None and step_shape.size > 1:
                     if drafter is None:
                         drafter = sessions.enter_context(_closing(self.drafter.open(spec)))

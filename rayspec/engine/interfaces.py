@@ -106,6 +106,9 @@ class TargetSession(Protocol):
 
 
 class Drafter(Protocol):
+    vocab_size: int
+    context_length: int  # the drafter model's own: the engine drafts only while a sequence fits it
+
     def open(self, spec: SequenceSpec) -> DrafterSession: ...
 
 

@@ -48,6 +48,15 @@ class _Session:
         self.seed = spec.seed
         self.verifier = get_verifier(spec.verifier, **spec.verifier_params)
         self.generator = stream_generator(spec.seed, stream)
+        self.context_length = model_context_length(model)
+
+    def check_fits(self, length: int, depth: int) -> None:
+        """Refuse a tree `depth` levels deep below a sequence of `length` tokens unless all its
+        nodes have positions in the model's context (learned position embeddings have none
+        beyond it; on a GPU, indexing past them is a device-side assert that ends the process)."""
+        if length + depth > self.context_length:
+            raise ValueError(f"a tree {depth} levels deep after {length} tokens reaches position {length + depth - 1}; "
+                             f"this model's context holds {self.context_length} positions")
 
     def randomness(self):
         """Private verifiers draw from this side's stream; couplings share keyed noise whose
@@ -77,6 +86,7 @@ class LocalTargetSession(_Session):
         tree scored before and never committed (its step failed) are dropped first."""
         if int(tree.tokens[0]) != self.tokens[-1]:
             raise ValueError(f"the tree's root {int(tree.tokens[0])} is not the last committed token {self.tokens[-1]}")
+        self.check_fits(len(self.tokens), tree.shape.max_depth)
         if self.lm.cached > self.lm.committed:
             self.lm.keep([])
         logits = self.lm.forward(tree.tokens.tolist(), tree.shape.parents, tree.shape.depth)
@@ -153,6 +163,8 @@ class LocalDrafterSession(_Session):
         if previous is None and self.lm.committed == len(self.tokens):
             raise ValueError("nothing new to draft from: send the previous step's outcome with this draft, "
                              "or commit it first")
+        length = len(self.tokens) + (0 if previous is None else len(previous.tokens))
+        self.check_fits(length, shape.depth if isinstance(shape, DynamicPlan) else shape.max_depth)
         if previous is not None:
             self.commit(previous)
         self.slots = {}

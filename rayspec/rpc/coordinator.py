@@ -92,7 +92,7 @@ def serve_generation_from_workers(address: str, target, drafter, verifier: str =
     if isinstance(target, str):
         target = RemoteTarget(target, verify_at=verify_at)
     if isinstance(drafter, str):
-        drafter = RemoteDrafter(drafter, target.vocab_size, context_length=target.context_length)
+        drafter = RemoteDrafter(drafter, target.vocab_size)
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path or TARGET_PATH))
     engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=tree, tokenizer=tokenizer)
     return serve_generation(engine, tokenizer, address)

@@ -296,14 +296,16 @@ class RemoteTargetSession(_RemoteSession):
 class RemoteDrafter:
     """A drafter worker at `address` (host:port)."""
 
-    def __init__(self, address: str, vocab_size: int, timeout: float = DEFAULT_TIMEOUT, context_length: int = 2048,
-                 streams: bool = True):
-        """vocab_size and context_length: the target's (a drafter serves a target's sequences).
-        streams: each session's drafts on one `Steps` stream (default) rather than unary calls."""
-        self.address, self.timeout, self.vocab_size, self.context_length = address, timeout, vocab_size, context_length
-        self.streams = streams
+    def __init__(self, address: str, vocab_size: int, timeout: float = DEFAULT_TIMEOUT, streams: bool = True):
+        """vocab_size: the target's (a drafter serves a target's sequences); the context length
+        is the drafter model's own, which the worker tells.  streams: each session's drafts on
+        one `Steps` stream (default) rather than unary calls."""
+        self.address, self.timeout, self.vocab_size, self.streams = address, timeout, vocab_size, streams
         self.channel = _channel(address)
         self.stub = worker_pb2_grpc.DrafterServiceStub(self.channel)
+        info = call(self.stub.Info, worker_pb2.InfoRequest(), timeout)
+        self.model_id = info.model_id
+        self.context_length = int(info.context_length)
 
     def open(self, spec: SequenceSpec) -> "RemoteDrafterSession":
         session_id = uuid.uuid4().hex

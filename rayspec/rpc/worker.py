@@ -42,6 +42,11 @@ def _open_checks(spec, vocab_size: int, context_length: int) -> None:
         raise ValueError(f"the prompt has {len(spec.prompt_ids)} tokens; the context holds {context_length}")
 
 
+def _worker_info(model_id: str, side: LocalTarget | LocalDrafter, **fields) -> worker_pb2.WorkerInfo:
+    return worker_pb2.WorkerInfo(model_id=model_id, vocab_size=side.vocab_size, context_length=side.context_length,
+                                 device=str(next(side.model.parameters()).device), **fields)
+
+
 class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
     def __init__(self, target: LocalTarget, model_id: str = "target", **limits):
         super().__init__(**limits)
@@ -50,13 +55,7 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
 
     @rpc_errors
     def Info(self, request, context):
-        return worker_pb2.WorkerInfo(
-            model_id=self.model_id,
-            vocab_size=self.target.vocab_size,
-            context_length=self.target.context_length,
-            eos_token_ids=list(self.target.eos_token_ids),
-            device=str(next(self.target.model.parameters()).device),
-        )
+        return _worker_info(self.model_id, self.target, eos_token_ids=list(self.target.eos_token_ids))
 
     @rpc_errors
     def Open(self, request, context):
@@ -108,9 +107,14 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
 
 
 class DrafterServicer(Servicer, worker_pb2_grpc.DrafterServiceServicer):
-    def __init__(self, drafter: LocalDrafter, **limits):
+    def __init__(self, drafter: LocalDrafter, model_id: str = "drafter", **limits):
         super().__init__(**limits)
         self.drafter = drafter
+        self.model_id = model_id
+
+    @rpc_errors
+    def Info(self, request, context):
+        return _worker_info(self.model_id, self.drafter)
 
     @rpc_errors
     def Open(self, request, context):
@@ -151,8 +155,8 @@ def serve_target(target: LocalTarget, address: str, model_id: str = "target", **
     return start_server(register, address, max_workers=servicer.max_sessions + _SPARE_THREADS)
 
 
-def serve_drafter(drafter: LocalDrafter, address: str, **limits):
-    servicer = DrafterServicer(drafter, **limits)
+def serve_drafter(drafter: LocalDrafter, address: str, model_id: str = "drafter", **limits):
+    servicer = DrafterServicer(drafter, model_id, **limits)
     health = HealthServicer(["rayspec.v1.DrafterService"])
 
     def register(server):
@@ -219,7 +223,8 @@ def main(argv=None) -> int:
     elif args.role == "target":
         server, port = serve_target(LocalTarget(load("target")), address, model_id=str(args.model or "rayspec-demo-target"))
     else:
-        server, port = serve_drafter(LocalDrafter(load("drafter")), address)
+        server, port = serve_drafter(LocalDrafter(load("drafter")), address,
+                                     model_id=str(args.model or "rayspec-demo-drafter"))
 
     print(f"READY {args.role} {args.host}:{port}", flush=True)
     stop = threading.Event()

@@ -75,8 +75,7 @@ class Service:
         timeout = timeout or DEFAULT_TIMEOUT
         if isinstance(target, str):
             target = RemoteTarget(target, timeout=timeout, verify_at=config.verify_at)
-        remote = [RemoteDrafter(address, target.vocab_size, timeout=timeout, context_length=target.context_length)
-                  for address in drafter_addresses]
+        remote = [RemoteDrafter(address, target.vocab_size, timeout=timeout) for address in drafter_addresses]
         drafters = remote + [LocalDrafter(d.load(DRAFTER_PATH)[0]) for d in config.coordinator_drafters]
         drafter = DrafterPool(drafters) if len(drafters) > 1 else drafters[0] if drafters else None
         demo = config.target.path is None

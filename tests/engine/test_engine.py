@@ -375,3 +375,23 @@ def test_trees_named_by_requests_are_planned_once_per_tree_and_kept_within_a_bou
     assert rebuilt is not sequoia and rebuilt.shape_for("rrsw", 1.0) == sequoia.shape_for("rrsw", 1.0)
     out = engine.run([1, 2, 3], max_new_tokens=8, temperature=0, tree="sequoia:32x10")
     assert len(out.tokens) == 8
+
+
+def test_past_a_shorter_drafters_context_steps_decode_target_only(pair):
+    """A drafter of 24 positions for a target of 128: trees stop at the drafter's context
+    (its session refuses any tree that reaches past it) and decoding goes on target-only,
+    with exactly the target's greedy tokens."""
+    target = pair[0]
+    drafter = noisy_copy(tiny_llama(vocab=64, seed=0, context=24), noise=0.05)
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="rrsw", tree="kary:2x3")
+    target_only = SpeculativeEngine(LocalTarget(target))
+    for prompt in ([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16], list(range(30, 60))):
+        out = engine.run(prompt, max_new_tokens=40, temperature=0)
+        assert out.tokens == target_only.run(prompt, max_new_tokens=40, temperature=0).tokens
+        length, drafted_at = len(prompt), []
+        for step in out.stats.steps:
+            if step.drafted:
+                drafted_at.append(length)
+            length += step.emitted
+        assert all(at + 1 < 24 for at in drafted_at)  # a drafted step ends within the drafter's context
+        assert bool(drafted_at) == (len(prompt) < 23)  # a prompt past it is never drafted for

@@ -233,3 +233,32 @@ def test_idle_sessions_are_closed_even_when_no_request_comes():
         server.stop(0)
     with pytest.raises(ValueError, match="idle_seconds must be positive"):
         serve_target(LocalTarget(tiny_llama(vocab=VOCAB, seed=0)), "127.0.0.1:0", idle_seconds=0)
+
+
+def test_trees_reaching_past_the_models_context_are_refused_and_the_session_goes_on(target_server, drafter_stub):
+    """Positions past the context have no embedding in models with learned positions (on a
+    GPU, a device-side assert that ends the worker): both workers refuse such trees up front."""
+    _, target, _ = target_server
+    prompt = (11, 5, 7, 40)  # the tiny models' context holds 128 positions
+    target.Open(worker_pb2.OpenRequest(session_id="deep", spec=_spec("greedy", temperature=0.0)), timeout=10)
+    drafter_stub.Open(worker_pb2.OpenRequest(session_id="deep", spec=_spec("greedy", temperature=0.0)), timeout=10)
+
+    def chain(depth):
+        return worker_pb2.Tree(parents=[-1, *range(depth)], tokens=[prompt[-1], *[3] * depth])
+
+    code, details = _status(lambda: target.Verify(worker_pb2.VerifyRequest(session_id="deep", tree=chain(125)),
+                                                  timeout=30))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "a tree 125 levels deep after 4 tokens reaches position 128; this model's context holds 128" in details
+    assert len(target.Verify(worker_pb2.VerifyRequest(session_id="deep", tree=chain(124)), timeout=30).outcome.tokens) >= 1
+
+    plan = worker_pb2.DraftRequest(session_id="deep", shape=worker_pb2.Tree(parents=[-1, *range(125)]))
+    code, details = _status(lambda: drafter_stub.Draft(plan, timeout=30))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "a tree 125 levels deep after 4 tokens" in details
+    plan.shape.parents.pop()
+    assert len(drafter_stub.Draft(plan, timeout=30).tree.tokens) == 125
+
+
+def test_a_drafter_worker_tells_its_own_context(drafter_stub):
+    info = drafter_stub.Info(worker_pb2.InfoRequest(), timeout=10)
+    assert (info.model_id, info.vocab_size, info.context_length, info.device) == ("drafter", VOCAB, 128, "cpu")

@@ -53,6 +53,7 @@ def test_remote_engine_gives_the_in_process_tokens(cluster, local_engine_parts, 
     local_target, local_drafter, _ = local_engine_parts
     remote_target = RemoteTarget(cluster["target"].address, verify_at=verify_at)
     remote_drafter = RemoteDrafter(cluster["drafter"].address, remote_target.vocab_size)
+    assert remote_drafter.context_length == local_drafter.context_length  # the worker's model tells it
     prompt = [11, 500, 7, 4000]
     kwargs = dict(max_new_tokens=40, temperature=temperature, seed=123)
     local = SpeculativeEngine(local_target, local_drafter, verifier=verifier, tree=tree).run(prompt, **kwargs)

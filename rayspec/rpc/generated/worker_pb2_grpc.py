@@ -34,6 +34,11 @@ class DrafterServiceStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.Info = channel.unary_unary(
+                '/rayspec.v1.DrafterService/Info',
+                request_serializer=rayspec_dot_v1_dot_worker__pb2.InfoRequest.SerializeToString,
+                response_deserializer=rayspec_dot_v1_dot_worker__pb2.WorkerInfo.FromString,
+                _registered_method=True)
         self.Open = channel.unary_unary(
                 '/rayspec.v1.DrafterService/Open',
                 request_serializer=rayspec_dot_v1_dot_worker__pb2.OpenRequest.SerializeToString,
@@ -63,6 +68,13 @@ class DrafterServiceStub:
 
 class DrafterServiceServicer:
     """Missing associated documentation comment in .proto file."""
+
+    def Info(self, request, context):
+        """The drafter's model: a coordinator drafts only while a sequence fits its context.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def Open(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -97,6 +109,11 @@ class DrafterServiceServicer:
 
 def add_DrafterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'Info': grpc.unary_unary_rpc_method_handler(
+                    servicer.Info,
+                    request_deserializer=rayspec_dot_v1_dot_worker__pb2.InfoRequest.FromString,
+                    response_serializer=rayspec_dot_v1_dot_worker__pb2.WorkerInfo.SerializeToString,
+            ),
             'Open': grpc.unary_unary_rpc_method_handler(
                     servicer.Open,
                     request_deserializer=rayspec_dot_v1_dot_worker__pb2.OpenRequest.FromString,
@@ -132,6 +149,33 @@ def add_DrafterServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class DrafterService:
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Info(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rayspec.v1.DrafterService/Info',
+            rayspec_dot_v1_dot_worker__pb2.InfoRequest.SerializeToString,
+            rayspec_dot_v1_dot_worker__pb2.WorkerInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def Open(request,
