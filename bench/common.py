@@ -80,7 +80,9 @@ def engine_arm(name, target, drafter, verifier, tree, temperature, acceptance_di
 
     def run(prompt, tokens, seed):
         stats = GenerationStats()
-        for _ in engine.generate(prompt, max_new_tokens=tokens, temperature=temperature, seed=seed, stats=stats):
+        # seeded for paired arms, yet drafting the adapted trees an adaptive engine is measured for
+        for _ in engine.generate(prompt, max_new_tokens=tokens, temperature=temperature, seed=seed, stats=stats,
+                                 replayable=False):
             pass
         return stats.tokens, len(stats.steps), stats.phase_seconds()
 

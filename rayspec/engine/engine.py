@@ -226,12 +226,17 @@ class SpeculativeEngine:
         tree: str | TreeShape | None = None,
         verifier_params: dict | None = None,
         stats: GenerationStats | None = None,
+        replayable: bool | None = None,
     ) -> Iterator[Chunk]:
         """Yield the tokens of each verification step as soon as it is verified.
 
         stop: strings (needs the engine's tokenizer) and/or token ids; the target's EOS ids
         always stop.  Stop tokens are not yielded; a stop string's text is (trim it with
-        `rayspec.engine.text.TextAssembler`).  `stats` (optional) is filled as steps go."""
+        `rayspec.engine.text.TextAssembler`).  `stats` (optional) is filled as steps go.
+        replayable: draft the trees the policy planned before serving anything, not those it
+        adapted since, so that the same request and seed give the same tokens whatever was
+        served in between (default: when a seed is given)."""
+        replayable = seed is not None if replayable is None else replayable
         params = SamplingParams(temperature, top_p, top_k)
         if int(max_new_tokens) < 1:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
@@ -273,7 +278,8 @@ class SpeculativeEngine:
             while True:
                 step_start = time.perf_counter()
                 length = len(prompt) + len(produced)
-                step_shape = policy.next_shape(verifier, params.temperature).truncated(draft_context - length - 1)
+                planned = (policy.first_shape if replayable else policy.next_shape)(verifier, params.temperature)
+                step_shape = planned.truncated(draft_context - length - 1)
                 if self.drafter is not None and step_shape.size > 1:
                     if drafter is None:
                         drafter = sessions.enter_context(_closing(self.drafter.open(spec)))
@@ -322,6 +328,7 @@ class SpeculativeEngine:
         stats = GenerationStats()
         tokens, finish = [], "length"
         seed = kwargs.pop("seed", None)
+        kwargs.setdefault("replayable", seed is not None)
         seed = secrets.randbits(63) if seed is None else int(seed)
         for chunk in self.generate(prompt_ids, seed=seed, stats=stats, **kwargs):
             tokens += chunk.tokens

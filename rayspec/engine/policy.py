@@ -147,6 +147,10 @@ class TreePolicy:
         """The tree to draft at the next step: the planned one unless the policy explores."""
         return self.shape_for(verifier, temperature)
 
+    def first_shape(self, verifier: str, temperature: float) -> TreeShape | DynamicPlan:
+        """The tree of a replayable request: one that does not depend on what was served."""
+        return self.next_shape(verifier, temperature)
+
     def observe(self, verifier: str, temperature: float, shape, outcome) -> None:
         pass
 
@@ -183,6 +187,7 @@ class SequoiaTrees(TreePolicy):
         self.adaptive, self.replan_every, self.threshold, self.min_samples = adaptive, replan_every, threshold, min_samples
         self.explore_every, self.explore_budget = explore_every, explore_budget
         self._plans: dict[tuple[str, float], TreeShape] = {}
+        self._first_plans: dict[tuple[str, float], TreeShape] = {}  # before any re-planning
         self._running: dict[tuple[str, float], RunningAcceptance] = {}
         self._idle_steps: dict[tuple[str, float], int] = {}  # steps decoded on a one-node plan
         self._probe_interval: dict[tuple[str, float], int] = {}
@@ -213,13 +218,20 @@ class SequoiaTrees(TreePolicy):
             if key not in self._plans:
                 vector, source = self.library.lookup(verifier, key[1])
                 planned = self.plan(verifier, vector)
-                self._plans[key] = planned.shape if isinstance(planned, Plan) else planned
+                self._plans[key] = self._first_plans[key] = planned.shape if isinstance(planned, Plan) else planned
                 log.info("tree for %s at T=%.1f: %d nodes, depth %d, from the %s vector",
                          verifier, key[1], self._plans[key].size, self._plans[key].max_depth, source)
                 if self.adaptive:
                     self._running[key] = RunningAcceptance(len(vector), min_samples=self.min_samples, prior=vector,
                                                            prior_weight=self.min_samples)
             return self._plans[key]
+
+    def first_shape(self, verifier, temperature):
+        """The tree planned from the measured vector (and costs) before anything was served:
+        requests that give a seed draft it, adaptation serves the others."""
+        self.shape_for(verifier, temperature)
+        with self._lock:
+            return self._first_plans[self._key(verifier, temperature)]
 
     def next_shape(self, verifier, temperature):
         planned = self.shape_for(verifier, temperature)

@@ -88,6 +88,7 @@ class GenerationRequest:
             top_p=1.0 if top_p is None else float(top_p),
             top_k=int(top_k or 0),
             seed=self.seed,
+            replayable=seed is not None,  # an unseeded request may draft the adapted trees
             stop=list(stop or []),
             verifier=verifier or None,
             tree=tree or None,

@@ -395,3 +395,48 @@ def test_past_a_shorter_drafters_context_steps_decode_target_only(pair):
             length += step.emitted
         assert all(at + 1 < 24 for at in drafted_at)  # a drafted step ends within the drafter's context
         assert bool(drafted_at) == (len(prompt) < 23)  # a prompt past it is never drafted for
+
+
+def test_a_seeded_request_replays_exactly_after_the_trees_adapted(pair, tmp_path):
+    """Adaptive Sequoia trees change with what was served; a request that gives a seed drafts
+    the trees planned before serving, so it replays token for token (the SDK retries only
+    such requests, on that promise), while unseeded requests draft the adapted trees."""
+    import json
+
+    from rayspec.engine.policy import AcceptanceLibrary, SequoiaSpec, SequoiaTrees, vector_file_name
+
+    target = pair[0]
+    (tmp_path / vector_file_name("rrsw", 1.0)).write_text(json.dumps(
+        {"acceptance": [0.3, 0.3, 0.2], "setting": {"verifier": "rrsw", "temperature": 1.0}}))
+    policy = SequoiaTrees(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=5, min_samples=10)
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(target), verifier="rrsw", tree=policy)
+    request = dict(max_new_tokens=40, temperature=1.0, seed=7)
+    first = engine.run([1, 2, 3], **request)
+    for i in range(12):  # unseeded traffic: the drafter is the target, rank 1 is accepted far more than planned
+        engine.run([5, i + 1], max_new_tokens=30, temperature=1.0)
+    planned, adapted = policy.first_shape("rrsw", 1.0), policy.shape_for("rrsw", 1.0)
+    assert policy.history and adapted.max_depth > planned.max_depth
+    again = engine.run([1, 2, 3], **request)
+    assert again.tokens == first.tokens
+    assert [s.ranks for s in again.stats.steps] == [s.ranks for s in first.stats.steps]
+    drafted = []
+    probe = SpeculativeEngine(LocalTarget(target), _RecordingDrafter(target, drafted), verifier="rrsw", tree=policy)
+    probe.run([1, 2, 3], **request, replayable=False)
+    assert drafted[0] == adapted
+    drafted.clear()
+    probe.run([1, 2, 3], **request)
+    assert drafted and all(shape == planned for shape in drafted)
+
+
+class _RecordingDrafter(LocalDrafter):
+    """A drafter noting the tree shape the engine asks of it at each step."""
+
+    def __init__(self, model, shapes: list):
+        super().__init__(model)
+        self.shapes = shapes
+
+    def open(self, spec):
+        session, shapes = super().open(spec), self.shapes
+        draft = session.draft
+        session.draft = lambda shape, previous: (shapes.append(shape), draft(shape, previous))[1]
+        return session
