@@ -267,10 +267,12 @@ class SequoiaTrees(TreePolicy):
             self._replanning.add(key)
         try:  # the dynamic program runs unlocked: other sequences go on drafting the current tree
             better, gain = self._replan(verifier, current, vector)
-        finally:
+        except BaseException:
             with self._lock:
                 self._replanning.discard(key)
+            raise
         with self._lock:
+            self._replanning.discard(key)
             if gain > self.threshold and better != current:
                 self.history.append(Replanned(steps, verifier, key[1], (current.size, current.max_depth),
                                               (better.size, better.max_depth), gain))
