@@ -412,15 +412,17 @@ def test_a_seeded_request_replays_exactly_after_the_trees_adapted(pair, tmp_path
     engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(target), verifier="rrsw", tree=policy)
     request = dict(max_new_tokens=40, temperature=1.0, seed=7)
     first = engine.run([1, 2, 3], **request)
-    for i in range(12):  # unseeded traffic: the drafter is the target, rank 1 is accepted far more than planned
-        engine.run([5, i + 1], max_new_tokens=30, temperature=1.0)
-    planned, adapted = policy.first_shape("rrsw", 1.0), policy.shape_for("rrsw", 1.0)
-    assert policy.history and adapted.max_depth > planned.max_depth
+    for i in range(12):  # traffic that adapts (fixed seeds, for a test that runs the same each time):
+        # the drafter is the target, so rank 1 is accepted far more often than the vector planned for
+        engine.run([5, i + 1], max_new_tokens=30, temperature=1.0, seed=100 + i, replayable=False)
+    planned = policy.first_shape("rrsw", 1.0)
+    assert policy.history and policy.shape_for("rrsw", 1.0).max_depth > planned.max_depth
     again = engine.run([1, 2, 3], **request)
     assert again.tokens == first.tokens
     assert [s.ranks for s in again.stats.steps] == [s.ranks for s in first.stats.steps]
     drafted = []
     probe = SpeculativeEngine(LocalTarget(target), _RecordingDrafter(target, drafted), verifier="rrsw", tree=policy)
+    adapted = policy.shape_for("rrsw", 1.0)
     probe.run([1, 2, 3], **request, replayable=False)
     assert drafted[0] == adapted
     drafted.clear()
