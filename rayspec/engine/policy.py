@@ -81,8 +81,11 @@ def plan_cells(spec: SequoiaSpec) -> int:
 
 def check_tree_spec(text: str) -> None:
     """Raise ValueError, with a message, unless a request may name the tree `text`: a tree
-    spec within the size cap whose planning, if it is a Sequoia tree, is cheap enough to
-    run while the request waits."""
+    spec within the size cap, not a file on the server, whose planning, if it is a Sequoia
+    tree, is cheap enough to run while the request waits."""
+    if text.strip().startswith("file:"):
+        raise ValueError(f"tree spec {text.strip()!r}: file: trees name a file on the server; the service's "
+                         "config may use them, requests may not")
     sequoia = parse_sequoia(text)
     if sequoia is None:
         from rayspec.engine.trees import parse_tree_spec

@@ -76,9 +76,6 @@ class GenerationRequest:
         if verifier_params is not None and not isinstance(verifier_params, dict):
             raise ValueError("verifier_params must be an object")
         if tree:
-            if str(tree).strip().startswith("file:"):
-                raise ValueError("tree: file: trees name a file on the server; the service's config may use them, "
-                                 "requests may not")
             check_tree_spec(str(tree))  # before anything is built: kary:KxD grows as K^D
         self.seed = secrets.randbits(63) if seed is None else int(seed)
         self.request_id = request_id or uuid.uuid4().hex

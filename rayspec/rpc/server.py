@@ -124,9 +124,9 @@ _OPENING = object()  # the place of a session whose Open is still running
 class Servicer:
     """Base of rayspec servicers: request size limit, sessions with idle expiry.
 
-    A session untouched for `idle_seconds` is closed (its KV cache freed) by a sweeper thread,
-    so that the sessions of a coordinator that died without releasing them go even when no
-    other request ever comes."""
+    A session untouched for `idle_seconds` is closed (its KV cache freed) by a sweeper thread
+    that looks every quarter of that time (at most 30 s apart), so that the sessions of a
+    coordinator that died without releasing them go even when no other request ever comes."""
 
     def __init__(self, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, max_sessions: int = 256,
                  idle_seconds: float = 600.0):
@@ -179,7 +179,8 @@ class Servicer:
                 raise SessionLimitError(f"{len(self._sessions)} sessions open, the limit is {self.max_sessions}")
             self._sessions[session_id] = (_OPENING, time.monotonic())
             if self._sweeper is None:
-                self._sweeper = threading.Thread(target=_sweep_idle_sessions, args=(weakref.ref(self),),
+                every = min(self.idle_seconds / 4, 30.0)
+                self._sweeper = threading.Thread(target=_sweep_idle_sessions, args=(weakref.ref(self), every),
                                                  name="rayspec-session-sweeper", daemon=True)
                 self._sweeper.start()
         try:
@@ -232,14 +233,13 @@ class Servicer:
                 log.info("session %s expired after %.0f s idle", session_id, self.idle_seconds)
 
 
-def _sweep_idle_sessions(servicer_ref) -> None:
-    """Expire a servicer's idle sessions every quarter of its idle time (at most 30 s apart),
-    until the servicer is gone: the thread holds no reference to it between sweeps."""
-    while (servicer := servicer_ref()) is not None:
-        period = min(servicer.idle_seconds / 4, 30.0)
-        del servicer
-        time.sleep(period)
-        if (servicer := servicer_ref()) is None:
+def _sweep_idle_sessions(servicer_ref, every: float) -> None:
+    """Expire a servicer's idle sessions every `every` seconds until the servicer is gone: the
+    thread holds no reference to it between sweeps."""
+    while True:
+        time.sleep(every)
+        servicer = servicer_ref()
+        if servicer is None:
             return
         servicer.expire_idle_sessions()
         del servicer

@@ -131,11 +131,7 @@ class _GenerationBody(_Strict):
 
 
 def _check_tree(spec: str) -> None:
-    """The shared checks of `GenerationRequest` (no file: trees from requests, the size cap),
-    run here first so the error names the field."""
-    if spec.strip().startswith("file:"):
-        raise _bad("rayspec.tree: file: trees name a file on the server; the service's config may use them, "
-                   "requests may not", "rayspec.tree")
+    """`GenerationRequest`'s check of the tree, run here first so the error names the field."""
     try:
         check_tree_spec(spec)
     except ValueError as error:

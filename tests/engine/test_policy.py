@@ -52,6 +52,8 @@ def test_requests_may_name_only_sequoia_trees_cheap_enough_to_plan_while_they_wa
         check_tree_spec("sequoia:1024x10")
     with pytest.raises(ValueError, match="at most 1024"):
         check_tree_spec("kary:4x8")
+    with pytest.raises(ValueError, match="'file:/etc/passwd': file: trees name a file on the server"):
+        check_tree_spec(" file:/etc/passwd")
 
 
 @pytest.mark.parametrize("verifier, width", [("rrsw", None), ("spechub", 2), ("sps", 1)])
