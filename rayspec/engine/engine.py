@@ -28,7 +28,7 @@ from rayspec.engine.interfaces import Draft, SequenceSpec
 from rayspec.engine.policy import (
     AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia,
 )
-from rayspec.engine.text import REPLACEMENT, ContinuationDecoder
+from rayspec.engine.text import IncrementalDecoder, StopStrings
 from rayspec.engine.trees import parse_tree_spec
 from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import DraftTree, TreeShape
@@ -264,7 +264,7 @@ class SpeculativeEngine:
         stop_texts = [s for s in stop or () if isinstance(s, str) and s]
         if stop_texts and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer; give the engine one, or stop on token ids")
-        decoder = ContinuationDecoder(self.tokenizer, prompt) if stop_texts else None
+        stop_watch = _StopWatch(self.tokenizer, prompt, stop_texts) if stop_texts else None
         seed = secrets.randbits(63) if seed is None else int(seed)
         spec = SequenceSpec(tuple(prompt), params, seed, verifier, verifier_params)
         stats = stats if stats is not None else GenerationStats()
@@ -298,8 +298,8 @@ class SpeculativeEngine:
                         break
                 if len(produced) + len(new) >= max_new_tokens:
                     new, finish = new[: max_new_tokens - len(produced)], finish or "length"
-                if stop_texts and new:  # a stop string in the step's last allowed tokens still stops
-                    cut = _stop_string_cut(decoder, produced, new, stop_texts)
+                if stop_watch and new:  # a stop string in the step's last allowed tokens still stops
+                    cut = stop_watch.cut(new)
                     if cut is not None:
                         new, finish = new[:cut], "stop"
                 produced += new
@@ -336,18 +336,21 @@ class SpeculativeEngine:
         return Generation(tokens, finish, stats, seed)
 
 
-def _stop_string_cut(decoder: ContinuationDecoder, produced: list[int], new: list[int],
-                     stop_texts: list[str]) -> int | None:
-    """The number of new tokens up to and including the one that completes a stop string
-    (none had before them), decoded as `TextAssembler` decodes them."""
-    before = decoder.decode(produced).rstrip(REPLACEMENT)  # an unfinished character may yet start one
-    window = max(len(before) - max(map(len, stop_texts)), 0)
-    if not any(s in decoder.decode(produced + new)[window:] for s in stop_texts):
-        return None
-    for n in range(1, len(new) + 1):
-        if any(s in decoder.decode(produced + new[:n]) for s in stop_texts):
-            return n
-    return None
+class _StopWatch:
+    """Finds where generated tokens complete a stop string, decoded as `TextAssembler` decodes
+    them, reading only the new tokens' text (see `IncrementalDecoder`)."""
+
+    def __init__(self, tokenizer, prompt: list[int], stop_texts: list[str]):
+        self.decoder = IncrementalDecoder(tokenizer, prompt)
+        self.stops = StopStrings(stop_texts)
+
+    def cut(self, new: list[int]) -> int | None:
+        """The number of new tokens up to and including the one that completes a stop string
+        (none had before them); None, and the tokens taken in, if none does."""
+        if self.stops.find(self.decoder.peek(new)) < 0:
+            self.stops.searched(self.decoder.push(new))
+            return None
+        return next(n for n in range(1, len(new) + 1) if self.stops.find(self.decoder.peek(new[:n])) >= 0)
 
 
 class _closing:

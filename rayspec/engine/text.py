@@ -1,15 +1,18 @@
 """Token chunks to text deltas, for streaming: incremental detokenisation with stop strings.
 
-Decoding each chunk on its own breaks BPE merges and multi-byte characters, so the assembler
-decodes the generated sequence and emits what is new.  It holds back an unfinished UTF-8
-character (decoded as U+FFFD) and any tail that could be the beginning of a stop string;
-once a stop string appears, the text ends right before it (OpenAI's semantics: the stop
-string itself is not returned).
+Decoding each chunk on its own breaks BPE merges and multi-byte characters, and decoding the
+whole completion at every step costs O(length) per step (O(length²) per request).  So
+`IncrementalDecoder` decodes a short window, as vLLM's incremental detokeniser does: the
+tokens of the last settled chunk (as context) and those after them; text becomes settled once
+it no longer ends in an unfinished UTF-8 character (decoded as U+FFFD).
 
-A completion is decoded after the last few prompt tokens (`ContinuationDecoder`), as vLLM's
-incremental detokeniser does: SentencePiece-style tokenizers (Llama 2, Mistral, Gemma) drop
-the leading space of a sequence's first word, so a completion decoded on its own would lose
-the space between the prompt and its first word.
+A completion is read after the last few prompt tokens: SentencePiece-style tokenizers
+(Llama 2, Mistral, Gemma) drop the leading space of a sequence's first word, so a completion
+decoded on its own would lose the space between the prompt and its first word.
+
+`TextAssembler` holds back an unfinished character and any tail that could be the beginning
+of a stop string; once a stop string appears, the text ends right before it (OpenAI's
+semantics: the stop string itself is not returned).
 """
 
 from __future__ import annotations
@@ -20,34 +23,116 @@ REPLACEMENT = "\ufffd"
 CONTEXT_TOKENS = 4  # prompt tokens decoded before a completion; any word boundary shows in fewer
 
 
-class ContinuationDecoder:
-    """The text of generated tokens as it reads after the prompt (special tokens skipped)."""
+def finished_length(text: str) -> int:
+    """The length of `text` without the unfinished character(s) it ends in (no copy made)."""
+    end = len(text)
+    while end and text[end - 1] == REPLACEMENT:
+        end -= 1
+    return end
+
+
+class IncrementalDecoder:
+    """The text of generated tokens as it reads after the prompt (special tokens skipped),
+    equal to decoding the prompt's last tokens and the completion at once and dropping the
+    prompt's text, at the cost of a few tokens' decoding per push.
+
+    Where a window's text is not an extension of its context's (a tokenizer whose decoding
+    rewrites across tokens, e.g. clean-up of spaces before punctuation), the decoder falls
+    back to decoding the whole completion at every push, which is exact."""
 
     def __init__(self, tokenizer, prompt_ids: Sequence[int] = ()):
         self.tokenizer = tokenizer
-        self.context = [int(t) for t in prompt_ids][-CONTEXT_TOKENS:]
-        self.head = self._decode(self.context) if self.context else ""
+        self._ids = [int(t) for t in prompt_ids][-CONTEXT_TOKENS:]
+        self._context = len(self._ids)
+        head = self._decode(self._ids) if self._ids else ""
         # A prompt ending in half a character would decode differently once the completion
         # finishes it: then the completion is decoded on its own.
-        if self.head.endswith(REPLACEMENT):
-            self.context, self.head = [], ""
+        if head.endswith(REPLACEMENT):
+            self._ids, self._context, head = [], 0, ""
+        self._window = 0  # first token of the decoded window
+        self._read = self._context  # tokens before this are settled
+        self._head = head  # the text of the window's settled tokens, ids[window:read]
+        self._settled = ""  # text of ids[context:read]
+        self._pending = ""  # text of ids[read:], which may still change
+        self._whole = False  # fallen back to decoding the whole completion
 
-    def decode(self, ids: Sequence[int]) -> str:
-        if self.context:
-            whole = self._decode([*self.context, *ids])
-            if whole.startswith(self.head):
-                return whole[len(self.head):]
-        return self._decode(ids)
+    @property
+    def text(self) -> str:
+        return self._settled + self._pending
+
+    @property
+    def windowed(self) -> bool:
+        """Whether pushes still decode windows (not fallen back to the whole completion)."""
+        return not self._whole
+
+    def push(self, ids: Sequence[int]) -> str:
+        """Add tokens; return the whole text."""
+        self._ids += [int(t) for t in ids]
+        tail = self._tail(self._ids[self._window:])
+        if tail is None:
+            self._settled, self._pending = "", self._whole_text(self._ids)
+        elif tail and not tail.endswith(REPLACEMENT):
+            # The next window begins at these tokens: some of them have text, so that the
+            # window's first word is not read as a sequence's first (SentencePiece drops its space).
+            self._settled += tail
+            self._pending = ""
+            self._window, self._read = self._read, len(self._ids)
+            self._head = self._decode(self._ids[self._window:self._read])
+        else:
+            self._pending = tail
+        return self.text
+
+    def peek(self, ids: Sequence[int]) -> str:
+        """The text `push(ids)` would give, leaving the decoder as it is."""
+        extra = [int(t) for t in ids]
+        tail = self._tail(self._ids[self._window:] + extra)
+        return self._whole_text(self._ids + extra) if tail is None else self._settled + tail
+
+    def _tail(self, window_ids: list[int]) -> str | None:
+        """The text of the window's tokens after the settled ones, or None once only a whole
+        decode is exact."""
+        if not self._whole:
+            window = self._decode(window_ids)
+            if window.startswith(self._head):
+                return window[len(self._head):]
+            self._whole = True
+        return None
+
+    def _whole_text(self, ids: list[int]) -> str:
+        if self._context:
+            head = self._decode(ids[:self._context])
+            whole = self._decode(ids)
+            if whole.startswith(head):
+                return whole[len(head):]
+        return self._decode(ids[self._context:])
 
     def _decode(self, ids) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
 
+class StopStrings:
+    """Finds the first stop string in a text that grows, searching only what is new (and the
+    few characters before it a stop string could begin in)."""
+
+    def __init__(self, stop: Sequence[str]):
+        self.stop = [s for s in stop if s]
+        self._reach = max(map(len, self.stop), default=1) - 1
+        self._clear = 0  # text[:clear] holds no stop string and will not change
+
+    def find(self, text: str) -> int:
+        """Where the first stop string in `text` begins, or -1."""
+        start = max(self._clear - self._reach, 0)
+        return min((i for i in (text.find(s, start) for s in self.stop) if i >= 0), default=-1)
+
+    def searched(self, text: str) -> None:
+        """`text` held no stop string; what of it is settled will not be searched again."""
+        self._clear = finished_length(text)
+
+
 class TextAssembler:
     def __init__(self, tokenizer, stop: Sequence[str] = (), prompt_ids: Sequence[int] = ()):
-        self.decoder = ContinuationDecoder(tokenizer, prompt_ids)
-        self.stop = [s for s in stop if s]
-        self.tokens: list[int] = []
+        self.decoder = IncrementalDecoder(tokenizer, prompt_ids)
+        self.stop = StopStrings(stop)
         self.sent = 0  # characters already returned
         self.stopped = False
         self._text = ""
@@ -56,13 +141,13 @@ class TextAssembler:
         """Add generated tokens; return the text that is now safe to show."""
         if self.stopped:
             return ""
-        self.tokens += list(tokens)
-        self._text = self.decoder.decode(self.tokens)
-        cut = min((i for i in (self._text.find(s) for s in self.stop) if i >= 0), default=-1)
+        self._text = self.decoder.push(tokens)
+        cut = self.stop.find(self._text)
         if cut >= 0:
             self.stopped = True
             self._text = self._text[:cut]
             return self._release(len(self._text))
+        self.stop.searched(self._text)
         return self._release(len(self._text) - self._held_back())
 
     def finish(self) -> str:
@@ -78,15 +163,14 @@ class TextAssembler:
     def _held_back(self) -> int:
         """Characters at the end that may still change: an unfinished character, and before it
         the longest tail that begins a stop string (which that character may continue)."""
-        text = self._text.rstrip(REPLACEMENT)
-        unfinished = len(self._text) - len(text)
+        finished = finished_length(self._text)
         prefix = 0
-        for stop in self.stop:
-            for n in range(min(len(stop) - 1, len(text)), prefix, -1):
-                if text.endswith(stop[:n]):
+        for stop in self.stop.stop:
+            for n in range(min(len(stop) - 1, finished), prefix, -1):
+                if self._text.endswith(stop[:n], 0, finished):
                     prefix = n
                     break
-        return unfinished + prefix
+        return len(self._text) - finished + prefix
 
     def _release(self, upto: int) -> str:
         upto = max(upto, self.sent)

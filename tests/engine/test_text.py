@@ -14,7 +14,7 @@ from rayspec.demo import TARGET_PATH
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.engine.interfaces import Outcome
 from rayspec.engine.requests import GenerationRequest, Limits
-from rayspec.engine.text import TextAssembler
+from rayspec.engine.text import CONTEXT_TOKENS, IncrementalDecoder, StopStrings, TextAssembler
 from tests.tiny_models import noisy_copy, tiny_llama
 
 TEXT = "Le menu: un café crème, deux thés. 日本語のメニュー 🙂🙂 fin."
@@ -62,6 +62,114 @@ def test_a_sentencepiece_completion_keeps_the_space_before_its_first_word(senten
     assembler = TextAssembler(tokenizer, (), prompt)
     streamed = "".join(assembler.push([token]) for token in completion) + assembler.finish()
     assert streamed == assembler.text == " world is big"
+
+
+def _whole_decode(tokenizer, prompt, ids):
+    """The completion's text by decoding it whole after the prompt's last tokens (the oracle)."""
+    context = list(prompt)[-CONTEXT_TOKENS:]
+    head = tokenizer.decode(context, skip_special_tokens=True) if context else ""
+    if head.endswith("\ufffd"):
+        context, head = [], ""
+    whole = tokenizer.decode(context + list(ids), skip_special_tokens=True)
+    return whole[len(head):] if whole.startswith(head) else tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
+class _CountingTokenizer:
+    """Passes decode through and records how many tokens each call decoded."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.lengths = tokenizer, []
+
+    def decode(self, ids, **kwargs):
+        self.lengths.append(len(ids))
+        return self.tokenizer.decode(ids, **kwargs)
+
+
+class _CleaningUpTokenizer:
+    """The demo tokenizer with WordPiece's clean-up of spaces before punctuation (what
+    `clean_up_tokenization_spaces` does): a decoding that rewrites across tokens."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.vocab_size, self.encode = tokenizer, tokenizer.vocab_size, tokenizer.encode
+
+    def decode(self, ids, **kwargs):
+        text = self.tokenizer.decode(ids, **kwargs)
+        for spaced, tight in ((" .", "."), (" ,", ","), (" !", "!"), (" ?", "?"), (" n't", "n't")):
+            text = text.replace(spaced, tight)
+        return text
+
+
+def _token_soup(tokenizer, rng, n):
+    """Text tokens with random ids among them: half characters, lone bytes, special tokens."""
+    text = tokenizer.encode(TEXT * 4, add_special_tokens=False)
+    return [rng.choice(text) if rng.random() < 0.7 else rng.randrange(tokenizer.vocab_size) for _ in range(n)]
+
+
+@pytest.mark.parametrize("which", ["demo", "sentencepiece", "demo_cleanup"])
+def test_the_incremental_decoder_reads_as_the_whole_completion_decoded(which, demo_tokenizer,
+                                                                       sentencepiece_tokenizer):
+    """Pushed in chunks of any size, the text is the whole completion decoded after the prompt
+    (byte-level BPE, SentencePiece, and a decoder that cleans up spaces across tokens), and
+    peeking at tokens gives the text pushing them would, changing nothing."""
+    if which == "demo_cleanup":
+        tokenizer = _CleaningUpTokenizer(demo_tokenizer)
+        assert tokenizer.decode(tokenizer.encode("a .", add_special_tokens=False)) == "a."  # decoding rewrites
+    else:
+        tokenizer = demo_tokenizer if which == "demo" else sentencepiece_tokenizer
+    rng, windowed = random.Random(3), []
+    for trial in range(40):
+        prompt = _token_soup(tokenizer, rng, rng.randint(0, 6))
+        ids = _token_soup(tokenizer, rng, rng.randint(1, 60))
+        decoder, pushed = IncrementalDecoder(tokenizer, prompt), []
+        while len(pushed) < len(ids):
+            chunk = ids[len(pushed):len(pushed) + rng.randint(1, 5)]
+            peeked, before = decoder.peek(chunk), decoder.text
+            assert peeked == _whole_decode(tokenizer, prompt, pushed + chunk), (trial, pushed, chunk)
+            if pushed:
+                assert decoder.text == before == _whole_decode(tokenizer, prompt, pushed)
+            pushed += chunk
+            assert decoder.push(chunk) == decoder.text == _whole_decode(tokenizer, prompt, pushed), (trial, pushed)
+        windowed.append(decoder.windowed)
+    assert all(windowed)  # the oracle is met by decoding windows (each token's clean-up stays in it)
+
+
+def test_a_decoding_that_rewrites_across_chunks_falls_back_to_whole_decodes(demo_tokenizer):
+    tokenizer = _CleaningUpTokenizer(demo_tokenizer)
+    chunks = [tokenizer.encode(piece, add_special_tokens=False) for piece in ("Hello world", " ", ".", " Bye", " ,")]
+    assert [len(c) for c in chunks[1:3]] == [1, 1]  # the space and the full stop are tokens of their own
+    decoder, pushed = IncrementalDecoder(tokenizer), []
+    for chunk in chunks:
+        pushed += chunk
+        assert decoder.push(chunk) == _whole_decode(tokenizer, [], pushed)
+    assert decoder.text == "Hello world. Bye," and not decoder.windowed
+
+
+def test_a_push_decodes_a_few_tokens_however_long_the_completion():
+    """The decoder's cost per push does not grow with the completion: every decode call covers
+    the last two chunks at most (decoding the whole completion at every step made a request
+    quadratic in its length)."""
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
+    ids = tokenizer.encode(TEXT * 40, add_special_tokens=False)
+    counting = _CountingTokenizer(tokenizer)
+    decoder = IncrementalDecoder(counting, ids[:4])
+    for start in range(4, len(ids), 3):
+        decoder.peek(ids[start:start + 3])
+        decoder.push(ids[start:start + 3])
+    assert len(ids) > 1000 and decoder.text == _whole_decode(tokenizer, ids[:4], ids[4:])
+    assert decoder.windowed and max(counting.lengths) <= 12, max(counting.lengths)
+
+
+def test_stop_strings_search_only_the_new_text_and_what_a_stop_string_could_begin_in():
+    stops = StopStrings(["abc", "xy"])
+    assert stops.find("zzab") == -1
+    stops.searched("zzab")
+    assert stops.find("zzabc") == 2  # begun in the text already searched
+    stops = StopStrings(["abc", "xy"])
+    stops.searched("xyzzz")  # searched text is trusted: only its last len(longest) - 1 characters are read again
+    assert stops.find("xyzzzz") == -1 and stops.find("xyzzzxy") == 5
+    stops = StopStrings(["é!"])
+    stops.searched("caf\ufffd")  # an unfinished character is not searched text: it may become a stop string
+    assert stops.find("café!") == 3
 
 
 class _ScriptedTarget:
