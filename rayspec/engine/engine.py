@@ -272,23 +272,29 @@ class SpeculativeEngine:
 
         with ExitStack() as sessions:
             target = sessions.enter_context(_closing(self.target.open(spec)))
+            drafting = sessions.enter_context(ExitStack())  # the drafter's session
             drafter = None  # opened at the first step that drafts
             produced: list[int] = []
             unseen = None  # what the drafter has not been told since it last drafted
             while True:
                 step_start = time.perf_counter()
                 length = len(prompt) + len(produced)
+                drafts = self.drafter is not None and length + 1 < draft_context
+                if not drafts:  # past the drafter's context for good: its session, if open, goes now
+                    drafting.close()
+                    drafter = unseen = None
                 planned = (policy.first_shape if replayable else policy.next_shape)(verifier, params.temperature)
                 step_shape = planned.truncated(draft_context - length - 1)
-                if self.drafter is not None and step_shape.size > 1:
+                if drafts and step_shape.size > 1:
                     if drafter is None:
-                        drafter = sessions.enter_context(_closing(self.drafter.open(spec)))
+                        drafter = drafting.enter_context(_closing(self.drafter.open(spec)))
                     draft = drafter.draft(step_shape, unseen)
                     unseen = None
                 else:
-                    draft = Draft(DraftTree(TreeShape.chain(0), torch.tensor([(prompt + produced)[-1]])), None)
+                    draft = Draft(DraftTree(TreeShape.chain(0), torch.tensor([produced[-1] if produced else prompt[-1]])), None)
                 outcome = target.verify(draft)
-                unseen = outcome if unseen is None else unseen.then(outcome)
+                if drafts:
+                    unseen = outcome if unseen is None else unseen.then(outcome)
                 policy.observe(verifier, params.temperature, draft.tree.shape, outcome)
                 new = list(outcome.tokens)
                 finish = None

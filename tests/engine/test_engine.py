@@ -397,6 +397,42 @@ def test_past_a_shorter_drafters_context_steps_decode_target_only(pair):
         assert bool(drafted_at) == (len(prompt) < 23)  # a prompt past it is never drafted for
 
 
+class _SessionCountingDrafter(LocalDrafter):
+    """A drafter counting its sessions open now."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.open_sessions = 0
+
+    def open(self, spec):
+        session = super().open(spec)
+        close = session.close
+
+        def closing():
+            self.open_sessions -= 1
+            close()
+
+        session.close = closing
+        self.open_sessions += 1
+        return session
+
+
+def test_past_a_shorter_drafters_context_its_session_is_released_at_once(pair):
+    """A sequence past the drafter's context never drafts again: its drafter session (and the
+    outcomes it would have been told) goes then, not when the request ends."""
+    target = pair[0]
+    drafter = _SessionCountingDrafter(noisy_copy(tiny_llama(vocab=64, seed=0, context=24), noise=0.05))
+    engine = SpeculativeEngine(LocalTarget(target), drafter, verifier="rrsw", tree="kary:2x3")
+    prompt = list(range(1, 17))
+    length, seen = len(prompt), []
+    for chunk in engine.generate(prompt, max_new_tokens=40, temperature=0):
+        seen.append((length, drafter.open_sessions))  # during the step that began at `length`
+        length += len(chunk.tokens)
+    assert length == len(prompt) + 40 and drafter.open_sessions == 0
+    assert [open_ for _, open_ in seen] == [int(at + 1 < 24) for at, _ in seen]
+    assert seen[0][1] == 1 and seen[-1][1] == 0
+
+
 def test_a_seeded_request_replays_exactly_after_the_trees_adapted(pair, tmp_path):
     """Adaptive Sequoia trees change with what was served; a request that gives a seed drafts
     the trees planned before serving, so it replays token for token (the SDK retries only

@@ -63,6 +63,21 @@ def test_remote_engine_gives_the_in_process_tokens(cluster, local_engine_parts, 
     assert all(s.wire_bytes > 0 for s in remote.stats.steps)
 
 
+def test_remote_decoding_to_the_end_of_the_context_gives_the_in_process_tokens(cluster, local_engine_parts):
+    """The last steps before the context's end draft nothing: the engine releases the drafter
+    worker's session there, mid-request, and goes on with the target worker alone."""
+    local_target, local_drafter, _ = local_engine_parts
+    remote_target = RemoteTarget(cluster["target"].address)
+    remote_drafter = RemoteDrafter(cluster["drafter"].address, remote_target.vocab_size)
+    prompt = [(37 * i) % 8000 + 1 for i in range(remote_target.context_length - 24)]
+    kwargs = dict(max_new_tokens=40, temperature=0.8, seed=5)
+    local = SpeculativeEngine(local_target, local_drafter, verifier="rrsw", tree="kary:2x3").run(prompt, **kwargs)
+    remote = SpeculativeEngine(remote_target, remote_drafter, verifier="rrsw", tree="kary:2x3").run(prompt, **kwargs)
+    assert (remote.tokens, remote.finish_reason) == (local.tokens, local.finish_reason)
+    assert len(prompt) + len(remote.tokens) == remote_target.context_length and remote.finish_reason == "length"
+    assert remote.stats.steps[0].drafted and not remote.stats.steps[-1].drafted
+
+
 def test_token_only_verifiers_ship_far_fewer_bytes(cluster):
     target = RemoteTarget(cluster["target"].address)
     drafter = RemoteDrafter(cluster["drafter"].address, target.vocab_size)
