@@ -95,6 +95,7 @@ class CallStream:
         self._requests: queue.SimpleQueue | None = None
         self._results = None
         self._expired = False
+        self._lock = threading.Lock()  # the watchdog's check-and-cancel against a call's start and end
 
     def _serialize(self, message) -> bytes:
         data = message.SerializeToString()
@@ -112,20 +113,23 @@ class CallStream:
             self._requests = queue.SimpleQueue()
             self._results = self.method(iter(self._requests.get, self._END))
             _watchdog.watch(self)
-        self._expired = False
-        self.waiting_since = time.monotonic()
+        with self._lock:
+            self._expired = False
+            self.waiting_since = time.monotonic()
         self._requests.put(message)
         try:
             result = next(self._results)
         except (grpc.RpcError, StopIteration) as error:
+            expired = self._end_wait()
             self._close_stream()
-            if self._expired:
+            if expired:
                 raise RemoteError(f"DEADLINE_EXCEEDED: {self.what} did not answer within {self.timeout:g} s") from None
             if isinstance(error, StopIteration):
                 raise RemoteError(f"UNAVAILABLE: {self.what} ended the session stream") from None
             raise failure(error.code(), error.details()) from None
-        finally:
-            self.waiting_since = None
+        if self._end_wait():
+            # The deadline struck as the reply came in: the reply stands, the cancelled stream goes.
+            self._close_stream()
         which = result.WhichOneof("result")
         if which == "error":
             raise failure(result.error.code, result.error.message)
@@ -133,11 +137,22 @@ class CallStream:
             raise RemoteError(f"{self.what} answered a {kind} call with {which!r}")
         return getattr(result, which)
 
-    def expire(self) -> None:
-        self._expired = True
-        results = self._results
-        if results is not None:
-            results.cancel()
+    def _end_wait(self) -> bool:
+        """The call is over: no deadline applies any more.  Whether it expired."""
+        with self._lock:
+            self.waiting_since = None
+            return self._expired
+
+    def expire(self, since: float) -> None:
+        """Cancel the call waiting since `since` (what the watchdog read), if it still waits:
+        not one that has had its reply, nor a later one."""
+        with self._lock:
+            if self.waiting_since is None or self.waiting_since != since:
+                return
+            self._expired = True
+            results = self._results
+            if results is not None:
+                results.cancel()
 
     def _close_stream(self) -> None:
         if self._results is not None:
@@ -180,7 +195,7 @@ class _Watchdog:
             for stream in streams:
                 since = stream.waiting_since
                 if since is not None and now - since > stream.timeout:
-                    stream.expire()
+                    stream.expire(since)
 
 
 _watchdog = _Watchdog()

@@ -279,6 +279,47 @@ def test_an_unanswered_stream_call_fails_at_its_deadline_and_extra_streams_are_r
         server.stop(0)
 
 
+class _PromptTarget(worker_pb2_grpc.TargetServiceServicer):
+    def Steps(self, calls, context):
+        for _ in calls:
+            yield worker_pb2.TargetResult(verify=worker_pb2.VerifyReply())
+
+
+def test_a_deadline_reached_as_the_reply_arrives_fails_no_call():
+    """The watchdog reads a call's start, then cancels it if it is overdue.  Should the reply
+    arrive in between, that call returns it, and the next call still gets through (on a
+    fresh stream); a reading taken during an earlier call cancels nothing later."""
+    from rayspec.rpc.remote import CallStream
+    from rayspec.rpc.server import start_server
+
+    server, port = start_server(lambda s: worker_pb2_grpc.add_TargetServiceServicer_to_server(_PromptTarget(), s),
+                                "127.0.0.1:0", max_workers=2)
+    try:
+        steps = CallStream(grpc.insecure_channel(f"127.0.0.1:{port}"), worker_pb2.TargetCall, 30.0, "target")
+        call = worker_pb2.TargetCall(verify=worker_pb2.VerifyRequest(session_id="s"))
+        assert steps.send(call) == worker_pb2.VerifyReply()
+        readings = []
+
+        class ReplyThenDeadline:  # the reply is in; the watchdog acts on what it read before
+            @staticmethod
+            def FromString(data):
+                result = worker_pb2.TargetResult.FromString(data)
+                readings.append(steps.waiting_since)
+                steps.expire(readings[-1])
+                return result
+
+        steps.result_type = ReplyThenDeadline
+        assert steps.send(call) == worker_pb2.VerifyReply()
+        steps.result_type = worker_pb2.TargetResult
+        assert readings[0] is not None
+        assert steps.send(call) == worker_pb2.VerifyReply()
+        steps.expire(readings[0])  # a reading from an earlier call
+        assert steps.send(call) == worker_pb2.VerifyReply()
+        steps.close()
+    finally:
+        server.stop(0)
+
+
 def _threads_cpus(pid: int) -> set[frozenset[int]]:
     """The CPU sets of every thread of process `pid`."""
     return {frozenset(os.sched_getaffinity(int(task))) for task in os.listdir(f"/proc/{pid}/task")}
