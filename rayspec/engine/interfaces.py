@@ -91,6 +91,10 @@ class Outcome:
         return Outcome(self.tokens + later.tokens, self.path, self.ranks)
 
 
+class SessionClosedError(RuntimeError):
+    """A session was closed (released, or expired) while a call on it waited for the model."""
+
+
 class DrafterSession(Protocol):
     def draft(self, shape: TreeShape, previous: Outcome | None) -> Draft:
         """Commit the previous step's outcome, then draft a tree of (at most) `shape`."""

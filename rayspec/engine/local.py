@@ -18,7 +18,7 @@ import time
 import torch
 
 from rayspec.coupling import KeyedNoise
-from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec, stream_generator
+from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec, SessionClosedError, stream_generator
 from rayspec.models.tree_lm import TreeLM
 from rayspec.tree.dynamic import DynamicPlan, select_dynamic_tree
 from rayspec.tree.structure import DraftTree, TreeShape
@@ -71,6 +71,12 @@ class _Session:
         with self.compute:
             self.lm = None
 
+    def check_open(self) -> None:
+        """Refuse a call that waited for the model while the session was closed (called under
+        `compute`)."""
+        if self.lm is None:
+            raise SessionClosedError("the session was released or expired while this call waited for the model")
+
 
 class LocalTargetSession(_Session):
     def __init__(self, model, spec: SequenceSpec, compute: threading.RLock):
@@ -112,6 +118,7 @@ class LocalTargetSession(_Session):
         (a worker answers the error and keeps the session open for the next step)."""
         q_rows = draft.q_rows  # decoded (a remote draft's) before taking the model
         with self.compute:
+            self.check_open()
             drawn = self.generator.get_state()
             try:
                 start = time.perf_counter()
@@ -156,6 +163,7 @@ class LocalDrafterSession(_Session):
 
     def draft(self, shape: TreeShape | DynamicPlan, previous: Outcome | None) -> Draft:
         with self.compute:
+            self.check_open()
             return self._draft(shape, previous)
 
     def _draft(self, shape: TreeShape | DynamicPlan, previous: Outcome | None) -> Draft:

@@ -23,6 +23,7 @@ from concurrent import futures
 
 import grpc
 
+from rayspec.engine.interfaces import SessionClosedError
 from rayspec.models.threads import honour_torch_threads
 from rayspec.rpc.generated import health_pb2, health_pb2_grpc, worker_pb2
 
@@ -83,6 +84,8 @@ def status_of(error: Exception, where: str) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.INVALID_ARGUMENT, str(error)
     if isinstance(error, UnknownSessionError):
         return grpc.StatusCode.NOT_FOUND, str(error.args[0])
+    if isinstance(error, SessionClosedError):
+        return grpc.StatusCode.NOT_FOUND, str(error)
     if isinstance(error, SessionLimitError):
         return grpc.StatusCode.RESOURCE_EXHAUSTED, str(error)
     if isinstance(error, RemoteError):  # a coordinator's worker: this service is unavailable, or full

@@ -37,10 +37,12 @@ class _CountingTarget(LocalTarget):
     def __init__(self, model):
         super().__init__(model)
         self.opened = 0
+        self.sessions = []
 
     def open(self, spec):
         self.opened += 1
-        return super().open(spec)
+        self.sessions.append(super().open(spec))
+        return self.sessions[-1]
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +85,29 @@ def test_a_verify_that_fails_after_scoring_leaves_the_session_as_it_was(target_s
             tokens += verify(session, [-1], [tokens[-1]])
         runs[session] = tokens
     assert runs["failed-once"] == runs["clean"] and len(runs["clean"]) >= 10
+
+
+def test_a_call_whose_session_closes_while_it_waits_for_the_model_gets_not_found(target_server):
+    """A Release (or the idle sweep) closes a session after any step in flight; a call that
+    was already waiting for the model then finds the session closed: NOT_FOUND with a message,
+    not an INTERNAL error, and the worker goes on serving."""
+    import threading
+
+    target, stub, _ = target_server
+    stub.Open(worker_pb2.OpenRequest(session_id="closing", spec=_spec()), timeout=10)
+    session = target.sessions[-1]
+    request = worker_pb2.VerifyRequest(session_id="closing", tree=worker_pb2.Tree(parents=[-1], tokens=[40]))
+    statuses = []
+    with target.compute:  # the model is busy: the call waits for it
+        waiting = threading.Thread(target=lambda: statuses.append(_status(lambda: stub.Verify(request, timeout=30))))
+        waiting.start()
+        time.sleep(0.5)
+        session.close()  # as Release does: it holds the model (re-entrant here) and drops the cache
+    waiting.join(30)
+    assert statuses == [(grpc.StatusCode.NOT_FOUND,
+                         "the session was released or expired while this call waited for the model")]
+    stub.Open(worker_pb2.OpenRequest(session_id="after", spec=_spec()), timeout=10)
+    assert len(stub.Verify(request.__class__(session_id="after", tree=request.tree), timeout=30).outcome.tokens) == 1
 
 
 @pytest.mark.parametrize("outcome, message", [
