@@ -145,9 +145,9 @@ def test_a_decoding_that_rewrites_across_chunks_falls_back_to_whole_decodes(demo
 
 
 def test_a_push_decodes_a_few_tokens_however_long_the_completion():
-    """The decoder's cost per push does not grow with the completion: every decode call covers
-    the last two chunks at most (decoding the whole completion at every step made a request
-    quadratic in its length)."""
+    """The decoder's cost per push does not grow with the completion: a decode call covers the
+    last settled chunk and the chunks since (more than one while characters are unfinished),
+    where decoding the whole completion at every step made a request quadratic in its length."""
     tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
     ids = tokenizer.encode(TEXT * 40, add_special_tokens=False)
     counting = _CountingTokenizer(tokenizer)
