@@ -147,7 +147,7 @@ class CallStream:
         """Cancel the call waiting since `since` (what the watchdog read), if it still waits:
         not one that has had its reply, nor a later one."""
         with self._lock:
-            if self.waiting_since is None or self.waiting_since != since:
+            if self.waiting_since != since:  # answered (None), or a later call
                 return
             self._expired = True
             results = self._results
