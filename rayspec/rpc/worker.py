@@ -84,6 +84,7 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
         tree = codec.decode_tree(request.tree, self.target.vocab_size)
         reply = worker_pb2.ScoreReply() if reply is None else reply
         with self.target.compute:
+            session.check_open()
             started = time.perf_counter()
             p_rows = session.score(tree)
             if session.verifier.token_only:
@@ -98,6 +99,7 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
         session = self.session(request.session_id)
         outcome = codec.decode_outcome(request.outcome, self.target.vocab_size)
         with self.target.compute:
+            session.check_open()
             session.commit(outcome.tokens, outcome.path)
         return worker_pb2.CommitReply() if reply is None else reply
 
@@ -136,6 +138,7 @@ class DrafterServicer(Servicer, worker_pb2_grpc.DrafterServiceServicer):
         session = self.session(request.session_id)
         outcome = codec.decode_outcome(request.outcome, self.drafter.vocab_size)
         with self.drafter.compute:
+            session.check_open()
             session.commit(outcome)
         return worker_pb2.CommitReply() if reply is None else reply
 

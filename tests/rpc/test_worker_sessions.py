@@ -87,27 +87,34 @@ def test_a_verify_that_fails_after_scoring_leaves_the_session_as_it_was(target_s
     assert runs["failed-once"] == runs["clean"] and len(runs["clean"]) >= 10
 
 
-def test_a_call_whose_session_closes_while_it_waits_for_the_model_gets_not_found(target_server):
+@pytest.mark.parametrize("method", ["Verify", "Score", "Commit"])
+def test_a_call_whose_session_closes_while_it_waits_for_the_model_gets_not_found(target_server, method):
     """A Release (or the idle sweep) closes a session after any step in flight; a call that
     was already waiting for the model then finds the session closed: NOT_FOUND with a message,
     not an INTERNAL error, and the worker goes on serving."""
     import threading
 
     target, stub, _ = target_server
-    stub.Open(worker_pb2.OpenRequest(session_id="closing", spec=_spec()), timeout=10)
+    stub.Open(worker_pb2.OpenRequest(session_id=f"closing-{method}", spec=_spec()), timeout=10)
     session = target.sessions[-1]
-    request = worker_pb2.VerifyRequest(session_id="closing", tree=worker_pb2.Tree(parents=[-1], tokens=[40]))
+    tree = worker_pb2.Tree(parents=[-1], tokens=[40])
+    waiting_call = {
+        "Verify": lambda: stub.Verify(worker_pb2.VerifyRequest(session_id=f"closing-{method}", tree=tree), timeout=30),
+        "Score": lambda: stub.Score(worker_pb2.ScoreRequest(session_id=f"closing-{method}", tree=tree), timeout=30),
+        "Commit": lambda: stub.Commit(worker_pb2.CommitRequest(
+            session_id=f"closing-{method}", outcome=worker_pb2.Outcome(tokens=[3])), timeout=30),
+    }[method]
     statuses = []
     with target.compute:  # the model is busy: the call waits for it
-        waiting = threading.Thread(target=lambda: statuses.append(_status(lambda: stub.Verify(request, timeout=30))))
+        waiting = threading.Thread(target=lambda: statuses.append(_status(waiting_call)))
         waiting.start()
         time.sleep(0.5)
         session.close()  # as Release does: it holds the model (re-entrant here) and drops the cache
     waiting.join(30)
     assert statuses == [(grpc.StatusCode.NOT_FOUND,
                          "the session was released or expired while this call waited for the model")]
-    stub.Open(worker_pb2.OpenRequest(session_id="after", spec=_spec()), timeout=10)
-    assert len(stub.Verify(request.__class__(session_id="after", tree=request.tree), timeout=30).outcome.tokens) == 1
+    stub.Open(worker_pb2.OpenRequest(session_id=f"after-{method}", spec=_spec()), timeout=10)
+    assert len(stub.Verify(worker_pb2.VerifyRequest(session_id=f"after-{method}", tree=tree), timeout=30).outcome.tokens) == 1
 
 
 @pytest.mark.parametrize("outcome, message", [
