@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rayspec.engine.interfaces import Draft, SequenceSpec
+from rayspec.engine.interfaces import Draft, SequenceSpec, TokenLogprobs
 from rayspec.engine.policy import (
     AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia,
 )
@@ -83,6 +83,7 @@ class Chunk:
     tokens: list[int]
     step: StepStats
     finish_reason: str | None = None  # "length" or "stop" on the last chunk
+    logprobs: TokenLogprobs | None = None  # of `tokens`, when the request asked for them
 
 
 @dataclass
@@ -227,6 +228,7 @@ class SpeculativeEngine:
         verifier_params: dict | None = None,
         stats: GenerationStats | None = None,
         replayable: bool | None = None,
+        logprobs: int | None = None,
     ) -> Iterator[Chunk]:
         """Yield the tokens of each verification step as soon as it is verified.
 
@@ -235,7 +237,9 @@ class SpeculativeEngine:
         `rayspec.engine.text.TextAssembler`).  `stats` (optional) is filled as steps go.
         replayable: draft the trees the policy planned before serving anything, not those it
         adapted since, so that the same request and seed give the same tokens whatever was
-        served in between (default: when a seed is given)."""
+        served in between (default: when a seed is given).  logprobs: k to give each chunk
+        its tokens' log-probabilities under the target's raw law and the k most likely
+        tokens' at each position (`TokenLogprobs`); the tokens are the same with or without."""
         replayable = seed is not None if replayable is None else replayable
         params = SamplingParams(temperature, top_p, top_k)
         if int(max_new_tokens) < 1:
@@ -266,7 +270,8 @@ class SpeculativeEngine:
             raise ValueError("stop strings need a tokenizer; give the engine one, or stop on token ids")
         stop_watch = _StopWatch(self.tokenizer, prompt, stop_texts) if stop_texts else None
         seed = secrets.randbits(63) if seed is None else int(seed)
-        spec = SequenceSpec(tuple(prompt), params, seed, verifier, verifier_params)
+        spec = SequenceSpec(tuple(prompt), params, seed, verifier, verifier_params,
+                            logprobs=None if logprobs is None else int(logprobs))
         stats = stats if stats is not None else GenerationStats()
         started = time.perf_counter()
 
@@ -293,6 +298,8 @@ class SpeculativeEngine:
                 else:
                     draft = Draft(DraftTree(TreeShape.chain(0), torch.tensor([produced[-1] if produced else prompt[-1]])), None)
                 outcome = target.verify(draft)
+                if spec.logprobs is not None and outcome.logprobs is None:
+                    raise RuntimeError("the target sent no log-probabilities: its worker predates them")
                 if drafts:
                     unseen = outcome if unseen is None else unseen.then(outcome)
                 policy.observe(verifier, params.temperature, draft.tree.shape, outcome)
@@ -325,7 +332,7 @@ class SpeculativeEngine:
                 stats.steps.append(step)
                 stats.tokens = len(produced)
                 stats.seconds = time.perf_counter() - started
-                yield Chunk(new, step, finish)
+                yield Chunk(new, step, finish, None if outcome.logprobs is None else outcome.logprobs.head(len(new)))
                 if finish is not None:
                     return
 

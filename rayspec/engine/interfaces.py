@@ -4,7 +4,8 @@ The engine (`rayspec.engine.SpeculativeEngine`) owns the loop; a `Drafter` and a
 own the models.  Each `open`s a session per sequence.  Per step, exactly this crosses:
 
     drafter.draft(shape, last outcome) -> Draft(tree tokens, q rows of internal nodes or None)
-    target.verify(tree, q rows)        -> Outcome(emitted tokens, accepted path, ranks)
+    target.verify(tree, q rows)        -> Outcome(emitted tokens, accepted path, ranks
+                                                  [, the tokens' log-probabilities if asked])
 
 Verification runs on the target's side: it holds the target's rows, and the only other
 input — the drafter's rows of the internal nodes — is the smaller side (a tree has more
@@ -23,7 +24,11 @@ from typing import Protocol
 import torch
 
 from rayspec.tree.structure import DraftTree, TreeShape
-from rayspec.verify.processing import SamplingParams
+from rayspec.verify.processing import SamplingParams, token_logprobs
+
+
+# The most alternatives a request may ask log-probabilities of, per token (vLLM's default cap).
+MAX_LOGPROBS = 20
 
 
 @dataclass(frozen=True)
@@ -35,11 +40,14 @@ class SequenceSpec:
     seed: int
     verifier: str
     verifier_params: dict = field(default_factory=dict)
+    logprobs: int | None = None  # None: none; k: each emitted token's and the k most likely's (`TokenLogprobs`)
 
     def __post_init__(self):
         object.__setattr__(self, "prompt_ids", tuple(int(t) for t in self.prompt_ids))
         if not self.prompt_ids:
             raise ValueError("the prompt must contain at least one token")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise ValueError(f"logprobs must be between 0 and {MAX_LOGPROBS}, got {self.logprobs}")
 
 
 def derive_seed(seed: int, stream: str) -> int:
@@ -69,6 +77,29 @@ class Draft:
 
 
 @dataclass
+class TokenLogprobs:
+    """Per emitted token: its log-probability under the target's raw law at its position
+    (`rayspec.verify.processing.token_logprobs`: temperature 1, no top-k or top-p, whatever the
+    request samples with), and the `top` most likely tokens there, most likely first."""
+
+    chosen: list[float]
+    top_ids: list[list[int]]
+    top_values: list[list[float]]
+
+    @classmethod
+    def of(cls, logits: torch.Tensor, tokens: list[int], top: int) -> "TokenLogprobs":
+        """The log-probabilities of `tokens`, token i drawn from row i of `logits` [n, V]."""
+        chosen, values, ids = token_logprobs(logits, torch.tensor(tokens), top)
+        return cls(chosen.tolist(), ids.tolist(), values.tolist())
+
+    def __len__(self) -> int:
+        return len(self.chosen)
+
+    def head(self, n: int) -> "TokenLogprobs":
+        return TokenLogprobs(self.chosen[:n], self.top_ids[:n], self.top_values[:n])
+
+
+@dataclass
 class Outcome:
     """What verification of one tree emitted.
 
@@ -82,6 +113,7 @@ class Outcome:
     score_seconds: float = 0.0  # target forward
     verify_seconds: float = 0.0  # the verifier's walk
     wire_bytes: int = 0  # bytes that crossed a process boundary to get it (0 in-process)
+    logprobs: TokenLogprobs | None = None  # of `tokens`, when the sequence asked for them
 
     def then(self, later: "Outcome") -> "Outcome":
         """This outcome followed by a later step's that drafted nothing (a 1-node tree): what

@@ -18,7 +18,9 @@ import time
 import torch
 
 from rayspec.coupling import KeyedNoise
-from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec, SessionClosedError, stream_generator
+from rayspec.engine.interfaces import (
+    Draft, Outcome, SequenceSpec, SessionClosedError, TokenLogprobs, stream_generator,
+)
 from rayspec.models.tree_lm import TreeLM
 from rayspec.tree.dynamic import DynamicPlan, select_dynamic_tree
 from rayspec.tree.structure import DraftTree, TreeShape
@@ -81,6 +83,8 @@ class _Session:
 class LocalTargetSession(_Session):
     def __init__(self, model, spec: SequenceSpec, compute: threading.RLock):
         super().__init__(model, spec, "verify", compute)
+        self.logprobs = spec.logprobs
+        self.scored_logits = None  # the last scored tree's logits, kept for `commit` when logprobs are asked
         if len(self.tokens) > 1:
             with compute:
                 self.lm.prefill(self.tokens[:-1])  # the last prompt token is the first step's root
@@ -96,6 +100,7 @@ class LocalTargetSession(_Session):
         if self.lm.cached > self.lm.committed:
             self.lm.keep([])
         logits = self.lm.forward(tree.tokens.tolist(), tree.shape.parents, tree.shape.depth)
+        self.scored_logits = None if self.logprobs is None else logits
         return logits_to_probs(logits, self.params)
 
     def node_samples(self, tree: DraftTree, p_rows: torch.Tensor) -> torch.Tensor:
@@ -108,10 +113,20 @@ class LocalTargetSession(_Session):
             samples[level.start : level.stop] = self.verifier.sample_target_batch(rows, noise).cpu()
         return samples
 
-    def commit(self, tokens: list[int], path: list[int]) -> None:
-        """Keep the root's and the accepted path's rows; the emitted tokens are committed."""
+    def commit(self, tokens: list[int], path: list[int]) -> TokenLogprobs | None:
+        """Keep the root's and the accepted path's rows; the emitted tokens are committed.
+        Returns their log-probabilities when the sequence asks for them: token i was drawn
+        after the path's first i nodes, from the row of node (0, *path)[i]."""
+        logprobs = None
+        if self.logprobs is not None:
+            logits, self.scored_logits = self.scored_logits, None
+            if logits is None or len(tokens) != len(path) + 1 or max(path, default=0) >= len(logits):
+                raise ValueError("a commit with log-probabilities takes a path of the tree scored last "
+                                 "and one token more than the path's nodes")
+            logprobs = TokenLogprobs.of(logits[[0, *path]], tokens, self.logprobs)
         self.lm.keep([self.lm.committed + node for node in (0, *path)])
         self.tokens += tokens
+        return logprobs
 
     def verify(self, draft: Draft) -> Outcome:
         """Score, verify and commit one tree; a step that fails leaves the session as it was
@@ -130,9 +145,10 @@ class LocalTargetSession(_Session):
             except BaseException:
                 self.lm.keep([])
                 self.generator.set_state(drawn)
+                self.scored_logits = None
                 raise
-            self.commit(verdict.tokens, verdict.path)
-        return Outcome(verdict.tokens, verdict.path, verdict.ranks, scored - start, verified - scored)
+            logprobs = self.commit(verdict.tokens, verdict.path)
+        return Outcome(verdict.tokens, verdict.path, verdict.ranks, scored - start, verified - scored, logprobs=logprobs)
 
 
 class LocalDrafterSession(_Session):

@@ -17,7 +17,7 @@ import sys
 import msgpack
 import torch
 
-from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec
+from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec, TokenLogprobs
 from rayspec.rpc.generated import tensor_pb2, worker_pb2
 from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import DraftTree, TreeShape
@@ -167,6 +167,7 @@ def encode_spec(spec: SequenceSpec) -> worker_pb2.SequenceSpec:
         seed=spec.seed,
         verifier=spec.verifier,
         verifier_params=msgpack.packb(spec.verifier_params),
+        logprobs=spec.logprobs,
     )
 
 
@@ -178,6 +179,7 @@ def decode_spec(message: worker_pb2.SequenceSpec) -> SequenceSpec:
         message.seed,
         message.verifier,
         params,
+        logprobs=message.logprobs if message.HasField("logprobs") else None,
     )
 
 
@@ -244,10 +246,36 @@ def decode_tree(message: worker_pb2.Tree, vocab_size: int, max_nodes: int = 4096
 
 
 def encode_outcome(outcome: Outcome) -> worker_pb2.Outcome:
-    return worker_pb2.Outcome(
+    message = worker_pb2.Outcome(
         tokens=outcome.tokens, path=outcome.path, ranks=outcome.ranks,
         score_seconds=outcome.score_seconds, verify_seconds=outcome.verify_seconds,
     )
+    if outcome.logprobs is not None:
+        encode_logprobs(outcome.logprobs, message.logprobs)
+    return message
+
+
+def encode_logprobs(logprobs: TokenLogprobs, out: worker_pb2.TokenLogprobs) -> None:
+    out.chosen[:] = logprobs.chosen
+    out.top = len(logprobs.top_ids[0]) if logprobs.top_ids else 0
+    out.top_ids[:] = [i for row in logprobs.top_ids for i in row]
+    out.top_values[:] = [v for row in logprobs.top_values for v in row]
+
+
+def decode_logprobs(message: worker_pb2.TokenLogprobs, tokens: int, vocab_size: int) -> TokenLogprobs:
+    """The log-probabilities of `tokens` tokens, checked: one per token, `top` alternatives
+    each, ids in the vocabulary, values at most 0 (a NaN fails that too)."""
+    top, chosen = message.top, list(message.chosen)
+    if len(chosen) != tokens or top < 0 or len(message.top_ids) != tokens * top or len(message.top_values) != tokens * top:
+        raise CodecError(f"log-probabilities of {tokens} tokens need {tokens} chosen values and {tokens} x {top} "
+                         f"alternatives; got {len(chosen)}, {len(message.top_ids)} ids and {len(message.top_values)} values")
+    ids, values = list(message.top_ids), list(message.top_values)
+    if ids and (min(ids) < 0 or max(ids) >= vocab_size):
+        raise CodecError(f"log-probability token ids outside the vocabulary [0, {vocab_size})")
+    if not all(v <= 0 for v in chosen + values):
+        raise CodecError("log-probabilities must be <= 0")
+    return TokenLogprobs(chosen, [ids[i * top : (i + 1) * top] for i in range(tokens)],
+                         [values[i * top : (i + 1) * top] for i in range(tokens)])
 
 
 def decode_outcome(message: worker_pb2.Outcome, vocab_size: int) -> Outcome:
@@ -262,7 +290,8 @@ def decode_outcome(message: worker_pb2.Outcome, vocab_size: int) -> Outcome:
         raise CodecError(f"outcome tokens outside the vocabulary [0, {vocab_size})")
     if min(path, default=1) < 1:
         raise CodecError("an outcome's path holds tree nodes below the root (indices >= 1)")
-    return Outcome(tokens, path, list(message.ranks), message.score_seconds, message.verify_seconds)
+    logprobs = decode_logprobs(message.logprobs, len(tokens), vocab_size) if message.HasField("logprobs") else None
+    return Outcome(tokens, path, list(message.ranks), message.score_seconds, message.verify_seconds, logprobs=logprobs)
 
 
 def encode_draft(draft: Draft, out: worker_pb2.DraftReply | None = None) -> worker_pb2.DraftReply:

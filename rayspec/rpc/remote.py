@@ -302,7 +302,9 @@ class RemoteTargetSession(_RemoteSession):
         outcome = Outcome(verdict.tokens, verdict.path, verdict.ranks, score_seconds=reply.seconds)
         message, commit = self._new("commit")
         commit.outcome.CopyFrom(codec.encode_outcome(outcome))
-        _, commit_bytes = self._step(message)
+        committed, commit_bytes = self._step(message)
+        if committed.HasField("logprobs"):
+            outcome.logprobs = codec.decode_logprobs(committed.logprobs, len(verdict.tokens), self.target.vocab_size)
         self.length += len(verdict.tokens)
         outcome.wire_bytes = score_bytes + commit_bytes
         return outcome

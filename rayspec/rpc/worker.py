@@ -100,8 +100,11 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
         outcome = codec.decode_outcome(request.outcome, self.target.vocab_size)
         with self.target.compute:
             session.check_open()
-            session.commit(outcome.tokens, outcome.path)
-        return worker_pb2.CommitReply() if reply is None else reply
+            logprobs = session.commit(outcome.tokens, outcome.path)
+        reply = worker_pb2.CommitReply() if reply is None else reply
+        if logprobs is not None:
+            codec.encode_logprobs(logprobs, reply.logprobs)
+        return reply
 
     def Steps(self, calls, context):
         handlers = {"verify": TargetServicer.Verify, "score": TargetServicer.Score, "commit": TargetServicer.Commit}

@@ -69,3 +69,16 @@ def half_precision(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     weights = probs.to(torch.float16).float()
     divisors = weights.sum(-1)
     return weights / divisors.unsqueeze(-1), divisors
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, top: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Log-probabilities of `tokens` [n], row r's token under row r of `logits` [n, V], in the
+    model's raw law (the log-softmax of its logits: temperature 1, no top-k or top-p, what
+    OpenAI's API and vLLM report), and each row's `top` most likely tokens.
+
+    Returns (chosen [n], top values [n, k], top ids [n, k]) on the CPU, float32 and int64,
+    most likely first, with k = min(top, V)."""
+    log_p = torch.log_softmax(logits.float(), dim=-1)
+    chosen = log_p.gather(-1, tokens.to(log_p.device, torch.long).view(-1, 1)).squeeze(-1)
+    values, ids = torch.topk(log_p, min(top, log_p.shape[-1]), dim=-1)
+    return chosen.cpu(), values.cpu(), ids.cpu()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
+from rayspec.engine.interfaces import Outcome, SequenceSpec, TokenLogprobs
 from rayspec.rpc import codec
 from rayspec.rpc.generated import tensor_pb2
-from rayspec.verify.processing import half_precision
+from rayspec.verify.processing import SamplingParams, half_precision
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64])
@@ -98,3 +101,29 @@ def test_verifier_params_must_be_a_msgpack_map():
     with pytest.raises(codec.CodecError, match="expected a msgpack map"):
         codec.decode_msgpack_map(msgpack.packb([1, 2]), "verifier_params")
     assert codec.decode_msgpack_map(msgpack.packb({"kl_budget": 0.1}), "x") == {"kl_budget": 0.1}
+
+
+def test_an_outcome_with_log_probabilities_round_trips_exactly():
+    logits = torch.randn(3, 50)
+    logprobs = TokenLogprobs.of(logits, [4, 7, 49], top=5)
+    outcome = Outcome([4, 7, 49], [1, 3], [1, 2], logprobs=logprobs)
+    decoded = codec.decode_outcome(codec.encode_outcome(outcome), vocab_size=50)
+    assert decoded.logprobs == logprobs  # float32 values, as computed
+    assert codec.decode_outcome(codec.encode_outcome(Outcome([4], [], [0])), 50).logprobs is None
+    spec = SequenceSpec((1, 2), SamplingParams(), 3, "rrsw", logprobs=0)
+    assert codec.decode_spec(codec.encode_spec(spec)).logprobs == 0
+    assert codec.decode_spec(codec.encode_spec(dataclasses.replace(spec, logprobs=None))).logprobs is None
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda m: m.chosen.append(-1.0), "log-probabilities of 2 tokens need 2 chosen values"),
+    (lambda m: m.top_ids.pop(), "2 x 2 alternatives"),
+    (lambda m: m.top_ids.__setitem__(0, 50), "outside the vocabulary"),
+    (lambda m: m.top_values.__setitem__(1, 0.5), "must be <= 0"),
+    (lambda m: m.chosen.__setitem__(0, float("nan")), "must be <= 0"),
+])
+def test_malformed_log_probabilities_are_refused(change, match):
+    message = codec.encode_outcome(Outcome([4, 7], [1], [1], logprobs=TokenLogprobs.of(torch.randn(2, 50), [4, 7], 2)))
+    change(message.logprobs)
+    with pytest.raises(codec.CodecError, match=match):
+        codec.decode_outcome(message, vocab_size=50)

@@ -63,6 +63,21 @@ def test_remote_engine_gives_the_in_process_tokens(cluster, local_engine_parts, 
     assert all(s.wire_bytes > 0 for s in remote.stats.steps)
 
 
+@pytest.mark.parametrize("verify_at", ["target", "coordinator"])
+def test_remote_log_probabilities_are_the_in_process_ones(cluster, local_engine_parts, verify_at):
+    """They cross as the float32 values the target computed: equal, not close, wherever the
+    verifier runs (at the coordinator, the target sends them with its commit)."""
+    local_target, local_drafter, _ = local_engine_parts
+    remote_target = RemoteTarget(cluster["target"].address, verify_at=verify_at)
+    remote_drafter = RemoteDrafter(cluster["drafter"].address, remote_target.vocab_size)
+    prompt, kwargs = [11, 500, 7, 4000], dict(max_new_tokens=30, temperature=0.8, seed=8, logprobs=4)
+    local = list(SpeculativeEngine(local_target, local_drafter, tree="kary:2x3").generate(prompt, **kwargs))
+    remote = list(SpeculativeEngine(remote_target, remote_drafter, tree="kary:2x3").generate(prompt, **kwargs))
+    assert [c.tokens for c in remote] == [c.tokens for c in local]
+    assert [c.logprobs for c in remote] == [c.logprobs for c in local]
+    assert all(len(c.logprobs) == len(c.tokens) and len(c.logprobs.top_ids[0]) == 4 for c in remote)
+
+
 def test_remote_decoding_to_the_end_of_the_context_gives_the_in_process_tokens(cluster, local_engine_parts):
     """The last steps before the context's end draft nothing: the engine releases the drafter
     worker's session there, mid-request, and goes on with the target worker alone."""
@@ -151,6 +166,10 @@ def test_bad_input_is_refused_and_the_workers_keep_serving(cluster):
     code, details = _status(lambda: target.Open(worker_pb2.OpenRequest(session_id="a", spec=spec), timeout=10))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "unknown verifier" in details
     spec.verifier = "rrsw"
+    spec.logprobs = 21
+    code, details = _status(lambda: target.Open(worker_pb2.OpenRequest(session_id="a", spec=spec), timeout=10))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "logprobs must be between 0 and 20" in details
+    spec.ClearField("logprobs")
     target.Open(worker_pb2.OpenRequest(session_id="b", spec=spec), timeout=10)
     bad_rows = worker_pb2.VerifyRequest(session_id="b", tree=worker_pb2.Tree(parents=[-1, 0], tokens=[2, 5]))
     bad_rows.q_rows.dense.CopyFrom(tensor_pb2.Tensor(dtype="float64", shape=[1, 8192], data=b"\0" * 8 * 8192))

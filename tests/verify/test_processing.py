@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rayspec.verify.processing import SamplingParams, half_precision, logits_to_probs
+from rayspec.verify.processing import SamplingParams, half_precision, logits_to_probs, token_logprobs
 
 
 def test_the_half_precision_law_is_a_law_close_to_the_full_one_and_rebuilt_exactly_from_float16():
@@ -33,3 +33,21 @@ def test_an_infinite_or_nan_temperature_is_refused():
     for temperature in (float("inf"), float("nan")):
         with pytest.raises(ValueError, match="temperature must be >= 0 and finite"):
             SamplingParams(temperature)
+
+
+def test_token_logprobs_are_the_raw_laws_log_probabilities_and_its_most_likely_tokens():
+    # Row 0's law is (1/8, 3/8, 4/8) whatever the shift of its logits; row 1's is uniform.
+    logits = torch.tensor([[1.0, 3.0, 4.0], [1.0, 1.0, 1.0]]).log() + torch.tensor([[5.0], [-2.0]])
+    chosen, values, ids = token_logprobs(logits, torch.tensor([1, 2]), top=2)
+    assert chosen.tolist() == pytest.approx([torch.tensor(3 / 8).log().item(), torch.tensor(1 / 3).log().item()])
+    assert ids[0].tolist() == [2, 1]
+    assert values[0].tolist() == pytest.approx([torch.tensor(0.5).log().item(), torch.tensor(3 / 8).log().item()])
+    assert values[1].tolist() == pytest.approx([torch.tensor(1 / 3).log().item()] * 2)
+    assert chosen.dtype == values.dtype == torch.float32 and ids.dtype == torch.int64
+
+
+def test_token_logprobs_ask_for_at_most_the_vocabulary():
+    chosen, values, ids = token_logprobs(torch.randn(4, 3, dtype=torch.float16), torch.tensor([0, 1, 2, 0]), top=20)
+    assert values.shape == ids.shape == (4, 3) and chosen.shape == (4,)
+    assert torch.allclose(values.exp().sum(-1), torch.ones(4), atol=1e-3)  # the whole law, most likely first
+    assert bool((values.diff(dim=-1) <= 0).all())
