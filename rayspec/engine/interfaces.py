@@ -46,8 +46,12 @@ class SequenceSpec:
         object.__setattr__(self, "prompt_ids", tuple(int(t) for t in self.prompt_ids))
         if not self.prompt_ids:
             raise ValueError("the prompt must contain at least one token")
-        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
-            raise ValueError(f"logprobs must be between 0 and {MAX_LOGPROBS}, got {self.logprobs}")
+        check_logprobs(self.logprobs)
+
+
+def check_logprobs(logprobs: int | None) -> None:
+    if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
+        raise ValueError(f"logprobs must be between 0 and {MAX_LOGPROBS}, got {logprobs}")
 
 
 def derive_seed(seed: int, stream: str) -> int:
@@ -97,6 +101,11 @@ class TokenLogprobs:
 
     def head(self, n: int) -> "TokenLogprobs":
         return TokenLogprobs(self.chosen[:n], self.top_ids[:n], self.top_values[:n])
+
+    def extend(self, later: "TokenLogprobs") -> None:
+        self.chosen += later.chosen
+        self.top_ids += later.top_ids
+        self.top_values += later.top_values
 
 
 @dataclass

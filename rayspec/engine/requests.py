@@ -11,7 +11,8 @@ import secrets
 import uuid
 from dataclasses import dataclass
 
-from rayspec.engine.engine import GenerationStats, SpeculativeEngine
+from rayspec.engine.engine import GenerationStats, SpeculativeEngine, StepStats
+from rayspec.engine.interfaces import TokenLogprobs, check_logprobs
 from rayspec.engine.policy import check_tree_spec
 from rayspec.engine.text import TextAssembler
 
@@ -24,6 +25,18 @@ MAX_CHARS_PER_TOKEN = 64
 class Limits:
     default_max_tokens: int = 256
     max_tokens: int = 4096
+
+
+@dataclass
+class StepText:
+    """What one verification step added to a request's completion: its text (stop strings and
+    unfinished characters held back), its tokens, its statistics, and its tokens'
+    log-probabilities when the request asked for them."""
+
+    text: str
+    token_ids: list[int]
+    step: StepStats
+    logprobs: TokenLogprobs | None = None
 
 
 def usage_of(stats: GenerationStats, prompt_tokens: int) -> dict:
@@ -46,7 +59,7 @@ class GenerationRequest:
 
     def __init__(self, engine: SpeculativeEngine, tokenizer, limits: Limits, *, prompt=None, prompt_ids=None,
                  max_tokens=None, temperature=None, top_p=None, top_k=None, seed=None, stop=None,
-                 verifier=None, tree=None, verifier_params=None, request_id=None):
+                 verifier=None, tree=None, verifier_params=None, request_id=None, logprobs=None):
         if (prompt is None) == (prompt_ids is None):
             raise ValueError("give exactly one of prompt (text) and prompt_ids (token ids)")
         context = engine.target.context_length
@@ -77,6 +90,7 @@ class GenerationRequest:
             raise ValueError("verifier_params must be an object")
         if tree:
             check_tree_spec(str(tree))  # before anything is built: kary:KxD grows as K^D
+        check_logprobs(logprobs)
         self.seed = secrets.randbits(63) if seed is None else int(seed)
         self.request_id = request_id or uuid.uuid4().hex
         self.kwargs = dict(
@@ -90,22 +104,27 @@ class GenerationRequest:
             verifier=verifier or None,
             tree=tree or None,
             verifier_params=verifier_params,
+            logprobs=logprobs,
         )
         self.engine, self.tokenizer = engine, tokenizer
 
     def run(self):
-        """Yield (text delta, token ids, step stats) per step; then `self.finish_reason`,
-        `self.text`, `self.token_ids`, `self.stats` hold the totals."""
+        """Yield a `StepText` per step; then `self.finish_reason`, `self.text`,
+        `self.token_ids`, `self.stats` and `self.logprobs` (None unless asked for) hold the
+        totals."""
         self.stats = GenerationStats()
         self.token_ids, self.finish_reason = [], "length"
+        self.logprobs = None if self.kwargs["logprobs"] is None else TokenLogprobs([], [], [])
         assembler = TextAssembler(self.tokenizer, self.kwargs["stop"], self.prompt_ids)
         for chunk in self.engine.generate(self.prompt_ids, stats=self.stats, **self.kwargs):
             self.token_ids += chunk.tokens
+            if chunk.logprobs is not None:
+                self.logprobs.extend(chunk.logprobs)
             self.finish_reason = chunk.finish_reason or self.finish_reason
             text = assembler.push(chunk.tokens)
             if chunk.finish_reason:
                 text += assembler.finish()
-            yield text, chunk.tokens, chunk.step
+            yield StepText(text, chunk.tokens, chunk.step, chunk.logprobs)
         self.text = assembler.text
 
     def usage(self) -> dict:

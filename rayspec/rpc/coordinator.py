@@ -56,9 +56,10 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
     @rpc_errors
     def GenerateStream(self, message, context):
         request = self._request(message)
-        for text, tokens, step in request.run():
+        for added in request.run():
             yield generation_pb2.GenerateStreamResponse(
-                chunk=generation_pb2.Chunk(text=text, token_ids=tokens, accepted=step.accepted_in_completion)
+                chunk=generation_pb2.Chunk(text=added.text, token_ids=added.token_ids,
+                                           accepted=added.step.accepted_in_completion)
             )
         yield generation_pb2.GenerateStreamResponse(complete=self._complete(request, ""))
 

@@ -8,12 +8,17 @@
 
 Request fields: OpenAI's `model`, `prompt` / `messages`, `max_tokens` (chat: also
 `max_completion_tokens`), `temperature`, `top_p`, `seed`, `stop`, `stream`,
-`stream_options.include_usage` and `n` (1 only), plus the extensions `top_k` and
+`stream_options.include_usage`, `logprobs` (chat: `logprobs` and `top_logprobs`, up to 20
+alternatives) and `n` (1 only), plus the extensions `top_k` and
 `rayspec: {verifier, tree, verifier_params}`.  Fields that would change the answer and that
-rayspec does not implement (`logprobs`, `echo`, `suffix`, `best_of` > 1, penalties,
-`logit_bias`, tools, structured output) are refused, never silently ignored; so are unknown
-fields, as OpenAI does.  `user`, `metadata`, `store` and `service_tier` are accepted and
-ignored.
+rayspec does not implement (`echo`, `suffix`, `best_of` > 1, penalties, `logit_bias`, tools,
+structured output) are refused, never silently ignored; so are unknown fields, as OpenAI
+does.  `user`, `metadata`, `store` and `service_tier` are accepted and ignored.
+
+Log-probabilities are the target's raw law at each token's position — the log-softmax of its
+logits, before temperature, top-k and top-p — as OpenAI and vLLM report them, whatever the
+verifier; a token's text is its own decoding, as vLLM gives it, and -inf is reported as
+-9999.0 (JSON has no infinity).
 
 Responses have OpenAI's shapes.  `usage.completion_tokens_details` counts the accepted and
 rejected draft tokens (OpenAI's Predicted Outputs fields: accepted drafts are those in the
@@ -50,8 +55,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from rayspec.engine.interfaces import MAX_LOGPROBS, TokenLogprobs
 from rayspec.engine.policy import check_tree_spec
-from rayspec.engine.requests import GenerationRequest
+from rayspec.engine.requests import GenerationRequest, StepText
 from rayspec.rpc.remote import RemoteError
 from rayspec.serve.metrics import CONTENT_TYPE
 from rayspec.serve.service import Overloaded, Service, StepStream
@@ -59,6 +65,7 @@ from rayspec.serve.service import Overloaded, Service, StepStream
 log = logging.getLogger("rayspec.serve")
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+LOGPROB_FLOOR = -9999.0  # what a log-probability of -inf is reported as (vLLM's choice)
 
 
 class ApiError(Exception):
@@ -127,7 +134,12 @@ class _GenerationBody(_Strict):
         return dict(
             temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, seed=self.seed, stop=self.stop,
             verifier=options.verifier, tree=options.tree, verifier_params=options.verifier_params,
+            logprobs=self.alternatives(),
         )
+
+    def alternatives(self) -> int | None:
+        """How many most likely tokens' log-probabilities to give at each token; None: none."""
+        return None
 
 
 def _check_tree(spec: str) -> None:
@@ -141,7 +153,7 @@ def _check_tree(spec: str) -> None:
 class CompletionBody(_GenerationBody):
     prompt: Any  # text, token ids, or a batch of one of those: checked by `prompt_fields`
     echo: bool | None = None
-    logprobs: int | None = None
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     best_of: int | None = None
     suffix: str | None = None
 
@@ -149,12 +161,13 @@ class CompletionBody(_GenerationBody):
         super().refuse_unsupported()
         if self.echo:
             raise _bad("echo is not supported", "echo")
-        if self.logprobs is not None:
-            raise _bad("logprobs is not supported", "logprobs")
         if self.best_of not in (None, 1):
             raise _bad("best_of: only 1 is supported", "best_of")
         if self.suffix:
             raise _bad("suffix (insertion) is not supported", "suffix")
+
+    def alternatives(self) -> int | None:
+        return self.logprobs
 
     def prompt_fields(self) -> dict:
         prompt = self.prompt
@@ -194,7 +207,7 @@ class ChatBody(_GenerationBody):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     tools: list[Any] | None = None
     tool_choice: Any = None
     functions: list[Any] | None = None
@@ -204,14 +217,17 @@ class ChatBody(_GenerationBody):
 
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
-        if self.logprobs or self.top_logprobs:
-            raise _bad("logprobs is not supported", "logprobs")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise _bad("top_logprobs needs logprobs: true", "top_logprobs")
         if self.tools or self.functions or self.tool_choice not in (None, "none") or self.function_call not in (None, "none"):
             raise _bad("tools and function calling are not supported", "tools")
         if self.response_format and self.response_format.get("type") != "text":
             raise _bad("response_format: only {\"type\": \"text\"} is supported", "response_format")
         if self.max_tokens and self.max_completion_tokens and self.max_tokens != self.max_completion_tokens:
             raise _bad("max_tokens and max_completion_tokens disagree; give one", "max_completion_tokens")
+
+    def alternatives(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 # ---------------------------------------------------------------------------- responses
@@ -270,8 +286,20 @@ class _Reply:
         return speculation_figures(self.request, self.service.engine.verifier)
 
     def response(self) -> dict:
-        choice = self.choice(self.request.text, self.request.finish_reason)
-        return {**self._head(self.object), "choices": [choice], "usage": usage(self.request), "rayspec": self.figures()}
+        request = self.request
+        logprobs = self.logprobs(request.token_ids, request.logprobs) if request.logprobs is not None else None
+        choice = self.choice(request.text, request.finish_reason, logprobs)
+        return {**self._head(self.object), "choices": [choice], "usage": usage(request), "rayspec": self.figures()}
+
+    def step_delta(self, added: StepText) -> dict | None:
+        """The streamed choice of one step, None when it adds nothing to send."""
+        logprobs = self.logprobs(added.token_ids, added.logprobs) if added.logprobs is not None and added.token_ids else None
+        if not added.text and logprobs is None:
+            return None
+        return self.delta(added.text, None, logprobs)
+
+    def token_texts(self, ids: list[int]) -> list[str]:
+        return self.service.tokenizer.batch_decode([[i] for i in ids])
 
     def chunk(self, choice: dict, **extra) -> dict:
         return {**self._head(self.chunk_object), "choices": [choice], **extra}
@@ -287,25 +315,63 @@ class _CompletionReply(_Reply):
     object = chunk_object = "text_completion"
     prefix = "cmpl"
 
-    def choice(self, text: str, finish_reason: str | None) -> dict:
-        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+    def __init__(self, service: Service, request: GenerationRequest):
+        super().__init__(service, request)
+        self.text_offset = 0  # of the next token's text: a stream's offsets run on across chunks
+
+    def choice(self, text: str, finish_reason: str | None, logprobs: dict | None = None) -> dict:
+        return {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
 
     delta = choice
+
+    def logprobs(self, token_ids: list[int], logprobs: TokenLogprobs) -> dict:
+        """OpenAI's legacy object: each token's text, log-probability, text offset, and a map
+        of the most likely tokens' texts (and the token's own) to their log-probabilities."""
+        texts = self.token_texts(token_ids)
+        top = []
+        for token, text, value, ids, values in zip(token_ids, texts, logprobs.chosen, logprobs.top_ids,
+                                                  logprobs.top_values):
+            alternatives = dict(zip(self.token_texts(ids), map(_reported, values)))
+            top.append({**alternatives, text: _reported(value)})
+        offsets = []
+        for text in texts:
+            offsets.append(self.text_offset)
+            self.text_offset += len(text)
+        return {"tokens": texts, "token_logprobs": [_reported(v) for v in logprobs.chosen], "top_logprobs": top,
+                "text_offset": offsets}
 
 
 class _ChatReply(_Reply):
     object, chunk_object = "chat.completion", "chat.completion.chunk"
     prefix = "chatcmpl"
 
-    def choice(self, text: str, finish_reason: str | None) -> dict:
-        return {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+    def choice(self, text: str, finish_reason: str | None, logprobs: dict | None = None) -> dict:
+        return {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
                 "finish_reason": finish_reason}
 
-    def delta(self, text: str, finish_reason: str | None) -> dict:
-        return {"index": 0, "delta": {"content": text} if text else {}, "logprobs": None, "finish_reason": finish_reason}
+    def delta(self, text: str, finish_reason: str | None, logprobs: dict | None = None) -> dict:
+        return {"index": 0, "delta": {"content": text} if text else {}, "logprobs": logprobs,
+                "finish_reason": finish_reason}
+
+    def logprobs(self, token_ids: list[int], logprobs: TokenLogprobs) -> dict:
+        """OpenAI's chat object: per token its text, log-probability and UTF-8 bytes, and the
+        most likely tokens' (as many as `top_logprobs` asked for)."""
+        def entry(text: str, value: float) -> dict:
+            return {"token": text, "logprob": _reported(value), "bytes": list(text.encode("utf-8"))}
+
+        content = [
+            {**entry(text, value), "top_logprobs": [entry(t, v) for t, v in zip(self.token_texts(ids), values)]}
+            for text, value, ids, values in zip(self.token_texts(token_ids), logprobs.chosen, logprobs.top_ids,
+                                                logprobs.top_values)
+        ]
+        return {"content": content, "refusal": None}
 
     def opening(self) -> dict:
         return {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+
+
+def _reported(logprob: float) -> float:
+    return max(logprob, LOGPROB_FLOOR)
 
 
 def _sse(payload: dict) -> str:
@@ -318,11 +384,11 @@ async def _events(reply: _Reply, first, steps: StepStream, include_usage: bool):
     try:
         if (opening := reply.opening()) is not None:
             yield _sse(reply.chunk(opening, **extra))
-        item = first
-        while item is not None:
-            if item[0]:
-                yield _sse(reply.chunk(reply.delta(item[0], None), **extra))
-            item = await anext(steps, None)
+        added = first
+        while added is not None:
+            if (delta := reply.step_delta(added)) is not None:
+                yield _sse(reply.chunk(delta, **extra))
+            added = await anext(steps, None)
         yield _sse(reply.chunk(reply.delta("", reply.request.finish_reason), rayspec=reply.figures(), **extra))
         if include_usage:
             yield _sse(reply.usage_chunk())

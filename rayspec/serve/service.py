@@ -154,7 +154,7 @@ class _End:
 
 class StepStream:
     """One generation's steps, computed by a thread of its own, awaited on the event loop:
-    ``async for text, token_ids, step in stream``.
+    ``async for added in stream`` (`rayspec.engine.requests.StepText`).
 
     The engine's generator lives and dies in that thread (a generator cannot be closed while
     another thread is inside it).  `close()` — called when the response ends, fails or loses
@@ -183,12 +183,12 @@ class StepStream:
         try:
             while not self._stop.is_set():
                 try:
-                    text, tokens, step = next(steps)
+                    added = next(steps)
                 except StopIteration:
                     metrics.observe_generation(request.stats)
                     break
-                metrics.observe_step(step)
-                self._put((text, tokens, step))
+                metrics.observe_step(added.step)
+                self._put(added)
         except Exception as failure:  # delivered to the awaiting side, which answers for it
             error = failure
         finally:

@@ -250,6 +250,50 @@ def test_openai_client_streams_the_same_text(client, parts, reference):
     assert all(c.object == "chat.completion.chunk" and c.id == chunks[0].id for c in chunks)
 
 
+def test_openai_client_gets_the_engines_log_probabilities_streamed_or_not(client, parts, reference):
+    """Each token's log-probability and its most likely alternatives, as the in-process
+    engine gives them (the JSON floats are the very values), with each token's own text."""
+    tokenizer = parts[2]
+    ids = tokenizer.encode(PROMPT, add_special_tokens=False)
+    chunks = list(reference.generate(ids, max_new_tokens=20, temperature=0.8, seed=13, logprobs=3))
+    tokens = [t for c in chunks for t in c.tokens]
+    chosen = [v for c in chunks for v in c.logprobs.chosen]
+    top_ids = [row for c in chunks for row in c.logprobs.top_ids]
+    top_values = [row for c in chunks for row in c.logprobs.top_values]
+    texts = [tokenizer.decode([t]) for t in tokens]
+
+    completion = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=20, temperature=0.8, seed=13, logprobs=3)
+    logprobs = completion.choices[0].logprobs
+    assert logprobs.tokens == texts and logprobs.token_logprobs == chosen
+    assert logprobs.text_offset == [sum(len(t) for t in texts[:i]) for i in range(len(texts))]
+    for text, value, ids_here, values_here, top in zip(texts, chosen, top_ids, top_values, logprobs.top_logprobs):
+        assert top == {**{tokenizer.decode([i]): v for i, v in zip(ids_here, values_here)}, text: value}
+    streamed = list(client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=20, temperature=0.8, seed=13,
+                                              logprobs=3, stream=True))
+    pieces = [c.choices[0].logprobs for c in streamed if c.choices[0].logprobs]
+    assert len(pieces) > 1 and [t for p in pieces for t in p.tokens] == texts
+    assert [v for p in pieces for v in p.token_logprobs] == chosen
+    assert [o for p in pieces for o in p.text_offset] == logprobs.text_offset
+
+    messages = [{"role": "user", "content": "Write a loop."}]
+    chat_ids = tokenizer.encode(chat_prompt(tokenizer, messages), add_special_tokens=False)
+    chat_chunks = list(reference.generate(chat_ids, max_new_tokens=12, seed=2, logprobs=2))
+    chat = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=12, seed=2, logprobs=True,
+                                          top_logprobs=2)
+    content = chat.choices[0].logprobs.content
+    chat_tokens = [t for c in chat_chunks for t in c.tokens]
+    assert [e.token for e in content] == [tokenizer.decode([t]) for t in chat_tokens]
+    assert [e.logprob for e in content] == [v for c in chat_chunks for v in c.logprobs.chosen]
+    assert all(e.bytes == list(e.token.encode()) and len(e.top_logprobs) == 2 for e in content)
+    assert [[a.logprob for a in e.top_logprobs] for e in content] == [r for c in chat_chunks for r in c.logprobs.top_values]
+    streamed = list(client.chat.completions.create(model=MODEL, messages=messages, max_tokens=12, seed=2,
+                                                   logprobs=True, stream=True))
+    entries = [e for c in streamed if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [(e.token, e.logprob) for e in entries] == [(e.token, e.logprob) for e in content]
+    assert all(e.top_logprobs == [] for e in entries)  # logprobs without top_logprobs: the tokens' own only
+    assert client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4).choices[0].logprobs is None
+
+
 def test_same_seed_same_text_and_the_seed_used_is_returned(client):
     first = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=24)
     seed = first.rayspec["seed"]
@@ -262,7 +306,7 @@ def test_same_seed_same_text_and_the_seed_used_is_returned(client):
 def test_sse_carries_each_verified_step_as_one_event(http, parts, reference):
     tokenizer = parts[2]
     request = GenerationRequest(reference, tokenizer, Limits(), prompt=PROMPT, max_tokens=40, seed=4, stop=["\n\n"])
-    deltas = [text for text, _, _ in request.run() if text]
+    deltas = [added.text for added in request.run() if added.text]
     with http.stream("POST", "/v1/completions", json={"prompt": PROMPT, "max_tokens": 40, "seed": 4,
                                                       "stop": ["\n\n"], "stream": True}) as response:
         assert response.status_code == 200
@@ -309,7 +353,8 @@ BAD_COMPLETIONS = [
     ({"prompt": [True, 2]}, 400, "prompt must be", "prompt"),
     ({"prompt": "x", "model": "gpt-4"}, 404, "the model 'gpt-4' does not exist", "model"),
     ({"prompt": "x", "n": 2}, 400, "only n=1", "n"),
-    ({"prompt": "x", "logprobs": 2}, 400, "logprobs is not supported", "logprobs"),
+    ({"prompt": "x", "logprobs": 21}, 400, "logprobs: Input should be less than or equal to 20", "logprobs"),
+    ({"prompt": "x", "logprobs": -1}, 400, "logprobs: Input should be greater than or equal to 0", "logprobs"),
     ({"prompt": "x", "echo": True}, 400, "echo is not supported", "echo"),
     ({"prompt": "x", "best_of": 3}, 400, "best_of", "best_of"),
     ({"prompt": "x", "suffix": "end"}, 400, "suffix", "suffix"),
@@ -322,7 +367,10 @@ BAD_CHATS = [
     ({"messages": [{"role": "robot", "content": "hi"}]}, 400, "role", "messages"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400, "only text content", "messages"),
     ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, 400, "tools", "tools"),
-    ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, 400, "logprobs", "logprobs"),
+    ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, 400, "top_logprobs needs logprobs: true",
+     "top_logprobs"),
+    ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 21}, 400,
+     "top_logprobs: Input should be less than or equal to 20", "top_logprobs"),
     ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}, 400, "response_format", "response_format"),
     ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0}, 400, "max_completion_tokens", "max_completion_tokens"),
 ]

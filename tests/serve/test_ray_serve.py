@@ -101,7 +101,7 @@ def test_completion_through_serve_is_the_in_process_engine_output(cluster, refer
 def test_streaming_through_serve_delivers_each_step(http, reference):
     engine, tokenizer = reference
     request = GenerationRequest(engine, tokenizer, Limits(), prompt=PROMPT, max_tokens=40, seed=4)
-    deltas = [text for text, _, _ in request.run() if text]
+    deltas = [added.text for added in request.run() if added.text]
     arrivals, events = [], []
     started = time.perf_counter()
     with http.stream("POST", "/v1/completions", json={"prompt": PROMPT, "max_tokens": 40, "seed": 4, "stream": True}) as response:
