@@ -9,7 +9,7 @@
 - `Client` (blocking, `rayspec.client.sync`) and `AsyncClient` (asyncio,
   `rayspec.client.aio`): `generate`, `stream`, `health`, `close`, context managers.
 - Typed values (`rayspec.client.types`): `GenerateRequest`, `Completion`, `CompletionChunk`,
-  `Usage`.
+  `TokenLogprob`, `Usage`.
 - Exceptions mapped from gRPC status codes (`rayspec.client.errors`), all `RayspecError`.
 - Retries only for idempotent calls, with exponential backoff (`rayspec.client.retry`).
 """
@@ -26,7 +26,7 @@ from rayspec.client.errors import (
 )
 from rayspec.client.retry import RetryPolicy
 from rayspec.client.sync import Client, CompletionStream
-from rayspec.client.types import Completion, CompletionChunk, GenerateRequest, Usage
+from rayspec.client.types import Completion, CompletionChunk, GenerateRequest, TokenLogprob, Usage
 
 __all__ = [
     "AsyncClient",
@@ -43,6 +43,7 @@ __all__ = [
     "RayspecError",
     "RetryPolicy",
     "ServerError",
+    "TokenLogprob",
     "UnavailableError",
     "Usage",
 ]

@@ -46,6 +46,8 @@ class GenerateRequest:
     returns it.  stop: strings that end generation (not included in the text).  verifier,
     tree: a name of `rayspec.verify` and a tree spec such as "kary:2x4".  verifier_params:
     keyword arguments of the verifier.  request_id: echoed in the response and the logs.
+    logprobs: k (0-20) to get each token's log-probability and the k most likely tokens' at
+    its position (`TokenLogprob`).
     """
 
     prompt: str | tuple[int, ...]
@@ -59,6 +61,7 @@ class GenerateRequest:
     tree: str | None = None
     verifier_params: Mapping[str, Any] = field(default_factory=dict)
     request_id: str | None = None
+    logprobs: int | None = None
 
     def __post_init__(self):
         # frozen: normalise through object.__setattr__ so that equal requests compare equal
@@ -89,7 +92,7 @@ class GenerateRequest:
             message.prompt = self.prompt
         else:
             message.prompt_ids.extend(self.prompt)
-        for name in ("temperature", "top_p", "seed"):  # proto3 `optional`: unset means default
+        for name in ("temperature", "top_p", "seed", "logprobs"):  # proto3 `optional`: unset means default
             if getattr(self, name) is not None:
                 setattr(message, name, getattr(self, name))
         return message
@@ -115,6 +118,7 @@ class GenerateRequest:
             tree=message.tree or None,
             verifier_params=unpack_params(message.verifier_params),
             request_id=message.request_id or None,
+            logprobs=optional("logprobs"),
         )
 
 
@@ -162,26 +166,49 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """A completion token's log-probability under the target's raw law (temperature 1, no
+    top-k or top-p, whatever the request sampled with), and the most likely tokens' at its
+    position as (token id, log-probability) pairs, most likely first."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+    @classmethod
+    def from_proto(cls, message: pb.TokenLogprob) -> TokenLogprob:
+        return cls(message.token_id, message.logprob, tuple(zip(message.top_ids, message.top_logprobs)))
+
+    def to_proto(self) -> pb.TokenLogprob:
+        return pb.TokenLogprob(token_id=self.token_id, logprob=self.logprob, top_ids=[i for i, _ in self.top],
+                               top_logprobs=[v for _, v in self.top])
+
+
+@dataclass(frozen=True)
 class CompletionChunk:
-    """What one verification step added: its text (stop strings held back), its tokens, and
-    how many of them were accepted drafts."""
+    """What one verification step added: its text (stop strings held back), its tokens, how
+    many of them were accepted drafts, and their log-probabilities when the request asked."""
 
     text: str
     token_ids: tuple[int, ...]
     accepted: int
+    logprobs: tuple[TokenLogprob, ...] = ()
 
     @classmethod
     def from_proto(cls, message: pb.Chunk) -> CompletionChunk:
-        return cls(text=message.text, token_ids=tuple(message.token_ids), accepted=message.accepted)
+        return cls(text=message.text, token_ids=tuple(message.token_ids), accepted=message.accepted,
+                   logprobs=tuple(map(TokenLogprob.from_proto, message.logprobs)))
 
     def to_proto(self) -> pb.Chunk:
-        return pb.Chunk(text=self.text, token_ids=self.token_ids, accepted=self.accepted)
+        return pb.Chunk(text=self.text, token_ids=self.token_ids, accepted=self.accepted,
+                        logprobs=[t.to_proto() for t in self.logprobs])
 
 
 @dataclass(frozen=True)
 class Completion:
     """A finished generation.  finish_reason: "length" or "stop".  seed: the one used (the
-    request's, or the server's draw), so that the result can be reproduced."""
+    request's, or the server's draw), so that the result can be reproduced.  logprobs: of
+    token_ids, when the request asked for them."""
 
     text: str
     token_ids: tuple[int, ...]
@@ -189,6 +216,7 @@ class Completion:
     usage: Usage
     seed: int
     request_id: str
+    logprobs: tuple[TokenLogprob, ...] = ()
 
     @classmethod
     def from_proto(cls, message: pb.GenerateResponse) -> Completion:
@@ -199,12 +227,14 @@ class Completion:
             usage=Usage.from_proto(message.usage),
             seed=message.seed,
             request_id=message.request_id,
+            logprobs=tuple(map(TokenLogprob.from_proto, message.logprobs)),
         )
 
     @classmethod
     def from_stream(cls, chunks: Sequence[CompletionChunk], complete: pb.GenerateResponse) -> Completion:
-        """A stream's completion: the text of its chunks, everything else from the final
-        message (which carries every total but the text, so as not to send it twice)."""
+        """A stream's completion: the text and log-probabilities of its chunks, everything else
+        from the final message (which carries every total but those, so as not to send them
+        twice)."""
         return cls(
             text="".join(c.text for c in chunks),
             token_ids=tuple(complete.token_ids),
@@ -212,6 +242,7 @@ class Completion:
             usage=Usage.from_proto(complete.usage),
             seed=complete.seed,
             request_id=complete.request_id,
+            logprobs=tuple(t for c in chunks for t in c.logprobs),
         )
 
     def to_proto(self) -> pb.GenerateResponse:
@@ -222,4 +253,5 @@ class Completion:
             usage=self.usage.to_proto(),
             seed=self.seed,
             request_id=self.request_id,
+            logprobs=[t.to_proto() for t in self.logprobs],
         )

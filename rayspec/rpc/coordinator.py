@@ -2,7 +2,8 @@
 
 The coordinator owns no model: its engine drives remote (or in-process) drafter and target
 handles.  `Generate` returns the whole completion; `GenerateStream` yields each verification
-step's text as soon as it is verified, then a last message with the totals.
+step's text (and its tokens' log-probabilities, when asked) as soon as it is verified, then a
+last message with the totals.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from contextlib import closing
 
 from rayspec.engine import SpeculativeEngine
+from rayspec.engine.interfaces import TokenLogprobs
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.rpc import codec
 from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, health_pb2_grpc
@@ -36,12 +38,14 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
             tree=message.tree,
             verifier_params=codec.decode_msgpack_map(message.verifier_params, "verifier_params") or None,
             request_id=message.request_id,
+            logprobs=message.logprobs if message.HasField("logprobs") else None,
         )
 
-    def _complete(self, request: GenerationRequest, text: str) -> generation_pb2.GenerateResponse:
+    def _complete(self, request: GenerationRequest, text: str, logprobs=None) -> generation_pb2.GenerateResponse:
         return generation_pb2.GenerateResponse(
             text=text, token_ids=request.token_ids, finish_reason=request.finish_reason,
             usage=generation_pb2.Usage(**request.usage()), seed=request.seed, request_id=request.request_id,
+            logprobs=_token_logprobs(request.token_ids, logprobs),
         )
 
     @rpc_errors
@@ -51,7 +55,7 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
             for _ in steps:
                 if not context.is_active():  # cancelled, or past its deadline: stop, releasing the sessions
                     return generation_pb2.GenerateResponse()
-        return self._complete(request, request.text)
+        return self._complete(request, request.text, request.logprobs)
 
     @rpc_errors
     def GenerateStream(self, message, context):
@@ -59,9 +63,17 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
         for added in request.run():
             yield generation_pb2.GenerateStreamResponse(
                 chunk=generation_pb2.Chunk(text=added.text, token_ids=added.token_ids,
-                                           accepted=added.step.accepted_in_completion)
+                                           accepted=added.step.accepted_in_completion,
+                                           logprobs=_token_logprobs(added.token_ids, added.logprobs))
             )
         yield generation_pb2.GenerateStreamResponse(complete=self._complete(request, ""))
+
+
+def _token_logprobs(token_ids: list[int], logprobs: TokenLogprobs | None) -> list[generation_pb2.TokenLogprob]:
+    if logprobs is None:
+        return []
+    return [generation_pb2.TokenLogprob(token_id=token, logprob=value, top_ids=ids, top_logprobs=values)
+            for token, value, ids, values in zip(token_ids, logprobs.chosen, logprobs.top_ids, logprobs.top_values)]
 
 
 def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits: Limits | None = None,

@@ -12,6 +12,7 @@ import grpc
 import msgpack
 import pytest
 
+from rayspec.client import Client, TokenLogprob
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.models import load_causal_lm
 from rayspec.rpc.generated import (
@@ -121,6 +122,25 @@ def test_generation_service_matches_the_in_process_engine(cluster, local_engine_
     assert stream[-1].HasField("complete") and stream[-1].complete.finish_reason == "length"
 
 
+def test_the_client_sdk_gets_the_in_process_log_probabilities(cluster, local_engine_parts):
+    local_target, local_drafter, tokenizer = local_engine_parts
+    ids = tokenizer.encode("def add(a, b):", add_special_tokens=False)
+    chunks = list(SpeculativeEngine(local_target, local_drafter, verifier="rrsw", tree="kary:2x3").generate(
+        ids, max_new_tokens=20, temperature=0.7, seed=9, logprobs=2))
+    expected = tuple(
+        TokenLogprob(token, value, tuple(zip(top_ids, top_values)))
+        for c in chunks
+        for token, value, top_ids, top_values in zip(c.tokens, c.logprobs.chosen, c.logprobs.top_ids, c.logprobs.top_values)
+    )
+    with Client(cluster["coordinator"].address, timeout=60) as client:
+        completion = client.generate(ids, max_tokens=20, temperature=0.7, seed=9, logprobs=2)
+        stream = client.stream(ids, max_tokens=20, temperature=0.7, seed=9, logprobs=2)
+        streamed = list(stream)
+        assert client.generate(ids, max_tokens=3, seed=9).logprobs == ()
+    assert completion.logprobs == expected and stream.completion.logprobs == expected
+    assert [len(c.logprobs) for c in streamed] == [len(c.tokens) for c in chunks]
+
+
 @pytest.mark.parametrize("here", ["drafter", "target"])
 def test_a_coordinator_running_one_model_itself_gives_the_same_tokens(cluster, local_engine_parts, tmp_path, here):
     local_target, local_drafter, tokenizer = local_engine_parts
@@ -184,6 +204,7 @@ def test_bad_input_is_refused_and_the_workers_keep_serving(cluster):
         (generation_pb2.GenerateRequest(prompt="x", tree="kary:9"), "tree spec"),
         (generation_pb2.GenerateRequest(prompt="x", verifier_params=msgpack.packb([1])), "verifier_params"),
         (generation_pb2.GenerateRequest(), "exactly one of prompt"),
+        (generation_pb2.GenerateRequest(prompt="x", logprobs=21), "logprobs must be between 0 and 20"),
     ]
     for request, message in cases:
         code, details = _status(lambda: generation.Generate(request, timeout=30))
