@@ -41,7 +41,8 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
             logprobs=message.logprobs if message.HasField("logprobs") else None,
         )
 
-    def _complete(self, request: GenerationRequest, text: str, logprobs=None) -> generation_pb2.GenerateResponse:
+    def _complete(self, request: GenerationRequest, text: str,
+                  logprobs: TokenLogprobs | None = None) -> generation_pb2.GenerateResponse:
         return generation_pb2.GenerateResponse(
             text=text, token_ids=request.token_ids, finish_reason=request.finish_reason,
             usage=generation_pb2.Usage(**request.usage()), seed=request.seed, request_id=request.request_id,

@@ -9,8 +9,8 @@
 Request fields: OpenAI's `model`, `prompt` / `messages`, `max_tokens` (chat: also
 `max_completion_tokens`), `temperature`, `top_p`, `seed`, `stop`, `stream`,
 `stream_options.include_usage`, `logprobs` (chat: `logprobs` and `top_logprobs`, up to 20
-alternatives) and `n` (1 only), plus the extensions `top_k` and
-`rayspec: {verifier, tree, verifier_params}`.  Fields that would change the answer and that
+alternatives) and `n`, plus the extensions `top_k` and `rayspec: {verifier, tree,
+verifier_params}`.  Fields that would change the answer and that
 rayspec does not implement (`echo`, `suffix`, `best_of` > 1, penalties, `logit_bias`, tools,
 structured output) are refused, never silently ignored; so are unknown fields, as OpenAI
 does.  `user`, `metadata`, `store` and `service_tier` are accepted and ignored.
@@ -20,18 +20,25 @@ logits, before temperature, top-k and top-p — as OpenAI and vLLM report them, 
 verifier; a token's text is its own decoding, as vLLM gives it, and -inf is reported as
 -9999.0 (JSON has no infinity).
 
+`n` choices are `n` generations run side by side, each taking one of the service's
+`limits.max_concurrent_requests` slots (all or none: 429 when fewer are free): choice i is
+seeded with the request's seed + i, so it is exactly what a request with that seed gets;
+unseeded choices draw a seed each.
+
 Responses have OpenAI's shapes.  `usage.completion_tokens_details` counts the accepted and
 rejected draft tokens (OpenAI's Predicted Outputs fields: accepted drafts are those in the
 completion, so drafts a stop or max_tokens cut off count as rejected), and a `rayspec` object
-carries the request's speculative decoding figures, the verifier's verdicts whatever the cut:
-the seed used (send it back to get the same tokens), steps, tokens per step, the histogram of
-accepted drafts per step and the acceptance rate at each tree depth.
+carries the request's speculative decoding figures, the verifier's verdicts whatever the cut,
+pooled over the choices: the seed used (send it back to get the same tokens; `seeds`, one per
+choice, when n > 1), steps, tokens per step, the histogram of accepted drafts per step and
+the acceptance rate at each tree depth.
 
 Streaming (`stream: true`): server-sent events, one `data: {chunk}` per verification step
-that produced text, sent as soon as the step is verified; then a chunk with the finish
-reason and the `rayspec` object, a usage chunk when `stream_options.include_usage`, and
-`data: [DONE]`.  Errors before the first step are HTTP errors; a failure after it is a
-`data: {"error": ...}` event.  A client that disconnects stops its generation after the
+that produced text (or log-probabilities), sent as soon as the step is verified, the choices'
+steps interleaved as they come; then, per choice as it ends, a chunk with its finish reason
+(the last one also carries the `rayspec` object), a usage chunk when
+`stream_options.include_usage`, and `data: [DONE]`.  Errors before the choices' first steps
+are HTTP errors; a failure after them is a `data: {"error": ...}` event.  A client that disconnects stops its generation after the
 current step, and the worker sessions are released.
 
 Errors have OpenAI's body `{"error": {"message", "type", "param", "code"}}`: 400 for bad
@@ -43,6 +50,7 @@ reached, 500 for anything else.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -55,6 +63,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from rayspec.engine.engine import GenerationStats
 from rayspec.engine.interfaces import MAX_LOGPROBS, TokenLogprobs
 from rayspec.engine.policy import check_tree_spec
 from rayspec.engine.requests import GenerationRequest, StepText
@@ -107,7 +116,7 @@ class _GenerationBody(_Strict):
     stop: str | list[str] | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
-    n: int | None = None
+    n: int | None = Field(None, ge=1)
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
@@ -118,8 +127,6 @@ class _GenerationBody(_Strict):
     rayspec: RayspecOptions | None = None
 
     def refuse_unsupported(self) -> None:
-        if self.n not in (None, 1):
-            raise _bad("n: only n=1 is supported; send one request per completion (each with its own seed)", "n")
         for name in ("presence_penalty", "frequency_penalty"):
             if getattr(self, name) not in (None, 0):
                 raise _bad(f"{name} is not supported (it would change the target's law); leave it at 0", name)
@@ -132,7 +139,7 @@ class _GenerationBody(_Strict):
         if options.tree:
             _check_tree(options.tree)
         return dict(
-            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, seed=self.seed, stop=self.stop,
+            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, stop=self.stop,
             verifier=options.verifier, tree=options.tree, verifier_params=options.verifier_params,
             logprobs=self.alternatives(),
         )
@@ -233,30 +240,39 @@ class ChatBody(_GenerationBody):
 # ---------------------------------------------------------------------------- responses
 
 
-def usage(request: GenerationRequest) -> dict:
-    counts = request.usage()
+def usage(requests: list[GenerationRequest]) -> dict:
+    """Token counts of the choices: the prompt once, the completions' tokens summed."""
+    counts = [request.usage() for request in requests]
+    prompt = counts[0]["prompt_tokens"]
+    completion = sum(c["completion_tokens"] for c in counts)
     return {
-        "prompt_tokens": counts["prompt_tokens"],
-        "completion_tokens": counts["completion_tokens"],
-        "total_tokens": counts["prompt_tokens"] + counts["completion_tokens"],
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
         "completion_tokens_details": {
-            "accepted_prediction_tokens": counts["accepted_draft_tokens"],
-            "rejected_prediction_tokens": counts["rejected_draft_tokens"],
+            "accepted_prediction_tokens": sum(c["accepted_draft_tokens"] for c in counts),
+            "rejected_prediction_tokens": sum(c["rejected_draft_tokens"] for c in counts),
         },
     }
 
 
-def speculation_figures(request: GenerationRequest, default_verifier: str) -> dict:
-    """The request's speculative decoding figures (the `rayspec` response object)."""
-    stats = request.stats
+def speculation_figures(requests: list[GenerationRequest], default_verifier: str) -> dict:
+    """The speculative decoding figures of a response's choices, pooled (the `rayspec` response
+    object): the seed of the first choice (choice i used the seed + i when the request gave
+    one; `seeds` lists them when there are several)."""
+    stats = GenerationStats(steps=[s for r in requests for s in r.stats.steps],
+                            tokens=sum(r.stats.tokens for r in requests),
+                            seconds=max(r.stats.seconds for r in requests))
     accepted = [s.accepted for s in stats.steps]
     histogram = [0] * (max(accepted, default=0) + 1)
     for n in accepted:
         histogram[n] += 1
     drafted = sum(s.drafted for s in stats.steps)
+    seeds = {"seeds": [r.seed for r in requests]} if len(requests) > 1 else {}
     return {
-        "seed": request.seed,
-        "verifier": request.kwargs["verifier"] or default_verifier,
+        "seed": requests[0].seed,
+        **seeds,
+        "verifier": requests[0].kwargs["verifier"] or default_verifier,
         "steps": len(stats.steps),
         "tokens_per_step": round(stats.tokens_per_step, 4),
         "mean_acceptance_length": round(sum(accepted) / max(len(accepted), 1) + 1, 4),
@@ -270,33 +286,39 @@ def speculation_figures(request: GenerationRequest, default_verifier: str) -> di
 
 
 class _Reply:
-    """The OpenAI objects answering one request."""
+    """The OpenAI objects answering one request: its `n` choices, one generation each."""
 
     object = chunk_object = prefix = ""
 
-    def __init__(self, service: Service, request: GenerationRequest):
-        self.service, self.request = service, request
-        self.id = f"{self.prefix}-{request.request_id}"
+    def __init__(self, service: Service, requests: list[GenerationRequest]):
+        self.service, self.requests = service, requests
+        self.id = f"{self.prefix}-{requests[0].request_id}"
         self.created = int(time.time())
 
     def _head(self, kind: str) -> dict:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.service.model_id}
 
     def figures(self) -> dict:
-        return speculation_figures(self.request, self.service.engine.verifier)
+        return speculation_figures(self.requests, self.service.engine.verifier)
 
     def response(self) -> dict:
-        request = self.request
-        logprobs = self.logprobs(request.token_ids, request.logprobs) if request.logprobs is not None else None
-        choice = self.choice(request.text, request.finish_reason, logprobs)
-        return {**self._head(self.object), "choices": [choice], "usage": usage(request), "rayspec": self.figures()}
+        choices = []
+        for index, request in enumerate(self.requests):
+            logprobs = self.logprobs(index, request.token_ids, request.logprobs) if request.logprobs is not None else None
+            choices.append(self.choice(index, request.text, request.finish_reason, logprobs))
+        return {**self._head(self.object), "choices": choices, "usage": usage(self.requests), "rayspec": self.figures()}
 
-    def step_delta(self, added: StepText) -> dict | None:
-        """The streamed choice of one step, None when it adds nothing to send."""
-        logprobs = self.logprobs(added.token_ids, added.logprobs) if added.logprobs is not None and added.token_ids else None
+    def step_delta(self, index: int, added: StepText) -> dict | None:
+        """The streamed choice of one step of choice `index`, None when it adds nothing to send."""
+        logprobs = None
+        if added.logprobs is not None and added.token_ids:
+            logprobs = self.logprobs(index, added.token_ids, added.logprobs)
         if not added.text and logprobs is None:
             return None
-        return self.delta(added.text, None, logprobs)
+        return self.delta(index, added.text, None, logprobs)
+
+    def finish_delta(self, index: int) -> dict:
+        return self.delta(index, "", self.requests[index].finish_reason)
 
     def token_texts(self, ids: list[int]) -> list[str]:
         return self.service.tokenizer.batch_decode([[i] for i in ids])
@@ -305,9 +327,9 @@ class _Reply:
         return {**self._head(self.chunk_object), "choices": [choice], **extra}
 
     def usage_chunk(self) -> dict:
-        return {**self._head(self.chunk_object), "choices": [], "usage": usage(self.request)}
+        return {**self._head(self.chunk_object), "choices": [], "usage": usage(self.requests)}
 
-    def opening(self) -> dict | None:
+    def opening(self, index: int) -> dict | None:
         return None
 
 
@@ -315,28 +337,27 @@ class _CompletionReply(_Reply):
     object = chunk_object = "text_completion"
     prefix = "cmpl"
 
-    def __init__(self, service: Service, request: GenerationRequest):
-        super().__init__(service, request)
-        self.text_offset = 0  # of the next token's text: a stream's offsets run on across chunks
+    def __init__(self, service: Service, requests: list[GenerationRequest]):
+        super().__init__(service, requests)
+        self.text_offsets = [0] * len(requests)  # of each choice's next token: a stream's run on across chunks
 
-    def choice(self, text: str, finish_reason: str | None, logprobs: dict | None = None) -> dict:
-        return {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+    def choice(self, index: int, text: str, finish_reason: str | None, logprobs: dict | None = None) -> dict:
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
 
     delta = choice
 
-    def logprobs(self, token_ids: list[int], logprobs: TokenLogprobs) -> dict:
+    def logprobs(self, index: int, token_ids: list[int], logprobs: TokenLogprobs) -> dict:
         """OpenAI's legacy object: each token's text, log-probability, text offset, and a map
         of the most likely tokens' texts (and the token's own) to their log-probabilities."""
         texts = self.token_texts(token_ids)
         top = []
-        for token, text, value, ids, values in zip(token_ids, texts, logprobs.chosen, logprobs.top_ids,
-                                                  logprobs.top_values):
+        for text, value, ids, values in zip(texts, logprobs.chosen, logprobs.top_ids, logprobs.top_values):
             alternatives = dict(zip(self.token_texts(ids), map(_reported, values)))
             top.append({**alternatives, text: _reported(value)})
         offsets = []
         for text in texts:
-            offsets.append(self.text_offset)
-            self.text_offset += len(text)
+            offsets.append(self.text_offsets[index])
+            self.text_offsets[index] += len(text)
         return {"tokens": texts, "token_logprobs": [_reported(v) for v in logprobs.chosen], "top_logprobs": top,
                 "text_offset": offsets}
 
@@ -345,15 +366,18 @@ class _ChatReply(_Reply):
     object, chunk_object = "chat.completion", "chat.completion.chunk"
     prefix = "chatcmpl"
 
-    def choice(self, text: str, finish_reason: str | None, logprobs: dict | None = None) -> dict:
-        return {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
+    def choice(self, index: int, text: str, finish_reason: str | None, logprobs: dict | None = None) -> dict:
+        return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
                 "finish_reason": finish_reason}
 
-    def delta(self, text: str, finish_reason: str | None, logprobs: dict | None = None) -> dict:
-        return {"index": 0, "delta": {"content": text} if text else {}, "logprobs": logprobs,
+    def delta(self, index: int, text: str, finish_reason: str | None, logprobs: dict | None = None) -> dict:
+        return {"index": index, "delta": {"content": text} if text else {}, "logprobs": logprobs,
                 "finish_reason": finish_reason}
 
-    def logprobs(self, token_ids: list[int], logprobs: TokenLogprobs) -> dict:
+    def opening(self, index: int) -> dict:
+        return {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+
+    def logprobs(self, index: int, token_ids: list[int], logprobs: TokenLogprobs) -> dict:
         """OpenAI's chat object: per token its text, log-probability and UTF-8 bytes, and the
         most likely tokens' (as many as `top_logprobs` asked for)."""
         def entry(text: str, value: float) -> dict:
@@ -366,9 +390,6 @@ class _ChatReply(_Reply):
         ]
         return {"content": content, "refusal": None}
 
-    def opening(self) -> dict:
-        return {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-
 
 def _reported(logprob: float) -> float:
     return max(logprob, LOGPROB_FLOOR)
@@ -378,18 +399,41 @@ def _sse(payload: dict) -> str:
     return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
 
 
-async def _events(reply: _Reply, first, steps: StepStream, include_usage: bool):
-    """The server-sent events of a streamed answer whose first step is `first`."""
+async def _merged(streams: list[StepStream]):
+    """(choice index, step) from every stream as each is verified, and (index, None) when a
+    stream ends: each stream's steps in order, the streams interleaved."""
+    waiting = {asyncio.ensure_future(anext(stream, None)): index for index, stream in enumerate(streams)}
+    try:
+        while waiting:
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            for task in sorted(done, key=waiting.get):
+                index = waiting.pop(task)
+                added = task.result()
+                if added is not None:
+                    waiting[asyncio.ensure_future(anext(streams[index], None))] = index
+                yield index, added
+    finally:
+        for task in waiting:
+            task.cancel()
+
+
+async def _events(reply: _Reply, streams: list[StepStream], include_usage: bool):
+    """The server-sent events of a streamed answer, its choices' steps interleaved as they are
+    verified; the last choice to finish carries the `rayspec` object."""
     extra = {"usage": None} if include_usage else {}
     try:
-        if (opening := reply.opening()) is not None:
-            yield _sse(reply.chunk(opening, **extra))
-        added = first
-        while added is not None:
-            if (delta := reply.step_delta(added)) is not None:
-                yield _sse(reply.chunk(delta, **extra))
-            added = await anext(steps, None)
-        yield _sse(reply.chunk(reply.delta("", reply.request.finish_reason), rayspec=reply.figures(), **extra))
+        for index in range(len(streams)):
+            if (opening := reply.opening(index)) is not None:
+                yield _sse(reply.chunk(opening, **extra))
+        running = len(streams)
+        async for index, added in _merged(streams):
+            if added is not None:
+                if (delta := reply.step_delta(index, added)) is not None:
+                    yield _sse(reply.chunk(delta, **extra))
+                continue
+            running -= 1
+            figures = {} if running else {"rayspec": reply.figures()}
+            yield _sse(reply.chunk(reply.finish_delta(index), **figures, **extra))
         if include_usage:
             yield _sse(reply.usage_chunk())
     except Exception as error:  # the status line is sent: the error travels as an event
@@ -414,21 +458,70 @@ class _EventStream(StreamingResponse):
             self._on_close()
 
 
+class _Primed:
+    """A step stream whose first step was already awaited."""
+
+    def __init__(self, first, rest: StepStream):
+        self.first, self.rest = first, rest
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        if self.first is not None:
+            first, self.first = self.first, None
+            return first
+        return await anext(self.rest)
+
+
+def _start(service: Service, requests: list[GenerationRequest]) -> list[StepStream]:
+    """Every choice's generation started, or none: Overloaded when the slots run out."""
+    streams = []
+    try:
+        for request in requests:
+            streams.append(service.start(request))
+    except BaseException:
+        for stream in streams:
+            stream.close()
+        raise
+    return streams
+
+
+async def _all(awaitables) -> list:
+    """Their results, or the first failure with the others cancelled (not left running)."""
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    try:
+        return await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def _drain(stream: StepStream) -> None:
+    async for _ in stream:
+        pass
+
+
 async def _answer(reply: _Reply, stream: bool, include_usage: bool) -> Response:
-    steps = reply.service.start(reply.request)
+    streams = _start(reply.service, reply.requests)
+
+    def close() -> None:
+        for step_stream in streams:
+            step_stream.close()
+
     if not stream:
         try:
-            async for _ in steps:
-                pass
+            await _all(map(_drain, streams))
         finally:
-            steps.close()
+            close()
         return JSONResponse(reply.response())
-    try:  # a request that fails before its first step gets an HTTP error status
-        first = await anext(steps, None)
+    try:  # a request that fails before its choices' first steps gets an HTTP error status
+        firsts = await _all(anext(s, None) for s in streams)
     except BaseException:
-        steps.close()
+        close()
         raise
-    return _EventStream(_events(reply, first, steps, include_usage), on_close=steps.close)
+    primed = [_Primed(first, s) if first is not None else s for first, s in zip(firsts, streams)]
+    return _EventStream(_events(reply, primed, include_usage), on_close=close)
 
 
 # ---------------------------------------------------------------------------- errors
@@ -525,25 +618,40 @@ def create_app(service: Service) -> FastAPI:
     def max_tokens_field(value: int | None) -> dict:
         return {} if value is None else {"max_tokens": value}
 
+    def choices(body: _GenerationBody, **fields) -> list[GenerationRequest]:
+        """One generation per choice (`n`), run side by side: choice i is seeded with the
+        request's seed + i — the completion a request with that seed gets — and unseeded
+        choices draw a seed each."""
+        n, seed = body.n or 1, body.seed
+        limit = service.limits.max_concurrent_requests
+        if n > limit:
+            raise _bad(f"n={n} asks for more completions than this service runs at once ({limit})", "n")
+        if seed is not None and seed + n > 2**63:
+            raise _bad("seed + n - 1 must stay below 2^63: choice i is seeded with seed + i", "seed")
+        first = service.request(seed=seed, **fields)
+        same_prompt = {**fields, "prompt": None, "prompt_ids": first.prompt_ids}  # tokenized once
+        return [first] + [service.request(seed=None if seed is None else seed + i, **same_prompt) for i in range(1, n)]
+
     @app.post("/v1/completions")
     async def completions(body: CompletionBody):
         check_model(body.model)
         body.refuse_unsupported()
-        request = service.request(
-            **body.prompt_fields(), max_tokens=body.max_tokens, default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS,
+        requests = choices(
+            body, **body.prompt_fields(), max_tokens=body.max_tokens, default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS,
             **body.generation_fields(),
         )
-        return await _answer(_CompletionReply(service, request), bool(body.stream), _include_usage(body))
+        return await _answer(_CompletionReply(service, requests), bool(body.stream), _include_usage(body))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatBody):
         check_model(body.model)
         body.refuse_unsupported()
         prompt = service.render_chat([m.as_template_input() for m in body.messages])
-        request = service.request(
-            prompt=prompt, **max_tokens_field(body.max_completion_tokens or body.max_tokens), **body.generation_fields()
+        requests = choices(
+            body, prompt=prompt, **max_tokens_field(body.max_completion_tokens or body.max_tokens),
+            **body.generation_fields(),
         )
-        return await _answer(_ChatReply(service, request), bool(body.stream), _include_usage(body))
+        return await _answer(_ChatReply(service, requests), bool(body.stream), _include_usage(body))
 
     def model_card() -> dict:
         return {"id": service.model_id, "object": "model", "created": service.created, "owned_by": "rayspec"}

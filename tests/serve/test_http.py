@@ -294,6 +294,53 @@ def test_openai_client_gets_the_engines_log_probabilities_streamed_or_not(client
     assert client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4).choices[0].logprobs is None
 
 
+def test_n_choices_are_the_completions_of_seeds_seed_plus_i(client, parts, reference):
+    """Choice i is what a request with seed + i gets, streamed or not; usage counts the prompt
+    once and every choice's tokens; the `rayspec` object pools the choices' steps."""
+    tokenizer = parts[2]
+    runs = [expected(reference, tokenizer, PROMPT, max_new_tokens=16, temperature=0.9, seed=30 + i) for i in range(2)]
+    completion = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=16, temperature=0.9, seed=30, n=2)
+    assert [c.index for c in completion.choices] == [0, 1]
+    assert [c.text for c in completion.choices] == [text for _, text, _ in runs] and runs[0][1] != runs[1][1]
+    prompt_tokens = len(tokenizer.encode(PROMPT, add_special_tokens=False))
+    accepted = sum(s.accepted_in_completion for _, _, stats in runs for s in stats.steps)
+    assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (prompt_tokens, 32)
+    assert completion.usage.completion_tokens_details.accepted_prediction_tokens == accepted
+    assert completion.rayspec["seeds"] == [30, 31] and completion.rayspec["steps"] == sum(len(r[2].steps) for r in runs)
+
+    chunks = list(client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=16, temperature=0.9, seed=30, n=2,
+                                            stream=True, stream_options={"include_usage": True}))
+    for index, (_, text, _) in enumerate(runs):
+        mine = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == index]
+        assert "".join(c.text for c in mine) == text and mine[-1].finish_reason == "length"
+        assert [c.finish_reason for c in mine[:-1]] == [None] * (len(mine) - 1)
+    finishing = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finishing) == 2 and "rayspec" not in finishing[0].model_extra and finishing[1].rayspec["seeds"] == [30, 31]
+    assert chunks[-1].usage.completion_tokens == 32
+
+    messages = [{"role": "user", "content": "Write a loop."}]
+    chat_runs = [expected(reference, tokenizer, chat_prompt(tokenizer, messages), max_new_tokens=10, seed=4 + i)
+                 for i in range(2)]
+    chat = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=10, seed=4, n=2)
+    assert [c.message.content for c in chat.choices] == [text for _, text, _ in chat_runs]
+
+
+def test_n_choices_take_a_slot_each_and_are_refused_whole_when_the_slots_run_out(http, server):
+    target = server["target"]
+    target.permits = threading.Semaphore(0)
+    body = {"prompt": PROMPT, "max_tokens": 8, "seed": 1}
+    with ThreadPoolExecutor(1) as pool:
+        held = pool.submit(http.post, "/v1/completions", json=body)
+        eventually(lambda: target.open_sessions == 1, what="a generation to start")
+        refused = http.post("/v1/completions", json={**body, "n": 2})  # one slot left of two
+        assert refused.status_code == 429 and "retry later" in refused.json()["error"]["message"]
+        target.permits.release(1000)
+        assert held.result().status_code == 200
+    eventually(lambda: target.open_sessions == 0, what="the refused request's first choice to be released")
+    both = http.post("/v1/completions", json={**body, "n": 2})
+    assert both.status_code == 200 and len(both.json()["choices"]) == 2
+
+
 def test_same_seed_same_text_and_the_seed_used_is_returned(client):
     first = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=24)
     seed = first.rayspec["seed"]
@@ -352,7 +399,9 @@ BAD_COMPLETIONS = [
     ({"prompt": ["a", "b"]}, 400, "batches of prompts are not supported", "prompt"),
     ({"prompt": [True, 2]}, 400, "prompt must be", "prompt"),
     ({"prompt": "x", "model": "gpt-4"}, 404, "the model 'gpt-4' does not exist", "model"),
-    ({"prompt": "x", "n": 2}, 400, "only n=1", "n"),
+    ({"prompt": "x", "n": 3}, 400, "n=3 asks for more completions than this service runs at once (2)", "n"),
+    ({"prompt": "x", "n": 0}, 400, "n: Input should be greater than or equal to 1", "n"),
+    ({"prompt": "x", "n": 2, "seed": 2**63 - 1}, 400, "seed + n - 1 must stay below 2^63", "seed"),
     ({"prompt": "x", "logprobs": 21}, 400, "logprobs: Input should be less than or equal to 20", "logprobs"),
     ({"prompt": "x", "logprobs": -1}, 400, "logprobs: Input should be greater than or equal to 0", "logprobs"),
     ({"prompt": "x", "echo": True}, 400, "echo is not supported", "echo"),
@@ -538,6 +587,17 @@ def test_worker_failures_are_503_and_the_service_recovers(http, server):
         events = sse_events(response)
     assert events[-1] == "[DONE]" and "connection reset" in json.loads(events[-2])["error"]["message"]
     eventually(lambda: target.open_sessions == 0, what="sessions released")
+    # with n = 2, a failed step fails the whole request and both choices' sessions are released
+    for stream in (False, True):
+        target.fail = (target.steps + 3, RemoteError("UNAVAILABLE: connection reset"))
+        body = {"prompt": PROMPT, "max_tokens": 100, "seed": 1, "n": 2, "stream": stream}
+        with http.stream("POST", "/v1/completions", json=body) as response:
+            if stream:
+                assert response.status_code == 200
+                assert "connection reset" in json.loads(sse_events(response)[-2])["error"]["message"]
+            else:
+                assert response.status_code == 503
+        eventually(lambda: target.open_sessions == 0, what="both choices' sessions released")
     target.fail = None
     assert http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 8}).status_code == 200
 
