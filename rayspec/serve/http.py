@@ -38,8 +38,9 @@ that produced text (or log-probabilities), sent as soon as the step is verified,
 steps interleaved as they come; then, per choice as it ends, a chunk with its finish reason
 (the last one also carries the `rayspec` object), a usage chunk when
 `stream_options.include_usage`, and `data: [DONE]`.  Errors before the choices' first steps
-are HTTP errors; a failure after them is a `data: {"error": ...}` event.  A client that disconnects stops its generation after the
-current step, and the worker sessions are released.
+are HTTP errors; a failure after them is a `data: {"error": ...}` event.  A client that
+disconnects stops its generation after the current step, and the worker sessions are
+released.
 
 Errors have OpenAI's body `{"error": {"message", "type", "param", "code"}}`: 400 for bad
 input (malformed JSON, wrong types, unknown verifier, a prompt longer than the context, ...),
@@ -304,9 +305,10 @@ class _Reply:
     def response(self) -> dict:
         choices = []
         for index, request in enumerate(self.requests):
-            logprobs = self.logprobs(index, request.token_ids, request.logprobs) if request.logprobs is not None else None
+            logprobs = None if request.logprobs is None else self.logprobs(index, request.token_ids, request.logprobs)
             choices.append(self.choice(index, request.text, request.finish_reason, logprobs))
-        return {**self._head(self.object), "choices": choices, "usage": usage(self.requests), "rayspec": self.figures()}
+        return {**self._head(self.object), "choices": choices, "usage": usage(self.requests),
+                "rayspec": self.figures()}
 
     def step_delta(self, index: int, added: StepText) -> dict | None:
         """The streamed choice of one step of choice `index`, None when it adds nothing to send."""
