@@ -132,10 +132,16 @@ class GenerationActor(_Placed):
         from rayspec.serve.service import Service
 
         config = ServiceConfig.from_dict(config)
-        self.server, self.address = serve_generation_api(Service.from_config(config, target_address, drafter_addresses), config)
+        self.service = Service.from_config(config, target_address, drafter_addresses)
+        self.server, self.address = serve_generation_api(self.service, config)
 
     def ready(self) -> str:
         return self.address
+
+    def costs(self) -> dict | None:
+        """The step costs its engine measured at start-up (sequoia:auto), for the HTTP coordinator."""
+        costs = self.service.engine.measured_costs
+        return None if costs is None else costs.to_json()
 
     def stop(self) -> None:
         self.server.stop(grace=1).wait()

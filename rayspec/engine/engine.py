@@ -184,6 +184,12 @@ class SpeculativeEngine:
             self._costs = measure_costs(self.target, self.drafter)
         return self._costs
 
+    @property
+    def measured_costs(self):
+        """The step costs measured so far (None until a sequoia:auto tree needed them): another
+        engine over the same workers given them (`costs=`) plans the same trees."""
+        return self._costs
+
     def policy(self, tree=None) -> TreePolicy:
         """The tree policy of a spec (None: the engine's own), built once per tree and kept
         while requests use it, so that its plans and running estimates persist."""

@@ -40,13 +40,18 @@ class Coordinator:
     """The Serve replica: a `Service` over the workers, served by the OpenAI-compatible app;
     with no target address, the target's host as well (see the module doc)."""
 
-    def __init__(self, config: ServiceConfig, target_address: str | None, drafter_addresses: list[str]):
+    def __init__(self, config: ServiceConfig, target_address: str | None, drafter_addresses: list[str],
+                 costs: dict | None = None):
+        """costs: the gRPC coordinator's measured step costs (`Costs.to_json`), planned from
+        here too, so that a seed gives the same tokens through either API."""
+        from rayspec.engine.calibrate import Costs
         from rayspec.serve.service import Service
 
         # the drafter actors' handles are held: Ray kills an actor once its last handle goes
         self.drafters, self.generation, self._grpc_address = [], None, None
         if target_address is not None:
-            self.service = Service.from_config(config, target_address, drafter_addresses)
+            self.service = Service.from_config(config, target_address, drafter_addresses,
+                                               costs=None if costs is None else Costs.from_json(costs))
             return
         import ray
 
@@ -59,6 +64,11 @@ class Coordinator:
         target = LocalTarget(config.target.load(TARGET_PATH)[0])
         self.service = Service.from_config(config, target, addresses)
         self.generation, self._grpc_address = serve_generation_api(self.service, config)
+
+    def costs(self) -> dict | None:
+        """The step costs this replica's engine plans sequoia:auto trees from (None: none yet)."""
+        costs = self.service.engine.measured_costs
+        return None if costs is None else costs.to_json()
 
     def grpc_address(self) -> str | None:
         """Where this replica serves the Generation API (None: a `GenerationActor` does)."""
@@ -102,10 +112,11 @@ class Coordinator:
 
 def build_serve_app(config: ServiceConfig, target_address: str | None, drafter_addresses: list[str],
                     node_id: str | None = None, placement_group: tuple[list[dict], str] | None = None,
-                    ) -> serve.Application:
+                    costs: dict | None = None) -> serve.Application:
     """The Serve application of one coordinator replica: over running workers, on the node
-    `node_id` when one is given; or, with no `target_address`, hosting the target in the
-    placement group `placement_group` = (bundles, strategy), the target's bundle first."""
+    `node_id` when one is given, planning from the step `costs` the gRPC coordinator measured
+    when given; or, with no `target_address`, hosting the target in the placement group
+    `placement_group` = (bundles, strategy), the target's bundle first."""
     limit = config.limits.max_concurrent_requests
     options = {"ray_actor_options": coordinator_actor_options(node_id)}
     if target_address is None:
@@ -130,7 +141,7 @@ def build_serve_app(config: ServiceConfig, target_address: str | None, drafter_a
         max_queued_requests=limit,
         **options,
     )
-    return deployment.bind(config, target_address, list(drafter_addresses))
+    return deployment.bind(config, target_address, list(drafter_addresses), costs)
 
 
 def coordinator_actor_options(node_id: str | None) -> dict:

@@ -58,14 +58,16 @@ class Service:
 
     @classmethod
     def from_config(cls, config: ServiceConfig, target, drafter_addresses: list[str],
-                    timeout: float | None = None) -> "Service":
+                    timeout: float | None = None, costs=None) -> "Service":
         """The coordinator of running workers.  `target`: the target worker's host:port (a
         `RemoteTarget`, verifying where the config says), or the target itself (a
         `LocalTarget`) when it runs in this process.  One `RemoteDrafter` per address (the
         config's `where: worker` drafters) and the `where: coordinator` drafters loaded here,
         taken in turn by successive requests (`DrafterPool`).  The tokenizer is the target's
         (the demo pair's for a null path), and so are the measured acceptance vectors when the
-        config names none."""
+        config names none.  `costs` (`rayspec.engine.calibrate.Costs`): step costs measured by
+        another coordinator of the same workers, so that both plan the same sequoia:auto trees
+        (and a seed gives the same tokens through either) instead of measuring their own."""
         from transformers import AutoTokenizer
 
         from rayspec.demo import DEMO_DIR, DRAFTER_PATH, TARGET_PATH
@@ -83,7 +85,7 @@ class Service:
         engine = SpeculativeEngine(
             target, drafter, verifier=config.verifier, tree=config.tree, verifier_params=config.verifier_params,
             tokenizer=tokenizer, acceptance_dir=config.acceptance_dir or (DEMO_DIR / "acceptance" if demo else None),
-            adaptive=config.adaptive_trees,
+            adaptive=config.adaptive_trees, costs=costs,
         )
         workers = {f"drafter {d.address}": d.channel for d in remote}
         handles = list(remote)

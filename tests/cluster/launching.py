@@ -10,11 +10,16 @@ from tests.local_ray import start_ray
 from tests.loopback import free_port
 from tests.rpc.processes import save_tiny_pair
 
+PROMPT = "def add(a, b):"
+SAMPLING = dict(max_tokens=24, temperature=0.8, seed=17)
+TREE = "kary:2x3"  # what the requests of `assert_serves_in_process_tokens` name
+
 
 @contextlib.contextmanager
-def launched(directory, target: dict, drafters: list[dict], placement: dict | None = None, ray_address: str | None = None):
+def launched(directory, target: dict, drafters: list[dict], placement: dict | None = None, ray_address: str | None = None,
+             tree: str = TREE):
     """(service, target path, drafter path); `target` and `drafters` add keys to the
-    configs of the tiny pair (paths filled in), verifier rrsw on a fixed kary:2x3 tree.  Ray:
+    configs of the tiny pair (paths filled in), verifier rrsw, the service's tree `tree`.  Ray:
     the cluster at `ray_address`, or a fresh local one with 2 CPUs."""
     import ray
 
@@ -25,7 +30,7 @@ def launched(directory, target: dict, drafters: list[dict], placement: dict | No
         "model_id": "tiny",
         "target": {"path": str(target_path), **target},
         "drafters": [{"path": str(drafter_path), **d} for d in drafters],
-        "verifier": "rrsw", "tree": "kary:2x3", "adaptive_trees": False, "placement": placement or {},
+        "verifier": "rrsw", "tree": tree, "adaptive_trees": False, "placement": placement or {},
         "http": {"port": free_port()}, "grpc": {"port": free_port()},
     })
     os.environ["RAY_AUTH_MODE"] = "disabled"
@@ -47,8 +52,6 @@ def launched(directory, target: dict, drafters: list[dict], placement: dict | No
             head.stop()
 
 
-PROMPT = "def add(a, b):"
-SAMPLING = dict(max_tokens=24, temperature=0.8, seed=17)
 
 
 def in_process_tokens(target_path, drafter_path) -> tuple[list[int], object]:
@@ -59,7 +62,7 @@ def in_process_tokens(target_path, drafter_path) -> tuple[list[int], object]:
 
     target, tokenizer = load_causal_lm(target_path, "cpu", "float32")
     drafter, _ = load_causal_lm(drafter_path, "cpu", "float32")
-    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="rrsw", tree="kary:2x3")
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="rrsw", tree=TREE)
     result = engine.run(tokenizer.encode(PROMPT, add_special_tokens=False), max_new_tokens=SAMPLING["max_tokens"],
                         temperature=SAMPLING["temperature"], seed=SAMPLING["seed"])
     return result.tokens, tokenizer
@@ -75,9 +78,9 @@ def assert_serves_in_process_tokens(running, target_path, drafter_path) -> None:
     expected, tokenizer = in_process_tokens(target_path, drafter_path)
     client = OpenAI(base_url=f"{running.http_address}/v1", api_key="unused")
     for _ in range(2):  # with several drafters, successive requests take different ones
-        http = client.completions.create(model="tiny", prompt=PROMPT, **SAMPLING)
+        http = client.completions.create(model="tiny", prompt=PROMPT, **SAMPLING, extra_body={"rayspec": {"tree": TREE}})
         assert http.choices[0].text == tokenizer.decode(expected, skip_special_tokens=True)
         assert http.usage.completion_tokens == SAMPLING["max_tokens"]
     with Client(running.grpc_address) as sdk:
-        assert list(sdk.generate(PROMPT, **SAMPLING).token_ids) == expected
-        assert [t for chunk in sdk.stream(PROMPT, **SAMPLING) for t in chunk.token_ids] == expected
+        assert list(sdk.generate(PROMPT, **SAMPLING, tree=TREE).token_ids) == expected
+        assert [t for chunk in sdk.stream(PROMPT, **SAMPLING, tree=TREE) for t in chunk.token_ids] == expected
