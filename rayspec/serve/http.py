@@ -322,8 +322,12 @@ class _Reply:
     def finish_delta(self, index: int) -> dict:
         return self.delta(index, "", self.requests[index].finish_reason)
 
-    def token_texts(self, ids: list[int]) -> list[str]:
-        return self.service.tokenizer.batch_decode([[i] for i in ids])
+    def token_texts(self, token_ids: list[int], logprobs: TokenLogprobs) -> tuple[list[str], list[list[str]]]:
+        """Each token's own text and its alternatives' texts, decoded in one tokenizer call."""
+        flat = [*token_ids, *(i for ids in logprobs.top_ids for i in ids)]
+        decoded = iter(self.service.tokenizer.batch_decode([[i] for i in flat]))
+        texts = [next(decoded) for _ in token_ids]
+        return texts, [[next(decoded) for _ in ids] for ids in logprobs.top_ids]
 
     def chunk(self, choice: dict, **extra) -> dict:
         return {**self._head(self.chunk_object), "choices": [choice], **extra}
@@ -351,10 +355,10 @@ class _CompletionReply(_Reply):
     def logprobs(self, index: int, token_ids: list[int], logprobs: TokenLogprobs) -> dict:
         """OpenAI's legacy object: each token's text, log-probability, text offset, and a map
         of the most likely tokens' texts (and the token's own) to their log-probabilities."""
-        texts = self.token_texts(token_ids)
+        texts, top_texts = self.token_texts(token_ids, logprobs)
         top = []
-        for text, value, ids, values in zip(texts, logprobs.chosen, logprobs.top_ids, logprobs.top_values):
-            alternatives = dict(zip(self.token_texts(ids), map(_reported, values)))
+        for text, value, alternative_texts, values in zip(texts, logprobs.chosen, top_texts, logprobs.top_values):
+            alternatives = dict(zip(alternative_texts, map(_reported, values)))
             top.append({**alternatives, text: _reported(value)})
         offsets = []
         for text in texts:
@@ -385,10 +389,10 @@ class _ChatReply(_Reply):
         def entry(text: str, value: float) -> dict:
             return {"token": text, "logprob": _reported(value), "bytes": list(text.encode("utf-8"))}
 
+        texts, top_texts = self.token_texts(token_ids, logprobs)
         content = [
-            {**entry(text, value), "top_logprobs": [entry(t, v) for t, v in zip(self.token_texts(ids), values)]}
-            for text, value, ids, values in zip(self.token_texts(token_ids), logprobs.chosen, logprobs.top_ids,
-                                                logprobs.top_values)
+            {**entry(text, value), "top_logprobs": [entry(t, v) for t, v in zip(alternative_texts, values)]}
+            for text, value, alternative_texts, values in zip(texts, logprobs.chosen, top_texts, logprobs.top_values)
         ]
         return {"content": content, "refusal": None}
 
