@@ -140,8 +140,7 @@ class GenerationActor(_Placed):
 
     def costs(self) -> dict | None:
         """The step costs its engine measured at start-up (sequoia:auto), for the HTTP coordinator."""
-        costs = self.service.engine.measured_costs
-        return None if costs is None else costs.to_json()
+        return self.service.measured_costs()
 
     def stop(self) -> None:
         self.server.stop(grace=1).wait()

@@ -67,8 +67,7 @@ class Coordinator:
 
     def costs(self) -> dict | None:
         """The step costs this replica's engine plans sequoia:auto trees from (None: none yet)."""
-        costs = self.service.engine.measured_costs
-        return None if costs is None else costs.to_json()
+        return self.service.measured_costs()
 
     def grpc_address(self) -> str | None:
         """Where this replica serves the Generation API (None: a `GenerationActor` does)."""

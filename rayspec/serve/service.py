@@ -104,6 +104,12 @@ class Service:
             limits = dataclasses.replace(limits, default_max_tokens=min(default_max_tokens, limits.max_tokens))
         return GenerationRequest(self.engine, self.tokenizer, limits, **fields)
 
+    def measured_costs(self) -> dict | None:
+        """The step costs its engine plans sequoia:auto trees from (`Costs.to_json`), None
+        until measured: what another coordinator of the same workers is given."""
+        costs = self.engine.measured_costs
+        return None if costs is None else costs.to_json()
+
     def render_chat(self, messages: list[dict]) -> str:
         """The prompt text of a conversation, by the tokenizer's chat template (or the
         fallback), opened for the assistant's reply."""
