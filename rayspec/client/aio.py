@@ -53,13 +53,14 @@ class AsyncClient(BaseClient):
         verifier_params: Mapping[str, Any] | None = None,
         request_id: str | None = None,
         logprobs: int | None = None,
+        prompt_logprobs: int | None = None,
         timeout: float | None = None,
     ) -> Completion:
         """Generate a completion; see `Client.generate`."""
         request = GenerateRequest(
             prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
             stop=stop, verifier=verifier, tree=tree, verifier_params=verifier_params or {},
-            request_id=request_id or new_request_id(), logprobs=logprobs,
+            request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
         )
         message = request.to_proto()
         response = await self._call(self._generation.Generate, message, timeout, idempotent=request.idempotent)
@@ -80,13 +81,14 @@ class AsyncClient(BaseClient):
         verifier_params: Mapping[str, Any] | None = None,
         request_id: str | None = None,
         logprobs: int | None = None,
+        prompt_logprobs: int | None = None,
         timeout: float | None = None,
     ) -> AsyncCompletionStream:
         """An `AsyncCompletionStream` to `async for` over (not awaited); see `Client.stream`."""
         request = GenerateRequest(
             prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
             stop=stop, verifier=verifier, tree=tree, verifier_params=verifier_params or {},
-            request_id=request_id or new_request_id(), logprobs=logprobs,
+            request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
         )
         message = request.to_proto()
         return AsyncCompletionStream(

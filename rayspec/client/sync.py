@@ -53,6 +53,7 @@ class Client(BaseClient):
         verifier_params: Mapping[str, Any] | None = None,
         request_id: str | None = None,
         logprobs: int | None = None,
+        prompt_logprobs: int | None = None,
         timeout: float | None = None,
     ) -> Completion:
         """Generate a completion; the parameters are `GenerateRequest`'s.  Replayed after
@@ -60,7 +61,7 @@ class Client(BaseClient):
         request = GenerateRequest(
             prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
             stop=stop, verifier=verifier, tree=tree, verifier_params=verifier_params or {},
-            request_id=request_id or new_request_id(), logprobs=logprobs,
+            request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
         )
         message = request.to_proto()
         response = self._call(self._generation.Generate, message, timeout, idempotent=request.idempotent)
@@ -81,6 +82,7 @@ class Client(BaseClient):
         verifier_params: Mapping[str, Any] | None = None,
         request_id: str | None = None,
         logprobs: int | None = None,
+        prompt_logprobs: int | None = None,
         timeout: float | None = None,
     ) -> CompletionStream:
         """Generate, chunk by chunk as the server verifies them: a `CompletionStream` to
@@ -89,7 +91,7 @@ class Client(BaseClient):
         request = GenerateRequest(
             prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
             stop=stop, verifier=verifier, tree=tree, verifier_params=verifier_params or {},
-            request_id=request_id or new_request_id(), logprobs=logprobs,
+            request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
         )
         message = request.to_proto()
         return CompletionStream(

@@ -47,7 +47,8 @@ class GenerateRequest:
     tree: a name of `rayspec.verify` and a tree spec such as "kary:2x4".  verifier_params:
     keyword arguments of the verifier.  request_id: echoed in the response and the logs.
     logprobs: k (0-20) to get each token's log-probability and the k most likely tokens' at
-    its position (`TokenLogprob`).
+    its position (`TokenLogprob`).  prompt_logprobs: the same for the prompt's tokens after
+    the first (the first has no context to be drawn from).
     """
 
     prompt: str | tuple[int, ...]
@@ -62,6 +63,7 @@ class GenerateRequest:
     verifier_params: Mapping[str, Any] = field(default_factory=dict)
     request_id: str | None = None
     logprobs: int | None = None
+    prompt_logprobs: int | None = None
 
     def __post_init__(self):
         # frozen: normalise through object.__setattr__ so that equal requests compare equal
@@ -92,7 +94,7 @@ class GenerateRequest:
             message.prompt = self.prompt
         else:
             message.prompt_ids.extend(self.prompt)
-        for name in ("temperature", "top_p", "seed", "logprobs"):  # proto3 `optional`: unset means default
+        for name in ("temperature", "top_p", "seed", "logprobs", "prompt_logprobs"):  # proto3 `optional`: unset means default
             if getattr(self, name) is not None:
                 setattr(message, name, getattr(self, name))
         return message
@@ -119,6 +121,7 @@ class GenerateRequest:
             verifier_params=unpack_params(message.verifier_params),
             request_id=message.request_id or None,
             logprobs=optional("logprobs"),
+            prompt_logprobs=optional("prompt_logprobs"),
         )
 
 
@@ -167,7 +170,7 @@ class Usage:
 
 @dataclass(frozen=True)
 class TokenLogprob:
-    """A completion token's log-probability under the target's raw law (temperature 1, no
+    """A token's log-probability under the target's raw law (temperature 1, no
     top-k or top-p, whatever the request sampled with), and the most likely tokens' at its
     position as (token id, log-probability) pairs, most likely first."""
 
@@ -187,28 +190,33 @@ class TokenLogprob:
 @dataclass(frozen=True)
 class CompletionChunk:
     """What one verification step added: its text (stop strings held back), its tokens, how
-    many of them were accepted drafts, and their log-probabilities when the request asked."""
+    many of them were accepted drafts, and their log-probabilities when the request asked (the
+    first chunk also has the prompt's, when asked)."""
 
     text: str
     token_ids: tuple[int, ...]
     accepted: int
     logprobs: tuple[TokenLogprob, ...] = ()
+    prompt_logprobs: tuple[TokenLogprob, ...] = ()
 
     @classmethod
     def from_proto(cls, message: pb.Chunk) -> CompletionChunk:
         return cls(text=message.text, token_ids=tuple(message.token_ids), accepted=message.accepted,
-                   logprobs=tuple(map(TokenLogprob.from_proto, message.logprobs)))
+                   logprobs=tuple(map(TokenLogprob.from_proto, message.logprobs)),
+                   prompt_logprobs=tuple(map(TokenLogprob.from_proto, message.prompt_logprobs)))
 
     def to_proto(self) -> pb.Chunk:
         return pb.Chunk(text=self.text, token_ids=self.token_ids, accepted=self.accepted,
-                        logprobs=[t.to_proto() for t in self.logprobs])
+                        logprobs=[t.to_proto() for t in self.logprobs],
+                        prompt_logprobs=[t.to_proto() for t in self.prompt_logprobs])
 
 
 @dataclass(frozen=True)
 class Completion:
     """A finished generation.  finish_reason: "length" or "stop".  seed: the one used (the
     request's, or the server's draw), so that the result can be reproduced.  logprobs: of
-    token_ids, when the request asked for them."""
+    token_ids, when the request asked for them; prompt_logprobs: of the prompt's tokens after
+    the first, likewise."""
 
     text: str
     token_ids: tuple[int, ...]
@@ -217,6 +225,7 @@ class Completion:
     seed: int
     request_id: str
     logprobs: tuple[TokenLogprob, ...] = ()
+    prompt_logprobs: tuple[TokenLogprob, ...] = ()
 
     @classmethod
     def from_proto(cls, message: pb.GenerateResponse) -> Completion:
@@ -228,6 +237,7 @@ class Completion:
             seed=message.seed,
             request_id=message.request_id,
             logprobs=tuple(map(TokenLogprob.from_proto, message.logprobs)),
+            prompt_logprobs=tuple(map(TokenLogprob.from_proto, message.prompt_logprobs)),
         )
 
     @classmethod
@@ -243,6 +253,7 @@ class Completion:
             seed=complete.seed,
             request_id=complete.request_id,
             logprobs=tuple(t for c in chunks for t in c.logprobs),
+            prompt_logprobs=tuple(t for c in chunks for t in c.prompt_logprobs),
         )
 
     def to_proto(self) -> pb.GenerateResponse:
@@ -254,4 +265,5 @@ class Completion:
             seed=self.seed,
             request_id=self.request_id,
             logprobs=[t.to_proto() for t in self.logprobs],
+            prompt_logprobs=[t.to_proto() for t in self.prompt_logprobs],
         )

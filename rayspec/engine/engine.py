@@ -84,6 +84,8 @@ class Chunk:
     step: StepStats
     finish_reason: str | None = None  # "length" or "stop" on the last chunk
     logprobs: TokenLogprobs | None = None  # of `tokens`, when the request asked for them
+    # On the first chunk only, when asked for: of the prompt's tokens after the first.
+    prompt_logprobs: TokenLogprobs | None = None
 
 
 @dataclass
@@ -235,6 +237,7 @@ class SpeculativeEngine:
         stats: GenerationStats | None = None,
         replayable: bool | None = None,
         logprobs: int | None = None,
+        prompt_logprobs: int | None = None,
     ) -> Iterator[Chunk]:
         """Yield the tokens of each verification step as soon as it is verified.
 
@@ -245,21 +248,15 @@ class SpeculativeEngine:
         adapted since, so that the same request and seed give the same tokens whatever was
         served in between (default: when a seed is given).  logprobs: k to give each chunk
         its tokens' log-probabilities under the target's raw law and the k most likely
-        tokens' at each position (`TokenLogprobs`); the tokens are the same with or without."""
+        tokens' at each position (`TokenLogprobs`); the tokens are the same with or without.
+        prompt_logprobs: k to give the first chunk the same for the prompt's tokens after the
+        first (`Chunk.prompt_logprobs`), from the target's prefill."""
         replayable = seed is not None if replayable is None else replayable
         params = SamplingParams(temperature, top_p, top_k)
         if int(max_new_tokens) < 1:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-        prompt = [int(t) for t in prompt_ids]
-        if not prompt:
-            raise ValueError("the prompt must contain at least one token")
-        bad = [t for t in prompt if not 0 <= t < self.target.vocab_size]
-        if bad:
-            raise ValueError(f"prompt token ids out of the vocabulary [0, {self.target.vocab_size}): {bad[:5]}")
+        prompt = self.check_prompt(prompt_ids)
         context = self.target.context_length
-        if len(prompt) >= context:
-            raise ValueError(f"the prompt has {len(prompt)} tokens; the model's context holds {context}, "
-                             "leaving no room to generate")
         # Trees fit both models' contexts; past a shorter drafter's, steps decode target-only
         # (as vLLM skips proposals for sequences longer than the draft model's max length).
         draft_context = context if self.drafter is None else min(context, self.drafter.context_length)
@@ -277,12 +274,14 @@ class SpeculativeEngine:
         stop_watch = _StopWatch(self.tokenizer, prompt, stop_texts) if stop_texts else None
         seed = secrets.randbits(63) if seed is None else int(seed)
         spec = SequenceSpec(tuple(prompt), params, seed, verifier, verifier_params,
-                            logprobs=None if logprobs is None else int(logprobs))
+                            logprobs=None if logprobs is None else int(logprobs),
+                            prompt_logprobs=None if prompt_logprobs is None else int(prompt_logprobs))
         stats = stats if stats is not None else GenerationStats()
         started = time.perf_counter()
 
         with ExitStack() as sessions:
             target = sessions.enter_context(_closing(self.target.open(spec)))
+            prompt_chunk_logprobs = _prompt_logprobs(target, spec)
             drafting = sessions.enter_context(ExitStack())  # the drafter's session
             drafter = None  # opened at the first step that drafts
             produced: list[int] = []
@@ -338,9 +337,36 @@ class SpeculativeEngine:
                 stats.steps.append(step)
                 stats.tokens = len(produced)
                 stats.seconds = time.perf_counter() - started
-                yield Chunk(new, step, finish, None if outcome.logprobs is None else outcome.logprobs.head(len(new)))
+                yield Chunk(new, step, finish, None if outcome.logprobs is None else outcome.logprobs.head(len(new)),
+                            prompt_chunk_logprobs)
+                prompt_chunk_logprobs = None
                 if finish is not None:
                     return
+
+    def prompt_logprobs(self, prompt_ids: Sequence[int], top: int = 0) -> TokenLogprobs:
+        """The log-probabilities of the prompt's tokens after the first under the target's raw
+        law, and the `top` most likely tokens' at each position: one prefill, nothing generated
+        (OpenAI's `echo` with `max_tokens: 0`, which scores a text)."""
+        prompt = self.check_prompt(prompt_ids)
+        spec = SequenceSpec(tuple(prompt), SamplingParams(), 0, self.verifier, self.verifier_params,
+                            prompt_logprobs=int(top))
+        with _closing(self.target.open(spec)) as target:
+            return _prompt_logprobs(target, spec)
+
+    def check_prompt(self, prompt_ids: Sequence[int]) -> list[int]:
+        """The prompt's ids as ints; ValueError unless they are in the vocabulary and leave
+        room in the context."""
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise ValueError("the prompt must contain at least one token")
+        bad = [t for t in prompt if not 0 <= t < self.target.vocab_size]
+        if bad:
+            raise ValueError(f"prompt token ids out of the vocabulary [0, {self.target.vocab_size}): {bad[:5]}")
+        context = self.target.context_length
+        if len(prompt) >= context:
+            raise ValueError(f"the prompt has {len(prompt)} tokens; the model's context holds {context}, "
+                             "leaving no room to generate")
+        return prompt
 
     def run(self, prompt_ids: Sequence[int], **kwargs) -> Generation:
         """`generate` to the end: all tokens, the finish reason and the statistics."""
@@ -353,6 +379,16 @@ class SpeculativeEngine:
             tokens += chunk.tokens
             finish = chunk.finish_reason or finish
         return Generation(tokens, finish, stats, seed)
+
+
+def _prompt_logprobs(target, spec: SequenceSpec) -> TokenLogprobs | None:
+    """The prompt's log-probabilities that a target session computed at open, if asked for."""
+    if spec.prompt_logprobs is None:
+        return None
+    logprobs = getattr(target, "prompt_logprobs", None)
+    if logprobs is None or len(logprobs) != len(spec.prompt_ids) - 1:
+        raise RuntimeError("the target sent no log-probabilities of the prompt: its worker predates them")
+    return logprobs
 
 
 class _StopWatch:

@@ -41,17 +41,19 @@ class SequenceSpec:
     verifier: str
     verifier_params: dict = field(default_factory=dict)
     logprobs: int | None = None  # None: none; k: each emitted token's and the k most likely's (`TokenLogprobs`)
+    prompt_logprobs: int | None = None  # the same for the prompt's tokens after the first, from the prefill
 
     def __post_init__(self):
         object.__setattr__(self, "prompt_ids", tuple(int(t) for t in self.prompt_ids))
         if not self.prompt_ids:
             raise ValueError("the prompt must contain at least one token")
         check_logprobs(self.logprobs)
+        check_logprobs(self.prompt_logprobs, "prompt_logprobs")
 
 
-def check_logprobs(logprobs: int | None) -> None:
+def check_logprobs(logprobs: int | None, name: str = "logprobs") -> None:
     if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
-        raise ValueError(f"logprobs must be between 0 and {MAX_LOGPROBS}, got {logprobs}")
+        raise ValueError(f"{name} must be between 0 and {MAX_LOGPROBS}, got {logprobs}")
 
 
 def derive_seed(seed: int, stream: str) -> int:
@@ -144,6 +146,10 @@ class DrafterSession(Protocol):
 
 
 class TargetSession(Protocol):
+    # Of the prompt's tokens after the first (the first has no context to be drawn from), when
+    # the sequence asks for them: the prefill computed the rows at open.
+    prompt_logprobs: TokenLogprobs | None
+
     def verify(self, draft: Draft) -> Outcome:
         """Score the tree in one forward pass, verify it, commit what was accepted."""
 

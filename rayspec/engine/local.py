@@ -85,9 +85,14 @@ class LocalTargetSession(_Session):
         super().__init__(model, spec, "verify", compute)
         self.logprobs = spec.logprobs
         self.scored_logits = None  # the last scored tree's logits, kept for `commit` when logprobs are asked
+        self.prompt_logprobs = None
         if len(self.tokens) > 1:
             with compute:
-                self.lm.prefill(self.tokens[:-1])  # the last prompt token is the first step's root
+                logits = self.lm.prefill(self.tokens[:-1])  # the last prompt token is the first step's root
+            if spec.prompt_logprobs is not None:  # row i is the law of prompt token i + 1
+                self.prompt_logprobs = TokenLogprobs.of(logits, self.tokens[1:], spec.prompt_logprobs)
+        elif spec.prompt_logprobs is not None:
+            self.prompt_logprobs = TokenLogprobs([], [], [])
 
     def score(self, tree: DraftTree) -> torch.Tensor:
         """The target's law after every node's path, [N, V], from one tree-masked forward.

@@ -37,6 +37,7 @@ class StepText:
     token_ids: list[int]
     step: StepStats
     logprobs: TokenLogprobs | None = None
+    prompt_logprobs: TokenLogprobs | None = None  # the first step's, when asked for
 
 
 def usage_of(stats: GenerationStats, prompt_tokens: int) -> dict:
@@ -59,7 +60,11 @@ class GenerationRequest:
 
     def __init__(self, engine: SpeculativeEngine, tokenizer, limits: Limits, *, prompt=None, prompt_ids=None,
                  max_tokens=None, temperature=None, top_p=None, top_k=None, seed=None, stop=None,
-                 verifier=None, tree=None, verifier_params=None, request_id=None, logprobs=None):
+                 verifier=None, tree=None, verifier_params=None, request_id=None, logprobs=None,
+                 prompt_logprobs=None, prompt_only=False):
+        """prompt_logprobs: k for the log-probabilities of the prompt's tokens after the first
+        (`rayspec.engine.interfaces.TokenLogprobs`) and the k most likely tokens' at each;
+        prompt_only: generate nothing, only those (OpenAI's `echo` with `max_tokens: 0`)."""
         if (prompt is None) == (prompt_ids is None):
             raise ValueError("give exactly one of prompt (text) and prompt_ids (token ids)")
         context = engine.target.context_length
@@ -71,6 +76,10 @@ class GenerationRequest:
                                  f"{context} tokens can hold")
             prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
         self.prompt_ids = [int(t) for t in prompt_ids]
+        self.prompt_only = bool(prompt_only)
+        if self.prompt_only:
+            engine.check_prompt(self.prompt_ids)
+            max_tokens = None  # the checks below are of a length that is not asked for
         asked = max_tokens not in (None, 0)
         max_tokens = int(max_tokens) if asked else limits.default_max_tokens
         if not 1 <= max_tokens <= limits.max_tokens:
@@ -91,6 +100,7 @@ class GenerationRequest:
         if tree:
             check_tree_spec(str(tree))  # before anything is built: kary:KxD grows as K^D
         check_logprobs(logprobs)
+        check_logprobs(prompt_logprobs, "prompt_logprobs")
         self.seed = secrets.randbits(63) if seed is None else int(seed)
         self.request_id = request_id or uuid.uuid4().hex
         self.kwargs = dict(
@@ -105,26 +115,34 @@ class GenerationRequest:
             tree=tree or None,
             verifier_params=verifier_params,
             logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
         )
         self.engine, self.tokenizer = engine, tokenizer
 
     def run(self):
         """Yield a `StepText` per step; then `self.finish_reason`, `self.text`,
-        `self.token_ids`, `self.stats` and `self.logprobs` (None unless asked for) hold the
-        totals."""
+        `self.token_ids`, `self.stats`, `self.logprobs` and `self.prompt_logprobs` (None unless
+        asked for) hold the totals."""
         self.stats = GenerationStats()
-        self.token_ids, self.finish_reason = [], "length"
+        self.token_ids, self.finish_reason, self.text = [], "length", ""
         self.logprobs = None if self.kwargs["logprobs"] is None else TokenLogprobs([], [], [])
+        self.prompt_logprobs = None
+        if self.prompt_only:
+            if self.kwargs["prompt_logprobs"] is not None:
+                self.prompt_logprobs = self.engine.prompt_logprobs(self.prompt_ids, self.kwargs["prompt_logprobs"])
+            return
         assembler = TextAssembler(self.tokenizer, self.kwargs["stop"], self.prompt_ids)
         for chunk in self.engine.generate(self.prompt_ids, stats=self.stats, **self.kwargs):
             self.token_ids += chunk.tokens
             if chunk.logprobs is not None:
                 self.logprobs.extend(chunk.logprobs)
+            if chunk.prompt_logprobs is not None:
+                self.prompt_logprobs = chunk.prompt_logprobs
             self.finish_reason = chunk.finish_reason or self.finish_reason
             text = assembler.push(chunk.tokens)
             if chunk.finish_reason:
                 text += assembler.finish()
-            yield StepText(text, chunk.tokens, chunk.step, chunk.logprobs)
+            yield StepText(text, chunk.tokens, chunk.step, chunk.logprobs, chunk.prompt_logprobs)
         self.text = assembler.text
 
     def usage(self) -> dict:

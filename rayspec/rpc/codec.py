@@ -168,6 +168,7 @@ def encode_spec(spec: SequenceSpec) -> worker_pb2.SequenceSpec:
         verifier=spec.verifier,
         verifier_params=msgpack.packb(spec.verifier_params),
         logprobs=spec.logprobs,
+        prompt_logprobs=spec.prompt_logprobs,
     )
 
 
@@ -180,6 +181,7 @@ def decode_spec(message: worker_pb2.SequenceSpec) -> SequenceSpec:
         message.verifier,
         params,
         logprobs=message.logprobs if message.HasField("logprobs") else None,
+        prompt_logprobs=message.prompt_logprobs if message.HasField("prompt_logprobs") else None,
     )
 
 

@@ -2,8 +2,8 @@
 
 The coordinator owns no model: its engine drives remote (or in-process) drafter and target
 handles.  `Generate` returns the whole completion; `GenerateStream` yields each verification
-step's text (and its tokens' log-probabilities, when asked) as soon as it is verified, then a
-last message with the totals.
+step's text (and its tokens' log-probabilities, when asked; the first step's also carries the
+prompt's) as soon as it is verified, then a last message with the totals.
 """
 
 from __future__ import annotations
@@ -39,14 +39,16 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
             verifier_params=codec.decode_msgpack_map(message.verifier_params, "verifier_params") or None,
             request_id=message.request_id,
             logprobs=message.logprobs if message.HasField("logprobs") else None,
+            prompt_logprobs=message.prompt_logprobs if message.HasField("prompt_logprobs") else None,
         )
 
-    def _complete(self, request: GenerationRequest, text: str,
-                  logprobs: TokenLogprobs | None = None) -> generation_pb2.GenerateResponse:
+    def _complete(self, request: GenerationRequest, text: str, logprobs: TokenLogprobs | None = None,
+                  prompt_logprobs: TokenLogprobs | None = None) -> generation_pb2.GenerateResponse:
         return generation_pb2.GenerateResponse(
             text=text, token_ids=request.token_ids, finish_reason=request.finish_reason,
             usage=generation_pb2.Usage(**request.usage()), seed=request.seed, request_id=request.request_id,
             logprobs=_token_logprobs(request.token_ids, logprobs),
+            prompt_logprobs=_token_logprobs(request.prompt_ids[1:], prompt_logprobs),
         )
 
     @rpc_errors
@@ -56,7 +58,7 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
             for _ in steps:
                 if not context.is_active():  # cancelled, or past its deadline: stop, releasing the sessions
                     return generation_pb2.GenerateResponse()
-        return self._complete(request, request.text, request.logprobs)
+        return self._complete(request, request.text, request.logprobs, request.prompt_logprobs)
 
     @rpc_errors
     def GenerateStream(self, message, context):
@@ -65,7 +67,8 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
             yield generation_pb2.GenerateStreamResponse(
                 chunk=generation_pb2.Chunk(text=added.text, token_ids=added.token_ids,
                                            accepted=added.step.accepted_in_completion,
-                                           logprobs=_token_logprobs(added.token_ids, added.logprobs))
+                                           logprobs=_token_logprobs(added.token_ids, added.logprobs),
+                                           prompt_logprobs=_token_logprobs(request.prompt_ids[1:], added.prompt_logprobs))
             )
         yield generation_pb2.GenerateStreamResponse(complete=self._complete(request, ""))
 

@@ -220,8 +220,17 @@ class RemoteTarget:
 
     def open(self, spec: SequenceSpec) -> "RemoteTargetSession":
         session_id = uuid.uuid4().hex
-        call(self.stub.Open, worker_pb2.OpenRequest(session_id=session_id, spec=codec.encode_spec(spec)), self.timeout)
-        return RemoteTargetSession(self, session_id, spec)
+        reply = call(self.stub.Open, worker_pb2.OpenRequest(session_id=session_id, spec=codec.encode_spec(spec)),
+                     self.timeout)
+        session = RemoteTargetSession(self, session_id, spec)
+        if spec.prompt_logprobs is not None and reply.HasField("prompt_logprobs"):
+            try:
+                session.prompt_logprobs = codec.decode_logprobs(reply.prompt_logprobs, len(spec.prompt_ids) - 1,
+                                                                self.vocab_size)
+            except BaseException:
+                session.close()
+                raise
+        return session
 
     def close(self) -> None:
         self.channel.close()
@@ -268,6 +277,7 @@ class RemoteTargetSession(_RemoteSession):
         super().__init__(target.channel, target.stub, worker_pb2.TargetCall, target.timeout,
                          f"target {target.address}", target.streams, session_id)
         self.target = target
+        self.prompt_logprobs = None  # set by `RemoteTarget.open` from the Open reply, when asked for
         if target.verify_at == "coordinator":
             self.verifier = get_verifier(spec.verifier, **spec.verifier_params)
             self.generator = stream_generator(spec.seed, "verify")  # the target side's stream

@@ -169,9 +169,10 @@ class Servicer:
         if size > self.max_request_bytes:
             raise ValueError(f"request of {size} bytes exceeds this server's limit of {self.max_request_bytes} bytes")
 
-    def open_session(self, session_id: str, make) -> None:
-        """Open `session_id` with `make()` (which may prefill a prompt): its place is taken
-        first, so that an Open refused for a duplicate id or a full server costs no compute."""
+    def open_session(self, session_id: str, make):
+        """Open `session_id` with `make()` (which may prefill a prompt) and return the session:
+        its place is taken first, so that an Open refused for a duplicate id or a full server
+        costs no compute."""
         if not session_id:
             raise ValueError("a session id is required")
         self.expire_idle_sessions()
@@ -195,8 +196,9 @@ class Servicer:
         with self._sessions_lock:
             if session_id in self._sessions:  # not released while it opened
                 self._sessions[session_id] = (session, time.monotonic())
-                return
+                return session
         session.close()
+        return session
 
     def session(self, session_id: str):
         with self._sessions_lock:

@@ -61,8 +61,11 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
     def Open(self, request, context):
         spec = codec.decode_spec(request.spec)
         _open_checks(spec, self.target.vocab_size, self.target.context_length)
-        self.open_session(request.session_id, lambda: self.target.open(spec))  # prefills, holding the model
-        return worker_pb2.OpenReply()
+        session = self.open_session(request.session_id, lambda: self.target.open(spec))  # prefills, holding the model
+        reply = worker_pb2.OpenReply()
+        if session.prompt_logprobs is not None:
+            codec.encode_logprobs(session.prompt_logprobs, reply.prompt_logprobs)
+        return reply
 
     # The per-step handlers take the reply to fill: a `Steps` stream passes the one inside its
     # result message, which spares copying the rows of a large reply into it.

@@ -510,11 +510,12 @@ def test_async_health_and_lifecycle(server):
 
 def test_request_proto_round_trip_and_validation():
     request = GenerateRequest("hi", max_tokens=4, temperature=0.0, seed=0, stop="x", verifier="rrsw",
-                              verifier_params={"a": 1}, request_id="r", logprobs=0)
+                              verifier_params={"a": 1}, request_id="r", logprobs=0, prompt_logprobs=3)
     assert request.stop == ("x",)
     message = request.to_proto()
     assert message.HasField("temperature") and message.HasField("seed")  # zeros are values, not defaults
     assert message.HasField("logprobs") and not GenerateRequest("hi").to_proto().HasField("logprobs")
+    assert message.prompt_logprobs == 3 and not GenerateRequest("hi").to_proto().HasField("prompt_logprobs")
     assert GenerateRequest.from_proto(message) == request
     assert GenerateRequest([1, 2]).prompt == (1, 2)
     with pytest.raises(TypeError, match="prompt"):
@@ -532,9 +533,10 @@ def test_request_proto_round_trip_and_validation():
 
 def test_completion_proto_round_trip():
     logprobs = (TokenLogprob(97, -0.25, ((97, -0.25), (3, -1.5))), TokenLogprob(98, -2.0, ((5, -0.125), (98, -2.0))))
-    completion = Completion("ab", (97, 98), "stop", Usage(1, 2, 3, 4, 5), seed=7, request_id="r", logprobs=logprobs)
+    completion = Completion("ab", (97, 98), "stop", Usage(1, 2, 3, 4, 5), seed=7, request_id="r", logprobs=logprobs,
+                            prompt_logprobs=logprobs[::-1])
     assert Completion.from_proto(completion.to_proto()) == completion
-    chunk = CompletionChunk("ab", (97, 98), 1, logprobs=logprobs)
+    chunk = CompletionChunk("ab", (97, 98), 1, logprobs=logprobs, prompt_logprobs=logprobs[1:])
     assert CompletionChunk.from_proto(chunk.to_proto()) == chunk
     assert CompletionChunk.from_proto(CompletionChunk("a", (97,), 0).to_proto()).logprobs == ()
 

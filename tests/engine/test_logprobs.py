@@ -88,3 +88,87 @@ def test_logprobs_out_of_range_are_refused_with_a_message(pair, logprobs):
     engine = SpeculativeEngine(LocalTarget(pair[0]))
     with pytest.raises(ValueError, match="logprobs must be between 0 and 20"):
         next(engine.generate(PROMPT, logprobs=logprobs))
+
+
+# ------------------------------------------------------------------ the prompt's tokens
+
+
+def assert_prompt_logprobs_of(target, prompt: list[int], logprobs, top: int) -> None:
+    """Token i + 1 of the prompt under the law a plain forward gives after its first i + 1."""
+    with torch.no_grad():
+        oracle = torch.log_softmax(target(torch.tensor([prompt])).logits[0, :-1].float(), -1)
+    assert len(logprobs) == len(prompt) - 1
+    assert torch.tensor(logprobs.chosen) == pytest.approx(oracle.gather(-1, torch.tensor(prompt[1:])[:, None])[:, 0],
+                                                          abs=1e-4)
+    assert torch.tensor(logprobs.top_values).view(len(prompt) - 1, top) == pytest.approx(oracle.topk(top, -1).values,
+                                                                                        abs=1e-4)
+    if top:
+        assert torch.tensor(logprobs.top_values) == pytest.approx(oracle.gather(-1, torch.tensor(logprobs.top_ids)),
+                                                                  abs=1e-4)
+
+
+@pytest.mark.parametrize("name", ["rrsw", "gumbel", "greedy"])
+def test_the_first_chunk_carries_the_prompts_log_probabilities_and_no_token_changes(pair, name):
+    target, drafter = pair
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier=name, tree=VERIFIER_TREES[name])
+    kwargs = dict(max_new_tokens=20, temperature=0.0 if name == "greedy" else 0.8, seed=3)
+    chunks = list(engine.generate(PROMPT, prompt_logprobs=4, **kwargs))
+    assert [t for c in chunks for t in c.tokens] == engine.run(PROMPT, **kwargs).tokens
+    assert len(chunks) > 1 and all(c.prompt_logprobs is None for c in chunks[1:])
+    assert_prompt_logprobs_of(target, PROMPT, chunks[0].prompt_logprobs, top=4)
+    assert all(c.logprobs is None for c in chunks)  # the completion's are asked for apart
+
+
+def test_prompt_logprobs_alone_score_a_text_with_one_prefill(pair):
+    target = pair[0]
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(pair[1]), verifier="rrsw", tree="kary:2x3")
+    long_prompt = PROMPT + [40, 2, 2, 61, 7, 0]
+    assert_prompt_logprobs_of(target, long_prompt, engine.prompt_logprobs(long_prompt, top=2), top=2)
+    assert_prompt_logprobs_of(target, long_prompt, engine.prompt_logprobs(long_prompt), top=0)
+    # one token has no context to be drawn from: nothing to report
+    assert len(engine.prompt_logprobs([5], top=3)) == 0
+    assert len(next(engine.generate([5], max_new_tokens=1, prompt_logprobs=3)).prompt_logprobs) == 0
+
+
+def test_prompt_logprobs_are_checked_like_the_completions(pair):
+    engine = SpeculativeEngine(LocalTarget(pair[0]))
+    with pytest.raises(ValueError, match="prompt_logprobs must be between 0 and 20"):
+        next(engine.generate(PROMPT, prompt_logprobs=21))
+    with pytest.raises(ValueError, match="prompt_logprobs must be between 0 and 20"):
+        engine.prompt_logprobs(PROMPT, top=-1)
+    with pytest.raises(ValueError, match="out of the vocabulary"):
+        engine.prompt_logprobs([5, 64])
+
+
+def test_a_target_that_sends_no_prompt_log_probabilities_fails_the_request_and_its_session_is_closed(pair):
+    """A target worker older than prompt log-probabilities ignores the field: the engine says
+    so instead of answering without them."""
+
+    class OldTarget:
+        def __init__(self, inner):
+            self.inner, self.closed = inner, 0
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def open(self, spec):
+            session, owner = self.inner.open(spec), self
+
+            class Session:
+                prompt_logprobs = None
+                verify = session.verify
+
+                def close(self):
+                    owner.closed += 1
+                    session.close()
+
+            return Session()
+
+    target = OldTarget(LocalTarget(pair[0]))
+    engine = SpeculativeEngine(target)
+    with pytest.raises(RuntimeError, match="no log-probabilities of the prompt: its worker predates them"):
+        next(engine.generate(PROMPT, prompt_logprobs=1))
+    with pytest.raises(RuntimeError, match="its worker predates them"):
+        engine.prompt_logprobs(PROMPT)
+    assert target.closed == 2
+    assert len(next(engine.generate(PROMPT, max_new_tokens=2)).tokens) >= 1  # not asked for: not needed

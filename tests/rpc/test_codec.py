@@ -113,6 +113,8 @@ def test_an_outcome_with_log_probabilities_round_trips_exactly():
     spec = SequenceSpec((1, 2), SamplingParams(), 3, "rrsw", logprobs=0)
     assert codec.decode_spec(codec.encode_spec(spec)).logprobs == 0
     assert codec.decode_spec(codec.encode_spec(dataclasses.replace(spec, logprobs=None))).logprobs is None
+    assert codec.decode_spec(codec.encode_spec(spec)).prompt_logprobs is None
+    assert codec.decode_spec(codec.encode_spec(dataclasses.replace(spec, prompt_logprobs=7))).prompt_logprobs == 7
 
 
 @pytest.mark.parametrize("change, match", [

@@ -67,16 +67,21 @@ def test_remote_engine_gives_the_in_process_tokens(cluster, local_engine_parts, 
 @pytest.mark.parametrize("verify_at", ["target", "coordinator"])
 def test_remote_log_probabilities_are_the_in_process_ones(cluster, local_engine_parts, verify_at):
     """They cross as the float32 values the target computed: equal, not close, wherever the
-    verifier runs (at the coordinator, the target sends them with its commit)."""
+    verifier runs (at the coordinator, the target sends them with its commit); the prompt's
+    come with the Open reply."""
     local_target, local_drafter, _ = local_engine_parts
     remote_target = RemoteTarget(cluster["target"].address, verify_at=verify_at)
     remote_drafter = RemoteDrafter(cluster["drafter"].address, remote_target.vocab_size)
-    prompt, kwargs = [11, 500, 7, 4000], dict(max_new_tokens=30, temperature=0.8, seed=8, logprobs=4)
+    prompt, kwargs = [11, 500, 7, 4000], dict(max_new_tokens=30, temperature=0.8, seed=8, logprobs=4, prompt_logprobs=3)
     local = list(SpeculativeEngine(local_target, local_drafter, tree="kary:2x3").generate(prompt, **kwargs))
     remote = list(SpeculativeEngine(remote_target, remote_drafter, tree="kary:2x3").generate(prompt, **kwargs))
     assert [c.tokens for c in remote] == [c.tokens for c in local]
     assert [c.logprobs for c in remote] == [c.logprobs for c in local]
     assert all(len(c.logprobs) == len(c.tokens) and len(c.logprobs.top_ids[0]) == 4 for c in remote)
+    assert [c.prompt_logprobs for c in remote] == [c.prompt_logprobs for c in local]
+    assert len(remote[0].prompt_logprobs) == 3 and len(remote[0].prompt_logprobs.top_ids[0]) == 3
+    scored = SpeculativeEngine(remote_target).prompt_logprobs(prompt, top=1)
+    assert scored == SpeculativeEngine(local_target).prompt_logprobs(prompt, top=1)
 
 
 def test_remote_decoding_to_the_end_of_the_context_gives_the_in_process_tokens(cluster, local_engine_parts):
@@ -126,19 +131,27 @@ def test_the_client_sdk_gets_the_in_process_log_probabilities(cluster, local_eng
     local_target, local_drafter, tokenizer = local_engine_parts
     ids = tokenizer.encode("def add(a, b):", add_special_tokens=False)
     chunks = list(SpeculativeEngine(local_target, local_drafter, verifier="rrsw", tree="kary:2x3").generate(
-        ids, max_new_tokens=20, temperature=0.7, seed=9, logprobs=2))
-    expected = tuple(
-        TokenLogprob(token, value, tuple(zip(top_ids, top_values)))
-        for c in chunks
-        for token, value, top_ids, top_values in zip(c.tokens, c.logprobs.chosen, c.logprobs.top_ids, c.logprobs.top_values)
-    )
+        ids, max_new_tokens=20, temperature=0.7, seed=9, logprobs=2, prompt_logprobs=1))
+
+    def sdk_logprobs(tokens, logprobs):
+        return tuple(TokenLogprob(token, value, tuple(zip(top_ids, top_values)))
+                     for token, value, top_ids, top_values
+                     in zip(tokens, logprobs.chosen, logprobs.top_ids, logprobs.top_values))
+
+    expected = tuple(t for c in chunks for t in sdk_logprobs(c.tokens, c.logprobs))
+    expected_prompt = sdk_logprobs(ids[1:], chunks[0].prompt_logprobs)
+    kwargs = dict(max_tokens=20, temperature=0.7, seed=9, logprobs=2, prompt_logprobs=1)
     with Client(cluster["coordinator"].address, timeout=60) as client:
-        completion = client.generate(ids, max_tokens=20, temperature=0.7, seed=9, logprobs=2)
-        stream = client.stream(ids, max_tokens=20, temperature=0.7, seed=9, logprobs=2)
+        completion = client.generate(ids, **kwargs)
+        stream = client.stream(ids, **kwargs)
         streamed = list(stream)
-        assert client.generate(ids, max_tokens=3, seed=9).logprobs == ()
+        plain = client.generate(ids, max_tokens=3, seed=9)
     assert completion.logprobs == expected and stream.completion.logprobs == expected
     assert [len(c.logprobs) for c in streamed] == [len(c.tokens) for c in chunks]
+    assert len(expected_prompt) == len(ids) - 1 and len(expected_prompt[0].top) == 1
+    assert completion.prompt_logprobs == expected_prompt and stream.completion.prompt_logprobs == expected_prompt
+    assert streamed[0].prompt_logprobs == expected_prompt and all(not c.prompt_logprobs for c in streamed[1:])
+    assert plain.logprobs == () and plain.prompt_logprobs == ()
 
 
 @pytest.mark.parametrize("here", ["drafter", "target"])
@@ -190,6 +203,10 @@ def test_bad_input_is_refused_and_the_workers_keep_serving(cluster):
     code, details = _status(lambda: target.Open(worker_pb2.OpenRequest(session_id="a", spec=spec), timeout=10))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "logprobs must be between 0 and 20" in details
     spec.ClearField("logprobs")
+    spec.prompt_logprobs = -1
+    code, details = _status(lambda: target.Open(worker_pb2.OpenRequest(session_id="a", spec=spec), timeout=10))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "prompt_logprobs must be between 0 and 20" in details
+    spec.ClearField("prompt_logprobs")
     target.Open(worker_pb2.OpenRequest(session_id="b", spec=spec), timeout=10)
     bad_rows = worker_pb2.VerifyRequest(session_id="b", tree=worker_pb2.Tree(parents=[-1, 0], tokens=[2, 5]))
     bad_rows.q_rows.dense.CopyFrom(tensor_pb2.Tensor(dtype="float64", shape=[1, 8192], data=b"\0" * 8 * 8192))
@@ -205,6 +222,7 @@ def test_bad_input_is_refused_and_the_workers_keep_serving(cluster):
         (generation_pb2.GenerateRequest(prompt="x", verifier_params=msgpack.packb([1])), "verifier_params"),
         (generation_pb2.GenerateRequest(), "exactly one of prompt"),
         (generation_pb2.GenerateRequest(prompt="x", logprobs=21), "logprobs must be between 0 and 20"),
+        (generation_pb2.GenerateRequest(prompt="x", prompt_logprobs=21), "prompt_logprobs must be between 0 and 20"),
     ]
     for request, message in cases:
         code, details = _status(lambda: generation.Generate(request, timeout=30))
