@@ -9,16 +9,17 @@
 Request fields: OpenAI's `model`, `prompt` / `messages`, `max_tokens` (chat: also
 `max_completion_tokens`), `temperature`, `top_p`, `seed`, `stop`, `stream`,
 `stream_options.include_usage`, `logprobs` (chat: `logprobs` and `top_logprobs`, up to 20
-alternatives) and `n`, plus the extensions `top_k` and `rayspec: {verifier, tree,
-verifier_params}`.  Fields that would change the answer and that
-rayspec does not implement (`echo`, `suffix`, `best_of` > 1, penalties, `logit_bias`, tools,
-structured output) are refused, never silently ignored; so are unknown fields, as OpenAI
-does.  `user`, `metadata`, `store` and `service_tier` are accepted and ignored.
+alternatives), `n` and, for completions, `echo` (with `max_tokens: 0`, the prompt alone:
+with `logprobs`, it scores a text), plus the extensions `top_k` and `rayspec: {verifier,
+tree, verifier_params}`.  Fields that would change the answer and that rayspec does not
+implement (`suffix`, `best_of` > 1, penalties, `logit_bias`, tools, structured output) are
+refused, never silently ignored; so are unknown fields, as OpenAI does.  `user`, `metadata`, `store` and `service_tier` are accepted and ignored.
 
 Log-probabilities are the target's raw law at each token's position — the log-softmax of its
 logits, before temperature, top-k and top-p — as OpenAI and vLLM report them, whatever the
 verifier; a token's text is its own decoding, as vLLM gives it, and -inf is reported as
--9999.0 (JSON has no infinity).
+-9999.0 (JSON has no infinity).  With `echo`, the prompt's tokens come first, the first of
+them with null (it has no context to be drawn from), as in OpenAI's legacy API.
 
 `n` choices are `n` generations run side by side, each taking one of the service's
 `limits.max_concurrent_requests` slots (all or none: 429 when fewer are free): choice i is
@@ -160,6 +161,7 @@ def _check_tree(spec: str) -> None:
 
 class CompletionBody(_GenerationBody):
     prompt: Any  # text, token ids, or a batch of one of those: checked by `prompt_fields`
+    max_tokens: int | None = Field(None, ge=0)  # 0 with echo: the prompt scored, nothing generated
     echo: bool | None = None
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     best_of: int | None = None
@@ -167,8 +169,9 @@ class CompletionBody(_GenerationBody):
 
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
-        if self.echo:
-            raise _bad("echo is not supported", "echo")
+        if self.max_tokens == 0 and not self.echo:
+            raise _bad("max_tokens must be at least 1 (0 only with echo: true, which returns the prompt and, with "
+                       "logprobs, its tokens' log-probabilities)", "max_tokens")
         if self.best_of not in (None, 1):
             raise _bad("best_of: only 1 is supported", "best_of")
         if self.suffix:
@@ -305,22 +308,36 @@ class _Reply:
     def response(self) -> dict:
         choices = []
         for index, request in enumerate(self.requests):
-            logprobs = None if request.logprobs is None else self.logprobs(index, request.token_ids, request.logprobs)
-            choices.append(self.choice(index, request.text, request.finish_reason, logprobs))
+            text, logprobs = self.piece(index, request.text, request.token_ids, request.logprobs)
+            choices.append(self.choice(index, text, logprobs, request.finish_reason))
         return {**self._head(self.object), "choices": choices, "usage": usage(self.requests),
                 "rayspec": self.figures()}
 
+    def piece(self, index: int, text: str, token_ids: list[int],
+              logprobs: TokenLogprobs | None) -> tuple[str, dict | None]:
+        """The text and logprobs object of choice `index`'s next piece, whatever comes before
+        its completion put first the first time (`before_completion`)."""
+        head_text, head_logprobs = self.before_completion(index)  # first: a stream's offsets run on
+        body = None if logprobs is None else self.logprobs(index, token_ids, logprobs)
+        if head_logprobs is None or body is None:
+            return head_text + text, head_logprobs or body
+        return head_text + text, {key: head_logprobs[key] + body[key] for key in head_logprobs}
+
+    def before_completion(self, index: int) -> tuple[str, dict | None]:
+        """What comes before choice `index`'s completion (completions: the `echo`ed prompt),
+        given once: ("", None) after that, or when nothing does."""
+        return "", None
+
     def step_delta(self, index: int, added: StepText) -> dict | None:
         """The streamed choice of one step of choice `index`, None when it adds nothing to send."""
-        logprobs = None
-        if added.logprobs is not None and added.token_ids:
-            logprobs = self.logprobs(index, added.token_ids, added.logprobs)
-        if not added.text and logprobs is None:
+        logprobs = added.logprobs if added.token_ids else None
+        text, logprobs = self.piece(index, added.text, added.token_ids, logprobs)
+        if not text and logprobs is None:
             return None
-        return self.delta(index, added.text, None, logprobs)
+        return self.delta(index, text, logprobs, None)
 
     def finish_delta(self, index: int) -> dict:
-        return self.delta(index, "", self.requests[index].finish_reason)
+        return self.delta(index, *self.piece(index, "", [], None), self.requests[index].finish_reason)
 
     def token_texts(self, token_ids: list[int], logprobs: TokenLogprobs) -> tuple[list[str], list[list[str]]]:
         """Each token's own text and its alternatives' texts, decoded in one tokenizer call."""
@@ -343,14 +360,33 @@ class _CompletionReply(_Reply):
     object = chunk_object = "text_completion"
     prefix = "cmpl"
 
-    def __init__(self, service: Service, requests: list[GenerationRequest]):
+    def __init__(self, service: Service, requests: list[GenerationRequest], echo: str | None = None):
+        """echo: the prompt's text, put before each choice's completion (OpenAI's `echo`); its
+        tokens' log-probabilities come first too when the request asks for log-probabilities."""
         super().__init__(service, requests)
         self.text_offsets = [0] * len(requests)  # of each choice's next token: a stream's run on across chunks
+        self.echo = echo
+        self.echoed = [echo is None] * len(requests)
 
-    def choice(self, index: int, text: str, finish_reason: str | None, logprobs: dict | None = None) -> dict:
+    def choice(self, index: int, text: str, logprobs: dict | None, finish_reason: str | None) -> dict:
         return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
 
     delta = choice
+
+    def before_completion(self, index: int) -> tuple[str, dict | None]:
+        if self.echoed[index]:
+            return "", None
+        self.echoed[index] = True
+        request = self.requests[index]
+        if request.logprobs is None:
+            return self.echo, None
+        # The prompt's first token has no context to be drawn from: OpenAI gives it null.
+        first_text = self.service.tokenizer.decode([request.prompt_ids[0]])
+        first = {"tokens": [first_text], "token_logprobs": [None], "top_logprobs": [None],
+                 "text_offset": [self.text_offsets[index]]}
+        self.text_offsets[index] += len(first_text)
+        rest = self.logprobs(index, request.prompt_ids[1:], request.prompt_logprobs)
+        return self.echo, {key: first[key] + rest[key] for key in first}
 
     def logprobs(self, index: int, token_ids: list[int], logprobs: TokenLogprobs) -> dict:
         """OpenAI's legacy object: each token's text, log-probability, text offset, and a map
@@ -372,11 +408,11 @@ class _ChatReply(_Reply):
     object, chunk_object = "chat.completion", "chat.completion.chunk"
     prefix = "chatcmpl"
 
-    def choice(self, index: int, text: str, finish_reason: str | None, logprobs: dict | None = None) -> dict:
+    def choice(self, index: int, text: str, logprobs: dict | None, finish_reason: str | None) -> dict:
         return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
                 "finish_reason": finish_reason}
 
-    def delta(self, index: int, text: str, finish_reason: str | None, logprobs: dict | None = None) -> dict:
+    def delta(self, index: int, text: str, logprobs: dict | None, finish_reason: str | None) -> dict:
         return {"index": index, "delta": {"content": text} if text else {}, "logprobs": logprobs,
                 "finish_reason": finish_reason}
 
@@ -642,11 +678,17 @@ def create_app(service: Service) -> FastAPI:
     async def completions(body: CompletionBody):
         check_model(body.model)
         body.refuse_unsupported()
+        prompt_only = bool(body.echo) and body.max_tokens == 0
         requests = choices(
-            body, **body.prompt_fields(), max_tokens=body.max_tokens, default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS,
-            **body.generation_fields(),
+            body, **body.prompt_fields(), max_tokens=None if prompt_only else body.max_tokens,
+            default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS, **body.generation_fields(),
+            prompt_logprobs=body.logprobs if body.echo else None, prompt_only=prompt_only,
         )
-        return await _answer(_CompletionReply(service, requests), bool(body.stream), _include_usage(body))
+        echo = None
+        if body.echo:
+            fields = body.prompt_fields()
+            echo = fields["prompt"] if "prompt" in fields else service.tokenizer.decode(requests[0].prompt_ids)
+        return await _answer(_CompletionReply(service, requests, echo), bool(body.stream), _include_usage(body))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatBody):

@@ -76,6 +76,7 @@ class Watched:
 class _WatchedSession:
     def __init__(self, owner: Watched, inner):
         self.owner, self.inner, self.closed = owner, inner, False
+        self.prompt_logprobs = getattr(inner, "prompt_logprobs", None)  # a target's, when asked for
 
     def draft(self, shape, previous):
         self.owner.step()
@@ -294,6 +295,63 @@ def test_openai_client_gets_the_engines_log_probabilities_streamed_or_not(client
     assert client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4).choices[0].logprobs is None
 
 
+def test_echo_puts_the_prompt_and_its_log_probabilities_before_the_completion(client, parts, reference):
+    """OpenAI's legacy `echo`: the prompt's text, then the completion's; with logprobs, the
+    prompt's tokens come first (the first one null), with the in-process engine's values of
+    the target's prefill.  max_tokens 0 scores the prompt alone (how lm-eval-harness asks for a
+    text's log-likelihood), streamed or not."""
+    tokenizer = parts[2]
+    ids = tokenizer.encode(PROMPT, add_special_tokens=False)
+    kwargs = dict(max_new_tokens=10, temperature=0.8, seed=13)
+    chunks = list(reference.generate(ids, logprobs=2, prompt_logprobs=2, **kwargs))
+    prompt_logprobs, tokens = chunks[0].prompt_logprobs, [t for c in chunks for t in c.tokens]
+    texts = [tokenizer.decode([t]) for t in ids + tokens]
+    _, completion_text, _ = expected(reference, tokenizer, PROMPT, **kwargs)
+
+    echoed = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=10, temperature=0.8, seed=13,
+                                       logprobs=2, echo=True)
+    choice = echoed.choices[0]
+    assert choice.text == PROMPT + completion_text and echoed.usage.completion_tokens == len(tokens)
+    logprobs = choice.logprobs
+    assert logprobs.tokens == texts
+    assert logprobs.token_logprobs == [None] + prompt_logprobs.chosen + [v for c in chunks for v in c.logprobs.chosen]
+    assert logprobs.text_offset == [sum(len(t) for t in texts[:i]) for i in range(len(texts))]
+    assert logprobs.top_logprobs[0] is None
+    for i in range(1, len(ids)):
+        alternatives = zip(prompt_logprobs.top_ids[i - 1], prompt_logprobs.top_values[i - 1])
+        assert logprobs.top_logprobs[i] == {**{tokenizer.decode([t]): v for t, v in alternatives},
+                                            texts[i]: prompt_logprobs.chosen[i - 1]}
+
+    streamed = list(client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=10, temperature=0.8, seed=13,
+                                              logprobs=2, echo=True, stream=True))
+    assert streamed[0].choices[0].text.startswith(PROMPT)
+    assert "".join(c.choices[0].text for c in streamed) == choice.text
+    pieces = [c.choices[0].logprobs for c in streamed if c.choices[0].logprobs]
+    assert [v for p in pieces for v in p.token_logprobs] == logprobs.token_logprobs
+    assert [o for p in pieces for o in p.text_offset] == logprobs.text_offset
+
+    scored = reference.prompt_logprobs(ids, top=1)
+    for stream in (False, True):
+        answer = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=0, echo=True, logprobs=1,
+                                           stream=stream)
+        if stream:
+            answer = list(answer)
+            assert "".join(c.choices[0].text for c in answer) == PROMPT
+            assert answer[-1].choices[0].finish_reason == "length"
+            answer_logprobs = [c.choices[0].logprobs for c in answer if c.choices[0].logprobs]
+            assert len(answer_logprobs) == 1
+            answer_logprobs = answer_logprobs[0]
+        else:
+            assert answer.choices[0].text == PROMPT and answer.choices[0].finish_reason == "length"
+            assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (len(ids), 0)
+            assert answer.rayspec["steps"] == 0
+            answer_logprobs = answer.choices[0].logprobs
+        assert answer_logprobs.tokens == texts[: len(ids)]
+        assert answer_logprobs.token_logprobs == [None] + scored.chosen
+    bare = client.completions.create(model=MODEL, prompt=ids, max_tokens=0, echo=True)
+    assert bare.choices[0].text == tokenizer.decode(ids) and bare.choices[0].logprobs is None
+
+
 def test_n_choices_are_the_completions_of_seeds_seed_plus_i(client, parts, reference):
     """Choice i is what a request with seed + i gets, streamed or not; usage counts the prompt
     once and every choice's tokens; the `rayspec` object pools the choices' steps."""
@@ -404,7 +462,11 @@ BAD_COMPLETIONS = [
     ({"prompt": "x", "n": 2, "seed": 2**63 - 1}, 400, "seed + n - 1 must stay below 2^63", "seed"),
     ({"prompt": "x", "logprobs": 21}, 400, "logprobs: Input should be less than or equal to 20", "logprobs"),
     ({"prompt": "x", "logprobs": -1}, 400, "logprobs: Input should be greater than or equal to 0", "logprobs"),
-    ({"prompt": "x", "echo": True}, 400, "echo is not supported", "echo"),
+    ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens must be at least 1 (0 only with echo: true", "max_tokens"),
+    ({"prompt": "x", "max_tokens": -1, "echo": True}, 400, "max_tokens: Input should be greater than or equal to 0",
+     "max_tokens"),
+    ({"prompt": [1, 99999], "max_tokens": 0, "echo": True}, 400, "out of the vocabulary", None),
+    ({"prompt": [7] * 600, "max_tokens": 0, "echo": True}, 400, "context holds 512", None),
     ({"prompt": "x", "best_of": 3}, 400, "best_of", "best_of"),
     ({"prompt": "x", "suffix": "end"}, 400, "suffix", "suffix"),
     ({"prompt": "x", "presence_penalty": 0.5}, 400, "presence_penalty is not supported", "presence_penalty"),
