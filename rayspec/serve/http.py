@@ -13,7 +13,8 @@ alternatives), `n` and, for completions, `echo` (with `max_tokens: 0`, the promp
 with `logprobs`, it scores a text), plus the extensions `top_k` and `rayspec: {verifier,
 tree, verifier_params}`.  Fields that would change the answer and that rayspec does not
 implement (`suffix`, `best_of` > 1, penalties, `logit_bias`, tools, structured output) are
-refused, never silently ignored; so are unknown fields, as OpenAI does.  `user`, `metadata`, `store` and `service_tier` are accepted and ignored.
+refused, never silently ignored; so are unknown fields, as OpenAI does.  `user`, `metadata`,
+`store` and `service_tier` are accepted and ignored.
 
 Log-probabilities are the target's raw law at each token's position — the log-softmax of its
 logits, before temperature, top-k and top-p — as OpenAI and vLLM report them, whatever the
