@@ -88,7 +88,9 @@ class LocalTargetSession(_Session):
         self.prompt_logprobs = None
         if len(self.tokens) > 1:
             with compute:
-                logits = self.lm.prefill(self.tokens[:-1])  # the last prompt token is the first step's root
+                # The last prompt token is the first step's root; the rows are needed only to
+                # report the prompt's log-probabilities.
+                logits = self.lm.prefill(self.tokens[:-1], last=None if spec.prompt_logprobs is not None else 1)
             if spec.prompt_logprobs is not None:  # row i is the law of prompt token i + 1
                 self.prompt_logprobs = TokenLogprobs.of(logits, self.tokens[1:], spec.prompt_logprobs)
         elif spec.prompt_logprobs is not None:
@@ -198,7 +200,7 @@ class LocalDrafterSession(_Session):
             self.commit(previous)
         self.slots = {}
         pending = self.tokens[self.lm.committed :]
-        root_logits = self.lm.prefill(pending)[-1:]  # the root is now committed
+        root_logits = self.lm.prefill(pending, last=1)  # the root is now committed
         if isinstance(shape, DynamicPlan):
             tree = self._draft_dynamic(shape, root_logits)
             return Draft(tree, None, time.perf_counter() - start)

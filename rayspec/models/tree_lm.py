@@ -15,6 +15,8 @@ the tail off.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import DynamicCache
 
@@ -28,6 +30,10 @@ class TreeLM:
         self.dtype = next(model.parameters()).dtype
         self.cache = DynamicCache(config=model.config)
         self.committed = 0  # cache rows of committed tokens (a prefix of the cache)
+        # HF causal LMs project only the last positions onto the vocabulary when told to: a
+        # prefill that needs one row spares an [n, V] product and its memory (2 GB of float32
+        # for 4k tokens at V = 128k).
+        self.keeps_last_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
 
     @property
     def cached(self) -> int:
@@ -35,8 +41,9 @@ class TreeLM:
         return self.cache.get_seq_length()
 
     @torch.inference_mode()
-    def forward(self, tokens, parents, offsets, visible_slots=None) -> torch.Tensor:
-        """Append n nodes and return their logits [n, V] (float32).
+    def forward(self, tokens, parents, offsets, visible_slots=None, last: int | None = None) -> torch.Tensor:
+        """Append n nodes and return their logits [n, V] (float32), or the last `last` nodes'
+        only when given (all n of them if the model cannot skip the others).
 
         tokens [n]: the new nodes' tokens.  parents [n]: for each new node, the index of its
         parent among the new nodes, or -1 if its parent is not among them.  offsets [n]:
@@ -61,14 +68,17 @@ class TreeLM:
             visible[i, start + i] = True
         mask = torch.zeros(visible.shape, dtype=self.dtype, device=self.device)
         mask.masked_fill_(~visible, torch.finfo(self.dtype).min)
+        keep = {"logits_to_keep": last} if last and last < n and self.keeps_last_logits else {}
         out = self.model(
             input_ids=tokens,
             attention_mask=mask.view(1, 1, n, -1),
             position_ids=(self.committed + offsets).view(1, n),
             past_key_values=self.cache,
             use_cache=True,
+            **keep,
         )
-        return out.logits[0].float()
+        logits = out.logits[0]
+        return (logits if last is None else logits[-last:]).float()
 
     @torch.inference_mode()  # the cache holds inference tensors, updated in place here
     def keep(self, rows) -> None:
@@ -89,9 +99,10 @@ class TreeLM:
                 layer.keys, layer.values = layer.keys[..., :end, :], layer.values[..., :end, :]
         self.committed = end
 
-    def prefill(self, tokens) -> torch.Tensor:
-        """Append and commit a causal chain of tokens; returns its logits [n, V]."""
+    def prefill(self, tokens, last: int | None = None) -> torch.Tensor:
+        """Append and commit a causal chain of tokens; returns its logits [n, V], or its last
+        `last` tokens' [last, V]."""
         n = len(tokens)
-        logits = self.forward(tokens, list(range(-1, n - 1)), list(range(n)))
+        logits = self.forward(tokens, list(range(-1, n - 1)), list(range(n)), last=last)
         self.keep(range(self.committed, self.committed + n))
         return logits

@@ -99,3 +99,40 @@ def test_keep_refuses_committed_or_unordered_rows(model):
         lm.keep([5, 4])
     lm.keep([3, 5])
     assert lm.committed == lm.cached == 5
+
+
+def test_a_prefill_that_keeps_its_last_rows_gives_those_rows_and_the_same_cache(model):
+    """`last` spares the vocabulary projection of the other rows, and changes nothing else."""
+    prefix = [3, 14, 15, 92, 65, 35, 89, 79]
+    whole, last_one, last_three = TreeLM(model), TreeLM(model), TreeLM(model)
+    logits = whole.prefill(prefix)
+    assert last_one.keeps_last_logits  # a HF Llama: the model projects only what is kept
+    # a product of fewer rows may round differently in the last bit
+    assert torch.allclose(last_one.prefill(prefix, last=1), logits[-1:], atol=1e-6)
+    assert torch.allclose(last_three.prefill(prefix, last=3), logits[-3:], atol=1e-6)
+    for lm in (last_one, last_three):
+        assert lm.committed == whole.committed == len(prefix)
+        for layer, reference in zip(lm.cache.layers, whole.cache.layers):
+            assert torch.equal(layer.keys, reference.keys) and torch.equal(layer.values, reference.values)
+    # what comes next is the same
+    step = [prefix[-1], 7, 8]
+    assert torch.allclose(last_one.forward(step, [-1, 0, 0], [0, 1, 1]), whole.forward(step, [-1, 0, 0], [0, 1, 1]),
+                          atol=1e-6)
+
+
+def test_a_model_without_logits_to_keep_still_gives_the_last_rows(model):
+    class Plain(torch.nn.Module):
+        """A causal LM whose forward takes no `logits_to_keep` (older or custom models)."""
+
+        def __init__(self, inner):
+            super().__init__()
+            self.inner, self.config = inner, inner.config
+
+        def forward(self, input_ids, attention_mask, position_ids, past_key_values, use_cache):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                              past_key_values=past_key_values, use_cache=use_cache)
+
+    prefix = [3, 14, 15, 92, 65]
+    plain = TreeLM(Plain(model))
+    assert not plain.keeps_last_logits
+    assert torch.equal(plain.prefill(prefix, last=2), TreeLM(model).prefill(prefix)[-2:])
