@@ -138,8 +138,12 @@ class GenerationActor(_Placed):
     def ready(self) -> str:
         return self.address
 
-    def costs(self) -> dict | None:
-        """The step costs its engine measured at start-up (sequoia:auto), for the HTTP coordinator."""
+    def costs(self, measure: bool = False) -> dict | None:
+        """The step costs its engine plans sequoia:auto trees from (`Costs.to_json`), which the
+        HTTP coordinator plans from too: measured at start-up when the service's tree is
+        sequoia:auto, else when a request first names it, or now if `measure` (None until then)."""
+        if measure:
+            self.service.engine.costs()
         return self.service.measured_costs()
 
     def stop(self) -> None:

@@ -90,13 +90,12 @@ class Service:
             config.to_dict(), self.target_address, self.drafter_addresses
         )
         self.grpc_address = ray.get(self.generation.ready.remote(), timeout=start_timeout)
-        # One calibration for both coordinators: each measuring its own would plan its own
-        # sequoia:auto trees, and a seed would give different tokens over HTTP and gRPC.
-        costs = ray.get(self.generation.costs.remote(), timeout=start_timeout)
         # Serve places its replicas itself: the target's node is named, not its bundle
         self.target_node = placement_group_table(self.group)["bundles_to_node_id"][0]
+        # One calibration for both coordinators, the gRPC one's: each measuring its own would
+        # plan its own sequoia:auto trees, and a seed would give other tokens over HTTP and gRPC.
         self._run_http_app(build_serve_app(config, self.target_address, self.drafter_addresses,
-                                           node_id=self.target_node, costs=costs))
+                                           node_id=self.target_node, costs_from=self.generation))
 
     def _target_in_coordinator(self, spec: list[dict], start_timeout: float) -> None:
         from ray import serve

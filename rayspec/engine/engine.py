@@ -162,7 +162,8 @@ class SpeculativeEngine:
         """tree: a tree spec (see `rayspec.engine.policy`) or a TreeShape; `acceptance_dir`
         holds the measured acceptance vectors Sequoia trees are planned from; `adaptive`
         lets Sequoia trees re-plan from the ranks accepted while serving; `costs` (measured by
-        `rayspec.engine.calibrate`) spares sequoia:auto its start-up measurement."""
+        `rayspec.engine.calibrate`) spares sequoia:auto its measurement, or a function that
+        gives them when first needed (another coordinator's, measured there once)."""
         self.target = target
         self.drafter = drafter
         self.tokenizer = tokenizer
@@ -170,7 +171,9 @@ class SpeculativeEngine:
         self.verifier_params = dict(verifier_params or {})
         self.library = AcceptanceLibrary(acceptance_dir)
         self.adaptive = adaptive
-        self._costs = costs
+        self._costs = None if callable(costs) else costs
+        self._costs_source = costs if callable(costs) else None
+        self._costs_lock = threading.Lock()  # measured once, whichever requests need them first
         self.tree = tree if drafter is not None else "none"
         self._tree_key = _policy_key(self.tree)
         self._tree_policy = self._build_policy(self._tree_key)  # sequoia:auto calibrates here, at start-up
@@ -179,12 +182,17 @@ class SpeculativeEngine:
         check_setting(verifier, self.verifier_params, self._tree_policy.shape_for(verifier, 1.0))
 
     def costs(self):
-        """This deployment's measured step costs (`rayspec.engine.calibrate`), measured once."""
-        if self._costs is None:
-            from rayspec.engine.calibrate import measure_costs
+        """This deployment's measured step costs (`rayspec.engine.calibrate`), measured (or
+        fetched from the source given) once."""
+        with self._costs_lock:
+            if self._costs is None:
+                if self._costs_source is not None:
+                    self._costs = self._costs_source()
+                else:
+                    from rayspec.engine.calibrate import measure_costs
 
-            self._costs = measure_costs(self.target, self.drafter)
-        return self._costs
+                    self._costs = measure_costs(self.target, self.drafter)
+            return self._costs
 
     @property
     def measured_costs(self):

@@ -41,20 +41,26 @@ class Coordinator:
     with no target address, the target's host as well (see the module doc)."""
 
     def __init__(self, config: ServiceConfig, target_address: str | None, drafter_addresses: list[str],
-                 costs: dict | None = None):
-        """costs: the gRPC coordinator's measured step costs (`Costs.to_json`), planned from
-        here too, so that a seed gives the same tokens through either API."""
+                 costs_from=None):
+        """costs_from: the gRPC coordinator (a `GenerationActor` handle), whose measured step
+        costs sequoia:auto trees are planned from here too — whether the service's tree or a
+        request names it — so that a seed gives the same tokens through either API."""
+        import ray
+
         from rayspec.engine.calibrate import Costs
         from rayspec.serve.service import Service
 
         # the drafter actors' handles are held: Ray kills an actor once its last handle goes
         self.drafters, self.generation, self._grpc_address = [], None, None
         if target_address is not None:
-            self.service = Service.from_config(config, target_address, drafter_addresses,
-                                               costs=None if costs is None else Costs.from_json(costs))
-            return
-        import ray
+            self.costs_from = costs_from  # held as well
 
+            def grpc_coordinators_costs():
+                return Costs.from_json(ray.get(costs_from.costs.remote(measure=True)))
+
+            self.service = Service.from_config(config, target_address, drafter_addresses,
+                                               costs=None if costs_from is None else grpc_coordinators_costs)
+            return
         from rayspec.cluster.actors import serve_generation_api, start_drafters
         from rayspec.demo import TARGET_PATH
         from rayspec.engine.local import LocalTarget
@@ -111,11 +117,12 @@ class Coordinator:
 
 def build_serve_app(config: ServiceConfig, target_address: str | None, drafter_addresses: list[str],
                     node_id: str | None = None, placement_group: tuple[list[dict], str] | None = None,
-                    costs: dict | None = None) -> serve.Application:
+                    costs_from=None) -> serve.Application:
     """The Serve application of one coordinator replica: over running workers, on the node
-    `node_id` when one is given, planning from the step `costs` the gRPC coordinator measured
-    when given; or, with no `target_address`, hosting the target in the placement group
-    `placement_group` = (bundles, strategy), the target's bundle first."""
+    `node_id` when one is given, planning from the step costs the gRPC coordinator
+    `costs_from` (a `GenerationActor` handle) measures, when given; or, with no
+    `target_address`, hosting the target in the placement group `placement_group` =
+    (bundles, strategy), the target's bundle first."""
     limit = config.limits.max_concurrent_requests
     options = {"ray_actor_options": coordinator_actor_options(node_id)}
     if target_address is None:
@@ -140,7 +147,7 @@ def build_serve_app(config: ServiceConfig, target_address: str | None, drafter_a
         max_queued_requests=limit,
         **options,
     )
-    return deployment.bind(config, target_address, list(drafter_addresses), costs)
+    return deployment.bind(config, target_address, list(drafter_addresses), costs_from)
 
 
 def coordinator_actor_options(node_id: str | None) -> dict:

@@ -65,9 +65,10 @@ class Service:
         config's `where: worker` drafters) and the `where: coordinator` drafters loaded here,
         taken in turn by successive requests (`DrafterPool`).  The tokenizer is the target's
         (the demo pair's for a null path), and so are the measured acceptance vectors when the
-        config names none.  `costs` (`rayspec.engine.calibrate.Costs`): step costs measured by
-        another coordinator of the same workers, so that both plan the same sequoia:auto trees
-        (and a seed gives the same tokens through either) instead of measuring their own."""
+        config names none.  `costs` (`rayspec.engine.calibrate.Costs`, or a function giving
+        them when first needed): step costs measured by another coordinator of the same
+        workers, so that both plan the same sequoia:auto trees (and a seed gives the same
+        tokens through either) instead of measuring their own."""
         from transformers import AutoTokenizer
 
         from rayspec.demo import DEMO_DIR, DRAFTER_PATH, TARGET_PATH

@@ -84,3 +84,25 @@ def assert_serves_in_process_tokens(running, target_path, drafter_path) -> None:
     with Client(running.grpc_address) as sdk:
         assert list(sdk.generate(PROMPT, **SAMPLING, tree=TREE).token_ids) == expected
         assert [t for chunk in sdk.stream(PROMPT, **SAMPLING, tree=TREE) for t in chunk.token_ids] == expected
+
+
+def assert_both_coordinators_plan_from_one_calibration(running, tree: str | None = None) -> None:
+    """A seeded sequoia:auto request (`tree`: what the request names; None: the service's own
+    tree) gives the same text and steps over HTTP and the gRPC SDK, both coordinators holding
+    the costs the gRPC one measured (each measuring its own would plan other trees, and so
+    give other tokens for the same seed)."""
+    import ray
+    from openai import OpenAI
+    from ray import serve
+
+    from rayspec.client import Client
+
+    options = {} if tree is None else {"extra_body": {"rayspec": {"tree": tree}}}
+    http = OpenAI(base_url=f"{running.http_address}/v1", api_key="unused").completions.create(
+        model="tiny", prompt=PROMPT, max_tokens=24, temperature=0.8, seed=3, **options)
+    with Client(running.grpc_address) as sdk:
+        grpc = sdk.generate(PROMPT, max_tokens=24, temperature=0.8, seed=3, tree=tree)
+    costs = ray.get(running.generation.costs.remote())
+    replica = serve.get_deployment_handle("rayspec-coordinator", app_name="rayspec")
+    assert costs is not None and replica.costs.remote().result(timeout_s=60) == costs
+    assert http.choices[0].text == grpc.text and http.rayspec["steps"] == grpc.usage.steps

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.launching import assert_serves_in_process_tokens, launched
+from tests.cluster.launching import (
+    assert_both_coordinators_plan_from_one_calibration, assert_serves_in_process_tokens, launched,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,23 +35,8 @@ def test_http_and_grpc_give_the_in_process_tokens(service):
 
 def test_both_coordinators_plan_from_one_calibration_so_a_seed_gives_the_same_tokens_through_either(service):
     """The service's tree is sequoia:auto: the gRPC coordinator measures the step costs at
-    start-up and the HTTP one plans from them, rather than measuring its own (which plan
-    other trees, and so other tokens for the same seed)."""
-    import ray
-    from openai import OpenAI
-    from ray import serve
-
-    from rayspec.client import Client
-
-    running = service[0]
-    costs = ray.get(running.generation.costs.remote())
-    replica = serve.get_deployment_handle("rayspec-coordinator", app_name="rayspec")
-    assert costs is not None and replica.costs.remote().result(timeout_s=60) == costs
-    http = OpenAI(base_url=f"{running.http_address}/v1", api_key="unused").completions.create(
-        model="tiny", prompt="def add(a, b):", max_tokens=24, temperature=0.8, seed=3)
-    with Client(running.grpc_address) as sdk:
-        grpc = sdk.generate("def add(a, b):", max_tokens=24, temperature=0.8, seed=3)
-    assert http.choices[0].text == grpc.text and http.rayspec["steps"] == grpc.usage.steps
+    start-up and the HTTP one plans from them."""
+    assert_both_coordinators_plan_from_one_calibration(service[0])
 
 
 def test_the_coordinators_run_on_the_targets_node(service):

@@ -12,7 +12,9 @@ import os
 
 import pytest
 
-from tests.cluster.launching import assert_serves_in_process_tokens, launched
+from tests.cluster.launching import (
+    assert_both_coordinators_plan_from_one_calibration, assert_serves_in_process_tokens, launched,
+)
 
 PLACEMENT = {"strategy": "STRICT_SPREAD", "target_resources": {"rayspec_target": 1},
              "drafter_resources": {"rayspec_drafter": 1}}
@@ -52,6 +54,10 @@ def test_each_process_lands_on_its_roles_node(nodes, target_where, tmp_path):
             assert len(ray.get(running.target.gpu_ids.remote())) == 1
             assert ray.get(running.generation.gpu_ids.remote()) == []
             drafter_gpus = ray.get([d.gpu_ids.remote() for d in running.drafters])
+            # The service's tree is kary:2x3: the first request naming sequoia:auto has the gRPC
+            # coordinator measure the costs, and the HTTP one plans from them too.
+            assert ray.get(running.generation.costs.remote()) is None
+            assert_both_coordinators_plan_from_one_calibration(running, tree="sequoia:auto")
         else:  # the replica started the drafter itself
             assert running.target is None and running.generation is None
             drafter_nodes = replica.drafter_nodes.remote().result(timeout_s=60)

@@ -377,6 +377,43 @@ def test_trees_named_by_requests_are_planned_once_per_tree_and_kept_within_a_bou
     assert len(out.tokens) == 8
 
 
+def test_an_engine_given_a_source_of_costs_fetches_them_once_when_a_request_first_names_sequoia_auto(pair):
+    """How the HTTP coordinator plans from the gRPC coordinator's calibration: not at start-up
+    when its own tree needs none, once for concurrent first requests, and then the trees and
+    tokens of an engine given those costs outright."""
+    from rayspec.engine.calibrate import Costs
+    from rayspec.tree.planner import MeasuredTimes
+
+    sizes = (1, 2, 4, 8, 16, 32)
+    measured = Costs(MeasuredTimes(sizes, tuple(0.01 + 0.001 * n for n in sizes)), MeasuredTimes((1, 32), (0.002, 0.003)),
+                     0.001)
+    fetched = []
+
+    def source():
+        fetched.append(threading.current_thread().name)
+        time.sleep(0.2)  # long enough for the other request to come asking
+        return measured
+
+    target, drafter = pair
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="rrsw", tree="kary:2x2", costs=source)
+    assert engine.measured_costs is None and fetched == []
+    kwargs = dict(max_new_tokens=12, temperature=0.8, seed=5, tree="sequoia:auto")
+    outputs = [None, None]
+
+    def request(i):
+        outputs[i] = engine.run([1, 2, 3], **kwargs).tokens
+
+    threads = [threading.Thread(target=request, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(fetched) == 1 and engine.measured_costs is measured and outputs[0] == outputs[1]
+    given = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="rrsw", tree="kary:2x2", costs=measured)
+    assert given.policy("sequoia:auto").shape_for("rrsw", 0.8) == engine.policy("sequoia:auto").shape_for("rrsw", 0.8)
+    assert given.run([1, 2, 3], **kwargs).tokens == outputs[0]
+
+
 def test_past_a_shorter_drafters_context_steps_decode_target_only(pair):
     """A drafter of 24 positions for a target of 128: trees stop at the drafter's context
     (its session refuses any tree that reaches past it) and decoding goes on target-only,
