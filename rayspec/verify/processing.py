@@ -71,14 +71,23 @@ def half_precision(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return weights / divisors.unsqueeze(-1), divisors
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, top: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, top: int,
+                   rows_at_once: int = 1024) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Log-probabilities of `tokens` [n], row r's token under row r of `logits` [n, V], in the
     model's raw law (the log-softmax of its logits: temperature 1, no top-k or top-p, what
     OpenAI's API and vLLM report), and each row's `top` most likely tokens.
 
     Returns (chosen [n], top values [n, k], top ids [n, k]) on the CPU, float32 and int64,
-    most likely first, with k = min(top, V)."""
-    log_p = torch.log_softmax(logits.float(), dim=-1)
-    chosen = log_p.gather(-1, tokens.to(log_p.device, torch.long).view(-1, 1)).squeeze(-1)
-    values, ids = torch.topk(log_p, min(top, log_p.shape[-1]), dim=-1)
-    return chosen.cpu(), values.cpu(), ids.cpu()
+    most likely first, with k = min(top, V).  Rows are taken `rows_at_once` at a time: a long
+    prompt's log-softmax then needs one block beside its logits, not a second [n, V] tensor
+    (2 GB of float32 for 4k tokens at V = 128k)."""
+    k = min(top, logits.shape[-1])
+    tokens = tokens.to(logits.device, torch.long).view(-1)
+    blocks = []
+    for start in range(0, max(len(logits), 1), rows_at_once):  # blocks of rows, not the vocabulary
+        log_p = torch.log_softmax(logits[start : start + rows_at_once].float(), dim=-1)
+        chosen = log_p.gather(-1, tokens[start : start + rows_at_once].view(-1, 1)).squeeze(-1)
+        values, ids = torch.topk(log_p, k, dim=-1)
+        blocks.append((chosen.cpu(), values.cpu(), ids.cpu()))
+    chosen, values, ids = (torch.cat(parts) for parts in zip(*blocks))
+    return chosen, values, ids

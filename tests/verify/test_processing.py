@@ -46,6 +46,17 @@ def test_token_logprobs_are_the_raw_laws_log_probabilities_and_its_most_likely_t
     assert chosen.dtype == values.dtype == torch.float32 and ids.dtype == torch.int64
 
 
+def test_token_logprobs_taken_a_block_of_rows_at_a_time_equal_the_whole_at_once():
+    generator = torch.Generator().manual_seed(3)
+    logits = torch.randn(10, 50, generator=generator) * 4
+    tokens = torch.randint(50, (10,), generator=generator)
+    whole = token_logprobs(logits, tokens, top=4, rows_at_once=10)
+    for rows in (1, 3, 7):
+        assert all(torch.equal(a, b) for a, b in zip(token_logprobs(logits, tokens, top=4, rows_at_once=rows), whole))
+    chosen, values, ids = token_logprobs(logits[:0], tokens[:0], top=4, rows_at_once=3)
+    assert chosen.shape == (0,) and values.shape == ids.shape == (0, 4)
+
+
 def test_token_logprobs_ask_for_at_most_the_vocabulary():
     chosen, values, ids = token_logprobs(torch.randn(4, 3, dtype=torch.float16), torch.tensor([0, 1, 2, 0]), top=20)
     assert values.shape == ids.shape == (4, 3) and chosen.shape == (4,)
