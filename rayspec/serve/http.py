@@ -680,15 +680,15 @@ def create_app(service: Service) -> FastAPI:
         check_model(body.model)
         body.refuse_unsupported()
         prompt_only = bool(body.echo) and body.max_tokens == 0
+        prompt = body.prompt_fields()
         requests = choices(
-            body, **body.prompt_fields(), max_tokens=None if prompt_only else body.max_tokens,
+            body, **prompt, max_tokens=None if prompt_only else body.max_tokens,
             default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS, **body.generation_fields(),
             prompt_logprobs=body.logprobs if body.echo else None, prompt_only=prompt_only,
         )
         echo = None
         if body.echo:
-            fields = body.prompt_fields()
-            echo = fields["prompt"] if "prompt" in fields else service.tokenizer.decode(requests[0].prompt_ids)
+            echo = prompt["prompt"] if "prompt" in prompt else service.tokenizer.decode(requests[0].prompt_ids)
         return await _answer(_CompletionReply(service, requests, echo), bool(body.stream), _include_usage(body))
 
     @app.post("/v1/chat/completions")
