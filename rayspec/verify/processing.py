@@ -1,22 +1,45 @@
-"""From logits to the distributions verifiers see: temperature, then top-k, then top-p.
+"""From logits to the distributions verifiers see: logit bias, then the repetition, frequency
+and presence penalties, then temperature, top-k and top-p (vLLM's order).
 
 The same function serves the target and the drafter, so both sides see identically
 processed laws (a mismatch between the q drafts are drawn from and the q used in the ratios
 would break losslessness).  Temperature 0 means greedy: a one-hot law on the first argmax.
+
+Penalties make the law at a tree node depend on the tokens before it — the completion so
+far *and* the drafted tokens on the node's path — so a law to penalise comes with its row
+of a `RowHistory` (`TokenHistory.rows`).  The target's law at every node is then the law
+autoregressive sampling with the same penalties would use after that node's path, which
+is all the verifiers' exactness needs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
+
+MAX_LOGIT_BIAS = 100.0  # OpenAI's bound: -100 bans a token, +100 all but forces it
+MAX_PRESENCE_OR_FREQUENCY_PENALTY = 2.0  # OpenAI's and vLLM's bound
 
 
 @dataclass(frozen=True)
 class SamplingParams:
+    """temperature, top_p, top_k: as everywhere.  presence_penalty, frequency_penalty (OpenAI,
+    in [-2, 2]): subtracted from a token's logit once if it occurs in the completion so far,
+    and once per occurrence.  repetition_penalty (CTRL, Keskar et al. 2019, eq. in §4.1, as
+    HF and vLLM apply it; > 0, 1 = off): a token of the prompt or the completion has its
+    logit divided by it when positive, multiplied when negative.  logit_bias: {token: bias
+    in [-100, 100]} added to the logits (kept as sorted (token, bias) pairs)."""
+
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # 0: no top-k truncation
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self):
         if not 0 <= self.temperature < float("inf"):  # NaN fails too
@@ -25,15 +48,108 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        bound = MAX_PRESENCE_OR_FREQUENCY_PENALTY
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -bound <= getattr(self, name) <= bound:
+                raise ValueError(f"{name} must be in [-{bound:g}, {bound:g}], got {getattr(self, name)}")
+        if not 0 < self.repetition_penalty < float("inf"):
+            raise ValueError(f"repetition_penalty must be > 0 and finite (1 disables it), got {self.repetition_penalty}")
+        object.__setattr__(self, "logit_bias", _bias_pairs(self.logit_bias))
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    @property
+    def uses_history(self) -> bool:
+        """Whether the law depends on the tokens before it (a penalty is on)."""
+        return self.presence_penalty != 0 or self.frequency_penalty != 0 or self.repetition_penalty != 1
 
-def logits_to_probs(logits: torch.Tensor, params: SamplingParams, dtype=torch.float32) -> torch.Tensor:
-    """[..., V] logits -> [..., V] probabilities after temperature, top-k and top-p."""
-    logits = logits.to(dtype)
+    def check_vocabulary(self, vocab_size: int) -> None:
+        """Refuse a logit bias on a token the model does not have."""
+        outside = [token for token, _ in self.logit_bias if token >= vocab_size]
+        if outside:
+            raise ValueError(f"logit_bias names token {outside[0]}, outside the vocabulary of {vocab_size} tokens")
+
+
+def _bias_pairs(bias: Mapping[int, float] | Iterable[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
+    pairs = bias.items() if isinstance(bias, Mapping) else bias
+    try:
+        checked = {}
+        for token, value in pairs:
+            token, value = int(token), float(value)
+            if token < 0 or token in checked:
+                raise ValueError(f"logit_bias: token {token} is negative or given twice")
+            if not -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS:  # NaN fails too
+                raise ValueError(f"logit_bias: the bias of token {token} must be in [-100, 100], got {value}")
+            checked[token] = value
+    except (TypeError, ValueError) as error:
+        raise ValueError(str(error) if str(error).startswith("logit_bias") else
+                         f"logit_bias must map token ids to numbers ({error})") from None
+    return tuple(sorted(checked.items()))
+
+
+class RowHistory(NamedTuple):
+    """The tokens before each of R laws: completion counts [R, V] (float32) and whether each
+    token occurs in the prompt or the completion [R, V] (bool)."""
+
+    counts: torch.Tensor
+    seen: torch.Tensor
+
+
+class TokenHistory:
+    """A sequence's tokens as penalties see them: the prompt's set and the completion's counts,
+    kept as [V] tensors and extended as tokens are committed."""
+
+    def __init__(self, vocab_size: int, prompt_ids: Sequence[int], device=None):
+        self.prompt_seen = torch.zeros(vocab_size, dtype=torch.bool, device=device)
+        self.prompt_seen[torch.as_tensor(list(prompt_ids), dtype=torch.long, device=device)] = True
+        self.counts = torch.zeros(vocab_size, dtype=torch.float32, device=device)
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        """Count tokens added to the completion."""
+        index = torch.as_tensor(list(tokens), dtype=torch.long, device=self.counts.device)
+        self.counts.index_put_((index,), torch.ones(len(index), device=self.counts.device), accumulate=True)
+
+    def rows(self, paths: Sequence[Sequence[int]]) -> RowHistory:
+        """The history before each of len(paths) laws, path r being the tokens drafted after
+        the completion so far and before law r (a tree node's path, root excluded)."""
+        counts = self.counts.expand(len(paths), -1).clone()
+        rows = [r for r, path in enumerate(paths) for _ in path]
+        if rows:
+            tokens = [token for path in paths for token in path]
+            index = (torch.tensor(rows, device=counts.device), torch.tensor(tokens, device=counts.device))
+            counts.index_put_(index, torch.ones(len(rows), device=counts.device), accumulate=True)
+        return RowHistory(counts, (counts > 0) | self.prompt_seen)
+
+
+def adjust_logits(logits: torch.Tensor, params: SamplingParams, history: RowHistory | None = None) -> torch.Tensor:
+    """[R, V] float logits after the logit bias and the penalties (a new tensor if any applies).
+    The repetition penalty is CTRL's as HF and vLLM apply it: on the logit itself, so a
+    positive logit shrinks and a negative one grows in magnitude."""
+    if params.logit_bias:
+        tokens, values = zip(*params.logit_bias)
+        logits = logits.clone()
+        logits[..., torch.tensor(tokens, device=logits.device)] += torch.tensor(values, dtype=logits.dtype,
+                                                                                 device=logits.device)
+    if params.uses_history:
+        if history is None or history.counts.shape != logits.shape:
+            raise ValueError("penalties need the history before each law: one row of counts per row of logits")
+        if params.repetition_penalty != 1:
+            penalty = params.repetition_penalty
+            logits = torch.where(history.seen, torch.where(logits > 0, logits / penalty, logits * penalty), logits)
+        if params.frequency_penalty:
+            logits = logits - params.frequency_penalty * history.counts
+        if params.presence_penalty:
+            logits = logits - params.presence_penalty * (history.counts > 0).to(logits.dtype)
+    return logits
+
+
+def logits_to_probs(logits: torch.Tensor, params: SamplingParams, dtype=torch.float32,
+                    history: RowHistory | None = None) -> torch.Tensor:
+    """[..., V] logits -> [..., V] probabilities after the logit bias, the penalties (given the
+    `history` before each row when one is on), temperature, top-k and top-p."""
+    logits = adjust_logits(logits.to(dtype), params, history)
     if params.greedy:
         probs = torch.zeros_like(logits)
         return probs.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)

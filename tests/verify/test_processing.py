@@ -1,11 +1,17 @@
-"""The sampling laws: the half-precision draft law a drafter draws from."""
+"""The sampling laws: the half-precision draft law a drafter draws from, the logit bias and
+the penalties, and the raw law's log-probabilities."""
 
 from __future__ import annotations
+
+import math
+from dataclasses import replace
 
 import pytest
 import torch
 
-from rayspec.verify.processing import SamplingParams, half_precision, logits_to_probs, token_logprobs
+from rayspec.verify.processing import (
+    SamplingParams, TokenHistory, adjust_logits, half_precision, logits_to_probs, token_logprobs,
+)
 
 
 def test_the_half_precision_law_is_a_law_close_to_the_full_one_and_rebuilt_exactly_from_float16():
@@ -62,3 +68,86 @@ def test_token_logprobs_ask_for_at_most_the_vocabulary():
     assert values.shape == ids.shape == (4, 3) and chosen.shape == (4,)
     assert torch.allclose(values.exp().sum(-1), torch.ones(4), atol=1e-3)  # the whole law, most likely first
     assert bool((values.diff(dim=-1) <= 0).all())
+
+
+# ------------------------------------------------------------------ bias and penalties
+
+
+def _penalised_by_hand(logits: list[float], prompt: list[int], completion: list[int], params: SamplingParams) -> list[float]:
+    """One row, token by token, as the definitions read: OpenAI's bias, then CTRL's repetition
+    penalty on prompt and completion tokens (HF's and vLLM's form), then OpenAI's frequency
+    and presence penalties on completion tokens."""
+    bias = dict(params.logit_bias)
+    out = []
+    for token, logit in enumerate(logits):
+        logit += bias.get(token, 0.0)
+        if token in prompt or token in completion:
+            logit = logit / params.repetition_penalty if logit > 0 else logit * params.repetition_penalty
+        count = completion.count(token)
+        logit -= params.frequency_penalty * count + params.presence_penalty * (count > 0)
+        out.append(logit)
+    return out
+
+
+def test_bias_and_penalties_follow_their_definitions_for_each_rows_path():
+    generator = torch.Generator().manual_seed(5)
+    logits = torch.randn(4, 12, generator=generator) * 3
+    prompt, completion = [1, 2, 2, 9], [3, 3, 4]
+    paths = [[], [5], [5, 3], [9, 9, 1]]  # drafted tokens after the completion, before each row
+    params = SamplingParams(presence_penalty=0.7, frequency_penalty=-0.4, repetition_penalty=1.6,
+                            logit_bias={0: -100.0, 5: 2.5, 11: 1.0})
+    history = TokenHistory(12, prompt)
+    history.extend(completion[:2])
+    history.extend(completion[2:])  # extended in parts, as commits come
+    adjusted = adjust_logits(logits, params, history.rows(paths))
+    for row, path in enumerate(paths):
+        expected = _penalised_by_hand(logits[row].tolist(), prompt, completion + path, params)
+        assert adjusted[row].tolist() == pytest.approx(expected, rel=1e-6, abs=1e-5), row
+    probs = logits_to_probs(logits, params, history=history.rows(paths))
+    expected = torch.softmax(torch.tensor([_penalised_by_hand(row.tolist(), prompt, completion + path, params)
+                                           for row, path in zip(logits, paths)]), -1)
+    assert torch.allclose(probs, expected, atol=1e-6)
+
+
+def test_the_bias_comes_before_the_repetition_penalty_and_greedy_takes_the_adjusted_argmax():
+    logits = torch.tensor([[-1.0, 1.5, 0.0]])
+    history = TokenHistory(3, prompt_ids=[0, 1]).rows([[]])
+    # token 0: -1 + 3 = 2, then / 2 = 1; token 1: 1.5 / 2 = 0.75 (penalised on the biased logit)
+    params = SamplingParams(repetition_penalty=2.0, logit_bias={0: 3.0})
+    assert adjust_logits(logits, params, history).tolist() == [[1.0, 0.75, 0.0]]
+    assert logits_to_probs(logits, SamplingParams(0.0)).tolist() == [[0.0, 1.0, 0.0]]
+    assert logits_to_probs(logits, replace(params, temperature=0.0), history=history).tolist() == [[1.0, 0.0, 0.0]]
+
+
+def test_a_bias_alone_needs_no_history_and_leaves_the_input_untouched():
+    logits = torch.zeros(2, 4)
+    probs = logits_to_probs(logits, SamplingParams(logit_bias={2: math.log(3.0)}))
+    assert torch.allclose(probs, torch.tensor([[1 / 6, 1 / 6, 1 / 2, 1 / 6]] * 2))
+    assert bool((logits == 0).all())
+    with pytest.raises(ValueError, match="penalties need the history before each law"):
+        logits_to_probs(logits, SamplingParams(presence_penalty=0.5))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(presence_penalty=2.5), r"presence_penalty must be in \[-2, 2\], got 2.5"),
+    (dict(frequency_penalty=float("nan")), "frequency_penalty must be in"),
+    (dict(repetition_penalty=0.0), "repetition_penalty must be > 0 and finite"),
+    (dict(repetition_penalty=float("inf")), "repetition_penalty must be > 0 and finite"),
+    (dict(logit_bias={3: 101.0}), r"the bias of token 3 must be in \[-100, 100\], got 101.0"),
+    (dict(logit_bias={3: float("nan")}), "the bias of token 3 must be in"),
+    (dict(logit_bias={-1: 1.0}), "token -1 is negative or given twice"),
+    (dict(logit_bias=[(4, 1.0), (4, 2.0)]), "token 4 is negative or given twice"),
+    (dict(logit_bias={"x": 1.0}), "logit_bias must map token ids to numbers"),
+])
+def test_bad_penalties_and_biases_are_refused_with_their_names(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(**kwargs)
+
+
+def test_a_bias_is_kept_as_sorted_pairs_and_checked_against_the_vocabulary():
+    params = SamplingParams(logit_bias={"7": 1, 2: -3.5})
+    assert params.logit_bias == ((2, -3.5), (7, 1.0)) and params == SamplingParams(logit_bias=[(7, 1.0), (2, -3.5)])
+    params.check_vocabulary(8)
+    with pytest.raises(ValueError, match="logit_bias names token 7, outside the vocabulary of 7 tokens"):
+        params.check_vocabulary(7)
+    assert not params.uses_history and SamplingParams(repetition_penalty=1.1).uses_history
