@@ -18,6 +18,9 @@ def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0, help="0 disables top-k")
+    parser.add_argument("--presence-penalty", type=float, default=0.0, help="OpenAI's, in [-2, 2]")
+    parser.add_argument("--frequency-penalty", type=float, default=0.0, help="OpenAI's, in [-2, 2]")
+    parser.add_argument("--repetition-penalty", type=float, default=1.0, help="HF's and vLLM's; 1 is off")
     parser.add_argument("--seed", type=int, default=None, help="a seed makes the output reproducible")
 
 
@@ -67,7 +70,8 @@ def cmd_generate(args) -> int:
     sys.stdout.write(args.prompt)
     for chunk in engine.generate(
         prompt_ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-        top_k=args.top_k, seed=args.seed, stop=args.stop, stats=stats,
+        top_k=args.top_k, presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty,
+        repetition_penalty=args.repetition_penalty, seed=args.seed, stop=args.stop, stats=stats,
     ):
         sys.stdout.write(assembler.push(chunk.tokens))
         sys.stdout.flush()

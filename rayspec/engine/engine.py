@@ -18,7 +18,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
@@ -237,6 +237,10 @@ class SpeculativeEngine:
         temperature: float = 1.0,
         top_p: float = 1.0,
         top_k: int = 0,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        repetition_penalty: float = 1.0,
+        logit_bias: Mapping[int, float] | None = None,
         seed: int | None = None,
         stop: Sequence[str | int] | None = None,
         verifier: str | None = None,
@@ -258,9 +262,14 @@ class SpeculativeEngine:
         its tokens' log-probabilities under the target's raw law and the k most likely
         tokens' at each position (`TokenLogprobs`); the tokens are the same with or without.
         prompt_logprobs: k to give the first chunk the same for the prompt's tokens after the
-        first (`Chunk.prompt_logprobs`), from the target's prefill."""
+        first (`Chunk.prompt_logprobs`), from the target's prefill.  presence_penalty,
+        frequency_penalty, repetition_penalty, logit_bias: as OpenAI and vLLM define them
+        (`SamplingParams`); they change the target's law, and the output follows the law
+        they define exactly."""
         replayable = seed is not None if replayable is None else replayable
-        params = SamplingParams(temperature, top_p, top_k)
+        params = SamplingParams(temperature, top_p, top_k, presence_penalty, frequency_penalty, repetition_penalty,
+                                logit_bias or ())
+        params.check_vocabulary(self.target.vocab_size)
         if int(max_new_tokens) < 1:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         prompt = self.check_prompt(prompt_ids)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
 import torch
 
@@ -25,7 +26,7 @@ from rayspec.models.tree_lm import TreeLM
 from rayspec.tree.dynamic import DynamicPlan, select_dynamic_tree
 from rayspec.tree.structure import DraftTree, TreeShape
 from rayspec.verify import get_verifier
-from rayspec.verify.processing import SamplingParams, half_precision, logits_to_probs
+from rayspec.verify.processing import TokenHistory, half_precision, logits_to_probs
 
 
 def model_context_length(model) -> int:
@@ -51,6 +52,24 @@ class _Session:
         self.verifier = get_verifier(spec.verifier, **spec.verifier_params)
         self.generator = stream_generator(spec.seed, stream)
         self.context_length = model_context_length(model)
+        vocab_size = int(model.config.vocab_size)
+        spec.params.check_vocabulary(vocab_size)
+        # The tokens penalties look back on; committed tokens extend it (`advance`).
+        self.history = TokenHistory(vocab_size, spec.prompt_ids, self.lm.device) if spec.params.uses_history else None
+
+    def advance(self, tokens: list[int]) -> None:
+        """Commit emitted tokens to the sequence."""
+        self.tokens += tokens
+        if self.history is not None:
+            self.history.extend(tokens)
+
+    def laws(self, logits: torch.Tensor, paths, untempered: bool = False) -> torch.Tensor:
+        """The processed laws of rows of logits, row r's after the completion so far and the
+        drafted tokens `paths()[r]` (called only when a penalty needs them).  untempered: with
+        the bias and penalties only (temperature 1, no top-k or top-p)."""
+        params = replace(self.params, temperature=1.0, top_p=1.0, top_k=0) if untempered else self.params
+        history = self.history.rows(paths()) if params.uses_history else None
+        return logits_to_probs(logits, params, history=history)
 
     def check_fits(self, length: int, depth: int) -> None:
         """Refuse a tree `depth` levels deep below a sequence of `length` tokens unless all its
@@ -108,7 +127,8 @@ class LocalTargetSession(_Session):
             self.lm.keep([])
         logits = self.lm.forward(tree.tokens.tolist(), tree.shape.parents, tree.shape.depth)
         self.scored_logits = None if self.logprobs is None else logits
-        return logits_to_probs(logits, self.params)
+        tokens = tree.tokens.tolist()
+        return self.laws(logits, lambda: [[tokens[n] for n in tree.shape.path_to(node)] for node in range(len(tokens))])
 
     def node_samples(self, tree: DraftTree, p_rows: torch.Tensor) -> torch.Tensor:
         """Each node's own sample, [N]: all that token-only verifiers (greedy, couplings) need
@@ -132,7 +152,7 @@ class LocalTargetSession(_Session):
                                  "and one token more than the path's nodes")
             logprobs = TokenLogprobs.of(logits[[0, *path]], tokens, self.logprobs)
         self.lm.keep([self.lm.committed + node for node in (0, *path)])
-        self.tokens += tokens
+        self.advance(tokens)
         return logprobs
 
     def verify(self, draft: Draft) -> Outcome:
@@ -171,17 +191,18 @@ class LocalDrafterSession(_Session):
                 break
             kept.append(self.slots[node])
         self.lm.keep(kept)
-        self.tokens += previous.tokens
+        self.advance(previous.tokens)
 
-    def _draft_law(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _draft_law(self, logits: torch.Tensor, paths) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(law to draft from, law to ship, its row divisors): greedy drafts the top-k of the
-        drafter's plain scores, every other verifier the processed law it is verified
-        against.  That law is taken in half precision (`half_precision`) wherever the
-        drafter runs, so that a remote drafter's rows cross at half the bytes and in-process
-        decoding gives the same tokens."""
-        q, divisors = half_precision(logits_to_probs(logits, self.params))
+        drafter's scores at temperature 1 (bias and penalties applied), every other verifier
+        the processed law it is verified against.  That law is taken in half precision
+        (`half_precision`) wherever the drafter runs, so that a remote drafter's rows cross
+        at half the bytes and in-process decoding gives the same tokens.  paths: a function
+        giving each row's drafted tokens after the completion so far (`laws`)."""
+        q, divisors = half_precision(self.laws(logits, paths))
         if self.verifier.name == "greedy":
-            return logits_to_probs(logits, SamplingParams()), q, divisors
+            return self.laws(logits, paths, untempered=True), q, divisors
         return q, q, divisors
 
     def draft(self, shape: TreeShape | DynamicPlan, previous: Outcome | None) -> Draft:
@@ -213,7 +234,8 @@ class LocalDrafterSession(_Session):
         for d in range(shape.max_depth):
             if not level:
                 break
-            draw_from, ship, divisors = self._draft_law(level_logits)
+            draw_from, ship, divisors = self._draft_law(level_logits, lambda: [_path_tokens(node, parents, tokens)
+                                                                               for node in level])
             widest = max(shape.num_children[planned[node]] for node in level)
             noise = randomness.shifted(d) if isinstance(randomness, KeyedNoise) else randomness
             drafts = self.verifier.sample_drafts_batch(draw_from, widest, noise).tolist()
@@ -241,11 +263,15 @@ class LocalDrafterSession(_Session):
     def _draft_dynamic(self, plan: DynamicPlan, root_logits: torch.Tensor) -> DraftTree:
         """EAGLE-2: expand the `top_k` best candidates of each level into their `top_k` most
         likely children (scored by cumulative log-probability of the drafter's plain softmax),
-        then keep the `budget` best.  Deterministic drafts: verified as point masses (topk)."""
+        then keep the `budget` best.  Deterministic drafts: verified as point masses (topk).
+        The scores see the bias and penalties, so that the drafts are what the target favours."""
         parents, tokens, scores, depth = [-1], [self.tokens[-1]], [0.0], [0]  # candidate 0: the root
         frontier, logits = [0], root_logits
         for d in range(plan.depth):
-            log_q = torch.log_softmax(logits.float(), -1)
+            if self.params.logit_bias or self.params.uses_history:
+                log_q = self.laws(logits, lambda: [_path_tokens(n, parents, tokens) for n in frontier], untempered=True).log()
+            else:
+                log_q = torch.log_softmax(logits.float(), -1)
             best = torch.topk(log_q, min(plan.top_k, log_q.shape[-1]), dim=-1)
             level = []
             for row, node in enumerate(frontier):
@@ -280,6 +306,15 @@ class LocalDrafterSession(_Session):
         for i, node in enumerate(level):
             self.slots[node] = first_row + i
         return logits
+
+
+def _path_tokens(node: int, parents: list[int], tokens: list[int]) -> list[int]:
+    """The tokens from the root's child down to `node` in a tree being drafted."""
+    path = []
+    while node > 0:
+        path.append(tokens[node])
+        node = parents[node]
+    return path[::-1]
 
 
 class LocalTarget:

@@ -15,6 +15,7 @@ from rayspec.engine.engine import GenerationStats, SpeculativeEngine, StepStats
 from rayspec.engine.interfaces import TokenLogprobs, check_logprobs
 from rayspec.engine.policy import check_tree_spec
 from rayspec.engine.text import TextAssembler
+from rayspec.verify.processing import SamplingParams
 
 
 # No tokenizer's tokens average this many characters over a whole prompt.
@@ -61,10 +62,12 @@ class GenerationRequest:
     def __init__(self, engine: SpeculativeEngine, tokenizer, limits: Limits, *, prompt=None, prompt_ids=None,
                  max_tokens=None, temperature=None, top_p=None, top_k=None, seed=None, stop=None,
                  verifier=None, tree=None, verifier_params=None, request_id=None, logprobs=None,
-                 prompt_logprobs=None, prompt_only=False):
+                 prompt_logprobs=None, prompt_only=False, presence_penalty=None, frequency_penalty=None,
+                 repetition_penalty=None, logit_bias=None):
         """prompt_logprobs: k for the log-probabilities of the prompt's tokens after the first
         (`rayspec.engine.interfaces.TokenLogprobs`) and the k most likely tokens' at each;
-        prompt_only: generate nothing, only those (OpenAI's `echo` with `max_tokens: 0`)."""
+        prompt_only: generate nothing, only those (OpenAI's `echo` with `max_tokens: 0`).
+        The penalties and logit_bias are `SamplingParams`'; None leaves each off."""
         if (prompt is None) == (prompt_ids is None):
             raise ValueError("give exactly one of prompt (text) and prompt_ids (token ids)")
         context = engine.target.context_length
@@ -101,13 +104,21 @@ class GenerationRequest:
             check_tree_spec(str(tree))  # before anything is built: kary:KxD grows as K^D
         check_logprobs(logprobs)
         check_logprobs(prompt_logprobs, "prompt_logprobs")
+        sampling = dict(
+            temperature=1.0 if temperature is None else float(temperature),
+            top_p=1.0 if top_p is None else float(top_p),
+            top_k=int(top_k or 0),
+            presence_penalty=float(presence_penalty or 0),
+            frequency_penalty=float(frequency_penalty or 0),
+            repetition_penalty=1.0 if repetition_penalty is None else float(repetition_penalty),
+            logit_bias=dict(logit_bias or {}),
+        )
+        SamplingParams(**sampling).check_vocabulary(engine.target.vocab_size)  # refused before anything streams
         self.seed = secrets.randbits(63) if seed is None else int(seed)
         self.request_id = request_id or uuid.uuid4().hex
         self.kwargs = dict(
             max_new_tokens=max_tokens,
-            temperature=1.0 if temperature is None else float(temperature),
-            top_p=1.0 if top_p is None else float(top_p),
-            top_k=int(top_k or 0),
+            **sampling,
             seed=self.seed,
             replayable=seed is not None,  # an unseeded request may draft the adapted trees
             stop=list(stop or []),

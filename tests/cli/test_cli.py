@@ -16,6 +16,18 @@ def test_generate_prints_the_text_then_a_summary_line(capsys):
     assert "tokens/step" in out[-1] and "tokens/s" in out[-1] and "12 tokens" in out[-1]
 
 
+def test_generate_applies_a_repetition_penalty(capsys):
+    def text(*penalty):
+        assert main(["generate", "--prompt", "def add(a, b):", "--max-new-tokens", "24", "--temperature", "0",
+                     "--tree", "kary:2x2", "--threads", "1", "--quiet-summary", *penalty]) == 0
+        return capsys.readouterr().out
+
+    plain, penalised = text(), text("--repetition-penalty", "2.0")
+    assert plain != penalised and penalised.startswith("def add(a, b):")
+    assert main(["generate", "--prompt", "x", "--presence-penalty", "5", "--threads", "1"]) == 2
+    assert "presence_penalty must be in [-2, 2]" in capsys.readouterr().err
+
+
 def test_generate_refuses_a_bad_tree_with_a_message(capsys):
     assert main(["generate", "--prompt", "x", "--tree", "kary:3", "--threads", "1"]) == 2
     assert "bad tree spec 'kary:3'" in capsys.readouterr().err
