@@ -46,6 +46,10 @@ class AsyncClient(BaseClient):
         temperature: float | None = None,
         top_p: float | None = None,
         top_k: int | None = None,
+        presence_penalty: float | None = None,
+        frequency_penalty: float | None = None,
+        repetition_penalty: float | None = None,
+        logit_bias: Mapping[int, float] | None = None,
         seed: int | None = None,
         stop: str | Sequence[str] | None = None,
         verifier: str | None = None,
@@ -58,8 +62,9 @@ class AsyncClient(BaseClient):
     ) -> Completion:
         """Generate a completion; see `Client.generate`."""
         request = GenerateRequest(
-            prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
-            stop=stop, verifier=verifier, tree=tree, verifier_params=verifier_params or {},
+            prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+            repetition_penalty=repetition_penalty, logit_bias=logit_bias or {}, seed=seed, stop=stop, verifier=verifier, tree=tree, verifier_params=verifier_params or {},
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
         )
         message = request.to_proto()
@@ -74,6 +79,10 @@ class AsyncClient(BaseClient):
         temperature: float | None = None,
         top_p: float | None = None,
         top_k: int | None = None,
+        presence_penalty: float | None = None,
+        frequency_penalty: float | None = None,
+        repetition_penalty: float | None = None,
+        logit_bias: Mapping[int, float] | None = None,
         seed: int | None = None,
         stop: str | Sequence[str] | None = None,
         verifier: str | None = None,
@@ -86,8 +95,9 @@ class AsyncClient(BaseClient):
     ) -> AsyncCompletionStream:
         """An `AsyncCompletionStream` to `async for` over (not awaited); see `Client.stream`."""
         request = GenerateRequest(
-            prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
-            stop=stop, verifier=verifier, tree=tree, verifier_params=verifier_params or {},
+            prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+            repetition_penalty=repetition_penalty, logit_bias=logit_bias or {}, seed=seed, stop=stop, verifier=verifier, tree=tree, verifier_params=verifier_params or {},
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
         )
         message = request.to_proto()

@@ -46,6 +46,10 @@ class Client(BaseClient):
         temperature: float | None = None,
         top_p: float | None = None,
         top_k: int | None = None,
+        presence_penalty: float | None = None,
+        frequency_penalty: float | None = None,
+        repetition_penalty: float | None = None,
+        logit_bias: Mapping[int, float] | None = None,
         seed: int | None = None,
         stop: str | Sequence[str] | None = None,
         verifier: str | None = None,
@@ -59,8 +63,9 @@ class Client(BaseClient):
         """Generate a completion; the parameters are `GenerateRequest`'s.  Replayed after
         UNAVAILABLE only when `seed` is given (see `rayspec.client.retry`)."""
         request = GenerateRequest(
-            prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
-            stop=stop, verifier=verifier, tree=tree, verifier_params=verifier_params or {},
+            prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+            repetition_penalty=repetition_penalty, logit_bias=logit_bias or {}, seed=seed, stop=stop, verifier=verifier, tree=tree, verifier_params=verifier_params or {},
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
         )
         message = request.to_proto()
@@ -75,6 +80,10 @@ class Client(BaseClient):
         temperature: float | None = None,
         top_p: float | None = None,
         top_k: int | None = None,
+        presence_penalty: float | None = None,
+        frequency_penalty: float | None = None,
+        repetition_penalty: float | None = None,
+        logit_bias: Mapping[int, float] | None = None,
         seed: int | None = None,
         stop: str | Sequence[str] | None = None,
         verifier: str | None = None,
@@ -89,8 +98,9 @@ class Client(BaseClient):
         iterate, whose `.completion` holds the totals once it is exhausted.  The call starts
         at the first iteration; `timeout` bounds the whole stream."""
         request = GenerateRequest(
-            prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
-            stop=stop, verifier=verifier, tree=tree, verifier_params=verifier_params or {},
+            prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+            repetition_penalty=repetition_penalty, logit_bias=logit_bias or {}, seed=seed, stop=stop, verifier=verifier, tree=tree, verifier_params=verifier_params or {},
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
         )
         message = request.to_proto()

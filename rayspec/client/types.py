@@ -48,7 +48,10 @@ class GenerateRequest:
     keyword arguments of the verifier.  request_id: echoed in the response and the logs.
     logprobs: k (0-20) to get each token's log-probability and the k most likely tokens' at
     its position (`TokenLogprob`).  prompt_logprobs: the same for the prompt's tokens after
-    the first (the first has no context to be drawn from).
+    the first (the first has no context to be drawn from).  presence_penalty and
+    frequency_penalty (OpenAI's, in [-2, 2]), repetition_penalty (HF's and vLLM's, > 0, 1 is
+    off) and logit_bias ({token id: bias in [-100, 100]}) change the law sampled from, and
+    the output follows that law exactly.
     """
 
     prompt: str | tuple[int, ...]
@@ -56,6 +59,10 @@ class GenerateRequest:
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: Mapping[int, float] = field(default_factory=dict)
     seed: int | None = None
     stop: tuple[str, ...] = ()
     verifier: str | None = None
@@ -74,6 +81,10 @@ class GenerateRequest:
             raise TypeError("stop must be a string or a sequence of strings")
         if not isinstance(self.verifier_params, Mapping):
             raise TypeError(f"verifier_params must be a mapping, got {type(self.verifier_params).__name__}")
+        try:
+            object.__setattr__(self, "logit_bias", {operator.index(t): float(b) for t, b in self.logit_bias.items()})
+        except (AttributeError, TypeError, ValueError):
+            raise TypeError("logit_bias must map integer token ids to numbers") from None
 
     @property
     def idempotent(self) -> bool:
@@ -84,6 +95,9 @@ class GenerateRequest:
         message = pb.GenerateRequest(
             max_tokens=self.max_tokens or 0,
             top_k=self.top_k or 0,
+            presence_penalty=self.presence_penalty or 0.0,
+            frequency_penalty=self.frequency_penalty or 0.0,
+            logit_bias=self.logit_bias,
             stop=self.stop,
             verifier=self.verifier or "",
             tree=self.tree or "",
@@ -94,7 +108,8 @@ class GenerateRequest:
             message.prompt = self.prompt
         else:
             message.prompt_ids.extend(self.prompt)
-        for name in ("temperature", "top_p", "seed", "logprobs", "prompt_logprobs"):  # proto3 `optional`: unset means default
+        # proto3 `optional`: unset means the default
+        for name in ("temperature", "top_p", "repetition_penalty", "seed", "logprobs", "prompt_logprobs"):
             if getattr(self, name) is not None:
                 setattr(message, name, getattr(self, name))
         return message
@@ -114,6 +129,10 @@ class GenerateRequest:
             temperature=optional("temperature"),
             top_p=optional("top_p"),
             top_k=message.top_k or None,
+            presence_penalty=message.presence_penalty or None,
+            frequency_penalty=message.frequency_penalty or None,
+            repetition_penalty=optional("repetition_penalty"),
+            logit_bias=dict(message.logit_bias),
             seed=optional("seed"),
             stop=tuple(message.stop),
             verifier=message.verifier or None,

@@ -161,9 +161,7 @@ def decode_rows(message, rows: int, width: int, what: str = "probability rows") 
 def encode_spec(spec: SequenceSpec) -> worker_pb2.SequenceSpec:
     return worker_pb2.SequenceSpec(
         prompt_ids=list(spec.prompt_ids),
-        params=worker_pb2.SamplingParams(
-            temperature=spec.params.temperature, top_p=spec.params.top_p, top_k=spec.params.top_k
-        ),
+        params=encode_params(spec.params),
         seed=spec.seed,
         verifier=spec.verifier,
         verifier_params=msgpack.packb(spec.verifier_params),
@@ -172,11 +170,32 @@ def encode_spec(spec: SequenceSpec) -> worker_pb2.SequenceSpec:
     )
 
 
+def encode_params(params: SamplingParams) -> worker_pb2.SamplingParams:
+    message = worker_pb2.SamplingParams(
+        temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
+        presence_penalty=params.presence_penalty, frequency_penalty=params.frequency_penalty,
+        logit_bias=dict(params.logit_bias),
+    )
+    if params.repetition_penalty != 1:
+        message.repetition_penalty = params.repetition_penalty
+    return message
+
+
+def decode_params(message: worker_pb2.SamplingParams) -> SamplingParams:
+    """The sampling parameters, checked (`SamplingParams`: a bad value is a ValueError)."""
+    return SamplingParams(
+        message.temperature, message.top_p, message.top_k,
+        presence_penalty=message.presence_penalty, frequency_penalty=message.frequency_penalty,
+        repetition_penalty=message.repetition_penalty if message.HasField("repetition_penalty") else 1.0,
+        logit_bias=dict(message.logit_bias),
+    )
+
+
 def decode_spec(message: worker_pb2.SequenceSpec) -> SequenceSpec:
     params = decode_msgpack_map(message.verifier_params, "verifier_params")
     return SequenceSpec(
         tuple(message.prompt_ids),
-        SamplingParams(message.params.temperature, message.params.top_p, message.params.top_k),
+        decode_params(message.params),
         message.seed,
         message.verifier,
         params,

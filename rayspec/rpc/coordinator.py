@@ -40,6 +40,10 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
             request_id=message.request_id,
             logprobs=message.logprobs if message.HasField("logprobs") else None,
             prompt_logprobs=message.prompt_logprobs if message.HasField("prompt_logprobs") else None,
+            presence_penalty=message.presence_penalty,
+            frequency_penalty=message.frequency_penalty,
+            repetition_penalty=message.repetition_penalty if message.HasField("repetition_penalty") else None,
+            logit_bias=dict(message.logit_bias),
         )
 
     def _complete(self, request: GenerationRequest, text: str, logprobs: TokenLogprobs | None = None,

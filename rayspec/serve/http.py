@@ -7,13 +7,15 @@
     GET  /metrics               Prometheus text (`rayspec.serve.metrics`)
 
 Request fields: OpenAI's `model`, `prompt` / `messages`, `max_tokens` (chat: also
-`max_completion_tokens`), `temperature`, `top_p`, `seed`, `stop`, `stream`,
+`max_completion_tokens`), `temperature`, `top_p`, `presence_penalty`, `frequency_penalty`,
+`logit_bias` (token id strings to biases), `seed`, `stop`, `stream`,
 `stream_options.include_usage`, `logprobs` (chat: `logprobs` and `top_logprobs`, up to 20
 alternatives), `n` and, for completions, `echo` (with `max_tokens: 0`, the prompt alone:
-with `logprobs`, it scores a text), plus the extensions `top_k` and `rayspec: {verifier,
-tree, verifier_params}`.  Fields that would change the answer and that rayspec does not
-implement (`suffix`, `best_of` > 1, penalties, `logit_bias`, tools, structured output) are
-refused, never silently ignored; so are unknown fields, as OpenAI does.  `user`, `metadata`,
+with `logprobs`, it scores a text), plus the extensions `top_k`, `repetition_penalty` (vLLM's)
+and `rayspec: {verifier, tree, verifier_params}`.  Penalties and the bias change the target's
+law, and the output follows that law exactly.  Fields that would change the answer and that
+rayspec does not implement (`suffix`, `best_of` > 1, tools, structured output) are refused,
+never silently ignored; so are unknown fields, as OpenAI does.  `user`, `metadata`,
 `store` and `service_tier` are accepted and ignored.
 
 Log-probabilities are the target's raw law at each token's position — the log-softmax of its
@@ -122,6 +124,7 @@ class _GenerationBody(_Strict):
     n: int | None = Field(None, ge=1)
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None
     metadata: dict[str, Any] | None = None
@@ -130,11 +133,7 @@ class _GenerationBody(_Strict):
     rayspec: RayspecOptions | None = None
 
     def refuse_unsupported(self) -> None:
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(self, name) not in (None, 0):
-                raise _bad(f"{name} is not supported (it would change the target's law); leave it at 0", name)
-        if self.logit_bias:
-            raise _bad("logit_bias is not supported", "logit_bias")
+        """Refuse, with a 400 naming the field, what the endpoint does not implement."""
 
     def generation_fields(self) -> dict:
         """The `GenerationRequest` fields other than the prompt and max_tokens."""
@@ -143,9 +142,20 @@ class _GenerationBody(_Strict):
             _check_tree(options.tree)
         return dict(
             temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, stop=self.stop,
+            presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
+            repetition_penalty=self.repetition_penalty, logit_bias=self.token_biases(),
             verifier=options.verifier, tree=options.tree, verifier_params=options.verifier_params,
             logprobs=self.alternatives(),
         )
+
+    def token_biases(self) -> dict[int, float] | None:
+        """`logit_bias` with its keys, token ids written as JSON strings as OpenAI's are, read."""
+        if not self.logit_bias:
+            return None
+        try:
+            return {int(token): bias for token, bias in self.logit_bias.items()}
+        except ValueError:
+            raise _bad("logit_bias keys must be token ids, such as \"50256\"", "logit_bias") from None
 
     def alternatives(self) -> int | None:
         """How many most likely tokens' log-probabilities to give at each token; None: none."""

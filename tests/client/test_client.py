@@ -531,6 +531,21 @@ def test_request_proto_round_trip_and_validation():
         GenerateRequest.from_proto(pb.GenerateRequest(prompt="a", prompt_ids=[1]))
 
 
+def test_penalties_and_a_bias_cross_as_set_and_unset_values():
+    request = GenerateRequest("hi", presence_penalty=0.5, frequency_penalty=-0.25, repetition_penalty=1.0,
+                              logit_bias={7: -100, 3: 2.5})
+    message = request.to_proto()
+    assert message.HasField("repetition_penalty") and dict(message.logit_bias) == {7: -100.0, 3: 2.5}
+    assert GenerateRequest.from_proto(message) == request
+    plain = GenerateRequest("hi").to_proto()
+    assert not plain.HasField("repetition_penalty") and not plain.logit_bias and plain.presence_penalty == 0
+    assert GenerateRequest.from_proto(plain) == GenerateRequest("hi")
+    with pytest.raises(TypeError, match="logit_bias must map integer token ids to numbers"):
+        GenerateRequest("hi", logit_bias={"7": 1.0})
+    with pytest.raises(TypeError, match="logit_bias must map"):
+        GenerateRequest("hi", logit_bias=[1, 2])
+
+
 def test_completion_proto_round_trip():
     logprobs = (TokenLogprob(97, -0.25, ((97, -0.25), (3, -1.5))), TokenLogprob(98, -2.0, ((5, -0.125), (98, -2.0))))
     completion = Completion("ab", (97, 98), "stop", Usage(1, 2, 3, 4, 5), seed=7, request_id="r", logprobs=logprobs,

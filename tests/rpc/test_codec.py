@@ -117,6 +117,26 @@ def test_an_outcome_with_log_probabilities_round_trips_exactly():
     assert codec.decode_spec(codec.encode_spec(dataclasses.replace(spec, prompt_logprobs=7))).prompt_logprobs == 7
 
 
+def test_penalties_and_a_bias_round_trip_and_bad_ones_are_refused():
+    # values float32 holds exactly: the wire carries float32, as for the temperature
+    params = SamplingParams(0.75, 0.875, 5, presence_penalty=0.5, frequency_penalty=-1.25, repetition_penalty=1.5,
+                            logit_bias={9: -100.0, 2: 0.5})
+    spec = SequenceSpec((1, 2), params, 3, "rrsw")
+    assert codec.decode_spec(codec.encode_spec(spec)).params == params
+    plain = codec.encode_spec(dataclasses.replace(spec, params=SamplingParams()))
+    assert not plain.params.HasField("repetition_penalty") and codec.decode_spec(plain).params == SamplingParams()
+    for field, value, match in [("presence_penalty", 3.0, "presence_penalty must be in"),
+                                ("repetition_penalty", -1.0, "repetition_penalty must be > 0")]:
+        message = codec.encode_spec(spec)
+        setattr(message.params, field, value)
+        with pytest.raises(ValueError, match=match):
+            codec.decode_spec(message)
+    message = codec.encode_spec(spec)
+    message.params.logit_bias[4] = 250.0
+    with pytest.raises(ValueError, match="the bias of token 4 must be in"):
+        codec.decode_spec(message)
+
+
 @pytest.mark.parametrize("change, match", [
     (lambda m: m.chosen.append(-1.0), "log-probabilities of 2 tokens need 2 chosen values"),
     (lambda m: m.top_ids.pop(), "2 x 2 alternatives"),

@@ -84,6 +84,26 @@ def test_remote_log_probabilities_are_the_in_process_ones(cluster, local_engine_
     assert scored == SpeculativeEngine(local_target).prompt_logprobs(prompt, top=1)
 
 
+PENALTIES = dict(presence_penalty=0.5, frequency_penalty=0.25, repetition_penalty=1.25, logit_bias={13: 4.0, 500: -100.0})
+
+
+@pytest.mark.parametrize("verify_at", ["target", "coordinator"])
+def test_penalties_and_a_bias_give_the_in_process_tokens(cluster, local_engine_parts, verify_at):
+    """The drafter and the target each penalise the laws along every drafted path themselves;
+    over the wire they get the parameters only, and the tokens are the in-process ones."""
+    local_target, local_drafter, tokenizer = local_engine_parts
+    remote_target = RemoteTarget(cluster["target"].address, verify_at=verify_at)
+    remote_drafter = RemoteDrafter(cluster["drafter"].address, remote_target.vocab_size)
+    prompt, kwargs = [11, 500, 7, 4000], dict(max_new_tokens=40, temperature=0.8, seed=4)
+    local = SpeculativeEngine(local_target, local_drafter, tree="kary:2x3").run(prompt, **kwargs, **PENALTIES)
+    remote = SpeculativeEngine(remote_target, remote_drafter, tree="kary:2x3").run(prompt, **kwargs, **PENALTIES)
+    assert remote.tokens == local.tokens and 500 not in local.tokens
+    assert local.tokens != SpeculativeEngine(local_target, local_drafter, tree="kary:2x3").run(prompt, **kwargs).tokens
+    with Client(cluster["coordinator"].address, timeout=60) as client:  # the coordinator's verifier: rrsw
+        sdk = client.generate(prompt, max_tokens=40, temperature=0.8, seed=4, **PENALTIES)
+    assert list(sdk.token_ids) == local.tokens
+
+
 def test_remote_decoding_to_the_end_of_the_context_gives_the_in_process_tokens(cluster, local_engine_parts):
     """The last steps before the context's end draft nothing: the engine releases the drafter
     worker's session there, mid-request, and goes on with the target worker alone."""
@@ -207,6 +227,10 @@ def test_bad_input_is_refused_and_the_workers_keep_serving(cluster):
     code, details = _status(lambda: target.Open(worker_pb2.OpenRequest(session_id="a", spec=spec), timeout=10))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "prompt_logprobs must be between 0 and 20" in details
     spec.ClearField("prompt_logprobs")
+    spec.params.logit_bias[8192] = 1.0
+    code, details = _status(lambda: target.Open(worker_pb2.OpenRequest(session_id="a", spec=spec), timeout=10))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "outside the vocabulary of 8192 tokens" in details
+    spec.params.ClearField("logit_bias")
     target.Open(worker_pb2.OpenRequest(session_id="b", spec=spec), timeout=10)
     bad_rows = worker_pb2.VerifyRequest(session_id="b", tree=worker_pb2.Tree(parents=[-1, 0], tokens=[2, 5]))
     bad_rows.q_rows.dense.CopyFrom(tensor_pb2.Tensor(dtype="float64", shape=[1, 8192], data=b"\0" * 8 * 8192))
@@ -223,6 +247,10 @@ def test_bad_input_is_refused_and_the_workers_keep_serving(cluster):
         (generation_pb2.GenerateRequest(), "exactly one of prompt"),
         (generation_pb2.GenerateRequest(prompt="x", logprobs=21), "logprobs must be between 0 and 20"),
         (generation_pb2.GenerateRequest(prompt="x", prompt_logprobs=21), "prompt_logprobs must be between 0 and 20"),
+        (generation_pb2.GenerateRequest(prompt="x", presence_penalty=2.5), "presence_penalty must be in [-2, 2]"),
+        (generation_pb2.GenerateRequest(prompt="x", repetition_penalty=0), "repetition_penalty must be > 0"),
+        (generation_pb2.GenerateRequest(prompt="x", logit_bias={9000: 1.0}), "outside the vocabulary of 8192 tokens"),
+        (generation_pb2.GenerateRequest(prompt="x", logit_bias={5: -101.0}), "the bias of token 5 must be in"),
     ]
     for request, message in cases:
         code, details = _status(lambda: generation.Generate(request, timeout=30))

@@ -231,6 +231,28 @@ def test_openai_client_completions_and_chat(client, parts, reference):
     assert client.chat.completions.create(model=MODEL, messages=messages, seed=1).usage.completion_tokens == 24
 
 
+def test_penalties_and_a_bias_give_the_engines_text_through_the_openai_client(client, parts, reference):
+    tokenizer = parts[2]
+    penalties = dict(presence_penalty=0.5, frequency_penalty=0.25, logit_bias={13: 3.0, 500: -100.0})
+    tokens, text, _ = expected(reference, tokenizer, PROMPT, max_new_tokens=24, temperature=0.8, seed=6,
+                               repetition_penalty=1.25, **penalties)
+    assert tokens != expected(reference, tokenizer, PROMPT, max_new_tokens=24, temperature=0.8, seed=6)[0]
+    completion = client.completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=24, temperature=0.8, seed=6, presence_penalty=0.5, frequency_penalty=0.25,
+        logit_bias={"13": 3, "500": -100}, extra_body={"repetition_penalty": 1.25})
+    assert completion.choices[0].text == text
+    stream = client.completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=24, temperature=0.8, seed=6, presence_penalty=0.5, frequency_penalty=0.25,
+        logit_bias={"13": 3, "500": -100}, extra_body={"repetition_penalty": 1.25}, stream=True)
+    assert "".join(c.choices[0].text for c in stream if c.choices) == text
+    messages = [{"role": "user", "content": "Add two numbers."}]
+    chat_tokens, chat_text, _ = expected(reference, tokenizer, chat_prompt(tokenizer, messages), max_new_tokens=16,
+                                         temperature=0.7, seed=5, **penalties)
+    chat = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=16, temperature=0.7, seed=5,
+                                          presence_penalty=0.5, frequency_penalty=0.25, logit_bias={"13": 3, "500": -100})
+    assert chat.choices[0].message.content == chat_text and 500 not in chat_tokens
+
+
 def test_openai_client_streams_the_same_text(client, parts, reference):
     tokenizer = parts[2]
     _, text, stats = expected(reference, tokenizer, PROMPT, max_new_tokens=40, temperature=0.8, seed=21)
@@ -469,8 +491,12 @@ BAD_COMPLETIONS = [
     ({"prompt": [7] * 600, "max_tokens": 0, "echo": True}, 400, "context holds 512", None),
     ({"prompt": "x", "best_of": 3}, 400, "best_of", "best_of"),
     ({"prompt": "x", "suffix": "end"}, 400, "suffix", "suffix"),
-    ({"prompt": "x", "presence_penalty": 0.5}, 400, "presence_penalty is not supported", "presence_penalty"),
-    ({"prompt": "x", "logit_bias": {"5": 1.0}}, 400, "logit_bias", "logit_bias"),
+    ({"prompt": "x", "presence_penalty": 2.5}, 400, "presence_penalty must be in [-2, 2], got 2.5", None),
+    ({"prompt": "x", "repetition_penalty": 0}, 400, "repetition_penalty must be > 0 and finite", None),
+    ({"prompt": "x", "logit_bias": {"x": 1.0}}, 400, 'logit_bias keys must be token ids, such as "50256"', "logit_bias"),
+    ({"prompt": "x", "logit_bias": {"99999": 1.0}}, 400, "logit_bias names token 99999, outside the vocabulary", None),
+    ({"prompt": "x", "logit_bias": {"5": 200}}, 400, "the bias of token 5 must be in [-100, 100]", None),
+    ({"prompt": "x", "logit_bias": {"5": "high"}}, 400, "logit_bias.5: Input should be a valid number", "logit_bias"),
     ({"prompt": "x", "frobnicate": 1}, 400, "unrecognized request argument: frobnicate", "frobnicate"),
 ]
 BAD_CHATS = [
@@ -484,6 +510,7 @@ BAD_CHATS = [
      "top_logprobs: Input should be less than or equal to 20", "top_logprobs"),
     ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}, 400, "response_format", "response_format"),
     ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0}, 400, "max_completion_tokens", "max_completion_tokens"),
+    ({"messages": [{"role": "user", "content": "hi"}], "frequency_penalty": -3}, 400, "frequency_penalty must be in", None),
 ]
 
 

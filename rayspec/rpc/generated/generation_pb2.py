@@ -24,25 +24,29 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1brayspec/v1/generation.proto\x12\nrayspec.v1\"\xed\x02\n\x0fGenerateRequest\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12\x12\n\nprompt_ids\x18\x02 \x03(\x05\x12\x12\n\nmax_tokens\x18\x03 \x01(\x05\x12\x18\n\x0btemperature\x18\x04 \x01(\x02H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x05 \x01(\x02H\x01\x88\x01\x01\x12\r\n\x05top_k\x18\x06 \x01(\x05\x12\x11\n\x04seed\x18\x07 \x01(\x03H\x02\x88\x01\x01\x12\x0c\n\x04stop\x18\x08 \x03(\t\x12\x10\n\x08verifier\x18\t \x01(\t\x12\x0c\n\x04tree\x18\n \x01(\t\x12\x17\n\x0fverifier_params\x18\x0b \x01(\x0c\x12\x12\n\nrequest_id\x18\x0c \x01(\t\x12\x15\n\x08logprobs\x18\r \x01(\x05H\x03\x88\x01\x01\x12\x1c\n\x0fprompt_logprobs\x18\x0e \x01(\x05H\x04\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x07\n\x05_seedB\x0b\n\t_logprobsB\x12\n\x10_prompt_logprobs\"X\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\x0f\n\x07top_ids\x18\x03 \x03(\x05\x12\x14\n\x0ctop_logprobs\x18\x04 \x03(\x02\"\x86\x01\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x1d\n\x15\x61\x63\x63\x65pted_draft_tokens\x18\x03 \x01(\x05\x12\x1d\n\x15rejected_draft_tokens\x18\x04 \x01(\x05\x12\r\n\x05steps\x18\x05 \x01(\x05\"\x99\x01\n\x05\x43hunk\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x05\x12*\n\x08logprobs\x18\x04 \x03(\x0b\x32\x18.rayspec.v1.TokenLogprob\x12\x31\n\x0fprompt_logprobs\x18\x05 \x03(\x0b\x32\x18.rayspec.v1.TokenLogprob\"\xed\x01\n\x10GenerateResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x15\n\rfinish_reason\x18\x03 \x01(\t\x12 \n\x05usage\x18\x04 \x01(\x0b\x32\x11.rayspec.v1.Usage\x12\x0c\n\x04seed\x18\x05 \x01(\x03\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12*\n\x08logprobs\x18\x07 \x03(\x0b\x32\x18.rayspec.v1.TokenLogprob\x12\x31\n\x0fprompt_logprobs\x18\x08 \x03(\x0b\x32\x18.rayspec.v1.TokenLogprob\"v\n\x16GenerateStreamResponse\x12\"\n\x05\x63hunk\x18\x01 \x01(\x0b\x32\x11.rayspec.v1.ChunkH\x00\x12\x30\n\x08\x63omplete\x18\x02 \x01(\x0b\x32\x1c.rayspec.v1.GenerateResponseH\x00\x42\x06\n\x04kind2\xa8\x01\n\nGeneration\x12\x45\n\x08Generate\x12\x1b.rayspec.v1.GenerateRequest\x1a\x1c.rayspec.v1.GenerateResponse\x12S\n\x0eGenerateStream\x12\x1b.rayspec.v1.GenerateRequest\x1a\".rayspec.v1.GenerateStreamResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1brayspec/v1/generation.proto\x12\nrayspec.v1\"\xcc\x04\n\x0fGenerateRequest\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12\x12\n\nprompt_ids\x18\x02 \x03(\x05\x12\x12\n\nmax_tokens\x18\x03 \x01(\x05\x12\x18\n\x0btemperature\x18\x04 \x01(\x02H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x05 \x01(\x02H\x01\x88\x01\x01\x12\r\n\x05top_k\x18\x06 \x01(\x05\x12\x11\n\x04seed\x18\x07 \x01(\x03H\x02\x88\x01\x01\x12\x0c\n\x04stop\x18\x08 \x03(\t\x12\x10\n\x08verifier\x18\t \x01(\t\x12\x0c\n\x04tree\x18\n \x01(\t\x12\x17\n\x0fverifier_params\x18\x0b \x01(\x0c\x12\x12\n\nrequest_id\x18\x0c \x01(\t\x12\x15\n\x08logprobs\x18\r \x01(\x05H\x03\x88\x01\x01\x12\x1c\n\x0fprompt_logprobs\x18\x0e \x01(\x05H\x04\x88\x01\x01\x12\x18\n\x10presence_penalty\x18\x0f \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x10 \x01(\x02\x12\x1f\n\x12repetition_penalty\x18\x11 \x01(\x02H\x05\x88\x01\x01\x12>\n\nlogit_bias\x18\x12 \x03(\x0b\x32*.rayspec.v1.GenerateRequest.LogitBiasEntry\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x07\n\x05_seedB\x0b\n\t_logprobsB\x12\n\x10_prompt_logprobsB\x15\n\x13_repetition_penalty\"X\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\x0f\n\x07top_ids\x18\x03 \x03(\x05\x12\x14\n\x0ctop_logprobs\x18\x04 \x03(\x02\"\x86\x01\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x1d\n\x15\x61\x63\x63\x65pted_draft_tokens\x18\x03 \x01(\x05\x12\x1d\n\x15rejected_draft_tokens\x18\x04 \x01(\x05\x12\r\n\x05steps\x18\x05 \x01(\x05\"\x99\x01\n\x05\x43hunk\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x05\x12*\n\x08logprobs\x18\x04 \x03(\x0b\x32\x18.rayspec.v1.TokenLogprob\x12\x31\n\x0fprompt_logprobs\x18\x05 \x03(\x0b\x32\x18.rayspec.v1.TokenLogprob\"\xed\x01\n\x10GenerateResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x15\n\rfinish_reason\x18\x03 \x01(\t\x12 \n\x05usage\x18\x04 \x01(\x0b\x32\x11.rayspec.v1.Usage\x12\x0c\n\x04seed\x18\x05 \x01(\x03\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12*\n\x08logprobs\x18\x07 \x03(\x0b\x32\x18.rayspec.v1.TokenLogprob\x12\x31\n\x0fprompt_logprobs\x18\x08 \x03(\x0b\x32\x18.rayspec.v1.TokenLogprob\"v\n\x16GenerateStreamResponse\x12\"\n\x05\x63hunk\x18\x01 \x01(\x0b\x32\x11.rayspec.v1.ChunkH\x00\x12\x30\n\x08\x63omplete\x18\x02 \x01(\x0b\x32\x1c.rayspec.v1.GenerateResponseH\x00\x42\x06\n\x04kind2\xa8\x01\n\nGeneration\x12\x45\n\x08Generate\x12\x1b.rayspec.v1.GenerateRequest\x1a\x1c.rayspec.v1.GenerateResponse\x12S\n\x0eGenerateStream\x12\x1b.rayspec.v1.GenerateRequest\x1a\".rayspec.v1.GenerateStreamResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rayspec.v1.generation_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_GENERATEREQUEST_LOGITBIASENTRY']._loaded_options = None
+  _globals['_GENERATEREQUEST_LOGITBIASENTRY']._serialized_options = b'8\001'
   _globals['_GENERATEREQUEST']._serialized_start=44
-  _globals['_GENERATEREQUEST']._serialized_end=409
-  _globals['_TOKENLOGPROB']._serialized_start=411
-  _globals['_TOKENLOGPROB']._serialized_end=499
-  _globals['_USAGE']._serialized_start=502
-  _globals['_USAGE']._serialized_end=636
-  _globals['_CHUNK']._serialized_start=639
-  _globals['_CHUNK']._serialized_end=792
-  _globals['_GENERATERESPONSE']._serialized_start=795
-  _globals['_GENERATERESPONSE']._serialized_end=1032
-  _globals['_GENERATESTREAMRESPONSE']._serialized_start=1034
-  _globals['_GENERATESTREAMRESPONSE']._serialized_end=1152
-  _globals['_GENERATION']._serialized_start=1155
-  _globals['_GENERATION']._serialized_end=1323
+  _globals['_GENERATEREQUEST']._serialized_end=632
+  _globals['_GENERATEREQUEST_LOGITBIASENTRY']._serialized_start=493
+  _globals['_GENERATEREQUEST_LOGITBIASENTRY']._serialized_end=541
+  _globals['_TOKENLOGPROB']._serialized_start=634
+  _globals['_TOKENLOGPROB']._serialized_end=722
+  _globals['_USAGE']._serialized_start=725
+  _globals['_USAGE']._serialized_end=859
+  _globals['_CHUNK']._serialized_start=862
+  _globals['_CHUNK']._serialized_end=1015
+  _globals['_GENERATERESPONSE']._serialized_start=1018
+  _globals['_GENERATERESPONSE']._serialized_end=1255
+  _globals['_GENERATESTREAMRESPONSE']._serialized_start=1257
+  _globals['_GENERATESTREAMRESPONSE']._serialized_end=1375
+  _globals['_GENERATION']._serialized_start=1378
+  _globals['_GENERATION']._serialized_end=1546
 # @@protoc_insertion_point(module_scope)
