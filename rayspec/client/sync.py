@@ -65,7 +65,8 @@ class Client(BaseClient):
         request = GenerateRequest(
             prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
             presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-            repetition_penalty=repetition_penalty, logit_bias=logit_bias or {}, seed=seed, stop=stop, verifier=verifier, tree=tree, verifier_params=verifier_params or {},
+            repetition_penalty=repetition_penalty, logit_bias=logit_bias or {}, seed=seed, stop=stop,
+            verifier=verifier, tree=tree, verifier_params=verifier_params or {},
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
         )
         message = request.to_proto()
@@ -100,7 +101,8 @@ class Client(BaseClient):
         request = GenerateRequest(
             prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
             presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-            repetition_penalty=repetition_penalty, logit_bias=logit_bias or {}, seed=seed, stop=stop, verifier=verifier, tree=tree, verifier_params=verifier_params or {},
+            repetition_penalty=repetition_penalty, logit_bias=logit_bias or {}, seed=seed, stop=stop,
+            verifier=verifier, tree=tree, verifier_params=verifier_params or {},
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
         )
         message = request.to_proto()

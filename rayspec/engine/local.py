@@ -269,7 +269,8 @@ class LocalDrafterSession(_Session):
         frontier, logits = [0], root_logits
         for d in range(plan.depth):
             if self.params.logit_bias or self.params.uses_history:
-                log_q = self.laws(logits, lambda: [_path_tokens(n, parents, tokens) for n in frontier], untempered=True).log()
+                paths = [_path_tokens(n, parents, tokens) for n in frontier]
+                log_q = self.laws(logits, lambda: paths, untempered=True).log()
             else:
                 log_q = torch.log_softmax(logits.float(), -1)
             best = torch.topk(log_q, min(plan.top_k, log_q.shape[-1]), dim=-1)

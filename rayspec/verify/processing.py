@@ -26,12 +26,13 @@ MAX_PRESENCE_OR_FREQUENCY_PENALTY = 2.0  # OpenAI's and vLLM's bound
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """temperature, top_p, top_k: as everywhere.  presence_penalty, frequency_penalty (OpenAI,
-    in [-2, 2]): subtracted from a token's logit once if it occurs in the completion so far,
-    and once per occurrence.  repetition_penalty (CTRL, Keskar et al. 2019, eq. in §4.1, as
-    HF and vLLM apply it; > 0, 1 = off): a token of the prompt or the completion has its
-    logit divided by it when positive, multiplied when negative.  logit_bias: {token: bias
-    in [-100, 100]} added to the logits (kept as sorted (token, bias) pairs)."""
+    """temperature, top_p, top_k: as everywhere.  presence_penalty (OpenAI's, in [-2, 2]):
+    subtracted from the logit of every token that occurs in the completion so far.
+    frequency_penalty (OpenAI's, in [-2, 2]): subtracted once per occurrence there.
+    repetition_penalty (CTRL's penalized sampling, Keskar et al. 2019, as HF and vLLM apply
+    it; > 0, 1 = off): a token of the prompt or the completion has its logit divided by it
+    when positive, multiplied by it when negative.  logit_bias: {token: bias in [-100, 100]}
+    added to the logits (kept as sorted (token, bias) pairs)."""
 
     temperature: float = 1.0
     top_p: float = 1.0
@@ -53,7 +54,8 @@ class SamplingParams:
             if not -bound <= getattr(self, name) <= bound:
                 raise ValueError(f"{name} must be in [-{bound:g}, {bound:g}], got {getattr(self, name)}")
         if not 0 < self.repetition_penalty < float("inf"):
-            raise ValueError(f"repetition_penalty must be > 0 and finite (1 disables it), got {self.repetition_penalty}")
+            raise ValueError("repetition_penalty must be > 0 and finite (1 disables it), "
+                             f"got {self.repetition_penalty}")
         object.__setattr__(self, "logit_bias", _bias_pairs(self.logit_bias))
 
     @property
