@@ -55,7 +55,7 @@ class _Session:
         vocab_size = int(model.config.vocab_size)
         spec.params.check_vocabulary(vocab_size)
         # The tokens penalties look back on; committed tokens extend it (`advance`).
-        self.history = TokenHistory(vocab_size, spec.prompt_ids, self.lm.device) if spec.params.uses_history else None
+        self.history = TokenHistory(spec.prompt_ids, self.lm.device) if spec.params.uses_history else None
 
     def advance(self, tokens: list[int]) -> None:
         """Commit emitted tokens to the sequence."""

@@ -14,6 +14,7 @@ is all the verifiers' exactness needs.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -92,37 +93,54 @@ def _bias_pairs(bias: Mapping[int, float] | Iterable[tuple[int, float]]) -> tupl
 
 
 class RowHistory(NamedTuple):
-    """The tokens before each of R laws: completion counts [R, V] (float32) and whether each
-    token occurs in the prompt or the completion [R, V] (bool)."""
+    """The tokens before each of R laws, on the only columns penalties touch — the u tokens of
+    the prompt, the completion and the rows' paths: their ids [u], completion counts [R, u]
+    (float32) and whether each occurs in the prompt or the completion [R, u] (bool).  u is at
+    most the sequence's length plus the paths' tokens, so penalising costs O(R u), not O(R V)
+    (an [N, V] pass at V = 128k would outweigh a tree's verification)."""
 
+    columns: torch.Tensor
     counts: torch.Tensor
     seen: torch.Tensor
 
 
 class TokenHistory:
     """A sequence's tokens as penalties see them: the prompt's set and the completion's counts,
-    kept as [V] tensors and extended as tokens are committed."""
+    extended as tokens are committed."""
 
-    def __init__(self, vocab_size: int, prompt_ids: Sequence[int], device=None):
-        self.prompt_seen = torch.zeros(vocab_size, dtype=torch.bool, device=device)
-        self.prompt_seen[torch.as_tensor(list(prompt_ids), dtype=torch.long, device=device)] = True
-        self.counts = torch.zeros(vocab_size, dtype=torch.float32, device=device)
+    def __init__(self, prompt_ids: Sequence[int], device=None):
+        self.device = device
+        self.prompt = set(int(t) for t in prompt_ids)
+        self.completion: Counter[int] = Counter()
+        self._base = None  # (column of each token, its count, in the prompt?) of prompt and completion, cached
 
     def extend(self, tokens: Sequence[int]) -> None:
         """Count tokens added to the completion."""
-        index = torch.as_tensor(list(tokens), dtype=torch.long, device=self.counts.device)
-        self.counts.index_put_((index,), torch.ones(len(index), device=self.counts.device), accumulate=True)
+        self.completion.update(int(t) for t in tokens)
+        self._base = None
 
     def rows(self, paths: Sequence[Sequence[int]]) -> RowHistory:
         """The history before each of len(paths) laws, path r being the tokens drafted after
         the completion so far and before law r (a tree node's path, root excluded)."""
-        counts = self.counts.expand(len(paths), -1).clone()
+        if self._base is None:
+            tokens = sorted(self.prompt | self.completion.keys())
+            self._base = ({t: i for i, t in enumerate(tokens)}, [float(self.completion[t]) for t in tokens],
+                          [t in self.prompt for t in tokens])
+        column, base_counts, in_prompt = self._base
+        extra = {}  # path tokens seen nowhere before, after the base columns
+        for path in paths:
+            for token in path:
+                if token not in column and token not in extra:
+                    extra[token] = len(column) + len(extra)
+        columns = torch.tensor([*column, *extra], dtype=torch.long, device=self.device)
+        counts = torch.tensor(base_counts + [0.0] * len(extra), device=self.device).expand(len(paths), -1).clone()
         rows = [r for r, path in enumerate(paths) for _ in path]
         if rows:
-            tokens = [token for path in paths for token in path]
-            index = (torch.tensor(rows, device=counts.device), torch.tensor(tokens, device=counts.device))
-            counts.index_put_(index, torch.ones(len(rows), device=counts.device), accumulate=True)
-        return RowHistory(counts, (counts > 0) | self.prompt_seen)
+            cells = [column[t] if t in column else extra[t] for path in paths for t in path]
+            index = (torch.tensor(rows, device=self.device), torch.tensor(cells, device=self.device))
+            counts.index_put_(index, torch.ones(len(rows), device=self.device), accumulate=True)
+        prompt = torch.tensor(in_prompt + [False] * len(extra), device=self.device)
+        return RowHistory(columns, counts, (counts > 0) | prompt)
 
 
 def adjust_logits(logits: torch.Tensor, params: SamplingParams, history: RowHistory | None = None) -> torch.Tensor:
@@ -131,19 +149,20 @@ def adjust_logits(logits: torch.Tensor, params: SamplingParams, history: RowHist
     positive logit shrinks and a negative one grows in magnitude."""
     if params.logit_bias:
         tokens, values = zip(*params.logit_bias)
-        logits = logits.clone()
-        logits[..., torch.tensor(tokens, device=logits.device)] += torch.tensor(values, dtype=logits.dtype,
-                                                                                 device=logits.device)
+        values = torch.tensor(values, dtype=logits.dtype, device=logits.device)
+        logits = logits.index_add(-1, torch.tensor(tokens, device=logits.device), values.expand(len(logits), -1))
     if params.uses_history:
-        if history is None or history.counts.shape != logits.shape:
+        if history is None or len(history.counts) != len(logits):
             raise ValueError("penalties need the history before each law: one row of counts per row of logits")
+        touched = logits[:, history.columns]
         if params.repetition_penalty != 1:
             penalty = params.repetition_penalty
-            logits = torch.where(history.seen, torch.where(logits > 0, logits / penalty, logits * penalty), logits)
+            touched = torch.where(history.seen, torch.where(touched > 0, touched / penalty, touched * penalty), touched)
         if params.frequency_penalty:
-            logits = logits - params.frequency_penalty * history.counts
+            touched = touched - params.frequency_penalty * history.counts
         if params.presence_penalty:
-            logits = logits - params.presence_penalty * (history.counts > 0).to(logits.dtype)
+            touched = touched - params.presence_penalty * (history.counts > 0).to(logits.dtype)
+        logits = logits.index_copy(-1, history.columns, touched)
     return logits
 
 

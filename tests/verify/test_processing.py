@@ -96,10 +96,12 @@ def test_bias_and_penalties_follow_their_definitions_for_each_rows_path():
     paths = [[], [5], [5, 3], [9, 9, 1]]  # drafted tokens after the completion, before each row
     params = SamplingParams(presence_penalty=0.7, frequency_penalty=-0.4, repetition_penalty=1.6,
                             logit_bias={0: -100.0, 5: 2.5, 11: 1.0})
-    history = TokenHistory(12, prompt)
+    history = TokenHistory(prompt)
     history.extend(completion[:2])
     history.extend(completion[2:])  # extended in parts, as commits come
-    adjusted = adjust_logits(logits, params, history.rows(paths))
+    rows = history.rows(paths)
+    assert sorted(rows.columns.tolist()) == [1, 2, 3, 4, 5, 9]  # penalties touch these columns only
+    adjusted = adjust_logits(logits, params, rows)
     for row, path in enumerate(paths):
         expected = _penalised_by_hand(logits[row].tolist(), prompt, completion + path, params)
         assert adjusted[row].tolist() == pytest.approx(expected, rel=1e-6, abs=1e-5), row
@@ -111,7 +113,7 @@ def test_bias_and_penalties_follow_their_definitions_for_each_rows_path():
 
 def test_the_bias_comes_before_the_repetition_penalty_and_greedy_takes_the_adjusted_argmax():
     logits = torch.tensor([[-1.0, 1.5, 0.0]])
-    history = TokenHistory(3, prompt_ids=[0, 1]).rows([[]])
+    history = TokenHistory(prompt_ids=[0, 1]).rows([[]])
     # token 0: -1 + 3 = 2, then / 2 = 1; token 1: 1.5 / 2 = 0.75 (penalised on the biased logit)
     params = SamplingParams(repetition_penalty=2.0, logit_bias={0: 3.0})
     assert adjust_logits(logits, params, history).tolist() == [[1.0, 0.75, 0.0]]

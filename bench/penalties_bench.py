@@ -1,0 +1,122 @@
+"""What logit bias and the presence, frequency and repetition penalties cost, and what they do:
+in-process engine on the demo pair, per tree, each arm's step time (and its draft and score
+parts), tokens per step, tokens/s, and how often the completion repeats a token.
+
+With a penalty on, drafter and target each build a row of counts per law they compute (the
+completion's tokens plus the drafted tokens on the node's path, an [N, V] float32 tensor) and
+penalise it; a bias alone is one indexed add.  Drafts are penalised as the target's laws are,
+so acceptance should hold.
+
+    python bench/penalties_bench.py [--prompts 8] [--tokens 64] [--rounds 2]
+
+Writes bench/results/penalties_bench.{json,md}.  The arms run one after the other on each
+prompt, each first in turn; figures are medians (steps) or totals (tokens/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rayspec.demo import DRAFTER_PATH, TARGET_PATH, load_prompts  # noqa: E402
+from rayspec.engine import GenerationStats, LocalDrafter, LocalTarget, SpeculativeEngine  # noqa: E402
+from rayspec.models import load_causal_lm  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+TREES = ["kary:2x3", "kary:4x3"]
+ARMS = {
+    "off": {},
+    "presence 0.5 + frequency 0.5": dict(presence_penalty=0.5, frequency_penalty=0.5),
+    "repetition 1.2": dict(repetition_penalty=1.2),
+    "all three + bias on 16 tokens": dict(presence_penalty=0.5, frequency_penalty=0.5, repetition_penalty=1.2,
+                                         logit_bias={t: -100.0 if t % 2 else 2.0 for t in range(100, 116)}),
+}
+TEMPERATURE = 0.6
+
+
+def repeated_share(tokens: list[int]) -> float:
+    """The share of the completion's tokens that repeat an earlier completion token."""
+    return 1 - len(set(tokens)) / len(tokens) if tokens else 0.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+
+    target, tokenizer = load_causal_lm(TARGET_PATH, "cpu", "float32")
+    drafter, _ = load_causal_lm(DRAFTER_PATH, "cpu", "float32")
+    prompts = [tokenizer.encode(p, add_special_tokens=False) for p in load_prompts()[: args.prompts]]
+    names = list(ARMS)
+    rows = []
+    for tree in TREES:
+        engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="rrsw", tree=tree,
+                                   adaptive=False)
+        engine.run(prompts[0], max_new_tokens=8, seed=0)  # warm-up
+        steps = {name: [] for name in names}
+        drafts, scores = ({name: [] for name in names} for _ in range(2))
+        totals = {name: [0, 0.0, 0] for name in names}  # tokens, seconds, steps
+        repeats = {name: [] for name in names}
+        for round_ in range(args.rounds):
+            for i, prompt in enumerate(prompts):
+                for name in names[i % len(names):] + names[: i % len(names)]:  # each arm first in turn
+                    stats = GenerationStats()
+                    tokens = []
+                    for chunk in engine.generate(prompt, max_new_tokens=args.tokens, temperature=TEMPERATURE,
+                                                 seed=1000 * round_ + i, stats=stats, **ARMS[name]):
+                        tokens += chunk.tokens
+                    steps[name] += [1e3 * s.wall for s in stats.steps]
+                    drafts[name] += [1e3 * s.draft for s in stats.steps]
+                    scores[name] += [1e3 * s.score for s in stats.steps]
+                    totals[name][0] += stats.tokens
+                    totals[name][1] += sum(s.wall for s in stats.steps)
+                    totals[name][2] += len(stats.steps)
+                    repeats[name].append(repeated_share(tokens))
+            print(f"  {tree}: round {round_ + 1}/{args.rounds}", flush=True)
+        base = statistics.median(steps["off"])
+        for name in names:
+            tokens, seconds, count = totals[name]
+            step = statistics.median(steps[name])
+            rows.append({
+                "tree": tree, "arm": name, "step_ms": step, "step_vs_off": step / base,
+                "draft_ms": statistics.median(drafts[name]), "score_ms": statistics.median(scores[name]),
+                "tokens_per_step": tokens / count, "tokens_per_s": tokens / seconds,
+                "repeated_token_share": statistics.mean(repeats[name]),
+            })
+    result = {"setting": {"verifier": "rrsw", "temperature": TEMPERATURE, "prompts": args.prompts,
+                          "tokens": args.tokens, "rounds": args.rounds, "vocab": int(target.config.vocab_size),
+                          "device": "cpu"}, "arms": {k: {**v, "logit_bias": len(v.get("logit_bias", {}))}
+                                                      for k, v in ARMS.items()}, "rows": rows}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "penalties_bench.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = [
+        f"# The cost and effect of penalties (demo pair, V = 8192, rrsw, T = {TEMPERATURE}, CPU)",
+        "",
+        "| tree | arm | step ms | vs off | draft ms | score ms | tokens/step | tokens/s | repeated tokens |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(f"| {row['tree']} | {row['arm']} | {row['step_ms']:.2f} | {row['step_vs_off']:.3f} | "
+                     f"{row['draft_ms']:.2f} | {row['score_ms']:.2f} | {row['tokens_per_step']:.2f} | "
+                     f"{row['tokens_per_s']:.1f} | {100 * row['repeated_token_share']:.1f} % |")
+    lines += [
+        "",
+        f"{args.rounds} rounds of {args.prompts} prompts × {args.tokens} tokens per arm, the arms one after the other "
+        "on each prompt, each first in turn.  Step, draft and score: medians of each step's wall time, the drafter's "
+        "drafting and the target's forward plus its laws (penalties included).  Tokens/s: total tokens over total "
+        "step time.  Repeated tokens: the mean share of a completion's tokens that repeat one of its earlier tokens.",
+    ]
+    (RESULTS / "penalties_bench.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
