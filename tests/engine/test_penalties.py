@@ -88,6 +88,22 @@ def test_a_bias_outside_the_vocabulary_or_a_bad_penalty_is_refused(pair):
         list(engine.generate([1, 2], max_new_tokens=4, presence_penalty=-3))
 
 
+@pytest.mark.parametrize("verifier", ["gumbel", "minhash"])
+def test_with_penalties_a_couplings_output_still_does_not_depend_on_the_drafter(pair, verifier):
+    """The target penalises each node's law given the node's own path, which is the emitted
+    text when the walk gets there: so a seed gives the same tokens whatever drafted, or
+    whether anything did (the low-communication protocol's promise)."""
+    target, drafter = pair
+    other = noisy_copy(target, noise=0.5, seed=7)
+    outputs = []
+    for draft_model, tree in [(drafter, "kary:2x3"), (other, "kary:2x2"), (None, None)]:
+        engine = SpeculativeEngine(LocalTarget(target), draft_model and LocalDrafter(draft_model),
+                                   verifier=verifier, tree=tree or "none")
+        outputs.append(engine.run([2, 7, 1, 8], max_new_tokens=40, temperature=1.0, seed=11, **PENALTIES).tokens)
+    plain = SpeculativeEngine(LocalTarget(target), verifier=verifier).run([2, 7, 1, 8], max_new_tokens=40, seed=11)
+    assert outputs[0] == outputs[1] == outputs[2] != plain.tokens
+
+
 # ------------------------------------------------------------------ the law when sampling
 
 SAMPLED = dict(presence_penalty=0.9, frequency_penalty=0.5, repetition_penalty=1.4, logit_bias={3: 0.8})
