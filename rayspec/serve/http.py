@@ -75,6 +75,7 @@ from rayspec.engine.requests import GenerationRequest, StepText
 from rayspec.rpc.remote import RemoteError
 from rayspec.serve.metrics import CONTENT_TYPE
 from rayspec.serve.service import Overloaded, Service, StepStream
+from rayspec.verify.processing import MAX_PRESENCE_OR_FREQUENCY_PENALTY as PENALTY_BOUND
 
 log = logging.getLogger("rayspec.serve")
 
@@ -122,9 +123,10 @@ class _GenerationBody(_Strict):
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     n: int | None = Field(None, ge=1)
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    repetition_penalty: float | None = None
+    # bounds checked here too, so that the 400 names the field
+    presence_penalty: float | None = Field(None, ge=-PENALTY_BOUND, le=PENALTY_BOUND)
+    frequency_penalty: float | None = Field(None, ge=-PENALTY_BOUND, le=PENALTY_BOUND)
+    repetition_penalty: float | None = Field(None, gt=0)
     logit_bias: dict[str, float] | None = None
     user: str | None = None
     metadata: dict[str, Any] | None = None
