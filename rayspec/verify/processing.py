@@ -14,7 +14,6 @@ is all the verifiers' exactness needs.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -105,41 +104,46 @@ class RowHistory(NamedTuple):
 
 
 class TokenHistory:
-    """A sequence's tokens as penalties see them: the prompt's set and the completion's counts,
-    extended as tokens are committed."""
+    """A sequence's tokens as penalties see them: for each distinct token of the prompt and the
+    completion, a column, its completion count and whether the prompt has it; extended as
+    tokens are committed (in O(tokens), so a long sequence costs no sort per step)."""
 
     def __init__(self, prompt_ids: Sequence[int], device=None):
         self.device = device
-        self.prompt = set(int(t) for t in prompt_ids)
-        self.completion: Counter[int] = Counter()
-        self._base = None  # (column of each token, its count, in the prompt?) of prompt and completion, cached
+        self.column: dict[int, int] = {}
+        self.counts: list[float] = []
+        for token in prompt_ids:
+            self._column_of(int(token))
+        self.in_prompt = [True] * len(self.counts)
+
+    def _column_of(self, token: int) -> int:
+        if token not in self.column:
+            self.column[token] = len(self.counts)
+            self.counts.append(0.0)
+        return self.column[token]
 
     def extend(self, tokens: Sequence[int]) -> None:
         """Count tokens added to the completion."""
-        self.completion.update(int(t) for t in tokens)
-        self._base = None
+        for token in tokens:
+            self.counts[self._column_of(int(token))] += 1.0
+        self.in_prompt += [False] * (len(self.counts) - len(self.in_prompt))
 
     def rows(self, paths: Sequence[Sequence[int]]) -> RowHistory:
         """The history before each of len(paths) laws, path r being the tokens drafted after
         the completion so far and before law r (a tree node's path, root excluded)."""
-        if self._base is None:
-            tokens = sorted(self.prompt | self.completion.keys())
-            self._base = ({t: i for i, t in enumerate(tokens)}, [float(self.completion[t]) for t in tokens],
-                          [t in self.prompt for t in tokens])
-        column, base_counts, in_prompt = self._base
-        extra = {}  # path tokens seen nowhere before, after the base columns
+        extra = {}  # path tokens seen nowhere before, after the sequence's columns
         for path in paths:
             for token in path:
-                if token not in column and token not in extra:
-                    extra[token] = len(column) + len(extra)
-        columns = torch.tensor([*column, *extra], dtype=torch.long, device=self.device)
-        counts = torch.tensor(base_counts + [0.0] * len(extra), device=self.device).expand(len(paths), -1).clone()
+                if token not in self.column and token not in extra:
+                    extra[token] = len(self.column) + len(extra)
+        columns = torch.tensor([*self.column, *extra], dtype=torch.long, device=self.device)
+        counts = torch.tensor(self.counts + [0.0] * len(extra), device=self.device).expand(len(paths), -1).clone()
         rows = [r for r, path in enumerate(paths) for _ in path]
         if rows:
-            cells = [column[t] if t in column else extra[t] for path in paths for t in path]
+            cells = [self.column[t] if t in self.column else extra[t] for path in paths for t in path]
             index = (torch.tensor(rows, device=self.device), torch.tensor(cells, device=self.device))
             counts.index_put_(index, torch.ones(len(rows), device=self.device), accumulate=True)
-        prompt = torch.tensor(in_prompt + [False] * len(extra), device=self.device)
+        prompt = torch.tensor(self.in_prompt + [False] * len(extra), device=self.device)
         return RowHistory(columns, counts, (counts > 0) | prompt)
 
 
