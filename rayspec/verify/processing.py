@@ -154,7 +154,7 @@ def adjust_logits(logits: torch.Tensor, params: SamplingParams, history: RowHist
     if params.logit_bias:
         tokens, values = zip(*params.logit_bias)
         values = torch.tensor(values, dtype=logits.dtype, device=logits.device)
-        logits = logits.index_add(-1, torch.tensor(tokens, device=logits.device), values.expand(len(logits), -1))
+        logits = logits.index_add(-1, torch.tensor(tokens, device=logits.device), values.expand(*logits.shape[:-1], -1))
     if params.uses_history:
         if history is None or len(history.counts) != len(logits):
             raise ValueError("penalties need the history before each law: one row of counts per row of logits")

@@ -125,6 +125,8 @@ def test_a_bias_alone_needs_no_history_and_leaves_the_input_untouched():
     logits = torch.zeros(2, 4)
     probs = logits_to_probs(logits, SamplingParams(logit_bias={2: math.log(3.0)}))
     assert torch.allclose(probs, torch.tensor([[1 / 6, 1 / 6, 1 / 2, 1 / 6]] * 2))
+    one_law = logits_to_probs(torch.zeros(4), SamplingParams(logit_bias={2: math.log(3.0)}))  # [..., V], any batch
+    assert torch.allclose(one_law, torch.tensor([1 / 6, 1 / 6, 1 / 2, 1 / 6]))
     assert bool((logits == 0).all())
     with pytest.raises(ValueError, match="penalties need the history before each law"):
         logits_to_probs(logits, SamplingParams(presence_penalty=0.5))
