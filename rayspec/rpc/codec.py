@@ -170,6 +170,20 @@ def encode_spec(spec: SequenceSpec) -> worker_pb2.SequenceSpec:
     )
 
 
+# What this code's workers implement beyond the first protocol, announced in `WorkerInfo`.  A
+# worker ignores fields it does not know (proto3), so a coordinator must not send a sequence
+# whose law depends on them to a target worker that does not list them.  (A drafter that
+# ignored them would only draft less well: verification corrects any draft law.)
+WORKER_FEATURES = ("penalties",)
+
+
+def check_worker_features(spec: SequenceSpec, features: frozenset[str], worker: str) -> None:
+    """Refuse to open `spec` on a worker that would silently ignore a part of it."""
+    params = spec.params
+    if (params.uses_history or params.logit_bias) and "penalties" not in features:
+        raise RuntimeError(f"the {worker} predates penalties and logit_bias, and would ignore them: upgrade it")
+
+
 def encode_params(params: SamplingParams) -> worker_pb2.SamplingParams:
     message = worker_pb2.SamplingParams(
         temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,

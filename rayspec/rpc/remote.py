@@ -214,11 +214,13 @@ class RemoteTarget:
         self.stub = worker_pb2_grpc.TargetServiceStub(self.channel)
         info = call(self.stub.Info, worker_pb2.InfoRequest(), timeout)
         self.model_id = info.model_id
+        self.features = frozenset(info.features)
         self.vocab_size = int(info.vocab_size)
         self.context_length = int(info.context_length)
         self.eos_token_ids = tuple(info.eos_token_ids)
 
     def open(self, spec: SequenceSpec) -> "RemoteTargetSession":
+        codec.check_worker_features(spec, self.features, f"target worker at {self.address}")
         session_id = uuid.uuid4().hex
         reply = call(self.stub.Open, worker_pb2.OpenRequest(session_id=session_id, spec=codec.encode_spec(spec)),
                      self.timeout)

@@ -438,3 +438,18 @@ def test_a_worker_asked_for_cpus_it_cannot_have_refuses_to_start_with_a_message(
         Worker(tmp_path / "bad.log", "--role", "drafter", "--cpus", f"0-{missing}")
     with pytest.raises(RuntimeError, match="cpus must be a list like '0-3,8'"):
         Worker(tmp_path / "bad2.log", "--role", "drafter", "--cpus", "first")
+
+
+def test_a_target_worker_that_predates_penalties_is_refused_rather_than_sampling_the_plain_law(cluster):
+    """proto3 workers ignore fields they do not know: an old target would sample the plain law.
+    Workers list what they implement in Info; an old one lists nothing."""
+    target = RemoteTarget(cluster["target"].address)
+    assert "penalties" in target.features
+    drafter = RemoteDrafter(cluster["drafter"].address, target.vocab_size)
+    engine = SpeculativeEngine(target, drafter, tree="kary:2x2")
+    target.features = frozenset()  # what an old worker's Info gives
+    with pytest.raises(RuntimeError, match=f"the target worker at {target.address} predates penalties and logit_bias"):
+        engine.run([1, 2, 3], max_new_tokens=4, seed=1, logit_bias={5: 1.0})
+    assert len(engine.run([1, 2, 3], max_new_tokens=4, seed=1).tokens) == 4  # nothing asked of it that it lacks
+    stub = worker_pb2_grpc.TargetServiceStub(grpc.insecure_channel(cluster["target"].address))
+    assert list(stub.Info(worker_pb2.InfoRequest(), timeout=10).features) == ["penalties"]
