@@ -24,7 +24,7 @@ from rayspec.engine.interfaces import (
 )
 from rayspec.models.tree_lm import TreeLM
 from rayspec.tree.dynamic import DynamicPlan, select_dynamic_tree
-from rayspec.tree.structure import DraftTree, TreeShape
+from rayspec.tree.structure import DraftTree, TreeShape, root_path
 from rayspec.verify import get_verifier
 from rayspec.verify.processing import TokenHistory, half_precision, logits_to_probs
 
@@ -56,6 +56,7 @@ class _Session:
         spec.params.check_vocabulary(vocab_size)
         # The tokens penalties look back on; committed tokens extend it (`advance`).
         self.history = TokenHistory(spec.prompt_ids, self.lm.device) if spec.params.uses_history else None
+        self.untempered_params = replace(self.params, temperature=1.0, top_p=1.0, top_k=0)
 
     def advance(self, tokens: list[int]) -> None:
         """Commit emitted tokens to the sequence."""
@@ -67,7 +68,7 @@ class _Session:
         """The processed laws of rows of logits, row r's after the completion so far and the
         drafted tokens `paths()[r]` (called only when a penalty needs them).  untempered: with
         the bias and penalties only (temperature 1, no top-k or top-p)."""
-        params = replace(self.params, temperature=1.0, top_p=1.0, top_k=0) if untempered else self.params
+        params = self.untempered_params if untempered else self.params
         history = self.history.rows(paths()) if params.uses_history else None
         return logits_to_probs(logits, params, history=history)
 
@@ -128,7 +129,8 @@ class LocalTargetSession(_Session):
         logits = self.lm.forward(tree.tokens.tolist(), tree.shape.parents, tree.shape.depth)
         self.scored_logits = None if self.logprobs is None else logits
         tokens = tree.tokens.tolist()
-        return self.laws(logits, lambda: [[tokens[n] for n in tree.shape.path_to(node)] for node in range(len(tokens))])
+        parents = tree.shape.parents
+        return self.laws(logits, lambda: [_path_tokens(node, parents, tokens) for node in range(len(tokens))])
 
     def node_samples(self, tree: DraftTree, p_rows: torch.Tensor) -> torch.Tensor:
         """Each node's own sample, [N]: all that token-only verifiers (greedy, couplings) need
@@ -309,13 +311,10 @@ class LocalDrafterSession(_Session):
         return logits
 
 
-def _path_tokens(node: int, parents: list[int], tokens: list[int]) -> list[int]:
-    """The tokens from the root's child down to `node` in a tree being drafted."""
-    path = []
-    while node > 0:
-        path.append(tokens[node])
-        node = parents[node]
-    return path[::-1]
+def _path_tokens(node: int, parents, tokens) -> list[int]:
+    """The drafted tokens from the root's child down to `node`: what penalties see beyond the
+    committed sequence at that node."""
+    return [tokens[n] for n in root_path(parents, node)]
 
 
 class LocalTarget:

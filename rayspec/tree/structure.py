@@ -157,11 +157,17 @@ class TreeShape:
 
     def path_to(self, node: int) -> list[int]:
         """Nodes from the root's first child down to `node` (the root excluded)."""
-        path = []
-        while node > 0:
-            path.append(node)
-            node = self.parents[node]
-        return path[::-1]
+        return root_path(self.parents, node)
+
+
+def root_path(parents, node: int) -> list[int]:
+    """Nodes from the root's child down to `node` (the root excluded) in a tree given by its
+    parents, node 0 the root; also for a tree still being grown."""
+    path = []
+    while node > 0:
+        path.append(node)
+        node = parents[node]
+    return path[::-1]
 
 
 @dataclass
