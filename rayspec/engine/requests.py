@@ -113,7 +113,8 @@ class GenerationRequest:
             repetition_penalty=1.0 if repetition_penalty is None else float(repetition_penalty),
             logit_bias=dict(logit_bias or {}),
         )
-        SamplingParams(**sampling).check_vocabulary(engine.target.vocab_size)  # refused before anything streams
+        if self.prompt_only:  # `generate` checks them itself; scoring a prompt does not read them
+            SamplingParams(**sampling).check_vocabulary(engine.target.vocab_size)
         self.seed = secrets.randbits(63) if seed is None else int(seed)
         self.request_id = request_id or uuid.uuid4().hex
         self.kwargs = dict(

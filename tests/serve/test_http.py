@@ -497,6 +497,8 @@ BAD_COMPLETIONS = [
      "repetition_penalty"),
     ({"prompt": "x", "logit_bias": {"x": 1.0}}, 400, 'logit_bias keys must be token ids, such as "50256"', "logit_bias"),
     ({"prompt": "x", "logit_bias": {"99999": 1.0}}, 400, "logit_bias names token 99999, outside the vocabulary", None),
+    ({"prompt": "x", "max_tokens": 0, "echo": True, "logit_bias": {"99999": 1.0}}, 400,
+     "logit_bias names token 99999, outside the vocabulary", None),  # refused though scoring does not read it
     ({"prompt": "x", "logit_bias": {"5": 200}}, 400, "the bias of token 5 must be in [-100, 100]", None),
     ({"prompt": "x", "logit_bias": {"5": "high"}}, 400, "logit_bias.5: Input should be a valid number", "logit_bias"),
     ({"prompt": "x", "frobnicate": 1}, 400, "unrecognized request argument: frobnicate", "frobnicate"),
