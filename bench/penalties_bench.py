@@ -19,15 +19,10 @@ import argparse
 import json
 import statistics
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import RESULTS, load_demo
+from rayspec.engine import GenerationStats, SpeculativeEngine
 
-from rayspec.demo import DRAFTER_PATH, TARGET_PATH, load_prompts  # noqa: E402
-from rayspec.engine import GenerationStats, LocalDrafter, LocalTarget, SpeculativeEngine  # noqa: E402
-from rayspec.models import load_causal_lm  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results"
 TREES = ["kary:2x3", "kary:4x3"]
 ARMS = {
     "off": {},
@@ -51,14 +46,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
 
-    target, tokenizer = load_causal_lm(TARGET_PATH, "cpu", "float32")
-    drafter, _ = load_causal_lm(DRAFTER_PATH, "cpu", "float32")
-    prompts = [tokenizer.encode(p, add_special_tokens=False) for p in load_prompts()[: args.prompts]]
+    target, drafter, _, _, _, prompts = load_demo("cpu")
+    prompts = prompts[: args.prompts]
     names = list(ARMS)
     rows = []
     for tree in TREES:
-        engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="rrsw", tree=tree,
-                                   adaptive=False)
+        engine = SpeculativeEngine(target, drafter, verifier="rrsw", tree=tree, adaptive=False)
         engine.run(prompts[0], max_new_tokens=8, seed=0)  # warm-up
         steps = {name: [] for name in names}
         drafts, scores = ({name: [] for name in names} for _ in range(2))
@@ -91,7 +84,7 @@ def main() -> int:
                 "repeated_token_share": statistics.mean(repeats[name]),
             })
     result = {"setting": {"verifier": "rrsw", "temperature": TEMPERATURE, "prompts": args.prompts,
-                          "tokens": args.tokens, "rounds": args.rounds, "vocab": int(target.config.vocab_size),
+                          "tokens": args.tokens, "rounds": args.rounds, "vocab": target.vocab_size,
                           "device": "cpu"}, "arms": {k: {**v, "logit_bias": len(v.get("logit_bias", {}))}
                                                       for k, v in ARMS.items()}, "rows": rows}
     RESULTS.mkdir(exist_ok=True)
