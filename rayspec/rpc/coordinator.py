@@ -12,8 +12,8 @@ from contextlib import closing
 
 from rayspec.engine import SpeculativeEngine
 from rayspec.engine.interfaces import TokenLogprobs
+from rayspec.client.types import GenerateRequest
 from rayspec.engine.requests import GenerationRequest, Limits
-from rayspec.rpc import codec
 from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, health_pb2_grpc
 from rayspec.rpc.server import HealthServicer, Servicer, rpc_errors, start_server
 
@@ -24,27 +24,13 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
         self.engine, self.tokenizer, self.limits = engine, tokenizer, limits or Limits()
 
     def _request(self, message) -> GenerationRequest:
-        return GenerationRequest(
-            self.engine, self.tokenizer, self.limits,
-            prompt=message.prompt if message.prompt else None,
-            prompt_ids=list(message.prompt_ids) if message.prompt_ids else None,
-            max_tokens=message.max_tokens,
-            temperature=message.temperature if message.HasField("temperature") else None,
-            top_p=message.top_p if message.HasField("top_p") else None,
-            top_k=message.top_k,
-            seed=message.seed if message.HasField("seed") else None,
-            stop=list(message.stop),
-            verifier=message.verifier,
-            tree=message.tree,
-            verifier_params=codec.decode_msgpack_map(message.verifier_params, "verifier_params") or None,
-            request_id=message.request_id,
-            logprobs=message.logprobs if message.HasField("logprobs") else None,
-            prompt_logprobs=message.prompt_logprobs if message.HasField("prompt_logprobs") else None,
-            presence_penalty=message.presence_penalty,
-            frequency_penalty=message.frequency_penalty,
-            repetition_penalty=message.repetition_penalty if message.HasField("repetition_penalty") else None,
-            logit_bias=dict(message.logit_bias),
-        )
+        """The message, read as the SDK writes it (`GenerateRequest`), as a checked request."""
+        fields = dict(vars(GenerateRequest.from_proto(message)))
+        prompt = fields.pop("prompt")
+        fields["verifier_params"] = fields["verifier_params"] or None  # none given: the engine's own
+        text, ids = (prompt, None) if isinstance(prompt, str) else (None, list(prompt))
+        return GenerationRequest(self.engine, self.tokenizer, self.limits, prompt=text or None, prompt_ids=ids or None,
+                                 **fields)
 
     def _complete(self, request: GenerationRequest, text: str, logprobs: TokenLogprobs | None = None,
                   prompt_logprobs: TokenLogprobs | None = None) -> generation_pb2.GenerateResponse:
