@@ -14,6 +14,7 @@ path — the baseline, and the fallback.
 
 from __future__ import annotations
 
+import operator
 import secrets
 import threading
 import time
@@ -241,6 +242,9 @@ class SpeculativeEngine:
         frequency_penalty: float = 0.0,
         repetition_penalty: float = 1.0,
         logit_bias: Mapping[int, float] | None = None,
+        min_p: float = 0.0,
+        min_tokens: int = 0,
+        ignore_eos: bool = False,
         seed: int | None = None,
         stop: Sequence[str | int] | None = None,
         verifier: str | None = None,
@@ -254,7 +258,7 @@ class SpeculativeEngine:
         """Yield the tokens of each verification step as soon as it is verified.
 
         stop: strings (needs the engine's tokenizer) and/or token ids; the target's EOS ids
-        always stop.  Stop tokens are not yielded; a stop string's text is (trim it with
+        stop too unless `ignore_eos`.  Stop tokens are not yielded; a stop string's text is (trim it with
         `rayspec.engine.text.TextAssembler`).  `stats` (optional) is filled as steps go.
         replayable: draft the trees the policy planned before serving anything, not those it
         adapted since, so that the same request and seed give the same tokens whatever was
@@ -263,13 +267,16 @@ class SpeculativeEngine:
         tokens' at each position (`TokenLogprobs`); the tokens are the same with or without.
         prompt_logprobs: k to give the first chunk the same for the prompt's tokens after the
         first (`Chunk.prompt_logprobs`), from the target's prefill.  presence_penalty,
-        frequency_penalty, repetition_penalty, logit_bias: as OpenAI and vLLM define them
-        (`SamplingParams`); they change the target's law, and the output follows the law
-        they define exactly."""
+        frequency_penalty, repetition_penalty, logit_bias, min_p: as OpenAI and vLLM define
+        them (`SamplingParams`); they change the target's law, and the output follows the law
+        they define exactly.  min_tokens (vLLM's): the stop tokens cannot be drawn, and stop
+        strings do not stop, before the completion has that many tokens."""
         replayable = seed is not None if replayable is None else replayable
+        stop_ids = self._stop_ids(stop, ignore_eos)
         params = SamplingParams(temperature, top_p, top_k, presence_penalty, frequency_penalty, repetition_penalty,
-                                logit_bias or ())
+                                logit_bias or (), min_p, min_tokens, stop_ids if min_tokens else ())
         params.check_vocabulary(self.target.vocab_size)
+        min_tokens = params.min_tokens
         if int(max_new_tokens) < 1:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         prompt = self.check_prompt(prompt_ids)
@@ -284,7 +291,6 @@ class SpeculativeEngine:
             verifier_params = {**verifier_params, **exact}
         policy = self.policy(None if self.drafter is None else tree)
         check_setting(verifier, verifier_params, policy.shape_for(verifier, params.temperature))
-        stop_ids = set(self.target.eos_token_ids) | {int(s) for s in stop or () if not isinstance(s, str)}
         stop_texts = [s for s in stop or () if isinstance(s, str) and s]
         if stop_texts and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer; give the engine one, or stop on token ids")
@@ -334,7 +340,7 @@ class SpeculativeEngine:
                 if len(produced) + len(new) >= max_new_tokens:
                     new, finish = new[: max_new_tokens - len(produced)], finish or "length"
                 if stop_watch and new:  # a stop string in the step's last allowed tokens still stops
-                    cut = stop_watch.cut(new)
+                    cut = stop_watch.cut(new, exempt=max(min_tokens - len(produced), 0))
                     if cut is not None:
                         new, finish = new[:cut], "stop"
                 produced += new
@@ -359,6 +365,18 @@ class SpeculativeEngine:
                 prompt_chunk_logprobs = None
                 if finish is not None:
                     return
+
+    def _stop_ids(self, stop: Sequence[str | int] | None, ignore_eos: bool) -> tuple[int, ...]:
+        """The tokens that end a completion: the stop list's ids, and the target's EOS ids
+        unless they are ignored."""
+        try:
+            ids = {operator.index(s) for s in stop or () if not isinstance(s, str)}
+        except TypeError:
+            raise ValueError("stop must hold strings and integer token ids") from None
+        outside = sorted(t for t in ids if not 0 <= t < self.target.vocab_size)
+        if outside:
+            raise ValueError(f"stop token {outside[0]} is outside the vocabulary of {self.target.vocab_size} tokens")
+        return tuple(sorted(ids | (set() if ignore_eos else set(self.target.eos_token_ids))))
 
     def prompt_logprobs(self, prompt_ids: Sequence[int], top: int = 0) -> TokenLogprobs:
         """The log-probabilities of the prompt's tokens after the first under the target's raw
@@ -416,13 +434,19 @@ class _StopWatch:
         self.decoder = IncrementalDecoder(tokenizer, prompt)
         self.stops = StopStrings(stop_texts)
 
-    def cut(self, new: list[int]) -> int | None:
+    def cut(self, new: list[int], exempt: int = 0) -> int | None:
         """The number of new tokens up to and including the one that completes a stop string
-        (none had before them); None, and the tokens taken in, if none does."""
-        if self.stops.find(self.decoder.peek(new)) < 0:
-            self.stops.searched(self.decoder.push(new))
+        (none had before them); None, and the tokens taken in, if none does.  The first
+        `exempt` tokens complete none (min_tokens): they are taken in unsearched."""
+        if exempt:
+            self.stops.searched(self.decoder.push(new[:exempt]))
+        rest = new[exempt:]
+        if not rest:
             return None
-        return next(n for n in range(1, len(new) + 1) if self.stops.find(self.decoder.peek(new[:n])) >= 0)
+        if self.stops.find(self.decoder.peek(rest)) < 0:
+            self.stops.searched(self.decoder.push(rest))
+            return None
+        return exempt + next(n for n in range(1, len(rest) + 1) if self.stops.find(self.decoder.peek(rest[:n])) >= 0)
 
 
 class _closing:

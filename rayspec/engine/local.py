@@ -56,7 +56,7 @@ class _Session:
         spec.params.check_vocabulary(vocab_size)
         # The tokens penalties look back on; committed tokens extend it (`advance`).
         self.history = TokenHistory(spec.prompt_ids, self.lm.device) if spec.params.uses_history else None
-        self.untempered_params = replace(self.params, temperature=1.0, top_p=1.0, top_k=0)
+        self.untempered_params = replace(self.params, temperature=1.0, top_p=1.0, top_k=0, min_p=0.0)
 
     def advance(self, tokens: list[int]) -> None:
         """Commit emitted tokens to the sequence."""
@@ -67,7 +67,7 @@ class _Session:
     def laws(self, logits: torch.Tensor, paths, untempered: bool = False) -> torch.Tensor:
         """The processed laws of rows of logits, row r's after the completion so far and the
         drafted tokens `paths()[r]` (called only when a penalty needs them).  untempered: with
-        the bias and penalties only (temperature 1, no top-k or top-p)."""
+        the bias, penalties and stop ban only (temperature 1, no min-p, top-k or top-p)."""
         params = self.untempered_params if untempered else self.params
         history = self.history.rows(paths()) if params.uses_history else None
         return logits_to_probs(logits, params, history=history)

@@ -63,11 +63,14 @@ class GenerationRequest:
                  max_tokens=None, temperature=None, top_p=None, top_k=None, seed=None, stop=None,
                  verifier=None, tree=None, verifier_params=None, request_id=None, logprobs=None,
                  prompt_logprobs=None, prompt_only=False, presence_penalty=None, frequency_penalty=None,
-                 repetition_penalty=None, logit_bias=None):
+                 repetition_penalty=None, logit_bias=None, min_p=None, min_tokens=None, stop_token_ids=None,
+                 ignore_eos=None):
         """prompt_logprobs: k for the log-probabilities of the prompt's tokens after the first
         (`rayspec.engine.interfaces.TokenLogprobs`) and the k most likely tokens' at each;
         prompt_only: generate nothing, only those (OpenAI's `echo` with `max_tokens: 0`).
-        The penalties and logit_bias are `SamplingParams`'; None leaves each off."""
+        The penalties, logit_bias, min_p and min_tokens are `SamplingParams`'; None leaves
+        each off.  stop_token_ids: token ids that end the completion as EOS does (vLLM's),
+        ignore_eos: EOS does not (vLLM's)."""
         if (prompt is None) == (prompt_ids is None):
             raise ValueError("give exactly one of prompt (text) and prompt_ids (token ids)")
         context = engine.target.context_length
@@ -98,6 +101,10 @@ class GenerationRequest:
         stop = [stop] if isinstance(stop, str) else stop
         if stop is not None and not all(isinstance(s, str) for s in stop):
             raise ValueError("stop must be a string or a list of strings")
+        if stop_token_ids is not None and not all(type(t) is int and t >= 0 for t in stop_token_ids):
+            raise ValueError("stop_token_ids must be a list of token ids (integers >= 0)")
+        if min_tokens is not None and not self.prompt_only and not 0 <= int(min_tokens) <= max_tokens:
+            raise ValueError(f"min_tokens must be between 0 and max_tokens ({max_tokens}), got {min_tokens}")
         if verifier_params is not None and not isinstance(verifier_params, dict):
             raise ValueError("verifier_params must be an object")
         if tree:
@@ -112,9 +119,11 @@ class GenerationRequest:
             frequency_penalty=float(frequency_penalty or 0),
             repetition_penalty=1.0 if repetition_penalty is None else float(repetition_penalty),
             logit_bias=dict(logit_bias or {}),
+            min_p=float(min_p or 0),
+            min_tokens=int(min_tokens or 0),
         )
         if self.prompt_only:  # `generate` checks them itself; scoring a prompt does not read them
-            SamplingParams(**sampling).check_vocabulary(engine.target.vocab_size)
+            SamplingParams(**sampling, stop_token_ids=stop_token_ids or ()).check_vocabulary(engine.target.vocab_size)
         self.seed = secrets.randbits(63) if seed is None else int(seed)
         self.request_id = request_id or uuid.uuid4().hex
         self.kwargs = dict(
@@ -122,7 +131,8 @@ class GenerationRequest:
             **sampling,
             seed=self.seed,
             replayable=seed is not None,  # an unseeded request may draft the adapted trees
-            stop=list(stop or []),
+            stop=[*(stop or ()), *(stop_token_ids or ())],
+            ignore_eos=bool(ignore_eos),
             verifier=verifier or None,
             tree=tree or None,
             verifier_params=verifier_params,
@@ -143,7 +153,8 @@ class GenerationRequest:
             if self.kwargs["prompt_logprobs"] is not None:
                 self.prompt_logprobs = self.engine.prompt_logprobs(self.prompt_ids, self.kwargs["prompt_logprobs"])
             return
-        assembler = TextAssembler(self.tokenizer, self.kwargs["stop"], self.prompt_ids)
+        stop_texts = [s for s in self.kwargs["stop"] if isinstance(s, str)]
+        assembler = TextAssembler(self.tokenizer, stop_texts, self.prompt_ids, self.kwargs["min_tokens"])
         for chunk in self.engine.generate(self.prompt_ids, stats=self.stats, **self.kwargs):
             self.token_ids += chunk.tokens
             if chunk.logprobs is not None:

@@ -116,32 +116,39 @@ class StopStrings:
 
     def __init__(self, stop: Sequence[str]):
         self.stop = [s for s in stop if s]
-        self._reach = max(map(len, self.stop), default=1) - 1
-        self._clear = 0  # text[:clear] holds no stop string and will not change
+        self._clear = 0  # text[:clear] is searched and will not change
 
     def find(self, text: str) -> int:
-        """Where the first stop string in `text` begins, or -1."""
-        start = max(self._clear - self._reach, 0)
-        return min((i for i in (text.find(s, start) for s in self.stop) if i >= 0), default=-1)
+        """Where the first stop string that ends past the searched text begins in `text`, or -1."""
+        starts = (text.find(s, max(self._clear - len(s) + 1, 0)) for s in self.stop)
+        return min((i for i in starts if i >= 0), default=-1)
 
     def searched(self, text: str) -> None:
-        """`text` held no stop string; what of it is settled will not be searched again."""
+        """`text` is searched: no stop string ending in what of it is settled will be found
+        (it held none, or those it held came before min_tokens and do not count)."""
         self._clear = finished_length(text)
 
 
 class TextAssembler:
-    def __init__(self, tokenizer, stop: Sequence[str] = (), prompt_ids: Sequence[int] = ()):
+    """min_tokens: a stop string completed by one of the completion's first min_tokens tokens
+    does not stop it (vLLM's min_tokens)."""
+
+    def __init__(self, tokenizer, stop: Sequence[str] = (), prompt_ids: Sequence[int] = (), min_tokens: int = 0):
         self.decoder = IncrementalDecoder(tokenizer, prompt_ids)
         self.stop = StopStrings(stop)
         self.sent = 0  # characters already returned
         self.stopped = False
         self._text = ""
+        self._exempt = min_tokens  # tokens still to come that complete no stop string
 
     def push(self, tokens: Sequence[int]) -> str:
         """Add generated tokens; return the text that is now safe to show."""
         if self.stopped:
             return ""
-        self._text = self.decoder.push(tokens)
+        exempt, self._exempt = tokens[: self._exempt], max(self._exempt - len(tokens), 0)
+        if exempt:
+            self.stop.searched(self.decoder.push(exempt))
+        self._text = self.decoder.push(tokens[len(exempt):])
         cut = self.stop.find(self._text)
         if cut >= 0:
             self.stopped = True

@@ -1,19 +1,22 @@
-"""From logits to the distributions verifiers see: logit bias, then the repetition, frequency
-and presence penalties, then temperature, top-k and top-p (vLLM's order).
+"""From logits to the distributions verifiers see: the ban of stop tokens before min_tokens,
+the logit bias, then the repetition, frequency and presence penalties, then temperature,
+min-p, top-k and top-p (vLLM's order).
 
 The same function serves the target and the drafter, so both sides see identically
 processed laws (a mismatch between the q drafts are drawn from and the q used in the ratios
 would break losslessness).  Temperature 0 means greedy: a one-hot law on the first argmax.
 
-Penalties make the law at a tree node depend on the tokens before it — the completion so
-far *and* the drafted tokens on the node's path — so a law to penalise comes with its row
-of a `RowHistory` (`TokenHistory.rows`).  The target's law at every node is then the law
+Penalties and min_tokens make the law at a tree node depend on the tokens before it — the
+completion so far *and* the drafted tokens on the node's path — so such a law comes with
+its row of a `RowHistory` (`TokenHistory.rows`).  The target's law at every node is then the law
 autoregressive sampling with the same penalties would use after that node's path, which
 is all the verifiers' exactness needs.
 """
 
 from __future__ import annotations
 
+import math
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -32,7 +35,12 @@ class SamplingParams:
     repetition_penalty (CTRL's penalized sampling, Keskar et al. 2019, as HF and vLLM apply
     it; > 0, 1 = off): a token of the prompt or the completion has its logit divided by it
     when positive, multiplied by it when negative.  logit_bias: {token: bias in [-100, 100]}
-    added to the logits (kept as sorted (token, bias) pairs)."""
+    added to the logits (kept as sorted (token, bias) pairs).  min_p (Nguyen et al. 2024,
+    "min-p sampling", as vLLM applies it: after temperature, before top-k and top-p; in
+    [0, 1], 0 = off): tokens less likely than min_p times the most likely token are dropped.
+    min_tokens (vLLM's): while the completion has fewer tokens, the `stop_token_ids` (the
+    tokens that would end it: the engine fills in the model's EOS ids and the request's
+    stop ids) cannot be drawn."""
 
     temperature: float = 1.0
     top_p: float = 1.0
@@ -41,6 +49,9 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: tuple[tuple[int, float], ...] = ()
+    min_p: float = 0.0
+    min_tokens: int = 0
+    stop_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self):
         if not 0 <= self.temperature < float("inf"):  # NaN fails too
@@ -57,6 +68,15 @@ class SamplingParams:
             raise ValueError("repetition_penalty must be > 0 and finite (1 disables it), "
                              f"got {self.repetition_penalty}")
         object.__setattr__(self, "logit_bias", _bias_pairs(self.logit_bias))
+        if not 0 <= self.min_p <= 1:
+            raise ValueError(f"min_p must be in [0, 1] (0 disables it), got {self.min_p}")
+        try:
+            object.__setattr__(self, "min_tokens", operator.index(self.min_tokens))
+        except TypeError:
+            raise ValueError(f"min_tokens must be an integer, got {self.min_tokens!r}") from None
+        if not 0 <= self.min_tokens < 2**31:
+            raise ValueError(f"min_tokens must be in [0, 2^31), got {self.min_tokens}")
+        object.__setattr__(self, "stop_token_ids", _token_ids(self.stop_token_ids, "stop_token_ids"))
 
     @property
     def greedy(self) -> bool:
@@ -64,14 +84,25 @@ class SamplingParams:
 
     @property
     def uses_history(self) -> bool:
-        """Whether the law depends on the tokens before it (a penalty is on)."""
-        return self.presence_penalty != 0 or self.frequency_penalty != 0 or self.repetition_penalty != 1
+        """Whether the law depends on the tokens before it (a penalty, or min_tokens, is on)."""
+        return (self.presence_penalty != 0 or self.frequency_penalty != 0 or self.repetition_penalty != 1
+                or self.bans_stops)
+
+    @property
+    def bans_stops(self) -> bool:
+        """Whether stop tokens are banned from the first laws (min_tokens)."""
+        return self.min_tokens > 0 and bool(self.stop_token_ids)
 
     def check_vocabulary(self, vocab_size: int) -> None:
-        """Refuse a logit bias on a token the model does not have."""
-        outside = [token for token, _ in self.logit_bias if token >= vocab_size]
-        if outside:
-            raise ValueError(f"logit_bias names token {outside[0]}, outside the vocabulary of {vocab_size} tokens")
+        """Refuse a logit bias or a stop token the model does not have, and a min_tokens that
+        would leave no token to draw."""
+        for name, tokens in (("logit_bias", [token for token, _ in self.logit_bias]),
+                             ("stop_token_ids", self.stop_token_ids)):
+            outside = [token for token in tokens if token >= vocab_size]
+            if outside:
+                raise ValueError(f"{name} names token {outside[0]}, outside the vocabulary of {vocab_size} tokens")
+        if self.bans_stops and len(self.stop_token_ids) >= vocab_size:
+            raise ValueError("min_tokens would ban every token of the vocabulary: stop_token_ids holds them all")
 
 
 def _bias_pairs(bias: Mapping[int, float] | Iterable[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
@@ -91,16 +122,29 @@ def _bias_pairs(bias: Mapping[int, float] | Iterable[tuple[int, float]]) -> tupl
     return tuple(sorted(checked.items()))
 
 
+def _token_ids(tokens: Iterable[int], name: str) -> tuple[int, ...]:
+    """Distinct non-negative token ids, sorted."""
+    try:
+        ids = sorted({operator.index(token) for token in tokens})
+    except TypeError:
+        raise ValueError(f"{name} must be a list of token ids") from None
+    if ids and ids[0] < 0:
+        raise ValueError(f"{name}: token ids are >= 0, got {ids[0]}")
+    return tuple(ids)
+
+
 class RowHistory(NamedTuple):
     """The tokens before each of R laws, on the only columns penalties touch — the u tokens of
     the prompt, the completion and the rows' paths: their ids [u], completion counts [R, u]
     (float32) and whether each occurs in the prompt or the completion [R, u] (bool).  u is at
     most the sequence's length plus the paths' tokens, so penalising costs O(R u), not O(R V)
-    (an [N, V] pass at V = 128k would outweigh a tree's verification)."""
+    (an [N, V] pass at V = 128k would outweigh a tree's verification).  positions [R]: how
+    many tokens the completion has before each law (min_tokens reads it)."""
 
     columns: torch.Tensor
     counts: torch.Tensor
     seen: torch.Tensor
+    positions: torch.Tensor
 
 
 class TokenHistory:
@@ -112,6 +156,7 @@ class TokenHistory:
         self.device = device
         self.column: dict[int, int] = {}
         self.counts: list[float] = []
+        self.length = 0  # of the completion
         for token in prompt_ids:
             self._column_of(int(token))
         self.in_prompt = [True] * len(self.counts)
@@ -124,6 +169,7 @@ class TokenHistory:
 
     def extend(self, tokens: Sequence[int]) -> None:
         """Count tokens added to the completion."""
+        self.length += len(tokens)
         for token in tokens:
             self.counts[self._column_of(int(token))] += 1.0
         self.in_prompt += [False] * (len(self.counts) - len(self.in_prompt))
@@ -144,20 +190,26 @@ class TokenHistory:
             index = (torch.tensor(rows, device=self.device), torch.tensor(cells, device=self.device))
             counts.index_put_(index, torch.ones(len(rows), device=self.device), accumulate=True)
         prompt = torch.tensor(self.in_prompt + [False] * len(extra), device=self.device)
-        return RowHistory(columns, counts, (counts > 0) | prompt)
+        positions = torch.tensor([self.length + len(path) for path in paths], dtype=torch.long, device=self.device)
+        return RowHistory(columns, counts, (counts > 0) | prompt, positions)
 
 
 def adjust_logits(logits: torch.Tensor, params: SamplingParams, history: RowHistory | None = None) -> torch.Tensor:
-    """[R, V] float logits after the logit bias and the penalties (a new tensor if any applies).
-    The repetition penalty is CTRL's as HF and vLLM apply it: on the logit itself, so a
-    positive logit shrinks and a negative one grows in magnitude."""
+    """[R, V] float logits after the ban of stop tokens before min_tokens, the logit bias and
+    the penalties (a new tensor if any applies).  The repetition penalty is CTRL's as HF and
+    vLLM apply it: on the logit itself, so a positive logit shrinks and a negative one grows
+    in magnitude."""
+    if params.uses_history and (history is None or len(history.counts) != len(logits)):
+        raise ValueError("penalties and min_tokens need the history before each law: one row per row of logits")
+    if params.bans_stops:
+        stops = torch.tensor(params.stop_token_ids, device=logits.device)
+        early = (history.positions < params.min_tokens).unsqueeze(-1)
+        logits = logits.index_copy(-1, stops, logits[:, stops].masked_fill(early, float("-inf")))
     if params.logit_bias:
         tokens, values = zip(*params.logit_bias)
         values = torch.tensor(values, dtype=logits.dtype, device=logits.device)
         logits = logits.index_add(-1, torch.tensor(tokens, device=logits.device), values.expand(*logits.shape[:-1], -1))
-    if params.uses_history:
-        if history is None or len(history.counts) != len(logits):
-            raise ValueError("penalties need the history before each law: one row of counts per row of logits")
+    if params.presence_penalty or params.frequency_penalty or params.repetition_penalty != 1:
         touched = logits[:, history.columns]
         if params.repetition_penalty != 1:
             penalty = params.repetition_penalty
@@ -172,14 +224,19 @@ def adjust_logits(logits: torch.Tensor, params: SamplingParams, history: RowHist
 
 def logits_to_probs(logits: torch.Tensor, params: SamplingParams, dtype=torch.float32,
                     history: RowHistory | None = None) -> torch.Tensor:
-    """[..., V] logits -> [..., V] probabilities after the logit bias, the penalties (given the
-    `history` before each row when one is on), temperature, top-k and top-p."""
+    """[..., V] logits -> [..., V] probabilities after the ban of stop tokens before
+    min_tokens, the logit bias, the penalties (given the `history` before each row when one
+    of those is on), temperature, min-p, top-k and top-p."""
     logits = adjust_logits(logits.to(dtype), params, history)
     if params.greedy:
         probs = torch.zeros_like(logits)
         return probs.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
     # Shifted first: logits / T overflows float32 for a tiny T (1e-40), and softmax of inf is NaN.
     logits = (logits - logits.amax(-1, keepdim=True)) / params.temperature
+    if params.min_p > 0:
+        # The most likely token has the shifted logit 0, so p / p_max is exp(logit): the
+        # comparison needs no softmax.
+        logits = logits.masked_fill(logits < math.log(params.min_p), float("-inf"))
     if 0 < params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -172,6 +172,14 @@ def test_stop_strings_search_only_the_new_text_and_what_a_stop_string_could_begi
     assert stops.find("café!") == 3
 
 
+def test_a_stop_string_in_searched_text_is_not_found_again_whatever_its_length():
+    """Text searched without a stop (min_tokens) may hold a short stop string: each stop string
+    is looked for only where it could end in new text."""
+    stops = StopStrings(["a", "xyz"])
+    stops.searched("qqa")
+    assert stops.find("qqab") == -1 and stops.find("qqaba") == 4 and stops.find("qqaxyz") == 3
+
+
 class _ScriptedTarget:
     """A target that emits `script`, one token per step, then its EOS (token 0)."""
 
@@ -227,3 +235,35 @@ def test_accepted_drafts_a_cut_step_did_not_emit_count_as_rejected(demo_tokenize
         assert usage["accepted_draft_tokens"] + usage["rejected_draft_tokens"] == sum(s.drafted for s in steps)
         cut += steps[-1].accepted + 1 > steps[-1].emitted
     assert cut  # some last step accepted more drafts than max_tokens let through
+
+
+SCRIPT_TEXT = "alpha beta gamma delta gamma epsilon"
+
+
+@pytest.mark.parametrize("min_tokens", [0, 1, 4, 5, 7, 8])
+def test_stop_strings_completed_before_min_tokens_do_not_stop(demo_tokenizer, min_tokens):
+    """vLLM's min_tokens: a stop string stops only when a token after the first min_tokens
+    completes it (one begun before still counts)."""
+    script = demo_tokenizer.encode(SCRIPT_TEXT, add_special_tokens=False)
+    first = len(demo_tokenizer.encode("alpha beta gamma", add_special_tokens=False))
+    second = len(demo_tokenizer.encode("alpha beta gamma delta gamma", add_special_tokens=False))
+    assert demo_tokenizer.decode(script[first - 1 : first]) != " gamma"  # the first gamma spans two tokens
+    end = first if min_tokens < first else second if min_tokens < second else len(script)
+    engine = SpeculativeEngine(_ScriptedTarget(script), None, tokenizer=demo_tokenizer)
+    out = engine.run([5], max_new_tokens=len(script), stop=[" gamma"], min_tokens=min_tokens)
+    assert (out.tokens, out.finish_reason) == (script[:end], "stop" if end < len(script) else "length")
+    request = GenerationRequest(engine, demo_tokenizer, Limits(), prompt_ids=[5], max_tokens=len(script),
+                                stop=" gamma", min_tokens=min_tokens)
+    texts = [step.text for step in request.run()]
+    expected = demo_tokenizer.decode(script[:end])
+    expected = expected[: expected.rindex(" gamma")] if end < len(script) else expected
+    assert "".join(texts) == request.text == expected
+
+
+def test_the_text_of_chunks_across_min_tokens_stops_at_the_first_stop_string_after_it(demo_tokenizer):
+    script = demo_tokenizer.encode(SCRIPT_TEXT, add_special_tokens=False)
+    first = len(demo_tokenizer.encode("alpha beta gamma", add_special_tokens=False))
+    assembler = TextAssembler(demo_tokenizer, [" gamma"], [5], min_tokens=first)
+    text = assembler.push(script[: first + 1])  # the chunk crosses min_tokens after the first gamma
+    text += assembler.push(script[first + 1 :])
+    assert (text + assembler.finish(), assembler.stopped) == ("alpha beta gamma delta", True)

@@ -1,0 +1,236 @@
+"""vLLM's sampling extensions — min_p, min_tokens, stop token ids and ignore_eos — in the
+laws (`rayspec.verify.processing`) and through the engine.
+
+min_tokens bans the stop tokens from the laws of a completion's first positions, so the
+target's law at a tree node depends on how many tokens the node's path adds: exactness is
+checked against HF's own `generate(min_new_tokens=...)`, and sampled sequences against the
+law enumerated by hand (chi-square, fixed seeds)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.verify import available_verifiers
+from rayspec.verify.processing import SamplingParams, TokenHistory, logits_to_probs
+from tests.engine.test_engine import VERIFIER_TREES
+from tests.stats import assert_frequencies_match
+from tests.tiny_models import noisy_copy, tiny_llama
+
+# ------------------------------------------------------------------ the laws
+
+
+def _min_p_by_hand(row: torch.Tensor, temperature: float, min_p: float) -> torch.Tensor:
+    """Nguyen et al.'s min-p on one row, in float64: the law at the temperature, without the
+    tokens less likely than min_p times the most likely, renormalised."""
+    p = torch.softmax(row.double() / temperature, -1)
+    p = torch.where(p >= min_p * p.max(), p, torch.zeros_like(p))
+    return p / p.sum()
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 1.7])
+@pytest.mark.parametrize("min_p", [0.05, 0.3, 1.0])
+def test_min_p_keeps_the_tokens_at_least_min_p_times_as_likely_as_the_most_likely(temperature, min_p):
+    logits = torch.randn(6, 40, generator=torch.Generator().manual_seed(2)) * 3
+    probs = logits_to_probs(logits, SamplingParams(temperature, min_p=min_p))
+    for row, law in zip(logits, probs):
+        expected = _min_p_by_hand(row, temperature, min_p)
+        assert torch.equal(law > 0, expected > 0)
+        assert torch.allclose(law.double(), expected, atol=1e-6)
+    kept = (probs > 0).sum(-1)
+    assert (kept < 40).all() and (kept >= 1).all()
+    if min_p == 1.0:
+        assert (kept == 1).all()  # no ties in random logits: only the most likely token stays
+
+
+def test_min_p_comes_before_top_p_as_in_vllm():
+    """p = (.5, .3, .12, .08): min-p 0.2 drops .08; top-p 0.85 over the renormalised rest then
+    keeps two tokens.  The other order keeps three (mass .8 before the third is short of .85)."""
+    logits = torch.tensor([[0.5, 0.3, 0.12, 0.08]]).log()
+    probs = logits_to_probs(logits, SamplingParams(1.0, top_p=0.85, min_p=0.2))
+    assert torch.allclose(probs, torch.tensor([[0.5 / 0.8, 0.3 / 0.8, 0.0, 0.0]]))
+    assert (logits_to_probs(logits, SamplingParams(1.0, top_p=0.85)) > 0).sum() == 3
+
+
+def test_min_tokens_bans_the_stop_tokens_from_the_rows_before_it_and_only_those():
+    logits = torch.randn(4, 12, generator=torch.Generator().manual_seed(3)) * 2
+    logits[:, 9] = 10.0  # a stop token is every row's argmax
+    history = TokenHistory([1, 2])
+    history.extend([3, 4])  # two completion tokens: the rows sit at positions 2, 3, 4 and 5
+    rows = history.rows([[], [5], [5, 6], [5, 6, 7]])
+    assert rows.positions.tolist() == [2, 3, 4, 5]
+    params = SamplingParams(0.8, min_tokens=4, stop_token_ids=(9, 0))
+    assert params.stop_token_ids == (0, 9) and params.uses_history
+    probs = logits_to_probs(logits, params, history=rows)
+    banned = logits.clone()
+    banned[:, [0, 9]] = float("-inf")
+    assert torch.allclose(probs[:2], torch.softmax(banned[:2] / 0.8, -1))
+    assert (probs[:2, [0, 9]] == 0).all()
+    assert torch.allclose(probs[2:], torch.softmax(logits[2:] / 0.8, -1))
+    greedy = logits_to_probs(logits, SamplingParams(0.0, min_tokens=4, stop_token_ids=(0, 9)), history=rows)
+    assert greedy.argmax(-1).tolist() == [*banned[:2].argmax(-1).tolist(), 9, 9]
+
+
+def test_min_tokens_without_stop_tokens_changes_nothing():
+    params = SamplingParams(min_tokens=5)
+    assert not params.bans_stops and not params.uses_history
+    logits = torch.randn(2, 8)
+    assert torch.equal(logits_to_probs(logits, params), logits_to_probs(logits, SamplingParams()))
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(min_p=1.5), r"min_p must be in \[0, 1\] \(0 disables it\), got 1.5"),
+    (dict(min_p=-0.1), r"min_p must be in \[0, 1\]"),
+    (dict(min_p=float("nan")), r"min_p must be in \[0, 1\]"),
+    (dict(min_tokens=-1), r"min_tokens must be in \[0, 2\^31\), got -1"),
+    (dict(min_tokens=2.5), "min_tokens must be an integer, got 2.5"),
+    (dict(stop_token_ids=(1.5,)), "stop_token_ids must be a list of token ids"),
+    (dict(stop_token_ids=(3, -1)), "stop_token_ids: token ids are >= 0, got -1"),
+    (dict(stop_token_ids=("a",)), "stop_token_ids must be a list of token ids"),
+])
+def test_bad_values_are_refused_with_the_field_named(fields, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(**fields)
+
+
+def test_stop_tokens_outside_the_vocabulary_or_banning_all_of_it_are_refused():
+    with pytest.raises(ValueError, match="stop_token_ids names token 12, outside the vocabulary of 12 tokens"):
+        SamplingParams(min_tokens=2, stop_token_ids=(3, 12)).check_vocabulary(12)
+    with pytest.raises(ValueError, match="min_tokens would ban every token of the vocabulary"):
+        SamplingParams(min_tokens=2, stop_token_ids=(0, 1, 2)).check_vocabulary(3)
+    SamplingParams(min_tokens=2, stop_token_ids=(0, 1)).check_vocabulary(3)
+
+
+# ------------------------------------------------------------------ greedy, through the engine
+
+PROMPT = [3, 1, 4, 1, 5]
+
+
+@pytest.fixture(scope="module")
+def eos_pair():
+    """The tiny pair with, as EOS, a token the target's greedy output reaches early (so that
+    generation stops early, and min_tokens has something to change)."""
+    plain = SpeculativeEngine(LocalTarget(tiny_llama(vocab=64, seed=0))).run(PROMPT, max_new_tokens=8, temperature=0)
+    eos = next(t for t in plain.tokens[1:] if t not in plain.tokens[:1])
+    target = tiny_llama(vocab=64, seed=0, eos=eos)  # the same weights: only the config differs
+    return target, noisy_copy(target, noise=0.05), eos
+
+
+def _hf_greedy(model, length: int, eos: int | None, **kwargs) -> list[int]:
+    """HF's greedy completion up to its first EOS (not included)."""
+    with torch.no_grad():
+        out = model.generate(torch.tensor([PROMPT]), max_new_tokens=length, do_sample=False, pad_token_id=0,
+                             eos_token_id=eos, **kwargs)[0, len(PROMPT):].tolist()
+    return out[: out.index(eos)] if eos in out else out
+
+
+def test_greedy_with_min_tokens_equals_hf_generate_with_min_new_tokens_for_every_verifier(eos_pair):
+    target, drafter, eos = eos_pair
+    plain = SpeculativeEngine(LocalTarget(target)).run(PROMPT, max_new_tokens=32, temperature=0)
+    assert plain.finish_reason == "stop" and len(plain.tokens) < 4
+    # the smallest min_tokens after which the output still stops at EOS, so both ends are tested
+    min_tokens, expected = next((m, hf) for m in range(4, 20)
+                                if len(hf := _hf_greedy(target, 32, eos, min_new_tokens=m)) < 32)
+    assert len(expected) >= min_tokens
+    for name in available_verifiers():
+        engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier=name, tree=VERIFIER_TREES[name])
+        out = engine.run(PROMPT, max_new_tokens=32, temperature=0, min_tokens=min_tokens)
+        assert (out.tokens, out.finish_reason) == (expected, "stop"), name
+        assert out.stats.tokens_per_step > 1.5, f"{name}: drafts should still be accepted under min_tokens"
+
+
+def test_ignore_eos_decodes_on_as_if_the_model_had_no_eos(eos_pair):
+    target, drafter, eos = eos_pair
+    no_eos = tiny_llama(vocab=64, seed=0)
+    expected = _hf_greedy(no_eos, 24, None)
+    assert eos in expected
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="greedy", tree="kary:2x3")
+    out = engine.run(PROMPT, max_new_tokens=24, temperature=0, ignore_eos=True)
+    assert (out.tokens, out.finish_reason) == (expected, "length")
+    # a stop token id still stops, and min_tokens bans it alone when EOS is ignored
+    stop = expected[6]
+    first = expected.index(stop)
+    out = engine.run(PROMPT, max_new_tokens=24, temperature=0, ignore_eos=True, stop=[stop])
+    assert (out.tokens, out.finish_reason) == (expected[:first], "stop")
+    out = engine.run(PROMPT, max_new_tokens=24, temperature=0, ignore_eos=True, stop=[stop], min_tokens=first + 1)
+    assert stop not in out.tokens[: first + 1] and eos in out.tokens and len(out.tokens) > first
+
+
+def test_a_stop_token_outside_the_vocabulary_is_refused(eos_pair):
+    engine = SpeculativeEngine(LocalTarget(eos_pair[0]))
+    with pytest.raises(ValueError, match="stop token 64 is outside the vocabulary of 64 tokens"):
+        list(engine.generate(PROMPT, max_new_tokens=4, stop=[64]))
+
+
+# ------------------------------------------------------------------ the law when sampling
+
+SMALL_EOS = 2
+SAMPLED = dict(temperature=1.2, min_p=0.4, min_tokens=2)
+
+
+@pytest.fixture(scope="module")
+def small_pair():
+    """Four tokens, one of them EOS, so that min-p drops tokens and EOS is likely."""
+    target = tiny_llama(vocab=4, hidden=16, layers=1, seed=3, eos=SMALL_EOS)
+    return target, noisy_copy(target, noise=0.8)
+
+
+def law_of_completions(model, prompt: list[int], length: int, temperature: float, min_p: float = 0.0,
+                       min_tokens: int = 0) -> dict:
+    """The law of the completion (EOS ending it, not included) up to `length` tokens, by
+    enumeration: EOS banned before min_tokens, then temperature and min-p, by hand."""
+    law: dict[tuple, float] = {}
+
+    def walk(completion: list[int], prob: float) -> None:
+        if len(completion) == length:
+            law[tuple(completion)] = law.get(tuple(completion), 0.0) + prob
+            return
+        with torch.no_grad():
+            row = model(torch.tensor([prompt + completion])).logits[0, -1].double()
+        if len(completion) < min_tokens:
+            row[SMALL_EOS] = -math.inf
+        for token, p in enumerate(_min_p_by_hand(row, temperature, min_p).tolist()):
+            if p == 0:
+                continue
+            if token == SMALL_EOS:
+                law[tuple(completion)] = law.get(tuple(completion), 0.0) + prob * p
+            else:
+                walk(completion + [token], prob * p)
+
+    walk([], 1.0)
+    return law
+
+
+def _moved(law: dict, other: dict) -> float:
+    return max(abs(law.get(o, 0.0) - other.get(o, 0.0)) for o in set(law) | set(other))
+
+
+@pytest.mark.parametrize("name", ["rrsw", "gumbel", "spechub"])
+def test_sampled_completions_follow_the_law_with_min_p_and_min_tokens(small_pair, name):
+    target, drafter = small_pair
+    prompt = [1, 3, 1]
+    law = law_of_completions(target, prompt, 3, **SAMPLED)
+    assert _moved(law, law_of_completions(target, prompt, 3, 1.2, min_tokens=2)) > 0.05, "min_p must move the law"
+    assert _moved(law, law_of_completions(target, prompt, 3, 1.2, min_p=0.4)) > 0.05, "min_tokens must move it"
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier=name, tree=VERIFIER_TREES[name])
+    outs = [engine.run(prompt, max_new_tokens=3, seed=seed, **SAMPLED) for seed in range(2000)]
+    deep = sum(s.accepted >= 2 for out in outs for s in out.stats.steps)
+    assert deep >= 40, f"paths through drafted nodes (whose laws min_tokens changes) must occur often: {deep}"
+    assert_frequencies_match([tuple(o.tokens) for o in outs], law, what=f"{name}: completions with min_p, min_tokens")
+
+
+@pytest.mark.parametrize("verifier", ["gumbel", "minhash"])
+def test_with_min_tokens_a_couplings_output_still_does_not_depend_on_the_drafter(eos_pair, verifier):
+    """A node's law depends on its depth under min_tokens, which is the emitted text's length
+    when the walk gets there: a seed gives the same tokens whatever drafted."""
+    target, drafter, _ = eos_pair
+    other = noisy_copy(target, noise=0.5, seed=7)
+    outputs = []
+    for draft_model, tree in [(drafter, "kary:2x3"), (other, "kary:2x2"), (None, None)]:
+        engine = SpeculativeEngine(LocalTarget(target), draft_model and LocalDrafter(draft_model),
+                                   verifier=verifier, tree=tree or "none")
+        outputs.append(engine.run(PROMPT, max_new_tokens=30, seed=11, min_p=0.05, min_tokens=20).tokens)
+    assert outputs[0] == outputs[1] == outputs[2] and len(outputs[0]) >= 20
