@@ -1,11 +1,13 @@
-"""What logit bias and the presence, frequency and repetition penalties cost, and what they do:
-in-process engine on the demo pair, per tree, each arm's step time (and its draft and score
-parts), tokens per step, tokens/s, and how often the completion repeats a token.
+"""What logit bias, the presence, frequency and repetition penalties, and vLLM's min_p and
+min_tokens cost, and what they do: in-process engine on the demo pair, per tree, each arm's
+step time (and its draft and score parts), tokens per step, tokens/s, and how often the
+completion repeats a token.
 
-With a penalty on, drafter and target each build a row of counts per law they compute (the
-completion's tokens plus the drafted tokens on the node's path, an [N, V] float32 tensor) and
-penalise it; a bias alone is one indexed add.  Drafts are penalised as the target's laws are,
-so acceptance should hold.
+With a penalty or min_tokens on, drafter and target each gather, per law they compute, the
+columns of the tokens before it (the completion's and the drafted tokens on the node's
+path: [N, u], u distinct tokens) and adjust them; a bias alone is one indexed add; min_p one
+comparison per logit.  Drafts follow the laws the target verifies against, so acceptance
+should hold.  The min_tokens arm asks for the whole completion (every law bans EOS).
 
     python bench/penalties_bench.py [--prompts 8] [--tokens 64] [--rounds 2]
 
@@ -30,6 +32,8 @@ ARMS = {
     "repetition 1.2": dict(repetition_penalty=1.2),
     "all three + bias on 16 tokens": dict(presence_penalty=0.5, frequency_penalty=0.5, repetition_penalty=1.2,
                                          logit_bias={t: -100.0 if t % 2 else 2.0 for t in range(100, 116)}),
+    "min_p 0.1": dict(min_p=0.1),
+    "min_tokens = all": {},  # min_tokens = --tokens, set in main
 }
 TEMPERATURE = 0.6
 
@@ -46,6 +50,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
 
+    ARMS["min_tokens = all"] = dict(min_tokens=args.tokens)
     target, drafter, _, _, _, prompts = load_demo("cpu")
     prompts = prompts[: args.prompts]
     names = list(ARMS)
@@ -90,7 +95,7 @@ def main() -> int:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "penalties_bench.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
-        f"# The cost and effect of penalties (demo pair, V = 8192, rrsw, T = {TEMPERATURE}, CPU)",
+        f"# The cost and effect of penalties, min_p and min_tokens (demo pair, V = 8192, rrsw, T = {TEMPERATURE}, CPU)",
         "",
         "| tree | arm | step ms | vs off | draft ms | score ms | tokens/step | tokens/s | repeated tokens |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -103,7 +108,8 @@ def main() -> int:
         "",
         f"{args.rounds} rounds of {args.prompts} prompts × {args.tokens} tokens per arm, the arms one after the other "
         "on each prompt, each first in turn.  Step, draft and score: medians of each step's wall time, the drafter's "
-        "drafting and the target's forward plus its laws (penalties included).  Tokens/s: total tokens over total "
+        "drafting and the target's forward plus its laws (penalties included).  A completion that stops early (EOS) "
+        "counts its steps and tokens as they are.  Tokens/s: total tokens over total "
         "step time.  Repeated tokens: the mean share of a completion's tokens that repeat one of its earlier tokens.",
     ]
     (RESULTS / "penalties_bench.md").write_text("\n".join(lines) + "\n")

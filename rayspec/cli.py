@@ -21,6 +21,9 @@ def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--presence-penalty", type=float, default=0.0, help="OpenAI's, in [-2, 2]")
     parser.add_argument("--frequency-penalty", type=float, default=0.0, help="OpenAI's, in [-2, 2]")
     parser.add_argument("--repetition-penalty", type=float, default=1.0, help="HF's and vLLM's; 1 is off")
+    parser.add_argument("--min-p", type=float, default=0.0, help="vLLM's, in [0, 1]; 0 is off")
+    parser.add_argument("--min-tokens", type=int, default=0, help="vLLM's: no stop before this many new tokens")
+    parser.add_argument("--ignore-eos", action="store_true", help="vLLM's: EOS does not end the completion")
     parser.add_argument("--seed", type=int, default=None, help="a seed makes the output reproducible")
 
 
@@ -65,13 +68,14 @@ def cmd_generate(args) -> int:
     engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=args.tree, tokenizer=tokenizer,
                                acceptance_dir=acceptance_dir(args))
     prompt_ids = tokenizer.encode(args.prompt, add_special_tokens=False)
-    assembler = TextAssembler(tokenizer, args.stop or (), prompt_ids)
+    assembler = TextAssembler(tokenizer, args.stop or (), prompt_ids, args.min_tokens)
     stats = GenerationStats()
     sys.stdout.write(args.prompt)
     for chunk in engine.generate(
         prompt_ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
         top_k=args.top_k, presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty,
-        repetition_penalty=args.repetition_penalty, seed=args.seed, stop=args.stop, stats=stats,
+        repetition_penalty=args.repetition_penalty, min_p=args.min_p, min_tokens=args.min_tokens,
+        ignore_eos=args.ignore_eos, seed=args.seed, stop=args.stop, stats=stats,
     ):
         sys.stdout.write(assembler.push(chunk.tokens))
         sys.stdout.flush()

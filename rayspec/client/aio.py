@@ -50,6 +50,10 @@ class AsyncClient(BaseClient):
         frequency_penalty: float | None = None,
         repetition_penalty: float | None = None,
         logit_bias: Mapping[int, float] | None = None,
+        min_p: float | None = None,
+        min_tokens: int | None = None,
+        stop_token_ids: Sequence[int] | None = None,
+        ignore_eos: bool | None = None,
         seed: int | None = None,
         stop: str | Sequence[str] | None = None,
         verifier: str | None = None,
@@ -64,7 +68,8 @@ class AsyncClient(BaseClient):
         request = GenerateRequest(
             prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
             presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-            repetition_penalty=repetition_penalty, logit_bias=logit_bias or {}, seed=seed, stop=stop,
+            repetition_penalty=repetition_penalty, logit_bias=logit_bias or {}, min_p=min_p,
+            min_tokens=min_tokens, stop_token_ids=stop_token_ids or (), ignore_eos=ignore_eos, seed=seed, stop=stop,
             verifier=verifier, tree=tree, verifier_params=verifier_params or {},
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
         )
@@ -84,6 +89,10 @@ class AsyncClient(BaseClient):
         frequency_penalty: float | None = None,
         repetition_penalty: float | None = None,
         logit_bias: Mapping[int, float] | None = None,
+        min_p: float | None = None,
+        min_tokens: int | None = None,
+        stop_token_ids: Sequence[int] | None = None,
+        ignore_eos: bool | None = None,
         seed: int | None = None,
         stop: str | Sequence[str] | None = None,
         verifier: str | None = None,
@@ -98,7 +107,8 @@ class AsyncClient(BaseClient):
         request = GenerateRequest(
             prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
             presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-            repetition_penalty=repetition_penalty, logit_bias=logit_bias or {}, seed=seed, stop=stop,
+            repetition_penalty=repetition_penalty, logit_bias=logit_bias or {}, min_p=min_p,
+            min_tokens=min_tokens, stop_token_ids=stop_token_ids or (), ignore_eos=ignore_eos, seed=seed, stop=stop,
             verifier=verifier, tree=tree, verifier_params=verifier_params or {},
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
         )

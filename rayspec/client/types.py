@@ -50,8 +50,11 @@ class GenerateRequest:
     its position (`TokenLogprob`).  prompt_logprobs: the same for the prompt's tokens after
     the first (the first has no context to be drawn from).  presence_penalty and
     frequency_penalty (OpenAI's, in [-2, 2]), repetition_penalty (HF's and vLLM's, > 0, 1 is
-    off) and logit_bias ({token id: bias in [-100, 100]}) change the law sampled from, and
-    the output follows that law exactly.
+    off), logit_bias ({token id: bias in [-100, 100]}) and min_p (vLLM's, in [0, 1]) change
+    the law sampled from, and the output follows that law exactly.  vLLM's min_tokens: stop
+    tokens cannot be drawn, and stop strings do not stop, before the completion has that
+    many tokens; stop_token_ids: token ids that end the completion as EOS does (not
+    included); ignore_eos: EOS does not end it.
     """
 
     prompt: str | tuple[int, ...]
@@ -63,6 +66,10 @@ class GenerateRequest:
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
     logit_bias: Mapping[int, float] = field(default_factory=dict)
+    min_p: float | None = None
+    min_tokens: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool | None = None
     seed: int | None = None
     stop: tuple[str, ...] = ()
     verifier: str | None = None
@@ -85,6 +92,10 @@ class GenerateRequest:
             object.__setattr__(self, "logit_bias", {operator.index(t): float(b) for t, b in self.logit_bias.items()})
         except (AttributeError, TypeError, ValueError):
             raise TypeError("logit_bias must map integer token ids to numbers") from None
+        try:
+            object.__setattr__(self, "stop_token_ids", tuple(operator.index(t) for t in self.stop_token_ids))
+        except TypeError:
+            raise TypeError("stop_token_ids must be a sequence of integer token ids") from None
 
     @property
     def idempotent(self) -> bool:
@@ -98,6 +109,10 @@ class GenerateRequest:
             presence_penalty=self.presence_penalty or 0.0,
             frequency_penalty=self.frequency_penalty or 0.0,
             logit_bias=self.logit_bias,
+            min_p=self.min_p or 0.0,
+            min_tokens=self.min_tokens or 0,
+            stop_token_ids=self.stop_token_ids,
+            ignore_eos=bool(self.ignore_eos),
             stop=self.stop,
             verifier=self.verifier or "",
             tree=self.tree or "",
@@ -133,6 +148,10 @@ class GenerateRequest:
             frequency_penalty=message.frequency_penalty or None,
             repetition_penalty=optional("repetition_penalty"),
             logit_bias=dict(message.logit_bias),
+            min_p=message.min_p or None,
+            min_tokens=message.min_tokens or None,
+            stop_token_ids=tuple(message.stop_token_ids),
+            ignore_eos=message.ignore_eos or None,
             seed=optional("seed"),
             stop=tuple(message.stop),
             verifier=message.verifier or None,

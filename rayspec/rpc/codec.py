@@ -174,21 +174,30 @@ def encode_spec(spec: SequenceSpec) -> worker_pb2.SequenceSpec:
 # worker ignores fields it does not know (proto3), so a coordinator must not send a sequence
 # whose law depends on them to a target worker that does not list them.  (A drafter that
 # ignored them would only draft less well: verification corrects any draft law.)
-WORKER_FEATURES = ("penalties",)
+WORKER_FEATURES = ("penalties", "min_p", "min_tokens")
 
 
 def check_worker_features(spec: SequenceSpec, features: frozenset[str], worker: str) -> None:
     """Refuse to open `spec` on a worker that would silently ignore a part of it."""
     params = spec.params
-    if (params.uses_history or params.logit_bias) and "penalties" not in features:
-        raise RuntimeError(f"the {worker} predates penalties and logit_bias, and would ignore them: upgrade it")
+    needed = {
+        "penalties": (params.presence_penalty or params.frequency_penalty or params.repetition_penalty != 1
+                      or params.logit_bias, "penalties and logit_bias"),
+        "min_p": (params.min_p, "min_p"),
+        "min_tokens": (params.bans_stops, "min_tokens"),
+    }
+    for feature, (used, what) in needed.items():
+        if used and feature not in features:
+            raise RuntimeError(f"the {worker} predates {what}, and would ignore {'them' if ' and ' in what else 'it'}: "
+                               "upgrade it")
 
 
 def encode_params(params: SamplingParams) -> worker_pb2.SamplingParams:
     message = worker_pb2.SamplingParams(
         temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
         presence_penalty=params.presence_penalty, frequency_penalty=params.frequency_penalty,
-        logit_bias=dict(params.logit_bias),
+        logit_bias=dict(params.logit_bias), min_p=params.min_p, min_tokens=params.min_tokens,
+        stop_token_ids=params.stop_token_ids,
     )
     if params.repetition_penalty != 1:
         message.repetition_penalty = params.repetition_penalty
@@ -202,6 +211,7 @@ def decode_params(message: worker_pb2.SamplingParams) -> SamplingParams:
         presence_penalty=message.presence_penalty, frequency_penalty=message.frequency_penalty,
         repetition_penalty=message.repetition_penalty if message.HasField("repetition_penalty") else 1.0,
         logit_bias=dict(message.logit_bias),
+        min_p=message.min_p, min_tokens=message.min_tokens, stop_token_ids=tuple(message.stop_token_ids),
     )
 
 

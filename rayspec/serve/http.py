@@ -128,6 +128,11 @@ class _GenerationBody(_Strict):
     frequency_penalty: float | None = Field(None, ge=-PENALTY_BOUND, le=PENALTY_BOUND)
     repetition_penalty: float | None = Field(None, gt=0)
     logit_bias: dict[str, float] | None = None
+    # vLLM's extensions (the openai client sends them in extra_body)
+    min_p: float | None = Field(None, ge=0, le=1)
+    min_tokens: int | None = Field(None, ge=0)
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool | None = None
     user: str | None = None
     metadata: dict[str, Any] | None = None
     store: bool | None = None
@@ -145,7 +150,8 @@ class _GenerationBody(_Strict):
         return dict(
             temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, stop=self.stop,
             presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
-            repetition_penalty=self.repetition_penalty, logit_bias=self.token_biases(),
+            repetition_penalty=self.repetition_penalty, logit_bias=self.token_biases(), min_p=self.min_p,
+            min_tokens=self.min_tokens, stop_token_ids=self.stop_token_ids, ignore_eos=self.ignore_eos,
             verifier=options.verifier, tree=options.tree, verifier_params=options.verifier_params,
             logprobs=self.alternatives(),
         )

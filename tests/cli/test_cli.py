@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from rayspec.cli import main
 from rayspec.tree.structure import TreeShape
@@ -26,6 +27,45 @@ def test_generate_applies_a_repetition_penalty(capsys):
     assert plain != penalised and penalised.startswith("def add(a, b):")
     assert main(["generate", "--prompt", "x", "--presence-penalty", "5", "--threads", "1"]) == 2
     assert "presence_penalty must be in [-2, 2]" in capsys.readouterr().err
+
+
+def test_generate_applies_min_tokens_and_ignore_eos(capsys):
+    """At seed 2 the demo target draws EOS after 4 tokens of "pass\\n": --ignore-eos runs on
+    to --max-new-tokens; --min-tokens bans EOS from the first tokens, and a stop string the
+    first tokens complete does not stop them."""
+    def run(*extra):
+        assert main(["generate", "--prompt", "pass\n", "--max-new-tokens", "32", "--temperature", "1", "--seed", "2",
+                     "--tree", "kary:2x2", "--threads", "1", *extra]) == 0
+        out = capsys.readouterr().out.splitlines()
+        tokens = int(re.search(r"\] (\d+) tokens in", out[-1]).group(1))
+        return "\n".join(out[:-1]), tokens
+
+    plain, plain_tokens = run()
+    ignored, ignored_tokens = run("--ignore-eos")
+    assert plain_tokens < 10 and ignored_tokens == 32 and ignored.startswith(plain.rstrip("\n"))
+    held, held_tokens = run("--min-tokens", "10")
+    assert held_tokens >= 10 and held != plain and held.startswith("pass\n")
+    # nothing left to ban: the EOS ignored and no stop ids
+    assert run("--min-tokens", "10", "--ignore-eos") == (ignored, 32)
+    stop = ignored[len("pass\n"):].split()[1][:3]  # in the text of the first tokens (" gettest" at seed 2)
+    cut, cut_tokens = run("--ignore-eos", "--stop", stop)
+    assert cut_tokens < 10 and len(cut) < len(ignored) and stop not in cut
+    assert ignored.count(stop) == 1  # so, past the first 10 tokens, nothing stops the completion
+    assert run("--ignore-eos", "--min-tokens", "10", "--stop", stop) == (ignored, 32)
+    assert main(["generate", "--prompt", "x", "--min-p", "2", "--threads", "1"]) == 2
+    assert "min_p must be in [0, 1] (0 disables it), got 2.0" in capsys.readouterr().err
+    assert main(["generate", "--prompt", "x", "--min-tokens", "-1", "--threads", "1"]) == 2
+    assert "min_tokens must be in [0, 2^31), got -1" in capsys.readouterr().err
+
+
+def test_generate_applies_min_p(capsys):
+    def text(*extra):
+        assert main(["generate", "--prompt", "def add(a, b):", "--max-new-tokens", "24", "--temperature", "1.5",
+                     "--seed", "3", "--tree", "kary:2x2", "--threads", "1", "--quiet-summary", *extra]) == 0
+        return capsys.readouterr().out
+
+    plain, truncated = text(), text("--min-p", "0.3")
+    assert plain != truncated and truncated.startswith("def add(a, b):")
 
 
 def test_generate_refuses_a_bad_tree_with_a_message(capsys):

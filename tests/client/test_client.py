@@ -546,6 +546,41 @@ def test_penalties_and_a_bias_cross_as_set_and_unset_values():
         GenerateRequest("hi", logit_bias=[1, 2])
 
 
+def test_min_p_min_tokens_stop_ids_and_ignore_eos_cross_as_set_and_unset_values():
+    request = GenerateRequest("hi", max_tokens=8, min_p=0.125, min_tokens=3, stop_token_ids=[7, 0], ignore_eos=True)
+    assert request.stop_token_ids == (7, 0)  # a tuple, in the order given: equal requests compare equal
+    message = request.to_proto()
+    assert (message.min_p, message.min_tokens, list(message.stop_token_ids), message.ignore_eos) == (0.125, 3, [7, 0], True)
+    assert GenerateRequest.from_proto(pb.GenerateRequest.FromString(message.SerializeToString())) == request
+    plain = GenerateRequest("hi").to_proto()
+    assert (plain.min_p, plain.min_tokens, list(plain.stop_token_ids), plain.ignore_eos) == (0.0, 0, [], False)
+    unset = GenerateRequest.from_proto(plain)
+    assert (unset.min_p, unset.min_tokens, unset.stop_token_ids, unset.ignore_eos) == (None, None, (), None)
+    assert unset == GenerateRequest("hi")
+    for bad in (["7"], [1.5], 5, [None]):
+        with pytest.raises(TypeError, match="stop_token_ids must be a sequence of integer token ids"):
+            GenerateRequest("hi", stop_token_ids=bad)
+
+
+def test_min_p_min_tokens_stop_ids_and_ignore_eos_reach_the_server_from_every_call(client, server):
+    extensions = dict(min_p=0.25, min_tokens=2, stop_token_ids=[5, 6], ignore_eos=True)
+    client.generate("abcdef", max_tokens=4, seed=1, **extensions)
+    list(client.stream("abcdef", max_tokens=4, seed=1, **extensions))
+
+    async def main():
+        async with AsyncClient(server.address, timeout=5, retries=FAST) as aio:
+            await aio.generate("abcdef", max_tokens=4, seed=1, **extensions)
+            [chunk async for chunk in aio.stream("abcdef", max_tokens=4, seed=1, **extensions)]
+
+    run(main())
+    client.generate("abcdef", max_tokens=4, seed=1)
+    sent = server.generation.requests
+    assert len(sent) == 5
+    for message in sent[:4]:
+        assert (message.min_p, message.min_tokens, list(message.stop_token_ids), message.ignore_eos) == (0.25, 2, [5, 6], True)
+    assert (sent[4].min_p, sent[4].min_tokens, list(sent[4].stop_token_ids), sent[4].ignore_eos) == (0.0, 0, [], False)
+
+
 def test_completion_proto_round_trip():
     logprobs = (TokenLogprob(97, -0.25, ((97, -0.25), (3, -1.5))), TokenLogprob(98, -2.0, ((5, -0.125), (98, -2.0))))
     completion = Completion("ab", (97, 98), "stop", Usage(1, 2, 3, 4, 5), seed=7, request_id="r", logprobs=logprobs,

@@ -9,7 +9,7 @@ import torch
 
 from rayspec.engine.interfaces import Outcome, SequenceSpec, TokenLogprobs
 from rayspec.rpc import codec
-from rayspec.rpc.generated import tensor_pb2
+from rayspec.rpc.generated import tensor_pb2, worker_pb2
 from rayspec.verify.processing import SamplingParams, half_precision
 
 
@@ -135,6 +135,57 @@ def test_penalties_and_a_bias_round_trip_and_bad_ones_are_refused():
     message.params.logit_bias[4] = 250.0
     with pytest.raises(ValueError, match="the bias of token 4 must be in"):
         codec.decode_spec(message)
+
+
+def test_min_p_min_tokens_and_stop_ids_round_trip_and_bad_ones_are_refused():
+    # min_p float32 holds exactly; the stop ids come back as SamplingParams keeps them (sorted, distinct)
+    params = SamplingParams(0.75, 0.875, 5, min_p=0.125, min_tokens=7, stop_token_ids=(9, 2, 0, 9))
+    assert params.stop_token_ids == (0, 2, 9)
+    message = codec.encode_params(params)
+    assert (message.min_p, message.min_tokens, list(message.stop_token_ids)) == (0.125, 7, [0, 2, 9])
+    back = codec.decode_params(worker_pb2.SamplingParams.FromString(message.SerializeToString()))
+    assert back == params and (back.min_p, back.min_tokens, back.stop_token_ids) == (0.125, 7, (0, 2, 9))
+    spec = SequenceSpec((1, 2), params, 3, "rrsw")
+    assert codec.decode_spec(codec.encode_spec(spec)).params == params
+    plain = codec.encode_params(SamplingParams())
+    assert (plain.min_p, plain.min_tokens, list(plain.stop_token_ids)) == (0.0, 0, [])
+    unset = codec.decode_params(plain)
+    assert unset == SamplingParams() and (unset.min_p, unset.min_tokens, unset.stop_token_ids) == (0.0, 0, ())
+    for change, match in [(lambda m: setattr(m, "min_p", 1.5), r"min_p must be in \[0, 1\] \(0 disables it\), got 1.5"),
+                          (lambda m: setattr(m, "min_p", -0.25), r"min_p must be in \[0, 1\]"),
+                          (lambda m: setattr(m, "min_tokens", -2), r"min_tokens must be in \[0, 2\^31\), got -2"),
+                          (lambda m: m.stop_token_ids.append(-3), "stop_token_ids")]:
+        message = codec.encode_params(params)
+        change(message)
+        with pytest.raises(ValueError, match=match):
+            codec.decode_params(message)
+    with pytest.raises(ValueError, match="stop_token_ids names token 8192, outside the vocabulary of 8192 tokens"):
+        SamplingParams(min_tokens=1, stop_token_ids=(3, 8192)).check_vocabulary(8192)
+
+
+def test_a_worker_without_min_p_or_min_tokens_is_refused_only_when_they_matter():
+    old = frozenset({"penalties"})  # a worker of the release before min_p and min_tokens
+
+    def check(features, **params):
+        codec.check_worker_features(SequenceSpec((1, 2), SamplingParams(**params), 3, "rrsw"), features, "target worker at w:1")
+
+    with pytest.raises(RuntimeError, match=r"^the target worker at w:1 predates min_p, and would ignore it: upgrade it$"):
+        check(old, min_p=0.05)
+    with pytest.raises(RuntimeError,
+                       match=r"^the target worker at w:1 predates min_tokens, and would ignore it: upgrade it$"):
+        check(old, min_tokens=3, stop_token_ids=(0, 7))
+    with pytest.raises(RuntimeError, match="predates min_tokens"):
+        check(frozenset({"penalties", "min_p"}), min_p=0.05, min_tokens=3, stop_token_ids=(7,))
+    with pytest.raises(RuntimeError, match="predates penalties and logit_bias, and would ignore them"):
+        check(frozenset({"min_p", "min_tokens"}), presence_penalty=0.5, min_tokens=3, stop_token_ids=(7,))
+    # min_tokens with nothing to ban (no EOS, no stop ids) and stop ids without min_tokens change no law
+    assert not SamplingParams(min_tokens=3).bans_stops and not SamplingParams(stop_token_ids=(7,)).bans_stops
+    assert SamplingParams(min_tokens=3, stop_token_ids=(7,)).bans_stops
+    check(old, min_tokens=3)
+    check(old, stop_token_ids=(7,))
+    check(frozenset(), min_tokens=3, temperature=0.5, top_k=4)
+    check(frozenset(codec.WORKER_FEATURES), min_p=0.05, min_tokens=3, stop_token_ids=(7,), presence_penalty=0.5)
+    assert {"penalties", "min_p", "min_tokens"} <= set(codec.WORKER_FEATURES)
 
 
 @pytest.mark.parametrize("change, match", [

@@ -105,6 +105,46 @@ def test_penalties_and_a_bias_give_the_in_process_tokens(cluster, local_engine_p
     assert list(sdk.token_ids) == local.tokens
 
 
+@pytest.mark.parametrize("verify_at", ["target", "coordinator"])
+def test_min_p_and_min_tokens_give_the_in_process_tokens(cluster, local_engine_parts, verify_at):
+    """min_p (0.07: float32 cannot hold it) and min_tokens' ban of the stop tokens: the
+    workers apply them to the laws along every drafted path themselves, and the tokens are
+    the in-process ones, through the engine and through the SDK and the coordinator."""
+    local_target, local_drafter, _ = local_engine_parts
+    local_engine = SpeculativeEngine(local_target, local_drafter, tree="kary:2x3")
+    remote_target = RemoteTarget(cluster["target"].address, verify_at=verify_at)
+    remote_drafter = RemoteDrafter(cluster["drafter"].address, remote_target.vocab_size)
+    remote_engine = SpeculativeEngine(remote_target, remote_drafter, tree="kary:2x3")
+    prompt, kwargs = [11, 500, 7, 4000], dict(max_new_tokens=30, temperature=0.8, seed=4)
+    plain = local_engine.run(prompt, **kwargs)
+    # a stop token the plain run emits early: without min_tokens it stops the completion there
+    at = next(i for i in range(3, len(plain.tokens)) if plain.tokens[i] not in plain.tokens[:i])
+    stop = plain.tokens[at]
+    stopped = local_engine.run(prompt, **kwargs, stop=[stop])
+    assert (stopped.tokens, stopped.finish_reason) == (plain.tokens[:at], "stop") and at < 12
+    extensions = dict(min_p=0.07, min_tokens=12)
+    local = local_engine.run(prompt, **kwargs, stop=[stop], **extensions)
+    assert len(local.tokens) >= 12 and stop not in local.tokens[:12]
+    assert local_engine.run(prompt, **kwargs, min_p=0.07).tokens != plain.tokens  # min_p changes the law
+    remote = remote_engine.run(prompt, **kwargs, stop=[stop], **extensions)
+    assert (remote.tokens, remote.finish_reason) == (local.tokens, local.finish_reason)
+    # the stop token made all but certain: banned for exactly min_tokens tokens, then drawn
+    certain = dict(min_tokens=6, logit_bias={stop: 100.0})
+    local_certain = local_engine.run(prompt, **kwargs, stop=[stop], **certain)
+    assert (len(local_certain.tokens), local_certain.finish_reason) == (6, "stop") and stop not in local_certain.tokens
+    assert local_engine.run(prompt, **kwargs, stop=[stop], logit_bias={stop: 100.0}).tokens == []
+    remote_certain = remote_engine.run(prompt, **kwargs, stop=[stop], **certain)
+    assert (remote_certain.tokens, remote_certain.finish_reason) == (local_certain.tokens, "stop")
+    with Client(cluster["coordinator"].address, timeout=60) as client:  # the coordinator's verifier: rrsw
+        sdk = client.generate(prompt, max_tokens=30, temperature=0.8, seed=4, stop_token_ids=[stop], **extensions)
+        sdk_certain = client.generate(prompt, max_tokens=30, temperature=0.8, seed=4, stop_token_ids=[stop],
+                                      **certain)
+        sdk_stopped = client.generate(prompt, max_tokens=30, temperature=0.8, seed=4, stop_token_ids=[stop])
+    assert (list(sdk.token_ids), sdk.finish_reason) == (local.tokens, local.finish_reason)
+    assert (list(sdk_certain.token_ids), sdk_certain.finish_reason) == (local_certain.tokens, "stop")
+    assert (list(sdk_stopped.token_ids), sdk_stopped.finish_reason) == (plain.tokens[:at], "stop")
+
+
 def test_remote_decoding_to_the_end_of_the_context_gives_the_in_process_tokens(cluster, local_engine_parts):
     """The last steps before the context's end draft nothing: the engine releases the drafter
     worker's session there, mid-request, and goes on with the target worker alone."""
@@ -232,6 +272,19 @@ def test_bad_input_is_refused_and_the_workers_keep_serving(cluster):
     code, details = _status(lambda: target.Open(worker_pb2.OpenRequest(session_id="a", spec=spec), timeout=10))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "outside the vocabulary of 8192 tokens" in details
     spec.params.ClearField("logit_bias")
+    for field, value, message in [("min_p", 1.5, "min_p must be in [0, 1] (0 disables it), got 1.5"),
+                                  ("min_tokens", -1, "min_tokens must be in [0, 2^31), got -1")]:
+        setattr(spec.params, field, value)
+        code, details = _status(lambda: target.Open(worker_pb2.OpenRequest(session_id="a", spec=spec), timeout=10))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and message in details, details
+        spec.params.ClearField(field)
+    spec.params.min_tokens = 3
+    spec.params.stop_token_ids[:] = [2, 9000]
+    code, details = _status(lambda: target.Open(worker_pb2.OpenRequest(session_id="a", spec=spec), timeout=10))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "stop_token_ids names token 9000, outside the vocabulary of 8192 tokens" in details, details
+    spec.params.ClearField("min_tokens")
+    spec.params.ClearField("stop_token_ids")
     target.Open(worker_pb2.OpenRequest(session_id="b", spec=spec), timeout=10)
     bad_rows = worker_pb2.VerifyRequest(session_id="b", tree=worker_pb2.Tree(parents=[-1, 0], tokens=[2, 5]))
     bad_rows.q_rows.dense.CopyFrom(tensor_pb2.Tensor(dtype="float64", shape=[1, 8192], data=b"\0" * 8 * 8192))
@@ -252,6 +305,15 @@ def test_bad_input_is_refused_and_the_workers_keep_serving(cluster):
         (generation_pb2.GenerateRequest(prompt="x", repetition_penalty=0), "repetition_penalty must be > 0"),
         (generation_pb2.GenerateRequest(prompt="x", logit_bias={9000: 1.0}), "outside the vocabulary of 8192 tokens"),
         (generation_pb2.GenerateRequest(prompt="x", logit_bias={5: -101.0}), "the bias of token 5 must be in"),
+        (generation_pb2.GenerateRequest(prompt="x", min_p=1.5), "min_p must be in [0, 1] (0 disables it), got 1.5"),
+        (generation_pb2.GenerateRequest(prompt="x", max_tokens=5, min_tokens=6),
+         "min_tokens must be between 0 and max_tokens (5), got 6"),
+        (generation_pb2.GenerateRequest(prompt="x", min_tokens=-1), "min_tokens must be between 0 and max_tokens"),
+        (generation_pb2.GenerateRequest(prompt="x", stop_token_ids=[9000]),
+         "stop token 9000 is outside the vocabulary of 8192 tokens"),
+        (generation_pb2.GenerateRequest(prompt="x", min_tokens=2, stop_token_ids=[3, 9000]), "outside the vocabulary"),
+        (generation_pb2.GenerateRequest(prompt="x", stop_token_ids=[-1]),
+         "stop_token_ids must be a list of token ids (integers >= 0)"),
     ]
     for request, message in cases:
         code, details = _status(lambda: generation.Generate(request, timeout=30))
@@ -452,4 +514,28 @@ def test_a_target_worker_that_predates_penalties_is_refused_rather_than_sampling
         engine.run([1, 2, 3], max_new_tokens=4, seed=1, logit_bias={5: 1.0})
     assert len(engine.run([1, 2, 3], max_new_tokens=4, seed=1).tokens) == 4  # nothing asked of it that it lacks
     stub = worker_pb2_grpc.TargetServiceStub(grpc.insecure_channel(cluster["target"].address))
-    assert list(stub.Info(worker_pb2.InfoRequest(), timeout=10).features) == ["penalties"]
+    assert list(stub.Info(worker_pb2.InfoRequest(), timeout=10).features) == ["penalties", "min_p", "min_tokens"]
+
+
+@pytest.mark.parametrize("feature, asked", [
+    ("min_p", dict(min_p=0.05)),
+    ("min_tokens", dict(min_tokens=2, stop=[5])),
+])
+def test_a_target_worker_that_predates_min_p_or_min_tokens_is_refused_rather_than_sampling_the_plain_law(
+        cluster, feature, asked):
+    """A worker of the release with penalties only would ignore min_p, or min_tokens' ban of
+    the stop tokens, and sample another law: refused, and only when the request needs it."""
+    target = RemoteTarget(cluster["target"].address)
+    assert {"penalties", "min_p", "min_tokens"} <= target.features
+    drafter = RemoteDrafter(cluster["drafter"].address, target.vocab_size)
+    engine = SpeculativeEngine(target, drafter, tree="kary:2x2")
+    target.features = frozenset({"penalties"})  # what the Info of a worker of that release gives
+    with pytest.raises(RuntimeError, match=rf"^the target worker at {target.address} predates {feature}, "
+                                           r"and would ignore it: upgrade it$"):
+        engine.run([1, 2, 3], max_new_tokens=4, seed=1, **asked)
+    # nothing asked of it that it lacks: penalties, and min_tokens with nothing to ban (the
+    # tiny target has no EOS), or stop tokens without min_tokens
+    assert len(engine.run([1, 2, 3], max_new_tokens=4, seed=1, min_tokens=2, presence_penalty=0.5).tokens) == 4
+    assert engine.run([1, 2, 3], max_new_tokens=4, seed=1, stop=[5]).finish_reason in ("length", "stop")
+    target.features = frozenset({"penalties", feature})
+    assert len(engine.run([1, 2, 3], max_new_tokens=4, seed=1, **asked).tokens) >= 2

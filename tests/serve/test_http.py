@@ -253,6 +253,104 @@ def test_penalties_and_a_bias_give_the_engines_text_through_the_openai_client(cl
     assert chat.choices[0].message.content == chat_text and 500 not in chat_tokens
 
 
+def test_min_p_min_tokens_and_stop_ids_give_the_engines_text_through_the_openai_client(client, parts, reference):
+    """vLLM's extensions, which the openai client sends in extra_body: the text is the
+    in-process engine's, streamed or not, completions and chat."""
+    tokenizer = parts[2]
+    plain, plain_text, _ = expected(reference, tokenizer, PROMPT, max_new_tokens=24, temperature=0.8, seed=6)
+    # a token the plain completion draws early: as a stop token, it ends the completion there
+    at = next(i for i in range(2, len(plain)) if plain[i] not in plain[:i])
+    stop = plain[at]
+    extensions = dict(min_p=0.07, min_tokens=12, stop_token_ids=[stop], ignore_eos=True)
+    tokens, text, _ = expected(reference, tokenizer, PROMPT, max_new_tokens=24, temperature=0.8, seed=6, min_p=0.07,
+                               min_tokens=12, stop=[stop], ignore_eos=True)
+    assert len(tokens) >= 12 and stop not in tokens[:12] and tokens != plain and at < 12
+    completion = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=24, temperature=0.8, seed=6,
+                                           extra_body=extensions)
+    assert completion.choices[0].text == text and completion.usage.completion_tokens == len(tokens)
+    stream = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=24, temperature=0.8, seed=6,
+                                       extra_body=extensions, stream=True)
+    assert "".join(c.choices[0].text for c in stream if c.choices) == text
+    stopped = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=24, temperature=0.8, seed=6,
+                                        extra_body={"stop_token_ids": [stop]})
+    assert stopped.choices[0].text == tokenizer.decode(plain[:at]) and stopped.choices[0].finish_reason == "stop"
+    assert stopped.usage.completion_tokens == at
+    min_p_only = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=24, temperature=0.8, seed=6,
+                                           extra_body={"min_p": 0.07})
+    min_p_text = expected(reference, tokenizer, PROMPT, max_new_tokens=24, temperature=0.8, seed=6, min_p=0.07)[1]
+    assert min_p_only.choices[0].text == min_p_text != plain_text
+    messages = [{"role": "user", "content": "Add two numbers."}]
+    chat_plain = expected(reference, tokenizer, chat_prompt(tokenizer, messages), max_new_tokens=16, temperature=0.7,
+                          seed=5)[0]
+    chat_stop = chat_plain[next(i for i in range(2, len(chat_plain)) if chat_plain[i] not in chat_plain[:i])]
+    chat_tokens, chat_text, _ = expected(reference, tokenizer, chat_prompt(tokenizer, messages), max_new_tokens=16,
+                                         temperature=0.7, seed=5, min_p=0.07, min_tokens=10, stop=[chat_stop])
+    assert len(chat_tokens) >= 10
+    chat_extensions = dict(min_p=0.07, min_tokens=10, stop_token_ids=[chat_stop])
+    chat = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=16, temperature=0.7, seed=5,
+                                          extra_body=chat_extensions)
+    assert chat.choices[0].message.content == chat_text and chat.usage.completion_tokens == len(chat_tokens)
+    chunks = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=16, temperature=0.7, seed=5,
+                                            extra_body=chat_extensions, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == chat_text
+
+
+def test_stop_strings_do_not_stop_before_min_tokens(client, parts, reference):
+    """vLLM's min_tokens: a stop string completed by one of the first min_tokens tokens does
+    not count; one that ends past them does (it may begin inside them)."""
+    tokenizer = parts[2]
+    tokens, text, _ = expected(reference, tokenizer, PROMPT, max_new_tokens=24, temperature=0.8, seed=6)
+    stop_string = tokenizer.decode(tokens[2:3]).strip()[:3]  # in the text of the third token
+    assert stop_string and text.find(stop_string) < len(tokenizer.decode(tokens[:3]))
+    kwargs = dict(model=MODEL, prompt=PROMPT, max_tokens=24, temperature=0.8, seed=6, stop=[stop_string])
+    plain = client.completions.create(**kwargs)
+    assert plain.choices[0].text == text[: text.find(stop_string)] and plain.choices[0].finish_reason == "stop"
+    for min_tokens in (4, 8):
+        exempt = len(tokenizer.decode(tokens[:min_tokens]))
+        end = text.find(stop_string, exempt - len(stop_string) + 1)
+        wanted = (text, "length") if end < 0 else (text[:end], "stop")
+        for stream in (False, True):
+            answer = client.completions.create(**kwargs, extra_body={"min_tokens": min_tokens}, stream=stream)
+            if stream:
+                chunks = [c.choices[0] for c in answer if c.choices]
+                got = ("".join(c.text for c in chunks), chunks[-1].finish_reason)
+            else:
+                got = (answer.choices[0].text, answer.choices[0].finish_reason)
+            assert got == wanted, (min_tokens, stream)
+            assert len(got[0]) > len(plain.choices[0].text)
+        assert min_tokens == 8 or wanted[1] == "stop"  # both ways here: a stop past the first 4 tokens, none past 8
+
+
+def test_ignore_eos_and_min_tokens_hold_eos_back(parts):
+    """A target whose EOS is a token the plain completion draws early: EOS ends it there;
+    ignore_eos lets it run to max_tokens (the plain tokens, EOS among them); min_tokens bans
+    EOS from the first tokens."""
+    target, drafter, tokenizer = parts
+    with_eos = LocalTarget(target)
+    engine = SpeculativeEngine(with_eos, LocalDrafter(drafter), tokenizer=tokenizer, **SETTING)
+    ids = tokenizer.encode(PROMPT, add_special_tokens=False)
+    plain = engine.run(ids, max_new_tokens=24, temperature=0.8, seed=6).tokens
+    at = next(i for i in range(2, len(plain)) if plain[i] not in plain[:i])
+    with_eos.eos_token_ids = (plain[at],)
+    held = engine.run(ids, max_new_tokens=24, temperature=0.8, seed=6, min_tokens=10)
+    assert len(held.tokens) >= 10 and plain[at] not in held.tokens[:10] and at < 10
+    service = Service(engine, tokenizer, MODEL, LimitsConfig(default_max_tokens=24, max_tokens=64))
+    body = {"prompt": PROMPT, "max_tokens": 24, "temperature": 0.8, "seed": 6}
+    with ServerThread(create_app(service)) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+        stopped = http.post("/v1/completions", json=body).json()
+        ignored = http.post("/v1/completions", json={**body, "ignore_eos": True}).json()
+        minimum = http.post("/v1/completions", json={**body, "min_tokens": 10}).json()
+        chat = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 24,
+                                                       "seed": 6, "ignore_eos": True}).json()
+    assert stopped["choices"][0]["finish_reason"] == "stop" and stopped["usage"]["completion_tokens"] == at
+    assert stopped["choices"][0]["text"] == tokenizer.decode(plain[:at])
+    assert ignored["choices"][0]["finish_reason"] == "length" and ignored["usage"]["completion_tokens"] == 24
+    assert ignored["choices"][0]["text"] == tokenizer.decode(plain, skip_special_tokens=True).rstrip("\ufffd")
+    assert minimum["usage"]["completion_tokens"] == len(held.tokens)
+    assert minimum["choices"][0]["text"] == tokenizer.decode(held.tokens, skip_special_tokens=True).rstrip("\ufffd")
+    assert chat["usage"]["completion_tokens"] == 24
+
+
 def test_openai_client_streams_the_same_text(client, parts, reference):
     tokenizer = parts[2]
     _, text, stats = expected(reference, tokenizer, PROMPT, max_new_tokens=40, temperature=0.8, seed=21)
@@ -502,6 +600,17 @@ BAD_COMPLETIONS = [
     ({"prompt": "x", "logit_bias": {"5": 200}}, 400, "the bias of token 5 must be in [-100, 100]", None),
     ({"prompt": "x", "logit_bias": {"5": "high"}}, 400, "logit_bias.5: Input should be a valid number", "logit_bias"),
     ({"prompt": "x", "frobnicate": 1}, 400, "unrecognized request argument: frobnicate", "frobnicate"),
+    ({"prompt": "x", "min_p": 2}, 400, "min_p: Input should be less than or equal to 1", "min_p"),
+    ({"prompt": "x", "min_p": -0.5}, 400, "min_p: Input should be greater than or equal to 0", "min_p"),
+    ({"prompt": "x", "min_tokens": -1}, 400, "min_tokens: Input should be greater than or equal to 0", "min_tokens"),
+    ({"prompt": "x", "max_tokens": 5, "min_tokens": 6}, 400, "min_tokens must be between 0 and max_tokens (5), got 6",
+     None),
+    ({"prompt": "x", "stop_token_ids": ["a"]}, 400, "stop_token_ids.0: Input should be a valid integer",
+     "stop_token_ids"),
+    ({"prompt": "x", "stop_token_ids": 5}, 400, "stop_token_ids: Input should be a valid list", "stop_token_ids"),
+    ({"prompt": "x", "stop_token_ids": [-1]}, 400, "stop_token_ids must be a list of token ids (integers >= 0)", None),
+    ({"prompt": "x", "stop_token_ids": [99999]}, 400, "stop token 99999 is outside the vocabulary of 8192 tokens", None),
+    ({"prompt": "x", "ignore_eos": "yes"}, 400, "ignore_eos: Input should be a valid boolean", "ignore_eos"),
 ]
 BAD_CHATS = [
     ({"messages": []}, 400, "messages", "messages"),
@@ -516,6 +625,12 @@ BAD_CHATS = [
     ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0}, 400, "max_completion_tokens", "max_completion_tokens"),
     ({"messages": [{"role": "user", "content": "hi"}], "frequency_penalty": -3}, 400,
      "frequency_penalty: Input should be greater than or equal to -2", "frequency_penalty"),
+    ({"messages": [{"role": "user", "content": "hi"}], "min_p": 2}, 400, "min_p: Input should be less than or equal to 1",
+     "min_p"),
+    ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 3, "min_tokens": 4}, 400,
+     "min_tokens must be between 0 and max_tokens (3), got 4", None),
+    ({"messages": [{"role": "user", "content": "hi"}], "stop_token_ids": ["a"]}, 400,
+     "stop_token_ids.0: Input should be a valid integer", "stop_token_ids"),
 ]
 
 
