@@ -60,7 +60,7 @@ def main() -> int:
         engine.run(prompts[0], max_new_tokens=8, seed=0)  # warm-up
         steps = {name: [] for name in names}
         drafts, scores = ({name: [] for name in names} for _ in range(2))
-        totals = {name: [0, 0.0, 0] for name in names}  # tokens, seconds, steps
+        totals = {name: [0, 0.0, 0, 0] for name in names}  # tokens, seconds, steps, drafted nodes
         repeats = {name: [] for name in names}
         for round_ in range(args.rounds):
             for i, prompt in enumerate(prompts):
@@ -76,16 +76,17 @@ def main() -> int:
                     totals[name][0] += stats.tokens
                     totals[name][1] += sum(s.wall for s in stats.steps)
                     totals[name][2] += len(stats.steps)
+                    totals[name][3] += sum(s.drafted for s in stats.steps)
                     repeats[name].append(repeated_share(tokens))
             print(f"  {tree}: round {round_ + 1}/{args.rounds}", flush=True)
         base = statistics.median(steps["off"])
         for name in names:
-            tokens, seconds, count = totals[name]
+            tokens, seconds, count, drafted = totals[name]
             step = statistics.median(steps[name])
             rows.append({
                 "tree": tree, "arm": name, "step_ms": step, "step_vs_off": step / base,
                 "draft_ms": statistics.median(drafts[name]), "score_ms": statistics.median(scores[name]),
-                "tokens_per_step": tokens / count, "tokens_per_s": tokens / seconds,
+                "drafted_per_step": drafted / count, "tokens_per_step": tokens / count, "tokens_per_s": tokens / seconds,
                 "repeated_token_share": statistics.mean(repeats[name]),
             })
     result = {"setting": {"verifier": "rrsw", "temperature": TEMPERATURE, "prompts": args.prompts,
@@ -97,18 +98,20 @@ def main() -> int:
     lines = [
         f"# The cost and effect of penalties, min_p and min_tokens (demo pair, V = 8192, rrsw, T = {TEMPERATURE}, CPU)",
         "",
-        "| tree | arm | step ms | vs off | draft ms | score ms | tokens/step | tokens/s | repeated tokens |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| tree | arm | step ms | vs off | draft ms | score ms | drafted/step | tokens/step | tokens/s | repeated tokens |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(f"| {row['tree']} | {row['arm']} | {row['step_ms']:.2f} | {row['step_vs_off']:.3f} | "
-                     f"{row['draft_ms']:.2f} | {row['score_ms']:.2f} | {row['tokens_per_step']:.2f} | "
+                     f"{row['draft_ms']:.2f} | {row['score_ms']:.2f} | {row['drafted_per_step']:.1f} | "
+                     f"{row['tokens_per_step']:.2f} | "
                      f"{row['tokens_per_s']:.1f} | {100 * row['repeated_token_share']:.1f} % |")
     lines += [
         "",
         f"{args.rounds} rounds of {args.prompts} prompts × {args.tokens} tokens per arm, the arms one after the other "
         "on each prompt, each first in turn.  Step, draft and score: medians of each step's wall time, the drafter's "
-        "drafting and the target's forward plus its laws (penalties included).  A completion that stops early (EOS) "
+        "drafting and the target's forward plus its laws (penalties included).  Drafted/step: the tree's drafted nodes "
+        "per step (rrsw drafts distinct siblings, so a law with fewer tokens left, as under min_p, makes smaller trees).  A completion that stops early (EOS) "
         "counts its steps and tokens as they are.  Tokens/s: total tokens over total "
         "step time.  Repeated tokens: the mean share of a completion's tokens that repeat one of its earlier tokens.",
     ]
