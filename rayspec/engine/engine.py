@@ -258,8 +258,8 @@ class SpeculativeEngine:
         """Yield the tokens of each verification step as soon as it is verified.
 
         stop: strings (needs the engine's tokenizer) and/or token ids; the target's EOS ids
-        stop too unless `ignore_eos`.  Stop tokens are not yielded; a stop string's text is (trim it with
-        `rayspec.engine.text.TextAssembler`).  `stats` (optional) is filled as steps go.
+        stop too unless `ignore_eos`.  Stop tokens are not yielded; a stop string's text is
+        (trim it with `rayspec.engine.text.TextAssembler`).  `stats` (optional) is filled as steps go.
         replayable: draft the trees the policy planned before serving anything, not those it
         adapted since, so that the same request and seed give the same tokens whatever was
         served in between (default: when a seed is given).  logprobs: k to give each chunk

@@ -8,9 +8,9 @@ would break losslessness).  Temperature 0 means greedy: a one-hot law on the fir
 
 Penalties and min_tokens make the law at a tree node depend on the tokens before it — the
 completion so far *and* the drafted tokens on the node's path — so such a law comes with
-its row of a `RowHistory` (`TokenHistory.rows`).  The target's law at every node is then the law
-autoregressive sampling with the same penalties would use after that node's path, which
-is all the verifiers' exactness needs.
+its row of a `RowHistory` (`TokenHistory.rows`).  The target's law at every node is then
+the law autoregressive sampling with the same parameters would use after that node's path,
+which is all the verifiers' exactness needs.
 """
 
 from __future__ import annotations
