@@ -180,16 +180,14 @@ WORKER_FEATURES = ("penalties", "min_p", "min_tokens")
 def check_worker_features(spec: SequenceSpec, features: frozenset[str], worker: str) -> None:
     """Refuse to open `spec` on a worker that would silently ignore a part of it."""
     params = spec.params
-    needed = {
-        "penalties": (params.presence_penalty or params.frequency_penalty or params.repetition_penalty != 1
-                      or params.logit_bias, "penalties and logit_bias"),
-        "min_p": (params.min_p, "min_p"),
-        "min_tokens": (params.bans_stops, "min_tokens"),
-    }
-    for feature, (used, what) in needed.items():
+    needed = [
+        ("penalties", params.penalised or params.logit_bias, "penalties and logit_bias, and would ignore them"),
+        ("min_p", params.min_p, "min_p, and would ignore it"),
+        ("min_tokens", params.bans_stops, "min_tokens, and would ignore it"),
+    ]
+    for feature, used, what in needed:
         if used and feature not in features:
-            raise RuntimeError(f"the {worker} predates {what}, and would ignore {'them' if ' and ' in what else 'it'}: "
-                               "upgrade it")
+            raise RuntimeError(f"the {worker} predates {what}: upgrade it")
 
 
 def encode_params(params: SamplingParams) -> worker_pb2.SamplingParams:

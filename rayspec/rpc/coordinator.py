@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from contextlib import closing
 
+from rayspec.client.types import GenerateRequest
 from rayspec.engine import SpeculativeEngine
 from rayspec.engine.interfaces import TokenLogprobs
-from rayspec.client.types import GenerateRequest
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, health_pb2_grpc
 from rayspec.rpc.server import HealthServicer, Servicer, rpc_errors, start_server

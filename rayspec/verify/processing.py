@@ -83,10 +83,14 @@ class SamplingParams:
         return self.temperature == 0
 
     @property
+    def penalised(self) -> bool:
+        """Whether a presence, frequency or repetition penalty is on."""
+        return self.presence_penalty != 0 or self.frequency_penalty != 0 or self.repetition_penalty != 1
+
+    @property
     def uses_history(self) -> bool:
         """Whether the law depends on the tokens before it (a penalty, or min_tokens, is on)."""
-        return (self.presence_penalty != 0 or self.frequency_penalty != 0 or self.repetition_penalty != 1
-                or self.bans_stops)
+        return self.penalised or self.bans_stops
 
     @property
     def bans_stops(self) -> bool:
@@ -209,7 +213,7 @@ def adjust_logits(logits: torch.Tensor, params: SamplingParams, history: RowHist
         tokens, values = zip(*params.logit_bias)
         values = torch.tensor(values, dtype=logits.dtype, device=logits.device)
         logits = logits.index_add(-1, torch.tensor(tokens, device=logits.device), values.expand(*logits.shape[:-1], -1))
-    if params.presence_penalty or params.frequency_penalty or params.repetition_penalty != 1:
+    if params.penalised:
         touched = logits[:, history.columns]
         if params.repetition_penalty != 1:
             penalty = params.repetition_penalty
