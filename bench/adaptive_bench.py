@@ -44,7 +44,8 @@ def main():
     arms = [engine_arm(f"{v} {'adaptive' if adaptive else 'static'}", target, drafter, v, "sequoia:auto",
                        args.temperature, vectors, costs=costs, adaptive=adaptive, adaptive_flag=adaptive)
             for v in args.verifiers for adaptive in (False, True)]
-    rows = interleave(arms, prompts[: args.prompts], args.tokens, "adaptive")
+    # no warm-up decode: an adaptive engine would learn from it before the measured ones
+    rows = interleave(arms, prompts[: args.prompts], args.tokens, "adaptive", warm_up=False)
     for arm, row in zip(arms, rows):
         policy = arm.engine.policy("sequoia:auto")
         row["replans"] = [{"step": r.step, "before": r.before, "after": r.after, "gain": r.gain}

@@ -91,7 +91,13 @@ def engine_arm(name, target, drafter, verifier, tree, temperature, acceptance_di
     return arm
 
 
-def interleave(arms, prompts, tokens, label):
+def interleave(arms, prompts, tokens, label, warm_up=True):
+    """Every arm decodes prompt i before any decodes prompt i + 1, in a rotating order; first
+    (`warm_up`) one short untimed decode each: a process's first decode loads kernels and
+    grows its caches, which on a GPU would be charged to whichever arm went first."""
+    if warm_up:
+        for arm in arms:
+            arm.run(prompts[0], min(tokens, 16), 0)
     for i, prompt in enumerate(prompts):
         order = arms[i % len(arms):] + arms[: i % len(arms)]
         for arm in order:

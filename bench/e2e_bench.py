@@ -42,7 +42,7 @@ class CountingForward:
 
 
 def hf_assisted(target, drafter, counter, prompt, tokens, temperature, seed):
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=target.device)
     torch.manual_seed(seed)
     before = counter.calls
     kwargs = dict(do_sample=True, temperature=temperature) if temperature > 0 else dict(do_sample=False)

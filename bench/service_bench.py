@@ -2,6 +2,11 @@
 
     python bench/service_bench.py [--prompts 10] [--tokens 96] [--skip-locust]
     python bench/service_bench.py --only-locust --target-where worker coordinator --out bench/results/service_bench_load
+    python bench/service_bench.py --device cuda --parts overhead scale sweep floor --skip-locust --out bench/results/service_bench_gpu
+
+`--device cuda` puts every model on the GPU, in the engine's process and the workers' (they
+share one GPU here); the pinned and CPUs-kept-awake arms, which are about CPU-bound steps, are
+left out there.  `--parts` picks parts of 1 and 2; each is written as soon as it is done.
 
 1. Overhead of distribution: a target and a drafter worker as plain processes talking gRPC
    on loopback, driven by the same engine as the in-process run, on the same prompts, seeds,
@@ -51,6 +56,7 @@ import csv
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -66,6 +72,7 @@ from common import ACCEPTANCE, RESULTS, fits, load_demo, machine
 from rayspec.demo import DRAFTER_PATH, TARGET_PATH
 from rayspec.engine import GenerationStats, LocalTarget, SpeculativeEngine
 from rayspec.models import load_causal_lm
+from rayspec.models.loading import resolve_dtype
 from rayspec.models.threads import pin_process_to_cpus
 from rayspec.rpc.generated import health_pb2, health_pb2_grpc
 from rayspec.rpc.process import Worker
@@ -187,10 +194,11 @@ def arm_processes(name: str, worker_pids: dict) -> list[int]:
 SWEEP_ARMS = ("in-process", "distributed")
 
 
-def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=tuple(ARMS), plan=None, worker_pids=None):
+def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=tuple(ARMS), plan=None, worker_pids=None,
+             own_plan=False):
     """Every arm decodes the same tree (planned from the in-process costs) so that their tokens
     can be compared; for sequoia:auto one more arm plans from costs measured through gRPC, as a
-    deployment does — its tree, and so its tokens, may differ.  `handles`: (target, drafter)
+    deployment does (with `own_plan`) — its tree, and so its tokens, may differ.  `handles`: (target, drafter)
     per kind of handle; arms whose kind is missing are left out.  `plan`: `cpu_plan()`, for
     the pinned arms.  `worker_pids`: kind of handle -> (target worker's pid, drafter worker's
     pid), for the CPU time of each arm's processes."""
@@ -199,9 +207,11 @@ def overhead(handles, prompts, tokens, temperature, verifier, tree, costs, arms=
                                 costs=costs, adaptive=False)
         for name in arms if ARMS[name][0] in handles and ARMS[name][1] in handles
     }
-    if tree == "sequoia:auto" and set(arms) == set(ARMS):
+    if own_plan and tree == "sequoia:auto":
         engines[OWN_PLAN] = SpeculativeEngine(*arm_handles(OWN_PLAN, handles), verifier=verifier, tree=tree,
                                               acceptance_dir=ACCEPTANCE, adaptive=False)
+    for engine in engines.values():  # untimed: a process's first decode loads kernels and grows its caches
+        decode(engine, prompts[0], min(tokens, 16), temperature, seed=0)
     totals = {name: {"tokens": 0, "seconds": 0.0, "steps": 0, "wall": 0.0, "other": 0.0, "bytes": 0, "cpu": 0.0,
                      "cpu_wait": 0.0} for name in engines}
     identical = True
@@ -308,10 +318,12 @@ def idle_control(target, drafter, prompts, tokens, temperature, verifier, tree, 
             for pause, t in totals.items()]
 
 
-def random_target(hidden: int, layers: int, directory: Path) -> Path:
+def random_target(hidden: int, layers: int, directory: Path, device: str = "cpu") -> Path:
     """A checkpoint of the demo target's architecture, vocabulary and tokenizer at hidden size
     `hidden` and `layers` layers, with seeded random weights: a target whose steps cost what
-    a model of that size costs, for timing only."""
+    a model of that size costs, for timing only.  Built on `device`, in the dtype
+    `load_causal_lm` gives there (float32 on CPU, bfloat16 on CUDA: a 6-billion-parameter
+    target is built in seconds on a GPU and in minutes on a CPU)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     config = AutoConfig.from_pretrained(TARGET_PATH)
@@ -319,11 +331,18 @@ def random_target(hidden: int, layers: int, directory: Path) -> Path:
     config.num_attention_heads = config.num_key_value_heads = hidden // config.head_dim
     config.intermediate_size = hidden * 8 // 3 // 64 * 64
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=resolve_dtype("auto", torch.device(device)))
     path = directory / f"target-{hidden}x{layers}"
     model.save_pretrained(path)
     AutoTokenizer.from_pretrained(TARGET_PATH).save_pretrained(path)
     return path
+
+
+def pinned_only_with(plan: dict | None, arms) -> tuple:
+    """`arms` less the pinned ones where nothing is pinned (one CPU, or a GPU run): they would
+    repeat their unpinned twins."""
+    return tuple(name for name in arms if plan or not name.endswith(", pinned"))
 
 
 SCALE_ARMS = ("in-process", "distributed", "target in coordinator", "in-process, pinned", "distributed, pinned")
@@ -336,10 +355,10 @@ def scaled_targets(args, drafter, drafter_workers: dict, prompts, logs: Path, pl
     rows = []
     for size in args.scale_targets:
         hidden, layers = (int(n) for n in size.split("x"))
-        path = random_target(hidden, layers, logs)
-        model, _ = load_causal_lm(path, "cpu")
+        path = random_target(hidden, layers, logs, args.device)
+        model, _ = load_causal_lm(path, args.device)
         workers = {"stream": Worker(logs / f"target-{size}.log", "--role", "target", "--model", str(path),
-                                    threads=args.threads)}
+                                    "--device", args.device, threads=args.threads)}
         try:
             if plan:
                 workers["pinned"] = Worker(logs / f"target-{size}-pinned.log", "--role", "target", "--model", str(path),
@@ -350,7 +369,8 @@ def scaled_targets(args, drafter, drafter_workers: dict, prompts, logs: Path, pl
                 handles[kind] = (remote, RemoteDrafter(drafter_workers[kind].address, remote.vocab_size))
             pids = {kind: (worker.process.pid, drafter_workers[kind].process.pid) for kind, worker in workers.items()}
             result = overhead(handles, prompts[: args.scale_prompts], args.scale_tokens, args.temperature,
-                              args.verifier, args.scale_tree, None, arms=SCALE_ARMS, plan=plan, worker_pids=pids)
+                              args.verifier, args.scale_tree, None, arms=pinned_only_with(plan, SCALE_ARMS), plan=plan,
+                              worker_pids=pids)
             result["target"] = {"size": size, "parameters": sum(p.numel() for p in model.parameters())}
             rows.append(result)
             for kind in workers:
@@ -359,6 +379,8 @@ def scaled_targets(args, drafter, drafter_workers: dict, prompts, logs: Path, pl
         finally:
             for worker in workers.values():
                 worker.stop()
+            del model
+            shutil.rmtree(path, ignore_errors=True)  # a 6-billion-parameter checkpoint is 13 GB
         print(f"  scale: target {size}", flush=True)
     return rows
 
@@ -527,15 +549,21 @@ def read_locust(prefix: Path) -> dict:
     return out
 
 
-def in_process_vs_distributed(args) -> dict:
-    """The overhead, sweep, idle-control, transport-floor and bytes-by-verifier parts."""
-    target, drafter, target_model, _, _, prompts = load_demo("cpu")
+def in_process_vs_distributed(args, save=lambda parts: None) -> dict:
+    """The overhead, scale, sweep, idle-control, transport-floor and bytes-by-verifier parts
+    (`args.parts`); `save(parts so far)` after each, so that a run cut short keeps them."""
+    target, drafter, target_model, _, _, prompts = load_demo(args.device)
     costs = SpeculativeEngine(target, drafter, tree="chain:1").costs()
     logs = Path(tempfile.mkdtemp())
-    plan = cpu_plan()
+    # Pinning and keeping CPUs awake are about a CPU-bound step on this VM; on a GPU the
+    # models do not compute on the CPUs those arms manage.
+    on_cpu = args.device == "cpu"
+    plan = cpu_plan() if on_cpu else None
+    arms = pinned_only_with(plan, (name for name in ARMS if on_cpu or not name.endswith(AWAKE)))
+    device = ("--device", args.device)
     workers = [
-        Worker(logs / "target.log", "--role", "target", "--model", str(TARGET_PATH), threads=args.threads),
-        Worker(logs / "drafter.log", "--role", "drafter", "--model", str(DRAFTER_PATH), threads=args.threads),
+        Worker(logs / "target.log", "--role", "target", "--model", str(TARGET_PATH), *device, threads=args.threads),
+        Worker(logs / "drafter.log", "--role", "drafter", "--model", str(DRAFTER_PATH), *device, threads=args.threads),
     ]
     if plan:  # the same pair again, each process kept to its CPU
         workers += [
@@ -557,25 +585,36 @@ def in_process_vs_distributed(args) -> dict:
         if plan:
             pids["pinned"] = (workers[2].process.pid, workers[3].process.pid)
         result = {"costs": costs.to_json(), "cpu_plan": plan}
-        result["overhead"] = overhead(handles, prompts[: args.prompts], args.tokens, args.temperature, args.verifier,
-                                      args.tree, costs, plan=plan, worker_pids=pids)
-        result["sweep"] = [
-            overhead(handles, prompts[: args.sweep_prompts], args.tokens, args.temperature, args.verifier, tree, costs,
-                     arms=SWEEP_ARMS, worker_pids=pids)
-            for tree in args.sweep_trees
-        ]
-        result["idle_control"] = idle_control(target, drafter, prompts[: args.sweep_prompts], args.tokens,
-                                              args.temperature, args.verifier, args.tree, costs)
-        if args.scale_targets:
+        if "overhead" in args.parts:
+            result["overhead"] = overhead(handles, prompts[: args.prompts], args.tokens, args.temperature, args.verifier,
+                                          args.tree, costs, arms=arms, plan=plan, worker_pids=pids, own_plan=True)
+        save(result)
+        if "scale" in args.parts and args.scale_targets:
             drafters = {"stream": workers[1], **({"pinned": workers[3]} if plan else {})}
             result["scale"] = scaled_targets(args, drafter, drafters, prompts, logs, plan)
-        result["transport_floor"] = transport_floor(result["overhead"]["distributed"]["step_ms"] / 2)
-        result["placement"] = placement(workers[0].address, workers[1].address, prompts[: args.placement_prompts],
-                                        48, args.temperature, "kary:2x3", costs)
+            save(result)
+        if "sweep" in args.parts:
+            result["sweep"] = [
+                overhead(handles, prompts[: args.sweep_prompts], args.tokens, args.temperature, args.verifier, tree,
+                         costs, arms=SWEEP_ARMS, worker_pids=pids)
+                for tree in args.sweep_trees
+            ]
+            save(result)
+        if "idle" in args.parts:
+            result["idle_control"] = idle_control(target, drafter, prompts[: args.sweep_prompts], args.tokens,
+                                                  args.temperature, args.verifier, args.tree, costs)
+        if "floor" in args.parts and "overhead" in result:
+            result["transport_floor"] = transport_floor(result["overhead"]["distributed"]["step_ms"] / 2)
+        if "placement" in args.parts:
+            result["placement"] = placement(workers[0].address, workers[1].address, prompts[: args.placement_prompts],
+                                            48, args.temperature, "kary:2x3", costs)
     finally:
         for worker in workers:
             worker.stop()
     return result
+
+
+PARTS = ("overhead", "sweep", "idle", "scale", "floor", "placement")
 
 
 def main():
@@ -601,22 +640,32 @@ def main():
     parser.add_argument("--target-where", nargs="+", default=["worker"], choices=["worker", "coordinator"],
                         help="locust: `rayspec serve` once per target placement, one after the other")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of every process")
+    parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS,
+                        help="which parts of the in-process vs distributed comparison to run")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="where the models compute, in every process (the load part always runs on CPU)")
     parser.add_argument("--out", default=str(RESULTS / "service_bench"))
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
-    result = {"meta": {**machine("cpu"), **vars(args)}}
-    if not args.only_locust:
-        parts = in_process_vs_distributed(args)
-        result["meta"]["costs"] = parts.pop("costs")
-        result["meta"]["cpu_plan"] = parts.pop("cpu_plan")
-        result.update(parts)
-    if not args.skip_locust:
-        result["locust"] = [row for where in args.target_where for row in locust_sweep(args.users, args.locust_seconds, 64, where)]
+    result = {"meta": {**machine(args.device), **vars(args)}}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    write_markdown(out.with_suffix(".md"), result)
+
+    def save(parts: dict | None = None):
+        if parts is not None:
+            parts = dict(parts)
+            result["meta"]["costs"] = parts.pop("costs")
+            result["meta"]["cpu_plan"] = parts.pop("cpu_plan")
+            result.update(parts)
+        out.with_suffix(".json").write_text(json.dumps(result, indent=2))
+        write_markdown(out.with_suffix(".md"), result)
+
+    if not args.only_locust:
+        save(in_process_vs_distributed(args, save))
+    if not args.skip_locust:
+        result["locust"] = [row for where in args.target_where for row in locust_sweep(args.users, args.locust_seconds, 64, where)]
+        save()
     print(out.with_suffix(".md").read_text())
 
 
@@ -634,6 +683,7 @@ def write_markdown(path, result):
     lines = [f"# The distributed path on the demo pair ({meta['device_name']}, {threads})"]
     if meta.get("note"):
         lines += ["", meta["note"]]
+    floor = result.get("transport_floor", {})
     if "overhead" in result:
         o = result["overhead"]
         s = o["setting"]
@@ -649,7 +699,6 @@ def write_markdown(path, result):
                          f"{r['over_in_process']:.3f} | {r['tokens_per_step']:.2f} | {r['step_ms']:.1f} | {r['compute_ms']:.1f} | "
                          f"{r['other_share'] * 100:.1f} % | {r['added_share'] * 100:.1f} % | {_ms(r['cpu_ms'])} | "
                          f"{_ms(r['cpu_wait_ms'])} | {r['bytes_per_step']:.0f} |")
-        floor = result.get("transport_floor", {})
         lines += ["", f"Distributed / in-process tokens/s: **{o['distributed_over_in_process']:.3f}** (goal ≥ 0.90); "
                   f"identical tokens for the same seeds and tree on every path: **{o['identical_tokens']}**.  "
                   "'Compute' is the drafter's and target's forwards and the verifier, timed where they run; "
@@ -675,48 +724,48 @@ def write_markdown(path, result):
                       "not a rayspec setting).  Distributed / in-process, both kept awake: "
                       f"**{o['awake_over_in_process_awake']:.3f}**; distributed kept awake / plain in-process: "
                       f"**{o['distributed' + AWAKE]['over_in_process']:.3f}**."]
-        if result.get("sweep"):
-            lines += ["", "### Longer steps: in-process vs distributed (Steps streams) by tree", "",
-                      "| tree | nodes, depth | in-process tokens/s | distributed tokens/s | ratio | in-process step ms | "
-                      "distributed step ms | added ms/step | of it, slower compute | added CPU ms/step | added by distribution | identical tokens |",
-                      "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-            for sweep in result["sweep"]:
-                local, remote = sweep["in-process"], sweep["distributed"]
+    if result.get("sweep"):
+        lines += ["", "### Longer steps: in-process vs distributed (Steps streams) by tree", "",
+                  "| tree | nodes, depth | in-process tokens/s | distributed tokens/s | ratio | in-process step ms | "
+                  "distributed step ms | added ms/step | of it, slower compute | added CPU ms/step | added by distribution | identical tokens |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for sweep in result["sweep"]:
+            local, remote = sweep["in-process"], sweep["distributed"]
+            lines.append(
+                f"| {sweep['setting']['tree']} | {local['tree']['nodes']}, {local['tree']['depth']} | "
+                f"{local['tokens_per_s']:.1f} | {remote['tokens_per_s']:.1f} | **{remote['over_in_process']:.3f}** | "
+                f"{local['step_ms']:.1f} | {remote['step_ms']:.1f} | {remote['step_ms'] - local['step_ms']:.1f} | "
+                f"{remote['compute_ms'] - local['compute_ms']:.1f} | {_ms_more(remote, local)} | "
+                f"{remote['added_share'] * 100:.1f} % | {sweep['identical_tokens']} |")
+    if result.get("scale"):
+        lines += ["", f"### Larger targets (random weights, demo architecture and vocabulary), tree {result['scale'][0]['setting']['tree']}", "",
+                  "Timing only: these targets' outputs are meaningless and they rarely accept a draft, "
+                  "so tokens/s is the inverse of step time here; the tokens are still compared.", "",
+                  "| target (hidden x layers) | parameters | path | tokens/s | vs in-process | step ms | compute ms | "
+                  "added ms/step | of it, slower compute | added CPU ms/step | added by distribution | identical tokens |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for scale in result["scale"]:
+            local = scale["in-process"]
+            for name in (arm for arm in SCALE_ARMS if arm in scale):
+                r = scale[name]
                 lines.append(
-                    f"| {sweep['setting']['tree']} | {local['tree']['nodes']}, {local['tree']['depth']} | "
-                    f"{local['tokens_per_s']:.1f} | {remote['tokens_per_s']:.1f} | **{remote['over_in_process']:.3f}** | "
-                    f"{local['step_ms']:.1f} | {remote['step_ms']:.1f} | {remote['step_ms'] - local['step_ms']:.1f} | "
-                    f"{remote['compute_ms'] - local['compute_ms']:.1f} | {_ms_more(remote, local)} | "
-                    f"{remote['added_share'] * 100:.1f} % | {sweep['identical_tokens']} |")
-        if result.get("scale"):
-            lines += ["", f"### Larger targets (random weights, demo architecture and vocabulary), tree {result['scale'][0]['setting']['tree']}", "",
-                      "Timing only: these targets' outputs are meaningless and they rarely accept a draft, "
-                      "so tokens/s is the inverse of step time here; the tokens are still compared.", "",
-                      "| target (hidden x layers) | parameters | path | tokens/s | vs in-process | step ms | compute ms | "
-                      "added ms/step | of it, slower compute | added CPU ms/step | added by distribution | identical tokens |",
-                      "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-            for scale in result["scale"]:
-                local = scale["in-process"]
-                for name in (arm for arm in SCALE_ARMS if arm in scale):
-                    r = scale[name]
-                    lines.append(
-                        f"| {scale['target']['size']} | {scale['target']['parameters'] / 1e6:.0f} M | {name} | "
-                        f"{r['tokens_per_s']:.2f} | **{r['over_in_process']:.3f}** | {r['step_ms']:.1f} | {r['compute_ms']:.1f} | "
-                        f"{r['step_ms'] - local['step_ms']:.1f} | {r['compute_ms'] - local['compute_ms']:.1f} | "
-                        f"{_ms_more(r, local)} | {r['added_share'] * 100:.1f} % | {scale['identical_tokens']} |")
-        if result.get("idle_control"):
-            rows = result["idle_control"]
-            lines += ["", "### Compute after an idle wait, in-process (no RPC: the target sleeps before each verification)", "",
-                      "| wait before each verification | draft ms/step | score ms/step | score vs no wait |", "|---|---|---|---|"]
-            for r in rows:
-                lines.append(f"| {r['pause_ms']:.0f} ms | {r['draft_ms']:.2f} | {r['score_ms']:.2f} | "
-                             f"{r['score_ms'] / rows[0]['score_ms']:.3f} |")
-        if floor:
-            labels = {"grpc": "gRPC Python", "bare_tcp": "a bare TCP socket with the same handlers"}
-            lines += ["", "Transport floor on this machine (loopback, median round trip beyond the handler's own): "
-                      + "; ".join(labels[transport] + " " + ", ".join(f"{v:.2f} ms with a {k[:-2]} ms handler"
-                                                                   for k, v in handlers.items())
-                                  for transport, handlers in floor.items()) + "."]
+                    f"| {scale['target']['size']} | {scale['target']['parameters'] / 1e6:.0f} M | {name} | "
+                    f"{r['tokens_per_s']:.2f} | **{r['over_in_process']:.3f}** | {r['step_ms']:.1f} | {r['compute_ms']:.1f} | "
+                    f"{r['step_ms'] - local['step_ms']:.1f} | {r['compute_ms'] - local['compute_ms']:.1f} | "
+                    f"{_ms_more(r, local)} | {r['added_share'] * 100:.1f} % | {scale['identical_tokens']} |")
+    if result.get("idle_control"):
+        rows = result["idle_control"]
+        lines += ["", "### Compute after an idle wait, in-process (no RPC: the target sleeps before each verification)", "",
+                  "| wait before each verification | draft ms/step | score ms/step | score vs no wait |", "|---|---|---|---|"]
+        for r in rows:
+            lines.append(f"| {r['pause_ms']:.0f} ms | {r['draft_ms']:.2f} | {r['score_ms']:.2f} | "
+                         f"{r['score_ms'] / rows[0]['score_ms']:.3f} |")
+    if floor:
+        labels = {"grpc": "gRPC Python", "bare_tcp": "a bare TCP socket with the same handlers"}
+        lines += ["", "Transport floor on this machine (loopback, median round trip beyond the handler's own): "
+                  + "; ".join(labels[transport] + " " + ", ".join(f"{v:.2f} ms with a {k[:-2]} ms handler"
+                                                               for k, v in handlers.items())
+                              for transport, handlers in floor.items()) + "."]
     if result.get("placement"):
         lines += ["",
                   "## Bytes crossing per step, by verifier and where it runs (tree kary:2x3; single-draft verifiers chain:4; topk dynamic:32)", "",

@@ -101,6 +101,7 @@ def encode_rows(rows: torch.Tensor, out: tensor_pb2.ProbabilityRows | None = Non
     if divisors is not None:
         encode_tensor(divisors.float(), out.divisors)
         rows = (rows * divisors.unsqueeze(-1)).to(torch.float16)
+    rows = rows.cpu()  # off a GPU once: the sparse form is built where its bytes are written
     if int(torch.count_nonzero(rows)) > SPARSE_BELOW * rows.numel():
         encode_tensor(rows, out.dense)
         return out

@@ -1,0 +1,124 @@
+"""rayspec on a CUDA device: what the CPU suite shows, carried over to a GPU.
+
+Skipped where there is no CUDA (CI); run on a GPU machine with `pytest tests/test_cuda.py`.
+
+* Every verifier gives a seed's very tokens whether its float64 rows live on the CPU or the
+  GPU: uniforms are drawn on the CPU (`rayspec.verify.base.draw_uniform`), so the CPU suite's
+  exactness and chi-square tests hold on CUDA too.  Then a chi-square on CUDA itself.
+* The demo pair on CUDA in float32: at T = 0 every verifier reproduces target-only greedy
+  decoding (the tree forward, the tree mask and the cache's commit and rollback on a GPU).
+* Workers as plain processes on CUDA give the in-process engine's tokens for the same seed,
+  with the verifier at the target and at the coordinator.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rayspec.demo import DRAFTER_PATH, TARGET_PATH, load_prompts
+from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.models import load_causal_lm
+from rayspec.rpc.process import Worker
+from rayspec.rpc.remote import RemoteDrafter, RemoteTarget
+from rayspec.verify import available_verifiers, get_verifier
+from rayspec.verify.laws import conditional_laws
+from tests.cases import adversarial_pairs
+from tests.engine.test_engine import VERIFIER_TREES
+from tests.stats import assert_frequencies_match, law_of_tensor
+from tests.verify.test_contract import PRIVATE, draft_counts
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def _random_rows(rows: int, vocab: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    p = torch.softmax(2 * torch.randn(rows, vocab, generator=generator, dtype=torch.float64), -1)
+    q = torch.softmax(p.log() + torch.randn(rows, vocab, generator=generator, dtype=torch.float64), -1)
+    return p, q
+
+
+@pytest.mark.parametrize("name", available_verifiers())
+def test_a_seed_gives_the_same_drafts_and_tokens_on_cpu_and_cuda(name):
+    verifier = get_verifier(name)
+    p, q = _random_rows(2000, 300, seed=len(name))
+    k = draft_counts(verifier, 3)[-1]
+
+    def run(device):
+        generator = torch.Generator().manual_seed(7)
+        drafts = verifier.sample_drafts_batch(q.to(device), k, generator)
+        tokens, index = verifier.verify_batch(p.to(device), q.to(device), drafts, generator)
+        return [t.cpu() for t in (drafts, tokens, index)]
+
+    on_cpu, on_cuda = run("cpu"), run("cuda")
+    for what, a, b in zip(("drafts", "tokens", "accepted index"), on_cpu, on_cuda):
+        differ = int((a != b).sum())
+        assert differ == 0, f"{name}: {differ} of {a.numel()} {what} differ between CPU and CUDA"
+
+
+@pytest.mark.parametrize("name", PRIVATE)
+def test_verification_on_cuda_follows_the_output_law(name):
+    verifier = get_verifier(name)
+    generator = torch.Generator().manual_seed(5)
+    _, p, q = next(c for c in adversarial_pairs() if c[0] == "spechub fixture 2")
+    k = draft_counts(verifier, 3)[-1]
+    drafts, probs, laws = conditional_laws(verifier, p, q, k)
+    row = int(probs.argmax())
+    n = 20_000
+    rows = [x.unsqueeze(0).expand(n, -1).contiguous().cuda() for x in (p, q, drafts[row])]
+    tokens, _ = verifier.verify_batch(*rows, generator)
+    assert tokens.device.type == "cuda"
+    assert_frequencies_match(tokens.tolist(), law_of_tensor(laws[row]), what=f"{name} on CUDA, drafts {drafts[row].tolist()}")
+
+
+@pytest.fixture(scope="module")
+def demo_on_cuda():
+    target, tokenizer = load_causal_lm(TARGET_PATH, device="cuda", dtype="float32")
+    drafter, _ = load_causal_lm(DRAFTER_PATH, device="cuda", dtype="float32")
+    prompts = [tokenizer.encode(text, add_special_tokens=False) for text in load_prompts(4)]
+    return LocalTarget(target), LocalDrafter(drafter), prompts
+
+
+@pytest.fixture(scope="module")
+def greedy_on_cuda(demo_on_cuda):
+    target, _, prompts = demo_on_cuda
+    return [SpeculativeEngine(target).run(prompt, max_new_tokens=32, temperature=0).tokens for prompt in prompts]
+
+
+@pytest.mark.parametrize("name", available_verifiers())
+def test_temperature_zero_on_cuda_equals_target_greedy(demo_on_cuda, greedy_on_cuda, name):
+    target, drafter, prompts = demo_on_cuda
+    engine = SpeculativeEngine(target, drafter, verifier=name, tree=VERIFIER_TREES[name])
+    steps = 0
+    for prompt, reference in zip(prompts, greedy_on_cuda):
+        out = engine.run(prompt, max_new_tokens=32, temperature=0)
+        assert out.tokens == reference, f"{name} on CUDA diverged from target greedy on prompt {prompt[:8]}..."
+        steps += len(out.stats.steps)
+    assert steps < 0.8 * sum(map(len, greedy_on_cuda)), f"{name}: the drafter never helped ({steps} steps)"
+
+
+@pytest.fixture(scope="module")
+def workers_on_cuda(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("cuda-workers")
+    device = ("--device", "cuda", "--dtype", "float32")
+    target = Worker(logs / "target.log", "--role", "target", "--model", str(TARGET_PATH), *device)
+    drafter = Worker(logs / "drafter.log", "--role", "drafter", "--model", str(DRAFTER_PATH), *device)
+    yield target.address, drafter.address
+    for worker in (drafter, target):
+        worker.stop()
+
+
+@pytest.mark.parametrize("verify_at", ["target", "coordinator"])
+@pytest.mark.parametrize("name, tree", [("rrsw", "kary:2x3"), ("gumbel", "kary:2x3"), ("spechub", "kary:2x2")])
+def test_workers_on_cuda_give_the_in_process_tokens(demo_on_cuda, workers_on_cuda, name, tree, verify_at):
+    target, drafter, prompts = demo_on_cuda
+    remote_target = RemoteTarget(workers_on_cuda[0], verify_at=verify_at)
+    remote = SpeculativeEngine(remote_target, RemoteDrafter(workers_on_cuda[1], remote_target.vocab_size),
+                               verifier=name, tree=tree)
+    local = SpeculativeEngine(target, drafter, verifier=name, tree=tree)
+    try:
+        for i, prompt in enumerate(prompts):
+            expected = local.run(prompt, max_new_tokens=40, temperature=0.8, seed=100 + i).tokens
+            assert remote.run(prompt, max_new_tokens=40, temperature=0.8, seed=100 + i).tokens == expected
+    finally:
+        remote_target.close()
