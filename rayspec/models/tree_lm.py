@@ -11,6 +11,12 @@ additive 4D mask [1, 1, n, cache + n] (0 = attend, finfo.min = masked) — a boo
 eager attention is silently wrong; and `DynamicCache.crop` only removes, so compaction
 moves the kept rows of every layer's keys and values down over the dropped ones and slices
 the tail off.
+
+On a GPU, a forward must not reach cuDNN's attention: it plans an execution graph for every
+new shape, and a decoding step's shapes are always new (the cache grows, trees differ in
+size).  Profiled on an H100 (bench/results/profile_step_cuda.md), that planning took 81 % of
+the host's time at 7.8 ms a call for 9 us of GPU work.  The other kernels (memory-efficient
+attention takes the float mask) need no planning.
 """
 
 from __future__ import annotations
@@ -18,7 +24,34 @@ from __future__ import annotations
 import inspect
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import DynamicCache
+
+# Every scaled-dot-product attention kernel but cuDNN's (see the module's docstring).
+ATTENTION_BACKENDS = [backend for name, backend in SDPBackend.__members__.items()
+                      if name not in ("ERROR", "CUDNN_ATTENTION")]
+
+
+def visible_beyond_prefix(parents, pending: int, visible_slots=None) -> torch.Tensor:
+    """[n, pending + n] bool, on the CPU: which uncommitted cache rows each of n new nodes
+    attends to — the `pending` rows appended earlier in the step that `visible_slots` [n,
+    pending] grants it or its ancestors, then itself and its ancestors among the new nodes.
+    parents [n]: each node's parent among the new nodes (parents come first), or -1.
+
+    Built here and sent to the model's device once: on a GPU, an operation per node is a
+    kernel launch per node (a prefill of 2,000 tokens would be 4,000 of them)."""
+    n = len(parents)
+    visible = torch.zeros(n, pending + n, dtype=torch.bool)
+    if pending and visible_slots is not None:
+        visible[:, :pending] = torch.as_tensor(visible_slots, dtype=torch.bool)
+    if (pending == 0 or visible_slots is None) and list(parents) == list(range(-1, n - 1)):
+        visible[:, pending:] = torch.ones(n, n, dtype=torch.bool).tril()  # a chain: a prefill
+        return visible
+    for i, parent in enumerate(parents):
+        if parent >= 0:
+            visible[i] |= visible[parent]
+        visible[i, pending + i] = True
+    return visible
 
 
 class TreeLM:
@@ -53,30 +86,22 @@ class TreeLM:
         each new node sees (its ancestors from earlier forwards of the same step).
         """
         n = len(tokens)
-        tokens = torch.as_tensor(tokens, dtype=torch.long, device=self.device).view(1, n)
-        offsets = torch.as_tensor(offsets, dtype=torch.long, device=self.device)
+        tokens = torch.as_tensor(tokens, dtype=torch.long).view(1, n).to(self.device)
+        offsets = torch.as_tensor(offsets, dtype=torch.long).to(self.device)
         pending = self.cached - self.committed
-        visible = torch.zeros(n, self.committed + pending + n, dtype=torch.bool, device=self.device)
-        visible[:, : self.committed] = True
-        if visible_slots is not None and pending:
-            visible[:, self.committed : self.committed + pending] = torch.as_tensor(visible_slots, device=self.device)
-        # Ancestors among the new nodes: parents come first, so one pass fills the rows.
-        start = self.committed + pending
-        for i, parent in enumerate(parents):
-            if parent >= 0:
-                visible[i] |= visible[parent]
-            visible[i, start + i] = True
-        mask = torch.zeros(visible.shape, dtype=self.dtype, device=self.device)
-        mask.masked_fill_(~visible, torch.finfo(self.dtype).min)
+        hidden = ~visible_beyond_prefix(parents, pending, visible_slots).to(self.device)
+        mask = torch.zeros(n, self.committed + pending + n, dtype=self.dtype, device=self.device)
+        mask[:, self.committed :].masked_fill_(hidden, torch.finfo(self.dtype).min)
         keep = {"logits_to_keep": last} if last and last < n and self.keeps_last_logits else {}
-        out = self.model(
-            input_ids=tokens,
-            attention_mask=mask.view(1, 1, n, -1),
-            position_ids=(self.committed + offsets).view(1, n),
-            past_key_values=self.cache,
-            use_cache=True,
-            **keep,
-        )
+        with sdpa_kernel(ATTENTION_BACKENDS):
+            out = self.model(
+                input_ids=tokens,
+                attention_mask=mask.view(1, 1, n, -1),
+                position_ids=(self.committed + offsets).view(1, n),
+                past_key_values=self.cache,
+                use_cache=True,
+                **keep,
+            )
         logits = out.logits[0]
         return (logits if last is None else logits[-last:]).float()
 

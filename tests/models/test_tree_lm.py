@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from rayspec.models import TreeLM
+from rayspec.models.tree_lm import visible_beyond_prefix
 from rayspec.tree.structure import TreeShape
 from tests.tiny_models import tiny_llama
 
@@ -136,3 +137,50 @@ def test_a_model_without_logits_to_keep_still_gives_the_last_rows(model):
     plain = TreeLM(Plain(model))
     assert not plain.keeps_last_logits
     assert torch.equal(plain.prefill(prefix, last=2), TreeLM(model).prefill(prefix)[-2:])
+
+
+def reference_visibility(parents, pending: int, visible_slots) -> torch.Tensor:
+    """By walking each node's ancestors: its own and its ancestors' new rows, and every
+    pending row granted to any of them."""
+    n = len(parents)
+    visible = torch.zeros(n, pending + n, dtype=torch.bool)
+    for i in range(n):
+        node = i
+        while node >= 0:
+            visible[i, pending + node] = True
+            if visible_slots is not None and pending:
+                visible[i, :pending] |= visible_slots[node]
+            node = parents[node]
+    return visible
+
+
+@pytest.mark.parametrize("pending", [0, 3])
+@pytest.mark.parametrize("parents", [*(s.parents for s in SHAPES), (-1, -1, 0, 1, 1, -1, 5)],
+                         ids=["chain", "kary", "tree", "forest"])
+def test_each_node_sees_its_ancestors_and_the_pending_rows_they_were_granted(parents, pending):
+    n = len(parents)
+    generator = torch.Generator().manual_seed(n + pending)
+    slots = torch.rand(n, pending, generator=generator) < 0.5 if pending else None
+    expected = reference_visibility(parents, pending, slots)
+    assert torch.equal(visible_beyond_prefix(parents, pending, slots), expected)
+    if pending:  # rows appended earlier but granted to nobody stay hidden
+        assert not visible_beyond_prefix(parents, pending)[:, :pending].any()
+
+
+def test_forwards_never_reach_cudnn_attention_and_leave_the_settings_as_they_were(model):
+    """cuDNN's attention plans a graph for every new shape: 7.8 ms of host time a call on an
+    H100 (bench/results/profile_step_cuda.md), and a decoding step's shapes are always new."""
+    seen = []
+    layer = model.model.layers[0].self_attn
+    hook = layer.register_forward_pre_hook(
+        lambda *_: seen.append((torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled(),
+                                torch.backends.cuda.mem_efficient_sdp_enabled(), torch.backends.cuda.math_sdp_enabled())))
+    try:
+        before = torch.backends.cuda.cudnn_sdp_enabled()
+        lm = TreeLM(model)
+        lm.prefill([1, 2, 3, 4])
+        lm.forward([4, 5, 6], [-1, 0, 0], [0, 1, 1])
+    finally:
+        hook.remove()
+    assert seen == [(False, True, True, True)] * 2
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before
