@@ -10,7 +10,9 @@ transformers 5 details (see the project's environment notes): the mask must be a
 additive 4D mask [1, 1, n, cache + n] (0 = attend, finfo.min = masked) — a bool mask with
 eager attention is silently wrong; and `DynamicCache.crop` only removes, so compaction
 moves the kept rows of every layer's keys and values down over the dropped ones and slices
-the tail off.
+the tail off.  HF's `DynamicLayer` concatenates: every forward copies the whole cache of
+every layer (on the demo pair on a CPU, a fifth of a step); `GrowingLayer` writes the new
+rows into a buffer with room to spare instead.
 
 On a GPU, a forward must not reach cuDNN's attention: it plans an execution graph for every
 new shape, and a decoding step's shapes are always new (the cache grows, trees differ in
@@ -26,6 +28,7 @@ import inspect
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 # Every scaled-dot-product attention kernel but cuDNN's (see the module's docstring).
 ATTENTION_BACKENDS = [backend for name, backend in SDPBackend.__members__.items()
@@ -54,6 +57,46 @@ def visible_beyond_prefix(parents, pending: int, visible_slots=None) -> torch.Te
     return visible
 
 
+class GrowingLayer(DynamicLayer):
+    """A `DynamicLayer` whose keys and values are views of buffers with room for more rows:
+    an update writes its rows in place, and a buffer is reallocated (half as large again, at
+    least `MIN_GROWTH` rows more) only when it is full — instead of a concatenation that
+    copies every cached row on every forward.  Shrinking the views (`TreeLM.keep`, `crop`)
+    keeps the buffers: the next update writes over the dropped rows."""
+
+    MIN_GROWTH = 128
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self.key_buffer = self.value_buffer = None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        start = self.get_seq_length()
+        end = start + key_states.shape[-2]
+        if self.key_buffer is None or end > self.key_buffer.shape[-2]:
+            self.key_buffer, self.value_buffer = (
+                _regrown(self.keys, key_states, end), _regrown(self.values, value_states, end))
+        self.key_buffer[..., start:end, :] = key_states
+        self.value_buffer[..., start:end, :] = value_states
+        self.keys, self.values = self.key_buffer[..., :end, :], self.value_buffer[..., :end, :]
+        return self.keys, self.values
+
+    def reset(self) -> None:
+        self.key_buffer = self.value_buffer = None
+        super().reset()
+
+
+def _regrown(cached: torch.Tensor, new: torch.Tensor, rows: int) -> torch.Tensor:
+    """A buffer of `new`'s layout with room for `rows` rows and more, `cached`'s rows copied in."""
+    room = rows + max(rows // 2, GrowingLayer.MIN_GROWTH)
+    buffer = new.new_empty((*new.shape[:-2], room, new.shape[-1]))
+    if cached.dim() == new.dim():  # the first update's `cached` is an empty 1-D tensor
+        buffer[..., : cached.shape[-2], :] = cached
+    return buffer
+
+
 class TreeLM:
     """A causal LM with the KV cache of one sequence; tree-masked forwards and compaction."""
 
@@ -62,6 +105,8 @@ class TreeLM:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.cache = DynamicCache(config=model.config)
+        # Sliding-window and other special layers keep their own update rules.
+        self.cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in self.cache.layers]
         self.committed = 0  # cache rows of committed tokens (a prefix of the cache)
         # HF causal LMs project only the last positions onto the vocabulary when told to: a
         # prefill that needs one row spares an [n, V] product and its memory (2 GB of float32

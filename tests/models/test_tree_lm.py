@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from rayspec.models import TreeLM
-from rayspec.models.tree_lm import visible_beyond_prefix
+from rayspec.models import tree_lm
+from rayspec.models.tree_lm import GrowingLayer, visible_beyond_prefix
 from rayspec.tree.structure import TreeShape
 from tests.tiny_models import tiny_llama
 
@@ -184,3 +185,26 @@ def test_forwards_never_reach_cudnn_attention_and_leave_the_settings_as_they_wer
         hook.remove()
     assert seen == [(False, True, True, True)] * 2
     assert torch.backends.cuda.cudnn_sdp_enabled() == before
+
+
+def test_the_cache_grows_in_place_past_its_buffers_with_exact_logits(model, monkeypatch):
+    """Hundreds of rows in chunks of 1..7, each chunk after two appended rows that are dropped
+    (the next chunk writes over them): the logits stay those of the whole sequence run at
+    once, and the buffers are reallocated a handful of times, not at every forward."""
+    regrown = []
+    original = tree_lm._regrown
+    monkeypatch.setattr(tree_lm, "_regrown", lambda *args: regrown.append(args[2]) or original(*args))
+    sequence = torch.randint(96, (420,), generator=torch.Generator().manual_seed(3)).tolist()
+    lm = TreeLM(model)
+    assert all(isinstance(layer, GrowingLayer) for layer in lm.cache.layers)
+    done, worst, forwards = 0, 0.0, 0
+    while done < len(sequence) - 8:
+        lm.forward([sequence[done], 5], [-1, 0], [0, 1])
+        lm.keep([])
+        n = 1 + done % 7
+        logits = lm.prefill(sequence[done : done + n], last=1)
+        done, forwards = done + n, forwards + 2
+        worst = max(worst, float((logits[-1] - path_logits(model, sequence[:done])).abs().max()))
+    assert worst <= 1e-4
+    per_tensor = len(regrown) / (2 * len(lm.cache.layers))
+    assert per_tensor <= 5, f"{per_tensor:.0f} reallocations per keys/values tensor over {forwards} forwards"
