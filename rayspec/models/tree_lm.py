@@ -18,21 +18,31 @@ On a GPU, a forward must not reach cuDNN's attention: it plans an execution grap
 new shape, and a decoding step's shapes are always new (the cache grows, trees differ in
 size).  Profiled on an H100 (bench/results/profile_step_cuda.md), that planning took 81 % of
 the host's time at 7.8 ms a call for 9 us of GPU work.  The other kernels (memory-efficient
-attention takes the float mask) need no planning.
+attention takes the float mask) need no planning.  A TreeLM on a CUDA device therefore turns
+cuDNN's attention off for its whole process (`leave_cudnn_attention_out`): torch's backend
+switches are process-wide, and switching them around each forward would race between threads
+forwarding two models at once — one thread restoring them under the other's forward, whose
+kernels, and so whose bfloat16 rounding, would then depend on timing.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-# Every scaled-dot-product attention kernel but cuDNN's (see the module's docstring).
-ATTENTION_BACKENDS = [backend for name, backend in SDPBackend.__members__.items()
-                      if name not in ("ERROR", "CUDNN_ATTENTION")]
+log = logging.getLogger(__name__)
+
+
+def leave_cudnn_attention_out(device: torch.device) -> None:
+    """On a CUDA device, turn cuDNN's scaled-dot-product attention off for this process (see
+    the module's docstring); elsewhere, nothing."""
+    if device.type == "cuda" and torch.backends.cuda.cudnn_sdp_enabled():
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        log.info("cuDNN's attention turned off in this process: it plans a graph for every new shape")
 
 
 def visible_beyond_prefix(parents, pending: int, visible_slots=None) -> torch.Tensor:
@@ -104,6 +114,7 @@ class TreeLM:
         self.model = model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
+        leave_cudnn_attention_out(self.device)
         self.cache = DynamicCache(config=model.config)
         # Sliding-window and other special layers keep their own update rules.
         self.cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in self.cache.layers]
@@ -138,15 +149,14 @@ class TreeLM:
         mask = torch.zeros(n, self.committed + pending + n, dtype=self.dtype, device=self.device)
         mask[:, self.committed :].masked_fill_(hidden, torch.finfo(self.dtype).min)
         keep = {"logits_to_keep": last} if last and last < n and self.keeps_last_logits else {}
-        with sdpa_kernel(ATTENTION_BACKENDS):
-            out = self.model(
-                input_ids=tokens,
-                attention_mask=mask.view(1, 1, n, -1),
-                position_ids=(self.committed + offsets).view(1, n),
-                past_key_values=self.cache,
-                use_cache=True,
-                **keep,
-            )
+        out = self.model(
+            input_ids=tokens,
+            attention_mask=mask.view(1, 1, n, -1),
+            position_ids=(self.committed + offsets).view(1, n),
+            past_key_values=self.cache,
+            use_cache=True,
+            **keep,
+        )
         logits = out.logits[0]
         return (logits if last is None else logits[-last:]).float()
 

@@ -9,7 +9,7 @@ import torch
 
 from rayspec.models import TreeLM
 from rayspec.models import tree_lm
-from rayspec.models.tree_lm import GrowingLayer, visible_beyond_prefix
+from rayspec.models.tree_lm import GrowingLayer, leave_cudnn_attention_out, visible_beyond_prefix
 from rayspec.tree.structure import TreeShape
 from tests.tiny_models import tiny_llama
 
@@ -168,23 +168,21 @@ def test_each_node_sees_its_ancestors_and_the_pending_rows_they_were_granted(par
         assert not visible_beyond_prefix(parents, pending)[:, :pending].any()
 
 
-def test_forwards_never_reach_cudnn_attention_and_leave_the_settings_as_they_were(model):
+def test_a_tree_lm_on_cuda_turns_cudnn_attention_off_for_its_process_and_on_a_cpu_leaves_it(model, monkeypatch):
     """cuDNN's attention plans a graph for every new shape: 7.8 ms of host time a call on an
     H100 (bench/results/profile_step_cuda.md), and a decoding step's shapes are always new."""
-    seen = []
-    layer = model.model.layers[0].self_attn
-    hook = layer.register_forward_pre_hook(
-        lambda *_: seen.append((torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled(),
-                                torch.backends.cuda.mem_efficient_sdp_enabled(), torch.backends.cuda.math_sdp_enabled())))
+    devices = []
+    monkeypatch.setattr(tree_lm, "leave_cudnn_attention_out",
+                        lambda device: devices.append(device) or leave_cudnn_attention_out(device))
+    before = torch.backends.cuda.cudnn_sdp_enabled()
     try:
-        before = torch.backends.cuda.cudnn_sdp_enabled()
-        lm = TreeLM(model)
-        lm.prefill([1, 2, 3, 4])
-        lm.forward([4, 5, 6], [-1, 0, 0], [0, 1, 1])
+        TreeLM(model)
+        assert devices == [torch.device("cpu")] and torch.backends.cuda.cudnn_sdp_enabled() == before
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        leave_cudnn_attention_out(torch.device("cuda"))
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
     finally:
-        hook.remove()
-    assert seen == [(False, True, True, True)] * 2
-    assert torch.backends.cuda.cudnn_sdp_enabled() == before
+        torch.backends.cuda.enable_cudnn_sdp(before)
 
 
 def test_the_cache_grows_in_place_past_its_buffers_with_exact_logits(model, monkeypatch):
