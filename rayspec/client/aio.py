@@ -62,6 +62,8 @@ class AsyncClient(BaseClient):
         request_id: str | None = None,
         logprobs: int | None = None,
         prompt_logprobs: int | None = None,
+        include_stop_str_in_output: bool | None = None,
+        skip_special_tokens: bool | None = None,
         timeout: float | None = None,
     ) -> Completion:
         """Generate a completion; see `Client.generate`."""
@@ -72,6 +74,7 @@ class AsyncClient(BaseClient):
             min_tokens=min_tokens, stop_token_ids=stop_token_ids or (), ignore_eos=ignore_eos, seed=seed, stop=stop,
             verifier=verifier, tree=tree, verifier_params=verifier_params or {},
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
+            include_stop_str_in_output=include_stop_str_in_output, skip_special_tokens=skip_special_tokens,
         )
         message = request.to_proto()
         response = await self._call(self._generation.Generate, message, timeout, idempotent=request.idempotent)
@@ -101,6 +104,8 @@ class AsyncClient(BaseClient):
         request_id: str | None = None,
         logprobs: int | None = None,
         prompt_logprobs: int | None = None,
+        include_stop_str_in_output: bool | None = None,
+        skip_special_tokens: bool | None = None,
         timeout: float | None = None,
     ) -> AsyncCompletionStream:
         """An `AsyncCompletionStream` to `async for` over (not awaited); see `Client.stream`."""
@@ -111,6 +116,7 @@ class AsyncClient(BaseClient):
             min_tokens=min_tokens, stop_token_ids=stop_token_ids or (), ignore_eos=ignore_eos, seed=seed, stop=stop,
             verifier=verifier, tree=tree, verifier_params=verifier_params or {},
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
+            include_stop_str_in_output=include_stop_str_in_output, skip_special_tokens=skip_special_tokens,
         )
         message = request.to_proto()
         return AsyncCompletionStream(

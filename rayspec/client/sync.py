@@ -62,6 +62,8 @@ class Client(BaseClient):
         request_id: str | None = None,
         logprobs: int | None = None,
         prompt_logprobs: int | None = None,
+        include_stop_str_in_output: bool | None = None,
+        skip_special_tokens: bool | None = None,
         timeout: float | None = None,
     ) -> Completion:
         """Generate a completion; the parameters are `GenerateRequest`'s.  Replayed after
@@ -73,6 +75,7 @@ class Client(BaseClient):
             min_tokens=min_tokens, stop_token_ids=stop_token_ids or (), ignore_eos=ignore_eos, seed=seed, stop=stop,
             verifier=verifier, tree=tree, verifier_params=verifier_params or {},
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
+            include_stop_str_in_output=include_stop_str_in_output, skip_special_tokens=skip_special_tokens,
         )
         message = request.to_proto()
         response = self._call(self._generation.Generate, message, timeout, idempotent=request.idempotent)
@@ -102,6 +105,8 @@ class Client(BaseClient):
         request_id: str | None = None,
         logprobs: int | None = None,
         prompt_logprobs: int | None = None,
+        include_stop_str_in_output: bool | None = None,
+        skip_special_tokens: bool | None = None,
         timeout: float | None = None,
     ) -> CompletionStream:
         """Generate, chunk by chunk as the server verifies them: a `CompletionStream` to
@@ -114,6 +119,7 @@ class Client(BaseClient):
             min_tokens=min_tokens, stop_token_ids=stop_token_ids or (), ignore_eos=ignore_eos, seed=seed, stop=stop,
             verifier=verifier, tree=tree, verifier_params=verifier_params or {},
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
+            include_stop_str_in_output=include_stop_str_in_output, skip_special_tokens=skip_special_tokens,
         )
         message = request.to_proto()
         return CompletionStream(

@@ -54,7 +54,9 @@ class GenerateRequest:
     the law sampled from, and the output follows that law exactly.  vLLM's min_tokens: stop
     tokens cannot be drawn, and stop strings do not stop, before the completion has that
     many tokens; stop_token_ids: token ids that end the completion as EOS does (not
-    included); ignore_eos: EOS does not end it.
+    included); ignore_eos: EOS does not end it.  include_stop_str_in_output: the text ends
+    after the stop string that ended it rather than before (vLLM's); skip_special_tokens:
+    special tokens have no text (default True, as in vLLM).
     """
 
     prompt: str | tuple[int, ...]
@@ -78,6 +80,8 @@ class GenerateRequest:
     request_id: str | None = None
     logprobs: int | None = None
     prompt_logprobs: int | None = None
+    include_stop_str_in_output: bool | None = None
+    skip_special_tokens: bool | None = None
 
     def __post_init__(self):
         # frozen: normalise through object.__setattr__ so that equal requests compare equal
@@ -113,6 +117,7 @@ class GenerateRequest:
             min_tokens=self.min_tokens or 0,
             stop_token_ids=self.stop_token_ids,
             ignore_eos=bool(self.ignore_eos),
+            include_stop_str_in_output=bool(self.include_stop_str_in_output),
             stop=self.stop,
             verifier=self.verifier or "",
             tree=self.tree or "",
@@ -124,7 +129,8 @@ class GenerateRequest:
         else:
             message.prompt_ids.extend(self.prompt)
         # proto3 `optional`: unset means the default
-        for name in ("temperature", "top_p", "repetition_penalty", "seed", "logprobs", "prompt_logprobs"):
+        for name in ("temperature", "top_p", "repetition_penalty", "seed", "logprobs", "prompt_logprobs",
+                     "skip_special_tokens"):
             if getattr(self, name) is not None:
                 setattr(message, name, getattr(self, name))
         return message
@@ -160,6 +166,8 @@ class GenerateRequest:
             request_id=message.request_id or None,
             logprobs=optional("logprobs"),
             prompt_logprobs=optional("prompt_logprobs"),
+            include_stop_str_in_output=message.include_stop_str_in_output or None,
+            skip_special_tokens=optional("skip_special_tokens"),
         )
 
 
@@ -251,8 +259,9 @@ class CompletionChunk:
 
 @dataclass(frozen=True)
 class Completion:
-    """A finished generation.  finish_reason: "length" or "stop".  seed: the one used (the
-    request's, or the server's draw), so that the result can be reproduced.  logprobs: of
+    """A finished generation.  finish_reason: "length" or "stop"; stop_reason: with "stop", the
+    stop string or stop token id that ended it, None for EOS (vLLM's).  seed: the one used
+    (the request's, or the server's draw), so that the result can be reproduced.  logprobs: of
     token_ids, when the request asked for them; prompt_logprobs: of the prompt's tokens after
     the first, likewise."""
 
@@ -264,6 +273,7 @@ class Completion:
     request_id: str
     logprobs: tuple[TokenLogprob, ...] = ()
     prompt_logprobs: tuple[TokenLogprob, ...] = ()
+    stop_reason: str | int | None = None
 
     @classmethod
     def from_proto(cls, message: pb.GenerateResponse) -> Completion:
@@ -276,6 +286,7 @@ class Completion:
             request_id=message.request_id,
             logprobs=tuple(map(TokenLogprob.from_proto, message.logprobs)),
             prompt_logprobs=tuple(map(TokenLogprob.from_proto, message.prompt_logprobs)),
+            stop_reason=stop_reason_of(message),
         )
 
     @classmethod
@@ -292,6 +303,7 @@ class Completion:
             request_id=complete.request_id,
             logprobs=tuple(t for c in chunks for t in c.logprobs),
             prompt_logprobs=tuple(t for c in chunks for t in c.prompt_logprobs),
+            stop_reason=stop_reason_of(complete),
         )
 
     def to_proto(self) -> pb.GenerateResponse:
@@ -304,4 +316,17 @@ class Completion:
             request_id=self.request_id,
             logprobs=[t.to_proto() for t in self.logprobs],
             prompt_logprobs=[t.to_proto() for t in self.prompt_logprobs],
+            **stop_reason_fields(self.stop_reason),
         )
+
+
+def stop_reason_fields(stop_reason: str | int | None) -> dict:
+    """A `GenerateResponse`'s stop_reason fields (a string or a token id; neither for None)."""
+    if stop_reason is None:
+        return {}
+    return {"stop_string": stop_reason} if isinstance(stop_reason, str) else {"stop_token_id": stop_reason}
+
+
+def stop_reason_of(message: pb.GenerateResponse) -> str | int | None:
+    field_name = message.WhichOneof("stop_reason")
+    return None if field_name is None else getattr(message, field_name)

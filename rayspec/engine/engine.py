@@ -29,7 +29,7 @@ from rayspec.engine.interfaces import Draft, SequenceSpec, TokenLogprobs
 from rayspec.engine.policy import (
     AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia,
 )
-from rayspec.engine.text import IncrementalDecoder, StopStrings
+from rayspec.engine.text import StopFinder
 from rayspec.engine.trees import parse_tree_spec
 from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import DraftTree, TreeShape
@@ -84,6 +84,9 @@ class Chunk:
     tokens: list[int]
     step: StepStats
     finish_reason: str | None = None  # "length" or "stop" on the last chunk
+    # With finish_reason "stop": the stop string or stop token id that ended the completion,
+    # None for an EOS token (vLLM's stop_reason).
+    stop_reason: str | int | None = None
     logprobs: TokenLogprobs | None = None  # of `tokens`, when the request asked for them
     # On the first chunk only, when asked for: of the prompt's tokens after the first.
     prompt_logprobs: TokenLogprobs | None = None
@@ -135,6 +138,7 @@ class Generation:
     finish_reason: str
     stats: GenerationStats
     seed: int
+    stop_reason: str | int | None = None  # as `Chunk`'s
 
 
 def check_setting(verifier: str, params: dict, shape: TreeShape | DynamicPlan) -> None:
@@ -247,6 +251,7 @@ class SpeculativeEngine:
         ignore_eos: bool = False,
         seed: int | None = None,
         stop: Sequence[str | int] | None = None,
+        skip_special_tokens: bool = True,
         verifier: str | None = None,
         tree: str | TreeShape | None = None,
         verifier_params: dict | None = None,
@@ -259,7 +264,8 @@ class SpeculativeEngine:
 
         stop: strings (needs the engine's tokenizer) and/or token ids; the target's EOS ids
         stop too unless `ignore_eos`.  Stop tokens are not yielded; a stop string's text is
-        (trim it with `rayspec.engine.text.TextAssembler`).  `stats` (optional) is filled as steps go.
+        (trim it with `rayspec.engine.text.TextAssembler`).  Stop strings are searched in the
+        text decoded as the tokenizer's `decode(..., skip_special_tokens)` gives it.  `stats` (optional) is filled as steps go.
         replayable: draft the trees the policy planned before serving anything, not those it
         adapted since, so that the same request and seed give the same tokens whatever was
         served in between (default: when a seed is given).  logprobs: k to give each chunk
@@ -294,7 +300,8 @@ class SpeculativeEngine:
         stop_texts = [s for s in stop or () if isinstance(s, str) and s]
         if stop_texts and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer; give the engine one, or stop on token ids")
-        stop_watch = _StopWatch(self.tokenizer, prompt, stop_texts) if stop_texts else None
+        stop_finder = StopFinder(self.tokenizer, stop_texts, prompt, min_tokens, skip_special_tokens) if stop_texts else None
+        eos_ids = () if ignore_eos else self.target.eos_token_ids
         seed = secrets.randbits(63) if seed is None else int(seed)
         spec = SequenceSpec(tuple(prompt), params, seed, verifier, verifier_params,
                             logprobs=None if logprobs is None else int(logprobs),
@@ -332,17 +339,18 @@ class SpeculativeEngine:
                     unseen = outcome if unseen is None else unseen.then(outcome)
                 policy.observe(verifier, params.temperature, draft.tree.shape, outcome)
                 new = list(outcome.tokens)
-                finish = None
+                finish = stop_reason = None
                 for i, token in enumerate(new):
                     if token in stop_ids:
                         new, finish = new[:i], "stop"
+                        stop_reason = None if token in eos_ids else token
                         break
                 if len(produced) + len(new) >= max_new_tokens:
                     new, finish = new[: max_new_tokens - len(produced)], finish or "length"
-                if stop_watch and new:  # a stop string in the step's last allowed tokens still stops
-                    cut = stop_watch.cut(new, exempt=max(min_tokens - len(produced), 0))
+                if stop_finder and new:  # a stop string in the step's last allowed tokens still stops
+                    cut = stop_finder.cut(new)
                     if cut is not None:
-                        new, finish = new[:cut], "stop"
+                        new, finish, stop_reason = new[:cut], "stop", stop_finder.matched
                 produced += new
                 if finish is None and len(prompt) + len(produced) >= context:
                     finish = "length"
@@ -360,8 +368,8 @@ class SpeculativeEngine:
                 stats.steps.append(step)
                 stats.tokens = len(produced)
                 stats.seconds = time.perf_counter() - started
-                yield Chunk(new, step, finish, None if outcome.logprobs is None else outcome.logprobs.head(len(new)),
-                            prompt_chunk_logprobs)
+                yield Chunk(new, step, finish, stop_reason,
+                            None if outcome.logprobs is None else outcome.logprobs.head(len(new)), prompt_chunk_logprobs)
                 prompt_chunk_logprobs = None
                 if finish is not None:
                     return
@@ -406,14 +414,14 @@ class SpeculativeEngine:
     def run(self, prompt_ids: Sequence[int], **kwargs) -> Generation:
         """`generate` to the end: all tokens, the finish reason and the statistics."""
         stats = GenerationStats()
-        tokens, finish = [], "length"
+        tokens, finish, stop_reason = [], "length", None
         seed = kwargs.pop("seed", None)
         kwargs.setdefault("replayable", seed is not None)
         seed = secrets.randbits(63) if seed is None else int(seed)
         for chunk in self.generate(prompt_ids, seed=seed, stats=stats, **kwargs):
             tokens += chunk.tokens
-            finish = chunk.finish_reason or finish
-        return Generation(tokens, finish, stats, seed)
+            finish, stop_reason = chunk.finish_reason or finish, chunk.stop_reason
+        return Generation(tokens, finish, stats, seed, stop_reason)
 
 
 def _prompt_logprobs(target, spec: SequenceSpec) -> TokenLogprobs | None:
@@ -424,29 +432,6 @@ def _prompt_logprobs(target, spec: SequenceSpec) -> TokenLogprobs | None:
     if logprobs is None or len(logprobs) != len(spec.prompt_ids) - 1:
         raise RuntimeError("the target sent no log-probabilities of the prompt: its worker predates them")
     return logprobs
-
-
-class _StopWatch:
-    """Finds where generated tokens complete a stop string, decoded as `TextAssembler` decodes
-    them, reading only the new tokens' text (see `IncrementalDecoder`)."""
-
-    def __init__(self, tokenizer, prompt: list[int], stop_texts: list[str]):
-        self.decoder = IncrementalDecoder(tokenizer, prompt)
-        self.stops = StopStrings(stop_texts)
-
-    def cut(self, new: list[int], exempt: int = 0) -> int | None:
-        """The number of new tokens up to and including the one that completes a stop string
-        (none had before them); None, and the tokens taken in, if none does.  The first
-        `exempt` tokens complete none (min_tokens): they are taken in unsearched."""
-        if exempt:
-            self.stops.searched(self.decoder.push(new[:exempt]))
-        rest = new[exempt:]
-        if not rest:
-            return None
-        if self.stops.find(self.decoder.peek(rest)) < 0:
-            self.stops.searched(self.decoder.push(rest))
-            return None
-        return exempt + next(n for n in range(1, len(rest) + 1) if self.stops.find(self.decoder.peek(rest[:n])) >= 0)
 
 
 class _closing:

@@ -64,13 +64,15 @@ class GenerationRequest:
                  verifier=None, tree=None, verifier_params=None, request_id=None, logprobs=None,
                  prompt_logprobs=None, prompt_only=False, presence_penalty=None, frequency_penalty=None,
                  repetition_penalty=None, logit_bias=None, min_p=None, min_tokens=None, stop_token_ids=None,
-                 ignore_eos=None):
+                 ignore_eos=None, include_stop_str_in_output=None, skip_special_tokens=None):
         """prompt_logprobs: k for the log-probabilities of the prompt's tokens after the first
         (`rayspec.engine.interfaces.TokenLogprobs`) and the k most likely tokens' at each;
         prompt_only: generate nothing, only those (OpenAI's `echo` with `max_tokens: 0`).
         The penalties, logit_bias, min_p and min_tokens are `SamplingParams`'; None leaves
         each off.  stop_token_ids: token ids that end the completion as EOS does (vLLM's),
-        ignore_eos: EOS does not (vLLM's)."""
+        ignore_eos: EOS does not (vLLM's).  include_stop_str_in_output: the text ends after the
+        stop string that ended it rather than before (vLLM's); skip_special_tokens: special
+        tokens have no text (default True, as in vLLM)."""
         if (prompt is None) == (prompt_ids is None):
             raise ValueError("give exactly one of prompt (text) and prompt_ids (token ids)")
         context = engine.target.context_length
@@ -133,20 +135,23 @@ class GenerationRequest:
             replayable=seed is not None,  # an unseeded request may draft the adapted trees
             stop=[*(stop or ()), *(stop_token_ids or ())],
             ignore_eos=bool(ignore_eos),
+            skip_special_tokens=True if skip_special_tokens is None else bool(skip_special_tokens),
             verifier=verifier or None,
             tree=tree or None,
             verifier_params=verifier_params,
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
         )
+        self.include_stop = bool(include_stop_str_in_output)
         self.engine, self.tokenizer = engine, tokenizer
 
     def run(self):
-        """Yield a `StepText` per step; then `self.finish_reason`, `self.text`,
-        `self.token_ids`, `self.stats`, `self.logprobs` and `self.prompt_logprobs` (None unless
-        asked for) hold the totals."""
+        """Yield a `StepText` per step; then `self.finish_reason`, `self.stop_reason` (the stop
+        string or stop token id that ended the completion, None for EOS or a length),
+        `self.text`, `self.token_ids`, `self.stats`, `self.logprobs` and
+        `self.prompt_logprobs` (None unless asked for) hold the totals."""
         self.stats = GenerationStats()
-        self.token_ids, self.finish_reason, self.text = [], "length", ""
+        self.token_ids, self.finish_reason, self.stop_reason, self.text = [], "length", None, ""
         self.logprobs = None if self.kwargs["logprobs"] is None else TokenLogprobs([], [], [])
         self.prompt_logprobs = None
         if self.prompt_only:
@@ -154,7 +159,8 @@ class GenerationRequest:
                 self.prompt_logprobs = self.engine.prompt_logprobs(self.prompt_ids, self.kwargs["prompt_logprobs"])
             return
         stop_texts = [s for s in self.kwargs["stop"] if isinstance(s, str)]
-        assembler = TextAssembler(self.tokenizer, stop_texts, self.prompt_ids, self.kwargs["min_tokens"])
+        assembler = TextAssembler(self.tokenizer, stop_texts, self.prompt_ids, self.kwargs["min_tokens"],
+                                  self.include_stop, self.kwargs["skip_special_tokens"])
         for chunk in self.engine.generate(self.prompt_ids, stats=self.stats, **self.kwargs):
             self.token_ids += chunk.tokens
             if chunk.logprobs is not None:
@@ -162,6 +168,7 @@ class GenerationRequest:
             if chunk.prompt_logprobs is not None:
                 self.prompt_logprobs = chunk.prompt_logprobs
             self.finish_reason = chunk.finish_reason or self.finish_reason
+            self.stop_reason = chunk.stop_reason
             text = assembler.push(chunk.tokens)
             if chunk.finish_reason:
                 text += assembler.finish()

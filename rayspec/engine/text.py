@@ -12,12 +12,15 @@ decoded on its own would lose the space between the prompt and its first word.
 
 `TextAssembler` holds back an unfinished character and any tail that could be the beginning
 of a stop string; once a stop string appears, the text ends right before it (OpenAI's
-semantics: the stop string itself is not returned).
+semantics: the stop string itself is not returned), or right after it with vLLM's
+`include_stop_str_in_output`.  `StopFinder` finds the token that completes a stop string, for
+the engine, which must end the completion there; both decode as the other does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 REPLACEMENT = "\ufffd"
 CONTEXT_TOKENS = 4  # prompt tokens decoded before a completion; any word boundary shows in fewer
@@ -32,16 +35,18 @@ def finished_length(text: str) -> int:
 
 
 class IncrementalDecoder:
-    """The text of generated tokens as it reads after the prompt (special tokens skipped),
-    equal to decoding the prompt's last tokens and the completion at once and dropping the
-    prompt's text, at the cost of a few tokens' decoding per push.
+    """The text of generated tokens as it reads after the prompt (special tokens skipped unless
+    `skip_special_tokens` is False), equal to decoding the prompt's last tokens and the
+    completion at once and dropping the prompt's text, at the cost of a few tokens' decoding
+    per push.
 
     Where a window's text is not an extension of its context's (a tokenizer whose decoding
     rewrites across tokens, e.g. clean-up of spaces before punctuation), the decoder falls
     back to decoding the whole completion at every push, which is exact."""
 
-    def __init__(self, tokenizer, prompt_ids: Sequence[int] = ()):
+    def __init__(self, tokenizer, prompt_ids: Sequence[int] = (), skip_special_tokens: bool = True):
         self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
         self._ids = [int(t) for t in prompt_ids][-CONTEXT_TOKENS:]
         self._context = len(self._ids)
         head = self._decode(self._ids) if self._ids else ""
@@ -107,7 +112,16 @@ class IncrementalDecoder:
         return self._decode(ids[self._context:])
 
     def _decode(self, ids) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+        return self.tokenizer.decode(list(ids), skip_special_tokens=self.skip_special_tokens)
+
+
+class StopMatch(NamedTuple):
+    start: int  # where the stop string begins in the text
+    stop: str
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.stop)
 
 
 class StopStrings:
@@ -118,10 +132,11 @@ class StopStrings:
         self.stop = [s for s in stop if s]
         self._clear = 0  # text[:clear] is searched and will not change
 
-    def find(self, text: str) -> int:
-        """Where the first stop string that ends past the searched text begins in `text`, or -1."""
-        starts = (text.find(s, max(self._clear - len(s) + 1, 0)) for s in self.stop)
-        return min((i for i in starts if i >= 0), default=-1)
+    def find(self, text: str) -> StopMatch | None:
+        """The stop string that ends past the searched text and begins first in `text` (of
+        two beginning there, the first listed), or None."""
+        starts = ((text.find(s, max(self._clear - len(s) + 1, 0)), s) for s in self.stop)
+        return min((StopMatch(i, s) for i, s in starts if i >= 0), key=lambda match: match.start, default=None)
 
     def searched(self, text: str) -> None:
         """`text` is searched: no stop string ending in what of it is settled will be found
@@ -129,32 +144,75 @@ class StopStrings:
         self._clear = finished_length(text)
 
 
-class TextAssembler:
-    """min_tokens: a stop string completed by one of the completion's first min_tokens tokens
-    does not stop it (vLLM's min_tokens)."""
+class _StopScan:
+    """Generated tokens decoded and searched for stop strings, but for the first `min_tokens`
+    (vLLM's min_tokens: a stop string they complete does not stop the completion)."""
 
-    def __init__(self, tokenizer, stop: Sequence[str] = (), prompt_ids: Sequence[int] = (), min_tokens: int = 0):
-        self.decoder = IncrementalDecoder(tokenizer, prompt_ids)
-        self.stop = StopStrings(stop)
+    def __init__(self, tokenizer, stop: Sequence[str], prompt_ids: Sequence[int], min_tokens: int,
+                 skip_special_tokens: bool):
+        self.decoder = IncrementalDecoder(tokenizer, prompt_ids, skip_special_tokens)
+        self.stops = StopStrings(stop)
+        self._exempt = min_tokens  # tokens still to come that complete no stop string
+
+    def _searchable(self, tokens: Sequence[int]) -> Sequence[int]:
+        """Take in the tokens still exempt, unsearched; return the rest."""
+        exempt, self._exempt = tokens[: self._exempt], max(self._exempt - len(tokens), 0)
+        if exempt:
+            self.stops.searched(self.decoder.push(exempt))
+        return tokens[len(exempt):]
+
+
+class StopFinder(_StopScan):
+    """Finds where generated tokens complete a stop string, decoded as `TextAssembler` decodes
+    them, reading only the new tokens' text (see `IncrementalDecoder`).  `matched`: the stop
+    string found."""
+
+    def __init__(self, tokenizer, stop: Sequence[str], prompt_ids: Sequence[int] = (), min_tokens: int = 0,
+                 skip_special_tokens: bool = True):
+        super().__init__(tokenizer, stop, prompt_ids, min_tokens, skip_special_tokens)
+        self.matched: str | None = None
+
+    def cut(self, tokens: list[int]) -> int | None:
+        """The number of tokens up to and including the one that completes a stop string (none
+        had before them); None, and the tokens taken in, if none does."""
+        rest = self._searchable(tokens)
+        if not rest or self.stops.find(self.decoder.peek(rest)) is None:
+            self.stops.searched(self.decoder.push(rest))
+            return None
+        # The first token that completes one: the stop string then is the one the text shows
+        # (a longer one begun earlier in the tokens may be completed later among them).
+        for n in range(1, len(rest) + 1):
+            match = self.stops.find(self.decoder.peek(rest[:n]))
+            if match is not None:
+                self.matched = match.stop
+                return len(tokens) - len(rest) + n
+
+
+class TextAssembler(_StopScan):
+    """The text of a completion as it grows, stop strings applied.  min_tokens: a stop string
+    completed by one of the completion's first min_tokens tokens does not stop it (vLLM's).
+    include_stop: the text ends after the stop string rather than before it (vLLM's
+    include_stop_str_in_output).  skip_special_tokens: as the tokenizer's `decode` takes it."""
+
+    def __init__(self, tokenizer, stop: Sequence[str] = (), prompt_ids: Sequence[int] = (), min_tokens: int = 0,
+                 include_stop: bool = False, skip_special_tokens: bool = True):
+        super().__init__(tokenizer, stop, prompt_ids, min_tokens, skip_special_tokens)
+        self.include_stop = include_stop
         self.sent = 0  # characters already returned
         self.stopped = False
         self._text = ""
-        self._exempt = min_tokens  # tokens still to come that complete no stop string
 
     def push(self, tokens: Sequence[int]) -> str:
         """Add generated tokens; return the text that is now safe to show."""
         if self.stopped:
             return ""
-        exempt, self._exempt = tokens[: self._exempt], max(self._exempt - len(tokens), 0)
-        if exempt:
-            self.stop.searched(self.decoder.push(exempt))
-        self._text = self.decoder.push(tokens[len(exempt):])
-        cut = self.stop.find(self._text)
-        if cut >= 0:
+        self._text = self.decoder.push(self._searchable(tokens))
+        match = self.stops.find(self._text)
+        if match is not None:
             self.stopped = True
-            self._text = self._text[:cut]
+            self._text = self._text[: match.end if self.include_stop else match.start]
             return self._release(len(self._text))
-        self.stop.searched(self._text)
+        self.stops.searched(self._text)
         return self._release(len(self._text) - self._held_back())
 
     def finish(self) -> str:
@@ -172,7 +230,7 @@ class TextAssembler:
         the longest tail that begins a stop string (which that character may continue)."""
         finished = finished_length(self._text)
         prefix = 0
-        for stop in self.stop.stop:
+        for stop in self.stops.stop:
             for n in range(min(len(stop) - 1, finished), prefix, -1):
                 if self._text.endswith(stop[:n], 0, finished):
                     prefix = n

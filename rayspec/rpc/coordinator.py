@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from contextlib import closing
 
-from rayspec.client.types import GenerateRequest
+from rayspec.client.types import GenerateRequest, stop_reason_fields
 from rayspec.engine import SpeculativeEngine
 from rayspec.engine.interfaces import TokenLogprobs
 from rayspec.engine.requests import GenerationRequest, Limits
@@ -39,6 +39,7 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
             usage=generation_pb2.Usage(**request.usage()), seed=request.seed, request_id=request.request_id,
             logprobs=_token_logprobs(request.token_ids, logprobs),
             prompt_logprobs=_token_logprobs(request.prompt_ids[1:], prompt_logprobs),
+            **stop_reason_fields(request.stop_reason),
         )
 
     @rpc_errors

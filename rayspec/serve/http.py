@@ -11,9 +11,10 @@ Request fields: OpenAI's `model`, `prompt` / `messages`, `max_tokens` (chat: als
 `logit_bias` (token id strings to biases), `seed`, `stop`, `stream`,
 `stream_options.include_usage`, `logprobs` (chat: `logprobs` and `top_logprobs`, up to 20
 alternatives), `n` and, for completions, `echo` (with `max_tokens: 0`, the prompt alone:
-with `logprobs`, it scores a text), plus the extensions `top_k`, `repetition_penalty` (vLLM's)
-and `rayspec: {verifier, tree, verifier_params}`.  Penalties and the bias change the target's
-law, and the output follows that law exactly.  Fields that would change the answer and that
+with `logprobs`, it scores a text), plus vLLM's extensions `top_k`, `repetition_penalty`,
+`min_p`, `min_tokens`, `stop_token_ids`, `ignore_eos`, `include_stop_str_in_output` and
+`skip_special_tokens`, and `rayspec: {verifier, tree, verifier_params}`.  Penalties and the
+bias change the target's law, and the output follows that law exactly.  Fields that would change the answer and that
 rayspec does not implement (`suffix`, `best_of` > 1, tools, structured output) are refused,
 never silently ignored; so are unknown fields, as OpenAI does.  `user`, `metadata`,
 `store` and `service_tier` are accepted and ignored.
@@ -29,7 +30,8 @@ them with null (it has no context to be drawn from), as in OpenAI's legacy API.
 seeded with the request's seed + i, so it is exactly what a request with that seed gets;
 unseeded choices draw a seed each.
 
-Responses have OpenAI's shapes.  `usage.completion_tokens_details` counts the accepted and
+Responses have OpenAI's shapes, and each choice vLLM's `stop_reason`: the stop string or
+stop token id that ended it, null for EOS or a length.  `usage.completion_tokens_details` counts the accepted and
 rejected draft tokens (OpenAI's Predicted Outputs fields: accepted drafts are those in the
 completion, so drafts a stop or max_tokens cut off count as rejected), and a `rayspec` object
 carries the request's speculative decoding figures, the verifier's verdicts whatever the cut,
@@ -133,6 +135,8 @@ class _GenerationBody(_Strict):
     min_tokens: int | None = Field(None, ge=0)
     stop_token_ids: list[int] | None = None
     ignore_eos: bool | None = None
+    include_stop_str_in_output: bool | None = None
+    skip_special_tokens: bool | None = None
     user: str | None = None
     metadata: dict[str, Any] | None = None
     store: bool | None = None
@@ -152,6 +156,7 @@ class _GenerationBody(_Strict):
             presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
             repetition_penalty=self.repetition_penalty, logit_bias=self.token_biases(), min_p=self.min_p,
             min_tokens=self.min_tokens, stop_token_ids=self.stop_token_ids, ignore_eos=self.ignore_eos,
+            include_stop_str_in_output=self.include_stop_str_in_output, skip_special_tokens=self.skip_special_tokens,
             verifier=options.verifier, tree=options.tree, verifier_params=options.verifier_params,
             logprobs=self.alternatives(),
         )
@@ -328,7 +333,7 @@ class _Reply:
         choices = []
         for index, request in enumerate(self.requests):
             text, logprobs = self.piece(index, request.text, request.token_ids, request.logprobs)
-            choices.append(self.choice(index, text, logprobs, request.finish_reason))
+            choices.append(self.choice(index, text, logprobs, request.finish_reason, request.stop_reason))
         return {**self._head(self.object), "choices": choices, "usage": usage(self.requests),
                 "rayspec": self.figures()}
 
@@ -356,7 +361,8 @@ class _Reply:
         return self.delta(index, text, logprobs, None)
 
     def finish_delta(self, index: int) -> dict:
-        return self.delta(index, *self.piece(index, "", [], None), self.requests[index].finish_reason)
+        request = self.requests[index]
+        return self.delta(index, *self.piece(index, "", [], None), request.finish_reason, request.stop_reason)
 
     def token_texts(self, token_ids: list[int], logprobs: TokenLogprobs) -> tuple[list[str], list[list[str]]]:
         """Each token's own text and its alternatives' texts, decoded in one tokenizer call."""
@@ -387,8 +393,10 @@ class _CompletionReply(_Reply):
         self.echo = echo
         self.echoed = [echo is None] * len(requests)
 
-    def choice(self, index: int, text: str, logprobs: dict | None, finish_reason: str | None) -> dict:
-        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+    def choice(self, index: int, text: str, logprobs: dict | None, finish_reason: str | None,
+               stop_reason: str | int | None = None) -> dict:
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason,
+                "stop_reason": stop_reason}
 
     delta = choice
 
@@ -427,13 +435,15 @@ class _ChatReply(_Reply):
     object, chunk_object = "chat.completion", "chat.completion.chunk"
     prefix = "chatcmpl"
 
-    def choice(self, index: int, text: str, logprobs: dict | None, finish_reason: str | None) -> dict:
+    def choice(self, index: int, text: str, logprobs: dict | None, finish_reason: str | None,
+               stop_reason: str | int | None = None) -> dict:
         return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
-                "finish_reason": finish_reason}
+                "finish_reason": finish_reason, "stop_reason": stop_reason}
 
-    def delta(self, index: int, text: str, logprobs: dict | None, finish_reason: str | None) -> dict:
+    def delta(self, index: int, text: str, logprobs: dict | None, finish_reason: str | None,
+              stop_reason: str | int | None = None) -> dict:
         return {"index": index, "delta": {"content": text} if text else {}, "logprobs": logprobs,
-                "finish_reason": finish_reason}
+                "finish_reason": finish_reason, "stop_reason": stop_reason}
 
     def opening(self, index: int) -> dict:
         return {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}

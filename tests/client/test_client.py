@@ -562,8 +562,9 @@ def test_min_p_min_tokens_stop_ids_and_ignore_eos_cross_as_set_and_unset_values(
             GenerateRequest("hi", stop_token_ids=bad)
 
 
-def test_min_p_min_tokens_stop_ids_and_ignore_eos_reach_the_server_from_every_call(client, server):
-    extensions = dict(min_p=0.25, min_tokens=2, stop_token_ids=[5, 6], ignore_eos=True)
+def test_min_p_min_tokens_stop_ids_ignore_eos_and_text_options_reach_the_server_from_every_call(client, server):
+    extensions = dict(min_p=0.25, min_tokens=2, stop_token_ids=[5, 6], ignore_eos=True, include_stop_str_in_output=True,
+                      skip_special_tokens=False)
     client.generate("abcdef", max_tokens=4, seed=1, **extensions)
     list(client.stream("abcdef", max_tokens=4, seed=1, **extensions))
 
@@ -578,7 +579,32 @@ def test_min_p_min_tokens_stop_ids_and_ignore_eos_reach_the_server_from_every_ca
     assert len(sent) == 5
     for message in sent[:4]:
         assert (message.min_p, message.min_tokens, list(message.stop_token_ids), message.ignore_eos) == (0.25, 2, [5, 6], True)
+        assert (message.include_stop_str_in_output, message.HasField("skip_special_tokens"),
+                message.skip_special_tokens) == (True, True, False)
     assert (sent[4].min_p, sent[4].min_tokens, list(sent[4].stop_token_ids), sent[4].ignore_eos) == (0.0, 0, [], False)
+    assert (sent[4].include_stop_str_in_output, sent[4].HasField("skip_special_tokens")) == (False, False)
+
+
+def test_text_options_cross_as_set_and_unset_values():
+    request = GenerateRequest("hi", include_stop_str_in_output=True, skip_special_tokens=False)
+    message = pb.GenerateRequest.FromString(request.to_proto().SerializeToString())
+    assert (message.include_stop_str_in_output, message.HasField("skip_special_tokens"),
+            message.skip_special_tokens) == (True, True, False)
+    assert GenerateRequest.from_proto(message) == request
+    unset = GenerateRequest.from_proto(GenerateRequest("hi").to_proto())
+    assert (unset.include_stop_str_in_output, unset.skip_special_tokens) == (None, None)
+    assert GenerateRequest.from_proto(GenerateRequest("hi", skip_special_tokens=True).to_proto()).skip_special_tokens
+
+
+@pytest.mark.parametrize("stop_reason, field", [("###", "stop_string"), ("", "stop_string"), (7, "stop_token_id"),
+                                                (0, "stop_token_id"), (None, None)])
+def test_the_stop_reason_round_trips_as_a_string_a_token_id_or_nothing(stop_reason, field):
+    completion = Completion("ab", (97, 98), "stop", Usage(), seed=7, request_id="r", stop_reason=stop_reason)
+    message = completion.to_proto()
+    assert message.WhichOneof("stop_reason") == field
+    back = Completion.from_proto(pb.GenerateResponse.FromString(message.SerializeToString()))
+    assert back == completion and type(back.stop_reason) is type(stop_reason)
+    assert Completion.from_stream([], message).stop_reason == stop_reason
 
 
 def test_completion_proto_round_trip():

@@ -14,7 +14,7 @@ from rayspec.demo import TARGET_PATH
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.engine.interfaces import Outcome
 from rayspec.engine.requests import GenerationRequest, Limits
-from rayspec.engine.text import CONTEXT_TOKENS, IncrementalDecoder, StopStrings, TextAssembler
+from rayspec.engine.text import CONTEXT_TOKENS, IncrementalDecoder, StopFinder, StopStrings, TextAssembler
 from tests.tiny_models import noisy_copy, tiny_llama
 
 TEXT = "Le menu: un café crème, deux thés. 日本語のメニュー 🙂🙂 fin."
@@ -159,17 +159,28 @@ def test_a_push_decodes_a_few_tokens_however_long_the_completion():
     assert decoder.windowed and max(counting.lengths) <= 12, max(counting.lengths)
 
 
+def _start(stops: StopStrings, text: str) -> int:
+    match = stops.find(text)
+    return -1 if match is None else match.start
+
+
 def test_stop_strings_search_only_the_new_text_and_what_a_stop_string_could_begin_in():
     stops = StopStrings(["abc", "xy"])
-    assert stops.find("zzab") == -1
+    assert stops.find("zzab") is None
     stops.searched("zzab")
-    assert stops.find("zzabc") == 2  # begun in the text already searched
+    assert stops.find("zzabc") == (2, "abc")  # begun in the text already searched
     stops = StopStrings(["abc", "xy"])
     stops.searched("xyzzz")  # searched text is trusted: only its last len(longest) - 1 characters are read again
-    assert stops.find("xyzzzz") == -1 and stops.find("xyzzzxy") == 5
+    assert _start(stops, "xyzzzz") == -1 and stops.find("xyzzzxy") == (5, "xy")
     stops = StopStrings(["é!"])
     stops.searched("caf\ufffd")  # an unfinished character is not searched text: it may become a stop string
-    assert stops.find("café!") == 3
+    assert _start(stops, "café!") == 3
+
+
+def test_the_stop_string_found_is_the_one_beginning_first_then_the_first_listed():
+    assert StopStrings(["cd", "bcd", "b"]).find("abcd") == (1, "bcd")
+    match = StopStrings(["xyz", "xy", "q"]).find("wxyzq")
+    assert match == (1, "xyz") and match.end == 4
 
 
 def test_a_stop_string_in_searched_text_is_not_found_again_whatever_its_length():
@@ -177,7 +188,7 @@ def test_a_stop_string_in_searched_text_is_not_found_again_whatever_its_length()
     is looked for only where it could end in new text."""
     stops = StopStrings(["a", "xyz"])
     stops.searched("qqa")
-    assert stops.find("qqab") == -1 and stops.find("qqaba") == 4 and stops.find("qqaxyz") == 3
+    assert _start(stops, "qqab") == -1 and _start(stops, "qqaba") == 4 and _start(stops, "qqaxyz") == 3
 
 
 class _ScriptedTarget:
@@ -267,3 +278,76 @@ def test_the_text_of_chunks_across_min_tokens_stops_at_the_first_stop_string_aft
     text = assembler.push(script[: first + 1])  # the chunk crosses min_tokens after the first gamma
     text += assembler.push(script[first + 1 :])
     assert (text + assembler.finish(), assembler.stopped) == ("alpha beta gamma delta", True)
+
+
+@pytest.mark.parametrize("stop", ["café", "thés", "日本語", "🙂🙂", "é c", "nowhere"])
+def test_with_include_stop_the_text_ends_after_the_stop_string_and_never_streams_past_it(demo_tokenizer, stop):
+    ids = demo_tokenizer.encode(TEXT, add_special_tokens=False)
+    expected = TEXT[:TEXT.find(stop) + len(stop)] if stop in TEXT else TEXT
+    rng = random.Random(1)
+    for _ in range(40):
+        cuts = sorted(rng.sample(range(1, len(ids)), rng.randint(0, len(ids) - 1)))
+        assembler = TextAssembler(demo_tokenizer, [stop], include_stop=True)
+        bounds = [0, *cuts, len(ids)]
+        sent = ""
+        for start, end in zip(bounds, bounds[1:]):
+            sent += assembler.push(ids[start:end])
+            assert expected.startswith(sent), (sent, cuts)
+        assert sent + assembler.finish() == expected
+        assert assembler.stopped == (stop in TEXT)
+
+
+def test_the_stop_reason_names_the_stop_string_or_token_that_ended_the_completion(demo_tokenizer):
+    """vLLM's stop_reason: the stop string or stop token id; None for EOS and for a length."""
+    script = demo_tokenizer.encode(SCRIPT_TEXT, add_special_tokens=False)
+    beta_ends = len(demo_tokenizer.encode("alpha beta", add_special_tokens=False))
+    engine = SpeculativeEngine(_ScriptedTarget(script), None, tokenizer=demo_tokenizer)
+
+    def run(**kwargs):
+        out = engine.run([5], **{"max_new_tokens": len(script) + 2, **kwargs})
+        return len(out.tokens), out.finish_reason, out.stop_reason
+
+    assert run(stop=[" delta", " beta"]) == (beta_ends, "stop", " beta")  # the first in the text
+    assert run(stop=[script[3], " epsilon"]) == (3, "stop", script[3])
+    assert run() == (len(script), "stop", None)
+    assert run(stop=[0]) == (len(script), "stop", None)  # EOS listed as a stop token is still EOS
+    assert run(max_new_tokens=3, stop=[" epsilon"]) == (3, "length", None)
+    request = GenerationRequest(engine, demo_tokenizer, Limits(), prompt_ids=[5], max_tokens=len(script),
+                                stop=[" delta", " beta"], include_stop_str_in_output=True)
+    list(request.run())
+    assert (request.text, request.finish_reason, request.stop_reason) == ("alpha beta", "stop", " beta")
+
+
+def test_special_tokens_have_text_when_asked_and_stop_strings_are_found_in_that_text(demo_tokenizer):
+    """skip_special_tokens=False (vLLM's): the tokenizer's text of special tokens is in the
+    completion, and the engine finds stop strings in the same text the user reads."""
+    eos = demo_tokenizer.eos_token_id
+    script = [*demo_tokenizer.encode("alpha", add_special_tokens=False), eos,
+              *demo_tokenizer.encode(" beta", add_special_tokens=False)]
+    engine = SpeculativeEngine(_ScriptedTarget(script), None, tokenizer=demo_tokenizer)
+
+    def text(skip: bool, stop=None) -> tuple[str, list[int], str | None]:
+        request = GenerationRequest(engine, demo_tokenizer, Limits(), prompt_ids=[5], max_tokens=len(script),
+                                    ignore_eos=True, skip_special_tokens=skip, stop=stop)
+        streamed = "".join(step.text for step in request.run())
+        assert streamed == request.text
+        return request.text, request.token_ids, request.stop_reason
+
+    assert text(True) == ("alpha beta", script, None)
+    assert text(False) == ("alpha<|endoftext|> beta", script, None)
+    assert text(True, "<|endoftext|>") == ("alpha beta", script, None)
+    assert text(False, "<|endoftext|>") == ("alpha", script[:script.index(eos) + 1], "<|endoftext|>")
+
+
+def test_the_stop_found_in_a_chunk_is_the_one_its_first_stopping_token_completes(demo_tokenizer):
+    """Of two stop strings in one chunk, the one completed first ends it, even where the other
+    begins before it: the text the assembler shows then holds only that one."""
+    script = demo_tokenizer.encode(SCRIPT_TEXT, add_special_tokens=False)
+    beta_ends = len(demo_tokenizer.encode("alpha beta", add_special_tokens=False))
+    finder = StopFinder(demo_tokenizer, ["alpha beta gamma", " beta"], [5])
+    assert (finder.cut(script), finder.matched) == (beta_ends, " beta")
+    assembler = TextAssembler(demo_tokenizer, ["alpha beta gamma", " beta"], [5], include_stop=True)
+    assert assembler.push(script[:beta_ends]) + assembler.finish() == "alpha beta"
+    finder = StopFinder(demo_tokenizer, ["gamma"], [5], min_tokens=beta_ends + 1)
+    assert finder.cut(script[:beta_ends]) is None and finder.cut(script[beta_ends:]) is not None
+    assert finder.matched == "gamma"

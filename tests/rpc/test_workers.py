@@ -14,6 +14,7 @@ import pytest
 
 from rayspec.client import Client, TokenLogprob
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.models import load_causal_lm
 from rayspec.rpc.generated import (
     generation_pb2, generation_pb2_grpc, health_pb2, health_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc,
@@ -213,6 +214,47 @@ def test_the_client_sdk_gets_the_in_process_log_probabilities(cluster, local_eng
     assert completion.prompt_logprobs == expected_prompt and stream.completion.prompt_logprobs == expected_prompt
     assert streamed[0].prompt_logprobs == expected_prompt and all(not c.prompt_logprobs for c in streamed[1:])
     assert plain.logprobs == () and plain.prompt_logprobs == ()
+
+
+def test_the_client_sdk_gets_the_in_process_text_with_vllms_text_options_and_stop_reason(cluster, local_engine_parts):
+    """include_stop_str_in_output, skip_special_tokens and stop_reason through the SDK, the
+    coordinator and plain-process workers: what the in-process request gives."""
+    local_target, local_drafter, tokenizer = local_engine_parts
+    engine = SpeculativeEngine(local_target, local_drafter, verifier="rrsw", tree="kary:2x3", tokenizer=tokenizer)
+    ids = tokenizer.encode("def add(a, b):", add_special_tokens=False)
+    common = dict(max_tokens=20, temperature=0.7, seed=9)
+
+    def in_process(**options):
+        request = GenerationRequest(engine, tokenizer, Limits(), prompt_ids=ids, **common, **options)
+        assert "".join(step.text for step in request.run()) == request.text
+        return request.text, request.token_ids, request.finish_reason, request.stop_reason
+
+    plain_text, plain_tokens, _, _ = in_process()
+    stop_token = next(t for i, t in enumerate(plain_tokens) if i >= 3 and t not in plain_tokens[:i])
+    stop_string = next(plain_text[i:i + 2] for i in range(4, len(plain_text)) if plain_text[i:i + 2].strip())
+    eos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    cases = {
+        "stop string, included": dict(stop=[stop_string], include_stop_str_in_output=True),
+        "stop string": dict(stop=[stop_string]),
+        "stop token": dict(stop_token_ids=[stop_token]),
+        "special tokens' text": dict(ignore_eos=True, logit_bias={eos: 100.0}, skip_special_tokens=False),
+        "special tokens skipped": dict(ignore_eos=True, logit_bias={eos: 100.0}),
+    }
+    expected = {name: in_process(**options) for name, options in cases.items()}
+    cut = plain_text.find(stop_string)
+    assert expected["stop string, included"] == (plain_text[:cut + 2], *expected["stop string"][1:3], stop_string)
+    assert expected["stop string"][0] == plain_text[:cut]
+    assert expected["stop token"][1:] == (plain_tokens[:plain_tokens.index(stop_token)], "stop", stop_token)
+    assert expected["special tokens' text"][:2] == ("<|endoftext|>" * 20, [eos] * 20)
+    assert expected["special tokens skipped"][0] == "" and expected["stop string"][3] == stop_string
+    with Client(cluster["coordinator"].address, timeout=60) as client:
+        for name, options in cases.items():
+            completion = client.generate(ids, **common, **options)
+            stream = client.stream(ids, **common, **options)
+            streamed = "".join(chunk.text for chunk in stream)
+            got = (completion.text, list(completion.token_ids), completion.finish_reason, completion.stop_reason)
+            assert got == expected[name], name
+            assert (streamed, stream.completion.stop_reason) == (expected[name][0], expected[name][3]), name
 
 
 @pytest.mark.parametrize("here", ["drafter", "target"])

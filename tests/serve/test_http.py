@@ -186,7 +186,8 @@ def test_completion_is_the_in_process_engine_output(http, parts, reference):
     body = reply.json()
     assert body["object"] == "text_completion" and body["id"].startswith("cmpl-") and body["model"] == MODEL
     assert isinstance(body["created"], int)
-    assert body["choices"] == [{"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}]
+    assert body["choices"] == [{"index": 0, "text": text, "logprobs": None, "finish_reason": "length",
+                               "stop_reason": None}]
     accepted = sum(s.accepted_in_completion for s in stats.steps)
     drafted = sum(s.drafted for s in stats.steps)
     prompt_tokens = len(tokenizer.encode(PROMPT, add_special_tokens=False))
@@ -319,6 +320,41 @@ def test_stop_strings_do_not_stop_before_min_tokens(client, parts, reference):
             assert got == wanted, (min_tokens, stream)
             assert len(got[0]) > len(plain.choices[0].text)
         assert min_tokens == 8 or wanted[1] == "stop"  # both ways here: a stop past the first 4 tokens, none past 8
+
+
+def test_stop_reason_include_stop_str_in_output_and_skip_special_tokens(client, http, parts, reference):
+    """vLLM's fields: each choice's stop_reason names the stop string or stop token id that
+    ended it (null for a length); include_stop_str_in_output keeps the stop string in the text,
+    streamed or not; skip_special_tokens: false gives special tokens their text."""
+    tokenizer = parts[2]
+    tokens, text, _ = expected(reference, tokenizer, PROMPT, max_new_tokens=24, temperature=0.8, seed=6)
+    stop_string = tokenizer.decode(tokens[2:3]).strip()[:3]
+    end = text.find(stop_string) + len(stop_string)
+    kwargs = dict(model=MODEL, prompt=PROMPT, max_tokens=24, temperature=0.8, seed=6, stop=[stop_string])
+    for options, wanted in (({}, text[: end - len(stop_string)]), ({"include_stop_str_in_output": True}, text[:end])):
+        for stream in (False, True):
+            answer = client.completions.create(**kwargs, extra_body=options, stream=stream)
+            choices = [c.choices[0] for c in answer if c.choices] if stream else answer.choices
+            got = ("".join(c.text for c in choices), choices[-1].finish_reason, choices[-1].model_extra["stop_reason"])
+            assert got == (wanted, "stop", stop_string), (options, stream)
+    at = next(i for i in range(2, len(tokens)) if tokens[i] not in tokens[:i])
+    body = {"prompt": PROMPT, "max_tokens": 24, "temperature": 0.8, "seed": 6}
+    by_token = http.post("/v1/completions", json={**body, "stop_token_ids": [tokens[at]]}).json()["choices"][0]
+    assert (by_token["text"], by_token["finish_reason"], by_token["stop_reason"]) == (
+        tokenizer.decode(tokens[:at]), "stop", tokens[at])
+    by_length = http.post("/v1/completions", json=body).json()["choices"][0]
+    assert (by_length["text"], by_length["finish_reason"], by_length["stop_reason"]) == (text, "length", None)
+    eos = {**body, "max_tokens": 3, "ignore_eos": True, "logit_bias": {"0": 100}}  # token 0: <|endoftext|>
+    assert http.post("/v1/completions", json=eos).json()["choices"][0]["text"] == ""
+    shown = http.post("/v1/completions", json={**eos, "skip_special_tokens": False}).json()["choices"][0]
+    assert shown["text"] == "<|endoftext|>" * 3
+    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3,
+                                          logit_bias={"0": 100}, extra_body={"ignore_eos": True,
+                                                                             "skip_special_tokens": False})
+    assert chat.choices[0].message.content == "<|endoftext|>" * 3 and chat.choices[0].model_extra["stop_reason"] is None
+    for bad in ({"skip_special_tokens": "no"}, {"include_stop_str_in_output": 1}):
+        refused = http.post("/v1/completions", json={**body, **bad})
+        assert refused.status_code == 400 and next(iter(bad)) in refused.json()["error"]["message"]
 
 
 def test_ignore_eos_and_min_tokens_hold_eos_back(parts):
