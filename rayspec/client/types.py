@@ -56,7 +56,8 @@ class GenerateRequest:
     many tokens; stop_token_ids: token ids that end the completion as EOS does (not
     included); ignore_eos: EOS does not end it.  include_stop_str_in_output: the text ends
     after the stop string that ended it rather than before (vLLM's); skip_special_tokens:
-    special tokens have no text (default True, as in vLLM).
+    special tokens have no text (default True, as in vLLM).  allowed_token_ids: the only
+    tokens that can be drawn (vLLM's; empty: all).
     """
 
     prompt: str | tuple[int, ...]
@@ -82,6 +83,7 @@ class GenerateRequest:
     prompt_logprobs: int | None = None
     include_stop_str_in_output: bool | None = None
     skip_special_tokens: bool | None = None
+    allowed_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self):
         # frozen: normalise through object.__setattr__ so that equal requests compare equal
@@ -96,10 +98,11 @@ class GenerateRequest:
             object.__setattr__(self, "logit_bias", {operator.index(t): float(b) for t, b in self.logit_bias.items()})
         except (AttributeError, TypeError, ValueError):
             raise TypeError("logit_bias must map integer token ids to numbers") from None
-        try:
-            object.__setattr__(self, "stop_token_ids", tuple(operator.index(t) for t in self.stop_token_ids))
-        except TypeError:
-            raise TypeError("stop_token_ids must be a sequence of integer token ids") from None
+        for name in ("stop_token_ids", "allowed_token_ids"):
+            try:
+                object.__setattr__(self, name, tuple(operator.index(t) for t in getattr(self, name)))
+            except TypeError:
+                raise TypeError(f"{name} must be a sequence of integer token ids") from None
 
     @property
     def idempotent(self) -> bool:
@@ -118,6 +121,7 @@ class GenerateRequest:
             stop_token_ids=self.stop_token_ids,
             ignore_eos=bool(self.ignore_eos),
             include_stop_str_in_output=bool(self.include_stop_str_in_output),
+            allowed_token_ids=self.allowed_token_ids,
             stop=self.stop,
             verifier=self.verifier or "",
             tree=self.tree or "",
@@ -168,6 +172,7 @@ class GenerateRequest:
             prompt_logprobs=optional("prompt_logprobs"),
             include_stop_str_in_output=message.include_stop_str_in_output or None,
             skip_special_tokens=optional("skip_special_tokens"),
+            allowed_token_ids=tuple(message.allowed_token_ids),
         )
 
 

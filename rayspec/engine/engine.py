@@ -248,6 +248,7 @@ class SpeculativeEngine:
         logit_bias: Mapping[int, float] | None = None,
         min_p: float = 0.0,
         min_tokens: int = 0,
+        allowed_token_ids: Sequence[int] = (),
         ignore_eos: bool = False,
         seed: int | None = None,
         stop: Sequence[str | int] | None = None,
@@ -276,11 +277,13 @@ class SpeculativeEngine:
         frequency_penalty, repetition_penalty, logit_bias, min_p: as OpenAI and vLLM define
         them (`SamplingParams`); they change the target's law, and the output follows the law
         they define exactly.  min_tokens (vLLM's): the stop tokens cannot be drawn, and stop
-        strings do not stop, before the completion has that many tokens."""
+        strings do not stop, before the completion has that many tokens.  allowed_token_ids
+        (vLLM's): the only tokens that can be drawn (the law restricted to them)."""
         replayable = seed is not None if replayable is None else replayable
         stop_ids = self._stop_ids(stop, ignore_eos)
         params = SamplingParams(temperature, top_p, top_k, presence_penalty, frequency_penalty, repetition_penalty,
-                                logit_bias or (), min_p, min_tokens, stop_ids if min_tokens else ())
+                                logit_bias or (), min_p, min_tokens, stop_ids if min_tokens else (),
+                                tuple(allowed_token_ids or ()))
         params.check_vocabulary(self.target.vocab_size)
         min_tokens = params.min_tokens
         if int(max_new_tokens) < 1:

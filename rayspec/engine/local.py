@@ -270,7 +270,7 @@ class LocalDrafterSession(_Session):
         parents, tokens, scores, depth = [-1], [self.tokens[-1]], [0.0], [0]  # candidate 0: the root
         frontier, logits = [0], root_logits
         for d in range(plan.depth):
-            if self.params.logit_bias or self.params.uses_history:
+            if self.params.adjusts_logits:
                 paths = [_path_tokens(n, parents, tokens) for n in frontier]
                 log_q = self.laws(logits, lambda: paths, untempered=True).log()
             else:

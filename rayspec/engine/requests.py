@@ -64,13 +64,14 @@ class GenerationRequest:
                  verifier=None, tree=None, verifier_params=None, request_id=None, logprobs=None,
                  prompt_logprobs=None, prompt_only=False, presence_penalty=None, frequency_penalty=None,
                  repetition_penalty=None, logit_bias=None, min_p=None, min_tokens=None, stop_token_ids=None,
-                 ignore_eos=None, include_stop_str_in_output=None, skip_special_tokens=None):
+                 ignore_eos=None, include_stop_str_in_output=None, skip_special_tokens=None, allowed_token_ids=None):
         """prompt_logprobs: k for the log-probabilities of the prompt's tokens after the first
         (`rayspec.engine.interfaces.TokenLogprobs`) and the k most likely tokens' at each;
         prompt_only: generate nothing, only those (OpenAI's `echo` with `max_tokens: 0`).
         The penalties, logit_bias, min_p and min_tokens are `SamplingParams`'; None leaves
         each off.  stop_token_ids: token ids that end the completion as EOS does (vLLM's),
-        ignore_eos: EOS does not (vLLM's).  include_stop_str_in_output: the text ends after the
+        ignore_eos: EOS does not (vLLM's).  allowed_token_ids: the only tokens that can be
+        drawn (vLLM's; None or empty: all).  include_stop_str_in_output: the text ends after the
         stop string that ended it rather than before (vLLM's); skip_special_tokens: special
         tokens have no text (default True, as in vLLM)."""
         if (prompt is None) == (prompt_ids is None):
@@ -103,8 +104,9 @@ class GenerationRequest:
         stop = [stop] if isinstance(stop, str) else stop
         if stop is not None and not all(isinstance(s, str) for s in stop):
             raise ValueError("stop must be a string or a list of strings")
-        if stop_token_ids is not None and not all(type(t) is int and t >= 0 for t in stop_token_ids):
-            raise ValueError("stop_token_ids must be a list of token ids (integers >= 0)")
+        for name, ids in (("stop_token_ids", stop_token_ids), ("allowed_token_ids", allowed_token_ids)):
+            if ids is not None and not all(type(t) is int and t >= 0 for t in ids):
+                raise ValueError(f"{name} must be a list of token ids (integers >= 0)")
         if min_tokens is not None and not self.prompt_only and not 0 <= int(min_tokens) <= max_tokens:
             raise ValueError(f"min_tokens must be between 0 and max_tokens ({max_tokens}), got {min_tokens}")
         if verifier_params is not None and not isinstance(verifier_params, dict):
@@ -123,6 +125,7 @@ class GenerationRequest:
             logit_bias=dict(logit_bias or {}),
             min_p=float(min_p or 0),
             min_tokens=int(min_tokens or 0),
+            allowed_token_ids=tuple(allowed_token_ids or ()),
         )
         if self.prompt_only:  # `generate` checks them itself; scoring a prompt does not read them
             SamplingParams(**sampling, stop_token_ids=stop_token_ids or ()).check_vocabulary(engine.target.vocab_size)

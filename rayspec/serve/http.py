@@ -12,8 +12,8 @@ Request fields: OpenAI's `model`, `prompt` / `messages`, `max_tokens` (chat: als
 `stream_options.include_usage`, `logprobs` (chat: `logprobs` and `top_logprobs`, up to 20
 alternatives), `n` and, for completions, `echo` (with `max_tokens: 0`, the prompt alone:
 with `logprobs`, it scores a text), plus vLLM's extensions `top_k`, `repetition_penalty`,
-`min_p`, `min_tokens`, `stop_token_ids`, `ignore_eos`, `include_stop_str_in_output` and
-`skip_special_tokens`, and `rayspec: {verifier, tree, verifier_params}`.  Penalties and the
+`min_p`, `min_tokens`, `stop_token_ids`, `ignore_eos`, `allowed_token_ids`,
+`include_stop_str_in_output` and `skip_special_tokens`, and `rayspec: {verifier, tree, verifier_params}`.  Penalties and the
 bias change the target's law, and the output follows that law exactly.  Fields that would change the answer and that
 rayspec does not implement (`suffix`, `best_of` > 1, tools, structured output) are refused,
 never silently ignored; so are unknown fields, as OpenAI does.  `user`, `metadata`,
@@ -134,6 +134,7 @@ class _GenerationBody(_Strict):
     min_p: float | None = Field(None, ge=0, le=1)
     min_tokens: int | None = Field(None, ge=0)
     stop_token_ids: list[int] | None = None
+    allowed_token_ids: list[int] | None = None
     ignore_eos: bool | None = None
     include_stop_str_in_output: bool | None = None
     skip_special_tokens: bool | None = None
@@ -156,6 +157,7 @@ class _GenerationBody(_Strict):
             presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
             repetition_penalty=self.repetition_penalty, logit_bias=self.token_biases(), min_p=self.min_p,
             min_tokens=self.min_tokens, stop_token_ids=self.stop_token_ids, ignore_eos=self.ignore_eos,
+            allowed_token_ids=self.allowed_token_ids,
             include_stop_str_in_output=self.include_stop_str_in_output, skip_special_tokens=self.skip_special_tokens,
             verifier=options.verifier, tree=options.tree, verifier_params=options.verifier_params,
             logprobs=self.alternatives(),

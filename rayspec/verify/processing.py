@@ -40,7 +40,9 @@ class SamplingParams:
     [0, 1], 0 = off): tokens less likely than min_p times the most likely token are dropped.
     min_tokens (vLLM's): while the completion has fewer tokens, the `stop_token_ids` (the
     tokens that would end it: the engine fills in the model's EOS ids and the request's
-    stop ids) cannot be drawn."""
+    stop ids) cannot be drawn.  allowed_token_ids (vLLM's; empty = all): no other token can
+    be drawn — the law is the one the other parameters define, restricted to them and
+    renormalised."""
 
     temperature: float = 1.0
     top_p: float = 1.0
@@ -52,6 +54,7 @@ class SamplingParams:
     min_p: float = 0.0
     min_tokens: int = 0
     stop_token_ids: tuple[int, ...] = ()
+    allowed_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self):
         if not 0 <= self.temperature < float("inf"):  # NaN fails too
@@ -77,6 +80,7 @@ class SamplingParams:
         if not 0 <= self.min_tokens < 2**31:
             raise ValueError(f"min_tokens must be in [0, 2^31), got {self.min_tokens}")
         object.__setattr__(self, "stop_token_ids", _token_ids(self.stop_token_ids, "stop_token_ids"))
+        object.__setattr__(self, "allowed_token_ids", _token_ids(self.allowed_token_ids, "allowed_token_ids"))
 
     @property
     def greedy(self) -> bool:
@@ -93,6 +97,12 @@ class SamplingParams:
         return self.penalised or self.bans_stops
 
     @property
+    def adjusts_logits(self) -> bool:
+        """Whether `adjust_logits` changes anything (a bias, a penalty, min_tokens or
+        allowed_token_ids is on)."""
+        return bool(self.logit_bias or self.allowed_token_ids) or self.uses_history
+
+    @property
     def bans_stops(self) -> bool:
         """Whether stop tokens are banned from the first laws (min_tokens)."""
         return self.min_tokens > 0 and bool(self.stop_token_ids)
@@ -101,12 +111,14 @@ class SamplingParams:
         """Refuse a logit bias or a stop token the model does not have, and a min_tokens that
         would leave no token to draw."""
         for name, tokens in (("logit_bias", [token for token, _ in self.logit_bias]),
-                             ("stop_token_ids", self.stop_token_ids)):
+                             ("stop_token_ids", self.stop_token_ids), ("allowed_token_ids", self.allowed_token_ids)):
             outside = [token for token in tokens if token >= vocab_size]
             if outside:
                 raise ValueError(f"{name} names token {outside[0]}, outside the vocabulary of {vocab_size} tokens")
-        if self.bans_stops and len(self.stop_token_ids) >= vocab_size:
-            raise ValueError("min_tokens would ban every token of the vocabulary: stop_token_ids holds them all")
+        if self.bans_stops and set(self.allowed_token_ids or range(vocab_size)) <= set(self.stop_token_ids):
+            raise ValueError("min_tokens would ban every token that allowed_token_ids allows: all are stop tokens "
+                             "(EOS or stop_token_ids)" if self.allowed_token_ids else
+                             "min_tokens would ban every token of the vocabulary: stop_token_ids holds them all")
 
 
 def _bias_pairs(bias: Mapping[int, float] | Iterable[tuple[int, float]]) -> tuple[tuple[int, float], ...]:
@@ -199,8 +211,8 @@ class TokenHistory:
 
 
 def adjust_logits(logits: torch.Tensor, params: SamplingParams, history: RowHistory | None = None) -> torch.Tensor:
-    """[R, V] float logits after the ban of stop tokens before min_tokens, the logit bias and
-    the penalties (a new tensor if any applies).  The repetition penalty is CTRL's as HF and
+    """[R, V] float logits after the ban of stop tokens before min_tokens, the logit bias, the
+    penalties and allowed_token_ids (a new tensor if any applies).  The repetition penalty is CTRL's as HF and
     vLLM apply it: on the logit itself, so a positive logit shrinks and a negative one grows
     in magnitude."""
     if params.uses_history and (history is None or len(history.counts) != len(logits)):
@@ -223,6 +235,9 @@ def adjust_logits(logits: torch.Tensor, params: SamplingParams, history: RowHist
         if params.presence_penalty:
             touched = touched - params.presence_penalty * (history.counts > 0).to(logits.dtype)
         logits = logits.index_copy(-1, history.columns, touched)
+    if params.allowed_token_ids:
+        allowed = torch.tensor(params.allowed_token_ids, device=logits.device)
+        logits = torch.full_like(logits, float("-inf")).index_copy_(-1, allowed, logits[:, allowed])
     return logits
 
 
@@ -230,7 +245,7 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams, dtype=torch.fl
                     history: RowHistory | None = None) -> torch.Tensor:
     """[..., V] logits -> [..., V] probabilities after the ban of stop tokens before
     min_tokens, the logit bias, the penalties (given the `history` before each row when one
-    of those is on), temperature, min-p, top-k and top-p."""
+    of those is on), allowed_token_ids, temperature, min-p, top-k and top-p."""
     logits = adjust_logits(logits.to(dtype), params, history)
     if params.greedy:
         probs = torch.zeros_like(logits)

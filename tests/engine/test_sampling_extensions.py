@@ -1,5 +1,5 @@
-"""vLLM's sampling extensions — min_p, min_tokens, stop token ids and ignore_eos — in the
-laws (`rayspec.verify.processing`) and through the engine.
+"""vLLM's sampling extensions — min_p, min_tokens, stop token ids, ignore_eos and
+allowed_token_ids — in the laws (`rayspec.verify.processing`) and through the engine.
 
 min_tokens bans the stop tokens from the laws of a completion's first positions, so the
 target's law at a tree node depends on how many tokens the node's path adds: exactness is
@@ -90,6 +90,8 @@ def test_min_tokens_without_stop_tokens_changes_nothing():
     (dict(stop_token_ids=(1.5,)), "stop_token_ids must be a list of token ids"),
     (dict(stop_token_ids=(3, -1)), "stop_token_ids: token ids are >= 0, got -1"),
     (dict(stop_token_ids=("a",)), "stop_token_ids must be a list of token ids"),
+    (dict(allowed_token_ids=(2, -4)), "allowed_token_ids: token ids are >= 0, got -4"),
+    (dict(allowed_token_ids=(0.5,)), "allowed_token_ids must be a list of token ids"),
 ])
 def test_bad_values_are_refused_with_the_field_named(fields, message):
     with pytest.raises(ValueError, match=message):
@@ -102,6 +104,32 @@ def test_stop_tokens_outside_the_vocabulary_or_banning_all_of_it_are_refused():
     with pytest.raises(ValueError, match="min_tokens would ban every token of the vocabulary"):
         SamplingParams(min_tokens=2, stop_token_ids=(0, 1, 2)).check_vocabulary(3)
     SamplingParams(min_tokens=2, stop_token_ids=(0, 1)).check_vocabulary(3)
+    with pytest.raises(ValueError, match="allowed_token_ids names token 3, outside the vocabulary of 3 tokens"):
+        SamplingParams(allowed_token_ids=(3, 0)).check_vocabulary(3)
+    with pytest.raises(ValueError, match=r"min_tokens would ban every token that allowed_token_ids allows: all are stop tokens \(EOS or"):
+        SamplingParams(min_tokens=2, stop_token_ids=(0, 1), allowed_token_ids=(1, 0)).check_vocabulary(5)
+    SamplingParams(min_tokens=2, stop_token_ids=(0, 1), allowed_token_ids=(1, 4)).check_vocabulary(5)
+
+
+def test_allowed_token_ids_restrict_the_law_to_them_after_the_bias_and_the_stop_ban():
+    logits = torch.randn(4, 20, generator=torch.Generator().manual_seed(5)) * 2
+    logits[:, 5] = 9.0  # every row's argmax, and not allowed
+    allowed = [3, 7, 11, 19]
+    history = TokenHistory([1, 2])
+    rows = history.rows([[], [3], [3, 7], [3, 7, 11]])  # positions 0 to 3
+    params = SamplingParams(0.7, logit_bias={7: 2.0, 5: 50.0}, min_tokens=2, stop_token_ids=(11,),
+                            allowed_token_ids=(19, 3, 11, 7))
+    assert params.allowed_token_ids == (3, 7, 11, 19) and params.adjusts_logits
+    by_hand = torch.full_like(logits, float("-inf"))
+    by_hand[:, allowed] = logits[:, allowed]
+    by_hand[:, 7] += 2.0
+    by_hand[:2, 11] = float("-inf")  # rows before min_tokens
+    probs = logits_to_probs(logits, params, history=rows)
+    assert torch.allclose(probs, torch.softmax(by_hand / 0.7, -1))
+    assert (probs[:, [i for i in range(20) if i not in allowed]] == 0).all() and (probs[2:, 11] > 0).all()
+    greedy = logits_to_probs(logits, SamplingParams(0.0, allowed_token_ids=allowed))
+    assert greedy.argmax(-1).tolist() == [allowed[i] for i in logits[:, allowed].argmax(-1).tolist()]
+    assert not SamplingParams(allowed_token_ids=()).adjusts_logits
 
 
 # ------------------------------------------------------------------ greedy, through the engine
@@ -159,6 +187,23 @@ def test_ignore_eos_decodes_on_as_if_the_model_had_no_eos(eos_pair):
     assert stop not in out.tokens[: first + 1] and eos in out.tokens and len(out.tokens) > first
 
 
+def test_greedy_with_allowed_token_ids_is_the_argmax_over_them_for_every_verifier(eos_pair):
+    target, drafter, _ = eos_pair
+    plain = SpeculativeEngine(LocalTarget(target)).run(PROMPT, max_new_tokens=12, temperature=0, ignore_eos=True)
+    allowed = [t for t in range(64) if t % 3 and t not in plain.tokens[:2]]
+    expected = []
+    with torch.no_grad():
+        for _ in range(12):
+            row = target(torch.tensor([PROMPT + expected])).logits[0, -1]
+            expected.append(allowed[int(row[allowed].argmax())])
+    assert expected != plain.tokens
+    for name in available_verifiers():
+        engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier=name, tree=VERIFIER_TREES[name])
+        out = engine.run(PROMPT, max_new_tokens=12, temperature=0, ignore_eos=True, allowed_token_ids=allowed)
+        assert out.tokens == expected, name
+        assert out.stats.tokens_per_step > 1.5, f"{name}: the drafter restricted too, its drafts are accepted"
+
+
 def test_a_stop_token_outside_the_vocabulary_is_refused(eos_pair):
     engine = SpeculativeEngine(LocalTarget(eos_pair[0]))
     with pytest.raises(ValueError, match="stop token 64 is outside the vocabulary of 64 tokens"):
@@ -168,7 +213,7 @@ def test_a_stop_token_outside_the_vocabulary_is_refused(eos_pair):
 # ------------------------------------------------------------------ the law when sampling
 
 SMALL_EOS = 2
-SAMPLED = dict(temperature=1.2, min_p=0.4, min_tokens=2)
+SAMPLED = dict(temperature=1.2, min_p=0.4, min_tokens=2, allowed_token_ids=(0, 2, 3))
 
 
 @pytest.fixture(scope="module")
@@ -179,9 +224,10 @@ def small_pair():
 
 
 def law_of_completions(model, prompt: list[int], length: int, temperature: float, min_p: float = 0.0,
-                       min_tokens: int = 0) -> dict:
+                       min_tokens: int = 0, allowed_token_ids=()) -> dict:
     """The law of the completion (EOS ending it, not included) up to `length` tokens, by
-    enumeration: EOS banned before min_tokens, then temperature and min-p, by hand."""
+    enumeration: EOS banned before min_tokens and the tokens not allowed, then temperature and
+    min-p, by hand."""
     law: dict[tuple, float] = {}
 
     def walk(completion: list[int], prob: float) -> None:
@@ -192,6 +238,8 @@ def law_of_completions(model, prompt: list[int], length: int, temperature: float
             row = model(torch.tensor([prompt + completion])).logits[0, -1].double()
         if len(completion) < min_tokens:
             row[SMALL_EOS] = -math.inf
+        if allowed_token_ids:
+            row[[t for t in range(len(row)) if t not in allowed_token_ids]] = -math.inf
         for token, p in enumerate(_min_p_by_hand(row, temperature, min_p).tolist()):
             if p == 0:
                 continue
@@ -209,12 +257,13 @@ def _moved(law: dict, other: dict) -> float:
 
 
 @pytest.mark.parametrize("name", ["rrsw", "gumbel", "spechub"])
-def test_sampled_completions_follow_the_law_with_min_p_and_min_tokens(small_pair, name):
+def test_sampled_completions_follow_the_law_with_min_p_min_tokens_and_allowed_token_ids(small_pair, name):
     target, drafter = small_pair
     prompt = [1, 3, 1]
     law = law_of_completions(target, prompt, 3, **SAMPLED)
-    assert _moved(law, law_of_completions(target, prompt, 3, 1.2, min_tokens=2)) > 0.05, "min_p must move the law"
-    assert _moved(law, law_of_completions(target, prompt, 3, 1.2, min_p=0.4)) > 0.05, "min_tokens must move it"
+    for left_out in ("min_p", "min_tokens", "allowed_token_ids"):
+        without = {key: value for key, value in SAMPLED.items() if key != left_out}
+        assert _moved(law, law_of_completions(target, prompt, 3, **without)) > 0.05, f"{left_out} must move the law"
     engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier=name, tree=VERIFIER_TREES[name])
     outs = [engine.run(prompt, max_new_tokens=3, seed=seed, **SAMPLED) for seed in range(2000)]
     deep = sum(s.accepted >= 2 for out in outs for s in out.stats.steps)

@@ -163,6 +163,25 @@ def test_min_p_min_tokens_and_stop_ids_round_trip_and_bad_ones_are_refused():
         SamplingParams(min_tokens=1, stop_token_ids=(3, 8192)).check_vocabulary(8192)
 
 
+def test_allowed_token_ids_round_trip_and_an_older_target_is_refused_them():
+    params = SamplingParams(0.5, allowed_token_ids=(40, 3, 3, 17))
+    message = codec.encode_params(params)
+    assert list(message.allowed_token_ids) == [3, 17, 40]
+    back = codec.decode_params(worker_pb2.SamplingParams.FromString(message.SerializeToString()))
+    assert back == params and back.allowed_token_ids == (3, 17, 40)
+    assert codec.decode_params(codec.encode_params(SamplingParams())).allowed_token_ids == ()
+    message.allowed_token_ids.append(-1)
+    with pytest.raises(ValueError, match="allowed_token_ids: token ids are >= 0, got -1"):
+        codec.decode_params(message)
+    spec = SequenceSpec((1, 2), params, 3, "rrsw")
+    before = frozenset({"penalties", "min_p", "min_tokens"})  # the release before allowed_token_ids
+    with pytest.raises(RuntimeError, match=r"^the target worker at w:1 predates allowed_token_ids, and would ignore "
+                                           r"them: upgrade it$"):
+        codec.check_worker_features(spec, before, "target worker at w:1")
+    codec.check_worker_features(SequenceSpec((1, 2), SamplingParams(0.5), 3, "rrsw"), before, "target worker at w:1")
+    codec.check_worker_features(spec, frozenset(codec.WORKER_FEATURES), "target worker at w:1")
+
+
 def test_a_worker_without_min_p_or_min_tokens_is_refused_only_when_they_matter():
     old = frozenset({"penalties"})  # a worker of the release before min_p and min_tokens
 

@@ -13,6 +13,7 @@ import msgpack
 import pytest
 
 from rayspec.client import Client, TokenLogprob
+from rayspec.client.errors import InvalidRequestError
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.models import load_causal_lm
@@ -144,6 +145,29 @@ def test_min_p_and_min_tokens_give_the_in_process_tokens(cluster, local_engine_p
     assert (list(sdk.token_ids), sdk.finish_reason) == (local.tokens, local.finish_reason)
     assert (list(sdk_certain.token_ids), sdk_certain.finish_reason) == (local_certain.tokens, "stop")
     assert (list(sdk_stopped.token_ids), sdk_stopped.finish_reason) == (plain.tokens[:at], "stop")
+
+
+@pytest.mark.parametrize("verify_at", ["target", "coordinator"])
+def test_allowed_token_ids_give_the_in_process_tokens(cluster, local_engine_parts, verify_at):
+    """The workers restrict every drafted path's laws to the allowed tokens themselves: the
+    in-process tokens through the engine, and through the SDK and the coordinator."""
+    local_target, local_drafter, _ = local_engine_parts
+    remote_target = RemoteTarget(cluster["target"].address, verify_at=verify_at)
+    remote_engine = SpeculativeEngine(remote_target, RemoteDrafter(cluster["drafter"].address, remote_target.vocab_size),
+                                      tree="kary:2x3")
+    prompt, kwargs = [11, 500, 7, 4000], dict(max_new_tokens=24, temperature=0.8, seed=4)
+    plain = SpeculativeEngine(local_target, local_drafter, tree="kary:2x3").run(prompt, **kwargs)
+    allowed = sorted(set(range(0, 8192, 7)) - set(plain.tokens))
+    local = SpeculativeEngine(local_target, local_drafter, tree="kary:2x3").run(prompt, **kwargs,
+                                                                                 allowed_token_ids=allowed)
+    assert len(local.tokens) == 24 and set(local.tokens) <= set(allowed)
+    remote = remote_engine.run(prompt, **kwargs, allowed_token_ids=allowed)
+    assert (remote.tokens, remote.finish_reason) == (local.tokens, local.finish_reason)
+    with Client(cluster["coordinator"].address, timeout=60) as client:  # the coordinator's verifier: rrsw
+        sdk = client.generate(prompt, max_tokens=24, temperature=0.8, seed=4, allowed_token_ids=allowed)
+        with pytest.raises(InvalidRequestError, match="allowed_token_ids names token 8192, outside the vocabulary of 8192"):
+            client.generate(prompt, max_tokens=4, allowed_token_ids=[5, 8192])
+    assert list(sdk.token_ids) == local.tokens
 
 
 def test_remote_decoding_to_the_end_of_the_context_gives_the_in_process_tokens(cluster, local_engine_parts):
@@ -556,7 +580,8 @@ def test_a_target_worker_that_predates_penalties_is_refused_rather_than_sampling
         engine.run([1, 2, 3], max_new_tokens=4, seed=1, logit_bias={5: 1.0})
     assert len(engine.run([1, 2, 3], max_new_tokens=4, seed=1).tokens) == 4  # nothing asked of it that it lacks
     stub = worker_pb2_grpc.TargetServiceStub(grpc.insecure_channel(cluster["target"].address))
-    assert list(stub.Info(worker_pb2.InfoRequest(), timeout=10).features) == ["penalties", "min_p", "min_tokens"]
+    assert list(stub.Info(worker_pb2.InfoRequest(), timeout=10).features) == [
+        "penalties", "min_p", "min_tokens", "allowed_token_ids"]
 
 
 @pytest.mark.parametrize("feature, asked", [

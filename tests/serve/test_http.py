@@ -357,6 +357,24 @@ def test_stop_reason_include_stop_str_in_output_and_skip_special_tokens(client, 
         assert refused.status_code == 400 and next(iter(bad)) in refused.json()["error"]["message"]
 
 
+def test_allowed_token_ids_give_the_engines_tokens_through_the_openai_client(client, http, parts, reference):
+    tokenizer = parts[2]
+    plain, _, _ = expected(reference, tokenizer, PROMPT, max_new_tokens=16, temperature=0.8, seed=6)
+    allowed = sorted(set(range(1, 8192, 5)) - set(plain))
+    tokens, text, _ = expected(reference, tokenizer, PROMPT, max_new_tokens=16, temperature=0.8, seed=6,
+                               allowed_token_ids=allowed)
+    assert len(tokens) == 16 and set(tokens) <= set(allowed)
+    for stream in (False, True):
+        answer = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=16, temperature=0.8, seed=6,
+                                           extra_body={"allowed_token_ids": allowed}, stream=stream)
+        got = "".join(c.choices[0].text for c in answer if c.choices) if stream else answer.choices[0].text
+        assert got == text, stream
+    for bad, message in (([3, 8192], "allowed_token_ids names token 8192, outside the vocabulary of 8192 tokens"),
+                         ([-1], "allowed_token_ids must be a list of token ids"), (["7"], "allowed_token_ids")):
+        refused = http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4, "allowed_token_ids": bad})
+        assert refused.status_code == 400 and message in refused.json()["error"]["message"], bad
+
+
 def test_ignore_eos_and_min_tokens_hold_eos_back(parts):
     """A target whose EOS is a token the plain completion draws early: EOS ends it there;
     ignore_eos lets it run to max_tokens (the plain tokens, EOS among them); min_tokens bans
