@@ -24,6 +24,8 @@ def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-p", type=float, default=0.0, help="vLLM's, in [0, 1]; 0 is off")
     parser.add_argument("--min-tokens", type=int, default=0, help="vLLM's: no stop before this many new tokens")
     parser.add_argument("--ignore-eos", action="store_true", help="vLLM's: EOS does not end the completion")
+    parser.add_argument("--allowed-token-ids", type=int, nargs="+", default=(), metavar="ID",
+                        help="vLLM's: the only tokens that can be drawn")
     parser.add_argument("--seed", type=int, default=None, help="a seed makes the output reproducible")
 
 
@@ -68,14 +70,16 @@ def cmd_generate(args) -> int:
     engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=args.tree, tokenizer=tokenizer,
                                acceptance_dir=acceptance_dir(args))
     prompt_ids = tokenizer.encode(args.prompt, add_special_tokens=False)
-    assembler = TextAssembler(tokenizer, args.stop or (), prompt_ids, args.min_tokens)
+    assembler = TextAssembler(tokenizer, args.stop or (), prompt_ids, args.min_tokens,
+                              args.include_stop_str_in_output, args.skip_special_tokens)
     stats = GenerationStats()
     sys.stdout.write(args.prompt)
     for chunk in engine.generate(
         prompt_ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
         top_k=args.top_k, presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty,
         repetition_penalty=args.repetition_penalty, min_p=args.min_p, min_tokens=args.min_tokens,
-        ignore_eos=args.ignore_eos, seed=args.seed, stop=args.stop, stats=stats,
+        ignore_eos=args.ignore_eos, allowed_token_ids=args.allowed_token_ids, seed=args.seed, stop=args.stop,
+        skip_special_tokens=args.skip_special_tokens, stats=stats,
     ):
         sys.stdout.write(assembler.push(chunk.tokens))
         sys.stdout.flush()
@@ -197,6 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--tree", default="sequoia:auto", help=TREE_SPEC_HELP)
     generate.add_argument("--acceptance-dir", default=None, help="measured acceptance vectors (default: the demo pair's)")
     generate.add_argument("--stop", action="append", help="stop string (repeatable)")
+    generate.add_argument("--include-stop-str-in-output", action="store_true",
+                          help="vLLM's: the text ends after the stop string, not before")
+    generate.add_argument("--skip-special-tokens", action=argparse.BooleanOptionalAction, default=True,
+                          help="vLLM's: special tokens have no text (default)")
     generate.add_argument("--quiet-summary", action="store_true", help="print the summary line to stderr")
     _add_model_args(generate)
     generate.set_defaults(func=cmd_generate)

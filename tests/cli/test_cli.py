@@ -52,6 +52,10 @@ def test_generate_applies_min_tokens_and_ignore_eos(capsys):
     assert cut_tokens < 10 and len(cut) < len(ignored) and stop not in cut
     assert ignored.count(stop) == 1  # so, past the first 10 tokens, nothing stops the completion
     assert run("--ignore-eos", "--min-tokens", "10", "--stop", stop) == (ignored, 32)
+    kept, kept_tokens = run("--ignore-eos", "--stop", stop, "--include-stop-str-in-output")
+    assert kept_tokens == cut_tokens and kept == ignored[: ignored.index(stop) + len(stop)]
+    shown, shown_tokens = run("--ignore-eos", "--no-skip-special-tokens")  # the EOS drawn after "pass\n..." shows
+    assert shown_tokens == 32 and "<|endoftext|>" in shown and shown.replace("<|endoftext|>", "") == ignored
     assert main(["generate", "--prompt", "x", "--min-p", "2", "--threads", "1"]) == 2
     assert "min_p must be in [0, 1] (0 disables it), got 2.0" in capsys.readouterr().err
     assert main(["generate", "--prompt", "x", "--min-tokens", "-1", "--threads", "1"]) == 2
@@ -102,3 +106,24 @@ def test_tree_plan_prints_a_choice_and_a_predicted_speedup(tmp_path, capsys):
     assert "predicted speedup over target-only" in printed
     plan = json.loads(out.read_text())
     assert TreeShape.from_json(plan).max_children <= 2 and plan["predicted_speedup"] > 0
+
+
+def test_generate_restricts_the_tokens_to_the_allowed_ones(capsys):
+    """Every id the demo tokenizer writes with letters only, at T = 0: the greedy text over them."""
+    from transformers import AutoTokenizer
+
+    from rayspec.demo import TARGET_PATH
+
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
+    letters = [i for i in range(tokenizer.vocab_size) if tokenizer.decode([i]).strip().isalpha()]
+
+    def text(*extra):
+        assert main(["generate", "--prompt", "def add(a, b):", "--max-new-tokens", "12", "--temperature", "0",
+                     "--tree", "kary:2x2", "--threads", "1", "--quiet-summary", *extra]) == 0
+        return capsys.readouterr().out[len("def add(a, b):"):].strip()
+
+    plain = text()
+    restricted = text("--allowed-token-ids", *map(str, letters))
+    assert not plain.replace(" ", "").isalpha() and restricted.replace(" ", "").isalpha() and len(restricted) >= 12
+    assert main(["generate", "--prompt", "x", "--allowed-token-ids", "3", "99999", "--threads", "1"]) == 2
+    assert "allowed_token_ids names token 99999, outside the vocabulary" in capsys.readouterr().err
