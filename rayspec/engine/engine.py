@@ -266,7 +266,8 @@ class SpeculativeEngine:
         stop: strings (needs the engine's tokenizer) and/or token ids; the target's EOS ids
         stop too unless `ignore_eos`.  Stop tokens are not yielded; a stop string's text is
         (trim it with `rayspec.engine.text.TextAssembler`).  Stop strings are searched in the
-        text decoded as the tokenizer's `decode(..., skip_special_tokens)` gives it.  `stats` (optional) is filled as steps go.
+        text decoded as the tokenizer's `decode(..., skip_special_tokens)` gives it.  `stats`
+        (optional) is filled as steps go.
         replayable: draft the trees the policy planned before serving anything, not those it
         adapted since, so that the same request and seed give the same tokens whatever was
         served in between (default: when a seed is given).  logprobs: k to give each chunk
@@ -343,13 +344,14 @@ class SpeculativeEngine:
                 policy.observe(verifier, params.temperature, draft.tree.shape, outcome)
                 new = list(outcome.tokens)
                 finish = stop_reason = None
-                for i, token in enumerate(new):
+                room = max_new_tokens - len(produced)
+                for i, token in enumerate(new[:room]):  # a stop token past max_tokens is never drawn
                     if token in stop_ids:
                         new, finish = new[:i], "stop"
                         stop_reason = None if token in eos_ids else token
                         break
-                if len(produced) + len(new) >= max_new_tokens:
-                    new, finish = new[: max_new_tokens - len(produced)], finish or "length"
+                if finish is None and len(new) >= room:
+                    new, finish = new[:room], "length"
                 if stop_finder and new:  # a stop string in the step's last allowed tokens still stops
                     cut = stop_finder.cut(new)
                     if cut is not None:

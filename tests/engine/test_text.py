@@ -351,3 +351,30 @@ def test_the_stop_found_in_a_chunk_is_the_one_its_first_stopping_token_completes
     finder = StopFinder(demo_tokenizer, ["gamma"], [5], min_tokens=beta_ends + 1)
     assert finder.cut(script[:beta_ends]) is None and finder.cut(script[beta_ends:]) is not None
     assert finder.matched == "gamma"
+
+
+class _StepTarget(_ScriptedTarget):
+    """A target that emits each of `steps` (lists of tokens) as one verification step."""
+
+    def open(self, spec):
+        steps = iter(self.script)
+
+        class Session:
+            def verify(self, draft):
+                return Outcome(next(steps, [0]), [], [])
+
+            def close(self):
+                pass
+
+        return Session()
+
+
+@pytest.mark.parametrize("max_tokens, expected", [(2, ([7, 8], "length", None)), (3, ([7, 8], "stop", 9)),
+                                                  (4, ([7, 8], "stop", 9))])
+def test_a_stop_token_past_max_tokens_does_not_stop_the_completion_the_length_does(max_tokens, expected):
+    """A step that verifies [7, 8, 9] with 9 a stop token: with room for two tokens, the
+    completion ends for its length before 9 is drawn (as vLLM reports it); with room for
+    three, 9 is the third token and stops it."""
+    engine = SpeculativeEngine(_StepTarget([[7, 8, 9, 10]]), None)
+    out = engine.run([5], max_new_tokens=max_tokens, stop=[9])
+    assert (out.tokens, out.finish_reason, out.stop_reason) == expected
