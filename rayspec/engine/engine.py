@@ -304,7 +304,8 @@ class SpeculativeEngine:
         stop_texts = [s for s in stop or () if isinstance(s, str) and s]
         if stop_texts and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer; give the engine one, or stop on token ids")
-        stop_finder = StopFinder(self.tokenizer, stop_texts, prompt, min_tokens, skip_special_tokens) if stop_texts else None
+        stop_finder = StopFinder(self.tokenizer, stop_texts, prompt, min_tokens,
+                                 skip_special_tokens) if stop_texts else None
         eos_ids = () if ignore_eos else self.target.eos_token_ids
         seed = secrets.randbits(63) if seed is None else int(seed)
         spec = SequenceSpec(tuple(prompt), params, seed, verifier, verifier_params,
@@ -353,9 +354,10 @@ class SpeculativeEngine:
                 if finish is None and len(new) >= room:
                     new, finish = new[:room], "length"
                 if stop_finder and new:  # a stop string in the step's last allowed tokens still stops
-                    cut = stop_finder.cut(new)
-                    if cut is not None:
-                        new, finish, stop_reason = new[:cut], "stop", stop_finder.matched
+                    found = stop_finder.cut(new)
+                    if found is not None:
+                        (cut, stop_reason), finish = found, "stop"
+                        new = new[:cut]
                 produced += new
                 if finish is None and len(prompt) + len(produced) >= context:
                     finish = "length"

@@ -148,8 +148,8 @@ class _StopScan:
     """Generated tokens decoded and searched for stop strings, but for the first `min_tokens`
     (vLLM's min_tokens: a stop string they complete does not stop the completion)."""
 
-    def __init__(self, tokenizer, stop: Sequence[str], prompt_ids: Sequence[int], min_tokens: int,
-                 skip_special_tokens: bool):
+    def __init__(self, tokenizer, stop: Sequence[str] = (), prompt_ids: Sequence[int] = (), min_tokens: int = 0,
+                 skip_special_tokens: bool = True):
         self.decoder = IncrementalDecoder(tokenizer, prompt_ids, skip_special_tokens)
         self.stops = StopStrings(stop)
         self._exempt = min_tokens  # tokens still to come that complete no stop string
@@ -164,17 +164,11 @@ class _StopScan:
 
 class StopFinder(_StopScan):
     """Finds where generated tokens complete a stop string, decoded as `TextAssembler` decodes
-    them, reading only the new tokens' text (see `IncrementalDecoder`).  `matched`: the stop
-    string found."""
+    them, reading only the new tokens' text (see `IncrementalDecoder`)."""
 
-    def __init__(self, tokenizer, stop: Sequence[str], prompt_ids: Sequence[int] = (), min_tokens: int = 0,
-                 skip_special_tokens: bool = True):
-        super().__init__(tokenizer, stop, prompt_ids, min_tokens, skip_special_tokens)
-        self.matched: str | None = None
-
-    def cut(self, tokens: list[int]) -> int | None:
+    def cut(self, tokens: list[int]) -> tuple[int, str] | None:
         """The number of tokens up to and including the one that completes a stop string (none
-        had before them); None, and the tokens taken in, if none does."""
+        had before them), and that stop string; None, and the tokens taken in, if none does."""
         rest = self._searchable(tokens)
         if not rest or self.stops.find(self.decoder.peek(rest)) is None:
             self.stops.searched(self.decoder.push(rest))
@@ -184,8 +178,7 @@ class StopFinder(_StopScan):
         for n in range(1, len(rest) + 1):
             match = self.stops.find(self.decoder.peek(rest[:n]))
             if match is not None:
-                self.matched = match.stop
-                return len(tokens) - len(rest) + n
+                return len(tokens) - len(rest) + n, match.stop
 
 
 class TextAssembler(_StopScan):

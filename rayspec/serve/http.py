@@ -13,10 +13,10 @@ Request fields: OpenAI's `model`, `prompt` / `messages`, `max_tokens` (chat: als
 alternatives), `n` and, for completions, `echo` (with `max_tokens: 0`, the prompt alone:
 with `logprobs`, it scores a text), plus vLLM's extensions `top_k`, `repetition_penalty`,
 `min_p`, `min_tokens`, `stop_token_ids`, `ignore_eos`, `allowed_token_ids`,
-`include_stop_str_in_output` and `skip_special_tokens`, and `rayspec: {verifier, tree, verifier_params}`.  Penalties and the
-bias change the target's law, and the output follows that law exactly.  Fields that would change the answer and that
-rayspec does not implement (`suffix`, `best_of` > 1, tools, structured output) are refused,
-never silently ignored; so are unknown fields, as OpenAI does.  `user`, `metadata`,
+`include_stop_str_in_output` and `skip_special_tokens`, and `rayspec: {verifier, tree,
+verifier_params}`.  Penalties and the bias change the target's law, and the output follows
+that law exactly.  Fields that would change the answer and that rayspec does not implement
+(`suffix`, `best_of` > 1, tools, structured output) are refused, never silently ignored; so are unknown fields, as OpenAI does.  `user`, `metadata`,
 `store` and `service_tier` are accepted and ignored.
 
 Log-probabilities are the target's raw law at each token's position — the log-softmax of its
@@ -31,8 +31,8 @@ seeded with the request's seed + i, so it is exactly what a request with that se
 unseeded choices draw a seed each.
 
 Responses have OpenAI's shapes, and each choice vLLM's `stop_reason`: the stop string or
-stop token id that ended it, null for EOS or a length.  `usage.completion_tokens_details` counts the accepted and
-rejected draft tokens (OpenAI's Predicted Outputs fields: accepted drafts are those in the
+stop token id that ended it, null for EOS or a length.  `usage.completion_tokens_details`
+counts the accepted and rejected draft tokens (OpenAI's Predicted Outputs fields: accepted drafts are those in the
 completion, so drafts a stop or max_tokens cut off count as rejected), and a `rayspec` object
 carries the request's speculative decoding figures, the verifier's verdicts whatever the cut,
 pooled over the choices: the seed used (send it back to get the same tokens; `seeds`, one per

@@ -108,8 +108,8 @@ class SamplingParams:
         return self.min_tokens > 0 and bool(self.stop_token_ids)
 
     def check_vocabulary(self, vocab_size: int) -> None:
-        """Refuse a logit bias or a stop token the model does not have, and a min_tokens that
-        would leave no token to draw."""
+        """Refuse a logit bias, a stop token or an allowed token the model does not have, and a
+        min_tokens that would leave no token to draw."""
         for name, tokens in (("logit_bias", [token for token, _ in self.logit_bias]),
                              ("stop_token_ids", self.stop_token_ids), ("allowed_token_ids", self.allowed_token_ids)):
             outside = [token for token in tokens if token >= vocab_size]
@@ -212,9 +212,9 @@ class TokenHistory:
 
 def adjust_logits(logits: torch.Tensor, params: SamplingParams, history: RowHistory | None = None) -> torch.Tensor:
     """[R, V] float logits after the ban of stop tokens before min_tokens, the logit bias, the
-    penalties and allowed_token_ids (a new tensor if any applies).  The repetition penalty is CTRL's as HF and
-    vLLM apply it: on the logit itself, so a positive logit shrinks and a negative one grows
-    in magnitude."""
+    penalties and allowed_token_ids (a new tensor if any applies).  The repetition penalty is
+    CTRL's as HF and vLLM apply it: on the logit itself, so a positive logit shrinks and a
+    negative one grows in magnitude."""
     if params.uses_history and (history is None or len(history.counts) != len(logits)):
         raise ValueError("penalties and min_tokens need the history before each law: one row per row of logits")
     if params.bans_stops:
