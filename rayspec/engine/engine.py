@@ -29,7 +29,7 @@ from rayspec.engine.interfaces import Draft, SequenceSpec, TokenLogprobs
 from rayspec.engine.policy import (
     AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia,
 )
-from rayspec.engine.text import StopFinder
+from rayspec.engine.text import StopFinder, bad_words_token_ids
 from rayspec.engine.trees import parse_tree_spec
 from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import DraftTree, TreeShape
@@ -249,6 +249,7 @@ class SpeculativeEngine:
         min_p: float = 0.0,
         min_tokens: int = 0,
         allowed_token_ids: Sequence[int] = (),
+        bad_words: Sequence[str | Sequence[int]] = (),
         ignore_eos: bool = False,
         seed: int | None = None,
         stop: Sequence[str | int] | None = None,
@@ -279,12 +280,15 @@ class SpeculativeEngine:
         them (`SamplingParams`); they change the target's law, and the output follows the law
         they define exactly.  min_tokens (vLLM's): the stop tokens cannot be drawn, and stop
         strings do not stop, before the completion has that many tokens.  allowed_token_ids
-        (vLLM's): the only tokens that can be drawn (the law restricted to them)."""
+        (vLLM's): the only tokens that can be drawn (the law restricted to them).  bad_words
+        (vLLM's): words the completion never contains, as strings (tokenized as vLLM does,
+        `rayspec.engine.text.bad_words_token_ids`: needs the engine's tokenizer) or token id
+        sequences (`SamplingParams.bad_words_ids`)."""
         replayable = seed is not None if replayable is None else replayable
         stop_ids = self._stop_ids(stop, ignore_eos)
         params = SamplingParams(temperature, top_p, top_k, presence_penalty, frequency_penalty, repetition_penalty,
                                 logit_bias or (), min_p, min_tokens, stop_ids if min_tokens else (),
-                                tuple(allowed_token_ids or ()))
+                                tuple(allowed_token_ids or ()), self._bad_words_ids(bad_words))
         params.check_vocabulary(self.target.vocab_size)
         min_tokens = params.min_tokens
         if int(max_new_tokens) < 1:
@@ -392,6 +396,14 @@ class SpeculativeEngine:
         if outside:
             raise ValueError(f"stop token {outside[0]} is outside the vocabulary of {self.target.vocab_size} tokens")
         return tuple(sorted(ids | (set() if ignore_eos else set(self.target.eos_token_ids))))
+
+    def _bad_words_ids(self, bad_words: Sequence[str | Sequence[int]]) -> tuple:
+        """Bad words as token sequences: strings tokenized as vLLM does, sequences as given."""
+        words = [w for w in bad_words or () if isinstance(w, str)]
+        if words and self.tokenizer is None:
+            raise ValueError("bad words given as text need a tokenizer; give the engine one, or give token ids")
+        sequences = [w for w in bad_words or () if not isinstance(w, str)]
+        return tuple(sequences + (bad_words_token_ids(self.tokenizer, words) if words else []))
 
     def prompt_logprobs(self, prompt_ids: Sequence[int], top: int = 0) -> TokenLogprobs:
         """The log-probabilities of the prompt's tokens after the first under the target's raw

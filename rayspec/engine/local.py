@@ -69,7 +69,7 @@ class _Session:
         drafted tokens `paths()[r]` (called only when a penalty needs them).  untempered: with
         the bias, penalties and stop ban only (temperature 1, no min-p, top-k or top-p)."""
         params = self.untempered_params if untempered else self.params
-        history = self.history.rows(paths()) if params.uses_history else None
+        history = self.history.rows(paths(), params.bad_word_context) if params.uses_history else None
         return logits_to_probs(logits, params, history=history)
 
     def check_fits(self, length: int, depth: int) -> None:

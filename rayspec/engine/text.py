@@ -235,3 +235,23 @@ class TextAssembler(_StopScan):
         delta = self._text[self.sent : upto]
         self.sent = upto
         return delta
+
+
+def bad_words_token_ids(tokenizer, words: Sequence[str]) -> list[tuple[int, ...]]:
+    """vLLM's bad_words as token sequences: each word (leading spaces stripped) as the
+    tokenizer encodes it at the start of a text, and as it encodes it after a space where that
+    gives a different first token for as many tokens (a word-initial token, as in " word"),
+    so that the word is banned both at the start of the completion and within it.  As in
+    vLLM, a spaced form of another length is not banned (" gives" is one token of a
+    byte-level BPE whose "gives" is two), nor any other tokenization of the word's text."""
+    sequences = []
+    for word in words:
+        bare = word.lstrip()
+        if not bare:
+            raise ValueError("bad_words: a word must have a character other than spaces")
+        alone = tuple(tokenizer.encode(bare, add_special_tokens=False))
+        spaced = tuple(tokenizer.encode(" " + bare, add_special_tokens=False))
+        sequences.append(alone)
+        if spaced[:1] != alone[:1] and len(spaced) == len(alone):
+            sequences.append(spaced)
+    return sequences

@@ -1,16 +1,17 @@
 """From logits to the distributions verifiers see: the ban of stop tokens before min_tokens,
-the logit bias, then the repetition, frequency and presence penalties, then temperature,
-min-p, top-k and top-p (vLLM's order).
+the logit bias, then the repetition, frequency and presence penalties, allowed_token_ids and
+bad words, then temperature, min-p, top-k and top-p (vLLM's order; the bans are -inf, so
+where they fall among the others changes nothing).
 
 The same function serves the target and the drafter, so both sides see identically
 processed laws (a mismatch between the q drafts are drawn from and the q used in the ratios
 would break losslessness).  Temperature 0 means greedy: a one-hot law on the first argmax.
 
-Penalties and min_tokens make the law at a tree node depend on the tokens before it — the
-completion so far *and* the drafted tokens on the node's path — so such a law comes with
-its row of a `RowHistory` (`TokenHistory.rows`).  The target's law at every node is then
-the law autoregressive sampling with the same parameters would use after that node's path,
-which is all the verifiers' exactness needs.
+Penalties, min_tokens and bad words of several tokens make the law at a tree node depend on
+the tokens before it — the completion so far *and* the drafted tokens on the node's path — so
+such a law comes with its row of a `RowHistory` (`TokenHistory.rows`).  The target's law at
+every node is then the law autoregressive sampling with the same parameters would use after
+that node's path, which is all the verifiers' exactness needs.
 """
 
 from __future__ import annotations
@@ -42,7 +43,12 @@ class SamplingParams:
     tokens that would end it: the engine fills in the model's EOS ids and the request's
     stop ids) cannot be drawn.  allowed_token_ids (vLLM's; empty = all): no other token can
     be drawn — the law is the one the other parameters define, restricted to them and
-    renormalised."""
+    renormalised.  bad_words_ids (vLLM's bad_words, tokenized): token sequences the
+    completion never contains — a word's last token cannot be drawn where the completion
+    (the prompt not counted, as in vLLM) ends in the word's other tokens; a one-token word
+    is never drawn.  Where these bans and min_tokens' would leave no token at all (allowed
+    ones included), the bad words' ban is lifted for that law alone, so every law is
+    defined; the drafter and the target apply the same rule, so exactness holds."""
 
     temperature: float = 1.0
     top_p: float = 1.0
@@ -55,6 +61,7 @@ class SamplingParams:
     min_tokens: int = 0
     stop_token_ids: tuple[int, ...] = ()
     allowed_token_ids: tuple[int, ...] = ()
+    bad_words_ids: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self):
         if not 0 <= self.temperature < float("inf"):  # NaN fails too
@@ -81,6 +88,7 @@ class SamplingParams:
             raise ValueError(f"min_tokens must be in [0, 2^31), got {self.min_tokens}")
         object.__setattr__(self, "stop_token_ids", _token_ids(self.stop_token_ids, "stop_token_ids"))
         object.__setattr__(self, "allowed_token_ids", _token_ids(self.allowed_token_ids, "allowed_token_ids"))
+        object.__setattr__(self, "bad_words_ids", _bad_words(self.bad_words_ids))
 
     @property
     def greedy(self) -> bool:
@@ -93,14 +101,21 @@ class SamplingParams:
 
     @property
     def uses_history(self) -> bool:
-        """Whether the law depends on the tokens before it (a penalty, or min_tokens, is on)."""
-        return self.penalised or self.bans_stops
+        """Whether the law depends on the tokens before it (a penalty, min_tokens, or a bad
+        word of several tokens is on)."""
+        return self.penalised or self.bans_stops or self.bad_word_context > 0
 
     @property
     def adjusts_logits(self) -> bool:
-        """Whether `adjust_logits` changes anything (a bias, a penalty, min_tokens or
-        allowed_token_ids is on)."""
-        return bool(self.logit_bias or self.allowed_token_ids) or self.uses_history
+        """Whether `adjust_logits` changes anything (a bias, a penalty, min_tokens,
+        allowed_token_ids or bad words are on)."""
+        return bool(self.logit_bias or self.allowed_token_ids or self.bad_words_ids) or self.uses_history
+
+    @property
+    def bad_word_context(self) -> int:
+        """How many of the completion's last tokens the bad words' ban reads (the longest
+        word's length less one)."""
+        return max(map(len, self.bad_words_ids), default=1) - 1
 
     @property
     def bans_stops(self) -> bool:
@@ -108,10 +123,11 @@ class SamplingParams:
         return self.min_tokens > 0 and bool(self.stop_token_ids)
 
     def check_vocabulary(self, vocab_size: int) -> None:
-        """Refuse a logit bias, a stop token or an allowed token the model does not have, and a
-        min_tokens that would leave no token to draw."""
+        """Refuse a logit bias, a stop token, an allowed token or a bad word's token the model
+        does not have, and a min_tokens that would leave no token to draw."""
         for name, tokens in (("logit_bias", [token for token, _ in self.logit_bias]),
-                             ("stop_token_ids", self.stop_token_ids), ("allowed_token_ids", self.allowed_token_ids)):
+                             ("stop_token_ids", self.stop_token_ids), ("allowed_token_ids", self.allowed_token_ids),
+                             ("bad_words", [token for word in self.bad_words_ids for token in word])):
             outside = [token for token in tokens if token >= vocab_size]
             if outside:
                 raise ValueError(f"{name} names token {outside[0]}, outside the vocabulary of {vocab_size} tokens")
@@ -149,18 +165,35 @@ def _token_ids(tokens: Iterable[int], name: str) -> tuple[int, ...]:
     return tuple(ids)
 
 
+def _bad_words(words: Iterable[Iterable[int]]) -> tuple[tuple[int, ...], ...]:
+    """Distinct non-empty sequences of non-negative token ids, sorted."""
+    try:
+        checked = {tuple(operator.index(token) for token in word) for word in words}
+    except TypeError:
+        raise ValueError("bad_words_ids must be a list of token id sequences") from None
+    for word in checked:
+        if not word:
+            raise ValueError("bad_words_ids: a bad word has no tokens")
+        if min(word) < 0:
+            raise ValueError(f"bad_words_ids: token ids are >= 0, got {min(word)}")
+    return tuple(sorted(checked))
+
+
 class RowHistory(NamedTuple):
     """The tokens before each of R laws, on the only columns penalties touch — the u tokens of
     the prompt, the completion and the rows' paths: their ids [u], completion counts [R, u]
     (float32) and whether each occurs in the prompt or the completion [R, u] (bool).  u is at
     most the sequence's length plus the paths' tokens, so penalising costs O(R u), not O(R V)
     (an [N, V] pass at V = 128k would outweigh a tree's verification).  positions [R]: how
-    many tokens the completion has before each law (min_tokens reads it)."""
+    many tokens the completion has before each law (min_tokens reads it).  tails [R, c]:
+    the completion's last c tokens before each law, -1 where it has fewer (bad words read
+    them; c = 0 unless asked for)."""
 
     columns: torch.Tensor
     counts: torch.Tensor
     seen: torch.Tensor
     positions: torch.Tensor
+    tails: torch.Tensor | None = None
 
 
 class TokenHistory:
@@ -172,7 +205,7 @@ class TokenHistory:
         self.device = device
         self.column: dict[int, int] = {}
         self.counts: list[float] = []
-        self.length = 0  # of the completion
+        self.completion: list[int] = []
         for token in prompt_ids:
             self._column_of(int(token))
         self.in_prompt = [True] * len(self.counts)
@@ -183,16 +216,22 @@ class TokenHistory:
             self.counts.append(0.0)
         return self.column[token]
 
+    @property
+    def length(self) -> int:
+        """Of the completion."""
+        return len(self.completion)
+
     def extend(self, tokens: Sequence[int]) -> None:
         """Count tokens added to the completion."""
-        self.length += len(tokens)
+        self.completion += [int(token) for token in tokens]
         for token in tokens:
             self.counts[self._column_of(int(token))] += 1.0
         self.in_prompt += [False] * (len(self.counts) - len(self.in_prompt))
 
-    def rows(self, paths: Sequence[Sequence[int]]) -> RowHistory:
+    def rows(self, paths: Sequence[Sequence[int]], tail: int = 0) -> RowHistory:
         """The history before each of len(paths) laws, path r being the tokens drafted after
-        the completion so far and before law r (a tree node's path, root excluded)."""
+        the completion so far and before law r (a tree node's path, root excluded), with the
+        completion's last `tail` tokens before each."""
         extra = {}  # path tokens seen nowhere before, after the sequence's columns
         for path in paths:
             for token in path:
@@ -207,16 +246,22 @@ class TokenHistory:
             counts.index_put_(index, torch.ones(len(rows), device=self.device), accumulate=True)
         prompt = torch.tensor(self.in_prompt + [False] * len(extra), device=self.device)
         positions = torch.tensor([self.length + len(path) for path in paths], dtype=torch.long, device=self.device)
-        return RowHistory(columns, counts, (counts > 0) | prompt, positions)
+        tails = None
+        if tail:
+            padding, recent = [-1] * tail, self.completion[-tail:]
+            tails = torch.tensor([(padding + recent + list(path))[-tail:] for path in paths], dtype=torch.long,
+                                 device=self.device).view(len(paths), tail)
+        return RowHistory(columns, counts, (counts > 0) | prompt, positions, tails)
 
 
 def adjust_logits(logits: torch.Tensor, params: SamplingParams, history: RowHistory | None = None) -> torch.Tensor:
     """[R, V] float logits after the ban of stop tokens before min_tokens, the logit bias, the
-    penalties and allowed_token_ids (a new tensor if any applies).  The repetition penalty is
-    CTRL's as HF and vLLM apply it: on the logit itself, so a positive logit shrinks and a
-    negative one grows in magnitude."""
+    penalties, allowed_token_ids and the bad words' ban (a new tensor if any applies).  The
+    repetition penalty is CTRL's as HF and vLLM apply it: on the logit itself, so a positive
+    logit shrinks and a negative one grows in magnitude."""
     if params.uses_history and (history is None or len(history.counts) != len(logits)):
-        raise ValueError("penalties and min_tokens need the history before each law: one row per row of logits")
+        raise ValueError("penalties, min_tokens and bad words need the history before each law: "
+                         "one row per row of logits")
     if params.bans_stops:
         stops = torch.tensor(params.stop_token_ids, device=logits.device)
         early = (history.positions < params.min_tokens).unsqueeze(-1)
@@ -238,7 +283,38 @@ def adjust_logits(logits: torch.Tensor, params: SamplingParams, history: RowHist
     if params.allowed_token_ids:
         allowed = torch.tensor(params.allowed_token_ids, device=logits.device)
         logits = torch.full_like(logits, float("-inf")).index_copy_(-1, allowed, logits[:, allowed])
+    if params.bad_words_ids:
+        banned = logits.masked_fill(bad_word_mask(params.bad_words_ids, history, logits), float("-inf"))
+        # A law the bans would leave empty keeps the bad words (see `SamplingParams`).
+        empty = (banned == float("-inf")).all(-1, keepdim=True)
+        logits = torch.where(empty, logits, banned)
     return logits
+
+
+def bad_word_mask(words: tuple[tuple[int, ...], ...], history: RowHistory | None,
+                  logits: torch.Tensor) -> torch.Tensor:
+    """[R, V] bool: the tokens that would complete a bad word after each row's history (vLLM's
+    bad_words: a word's last token, where the completion ends in the word's other tokens).
+
+    All rows against all words at once: the words' prefixes right-aligned in an [W, c] table
+    whose unused cells match anything, compared with the rows' tails [R, c]."""
+    rows, vocab = logits.shape
+    device = logits.device
+    mask = torch.zeros(rows, vocab, dtype=torch.bool, device=device)
+    singles = [word[0] for word in words if len(word) == 1]
+    if singles:
+        mask[:, torch.tensor(singles, device=device)] = True
+    longer = [word for word in words if len(word) > 1]
+    if longer:
+        context = history.tails.shape[-1]
+        prefixes = torch.tensor([[-1] * (context - len(w) + 1) + list(w[:-1]) for w in longer], device=device)
+        unused = torch.tensor([[True] * (context - len(w) + 1) + [False] * (len(w) - 1) for w in longer],
+                              device=device)
+        matched = (unused | (history.tails.unsqueeze(1) == prefixes)).all(-1)  # [R, W]
+        last = torch.tensor([word[-1] for word in longer], device=device)
+        hits = torch.zeros(rows, vocab, device=device).index_add_(1, last, matched.float())
+        mask |= hits > 0
+    return mask
 
 
 def logits_to_probs(logits: torch.Tensor, params: SamplingParams, dtype=torch.float32,

@@ -1,5 +1,6 @@
-"""vLLM's sampling extensions — min_p, min_tokens, stop token ids, ignore_eos and
-allowed_token_ids — in the laws (`rayspec.verify.processing`) and through the engine.
+"""vLLM's sampling extensions — min_p, min_tokens, stop token ids, ignore_eos,
+allowed_token_ids and bad_words — in the laws (`rayspec.verify.processing`) and through the
+engine.
 
 min_tokens bans the stop tokens from the laws of a completion's first positions, so the
 target's law at a tree node depends on how many tokens the node's path adds: exactness is
@@ -9,13 +10,14 @@ law enumerated by hand (chi-square, fixed seeds)."""
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 import torch
 
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.verify import available_verifiers
-from rayspec.verify.processing import SamplingParams, TokenHistory, logits_to_probs
+from rayspec.verify.processing import SamplingParams, TokenHistory, adjust_logits, logits_to_probs
 from tests.engine.test_engine import VERIFIER_TREES
 from tests.stats import assert_frequencies_match
 from tests.tiny_models import noisy_copy, tiny_llama
@@ -132,6 +134,77 @@ def test_allowed_token_ids_restrict_the_law_to_them_after_the_bias_and_the_stop_
     assert not SamplingParams(allowed_token_ids=()).adjusts_logits
 
 
+def _ban_bad_words_by_hand(row: torch.Tensor, words, completion: list[int], lift: bool = True) -> torch.Tensor:
+    """vLLM's rule, one word at a time: a word's last token is banned where the completion
+    ends in its other tokens; the ban is lifted if it would leave no token (with `lift`)."""
+    banned = row.clone()
+    for word in words:
+        prefix = list(word[:-1])
+        if len(prefix) <= len(completion) and completion[len(completion) - len(prefix):] == prefix:
+            banned[word[-1]] = -math.inf
+    return row if lift and torch.isinf(banned).all() else banned
+
+
+def test_bad_words_ban_the_token_completing_a_word_after_each_rows_path():
+    """Random words, completions, tree paths and allowed tokens against the rule applied word
+    by word (after allowed_token_ids, whose few tokens make empty laws, and so the lifting,
+    frequent)."""
+    rng, generator = random.Random(0), torch.Generator().manual_seed(0)
+    lifted = 0
+    for trial in range(300):
+        vocab = 6
+        words = [tuple(rng.randrange(vocab) for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(1, 5))]
+        allowed = sorted(rng.sample(range(vocab), 2)) if trial % 2 else []
+        completion = [rng.choice(allowed or range(vocab)) for _ in range(rng.randint(0, 5))]
+        paths = [[rng.choice(allowed or range(vocab)) for _ in range(rng.randint(0, 3))] for _ in range(7)]
+        history = TokenHistory([0, 1, 2])  # the prompt: never part of a word
+        history.extend(completion)
+        params = SamplingParams(bad_words_ids=words, allowed_token_ids=allowed)
+        logits = torch.randn(7, vocab, generator=generator)
+        restricted = logits.clone()
+        if allowed:
+            restricted[:, [t for t in range(vocab) if t not in allowed]] = -math.inf
+        rows = history.rows(paths, params.bad_word_context) if params.uses_history else None
+        expected = torch.stack([_ban_bad_words_by_hand(restricted[r], words, completion + path)
+                                for r, path in enumerate(paths)])
+        assert torch.equal(adjust_logits(logits, params, rows), expected), (words, completion, paths)
+        lifted += sum(bool(torch.isinf(_ban_bad_words_by_hand(restricted[r], words, completion + path,
+                                                              lift=False)).all()) for r, path in enumerate(paths))
+    assert lifted >= 10, "laws with every token banned must occur, so that the lifting rule is tested"
+
+
+def test_bad_words_see_the_completion_only_and_shared_last_tokens():
+    history = TokenHistory([4, 5])  # the prompt ends in 4 5
+    params = SamplingParams(0.0, bad_words_ids=[(5, 6), (4, 5, 7), (2, 6), (3,)])
+    assert params.bad_word_context == 2 and params.uses_history
+    logits = torch.zeros(4, 8)
+    logits[:, 6], logits[:, 7], logits[:, 3] = 3.0, 2.0, 5.0
+    rows = history.rows([[], [5], [4, 5], [2]], params.bad_word_context)
+    assert rows.tails.tolist() == [[-1, -1], [-1, 5], [4, 5], [-1, 2]]
+    banned = torch.isinf(adjust_logits(logits, params, rows))
+    # 3 always; 6 after 5 or after 2 (two words ending in it); 7 after 4 5, not after the prompt's
+    assert banned.nonzero().tolist() == [[0, 3], [1, 3], [1, 6], [2, 3], [2, 6], [2, 7], [3, 3], [3, 6]]
+    assert logits_to_probs(logits, params, history=rows).argmax(-1).tolist() == [6, 7, 0, 7]
+    assert not SamplingParams(bad_words_ids=[(3,)]).uses_history and SamplingParams(bad_words_ids=[(3,)]).adjusts_logits
+
+
+@pytest.mark.parametrize("words, message", [
+    ([()], "a bad word has no tokens"),
+    ([(1, -2)], "token ids are >= 0, got -2"),
+    ([5], "must be a list of token id sequences"),
+    ([(1.5,)], "must be a list of token id sequences"),
+])
+def test_bad_bad_words_are_refused(words, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(bad_words_ids=words)
+
+
+def test_bad_words_outside_the_vocabulary_are_refused():
+    with pytest.raises(ValueError, match="bad_words names token 9, outside the vocabulary of 9 tokens"):
+        SamplingParams(bad_words_ids=[(1, 9)]).check_vocabulary(9)
+    SamplingParams(bad_words_ids=[(1, 8)]).check_vocabulary(9)
+
+
 # ------------------------------------------------------------------ greedy, through the engine
 
 PROMPT = [3, 1, 4, 1, 5]
@@ -187,21 +260,53 @@ def test_ignore_eos_decodes_on_as_if_the_model_had_no_eos(eos_pair):
     assert stop not in out.tokens[: first + 1] and eos in out.tokens and len(out.tokens) > first
 
 
-def test_greedy_with_allowed_token_ids_is_the_argmax_over_them_for_every_verifier(eos_pair):
-    target, drafter, _ = eos_pair
-    plain = SpeculativeEngine(LocalTarget(target)).run(PROMPT, max_new_tokens=12, temperature=0, ignore_eos=True)
-    allowed = [t for t in range(64) if t % 3 and t not in plain.tokens[:2]]
-    expected = []
+def _greedy_by_hand(model, length: int, pick) -> list[int]:
+    """Greedy decoding after PROMPT, `pick(logits row, completion so far)` choosing each token."""
+    completion = []
     with torch.no_grad():
-        for _ in range(12):
-            row = target(torch.tensor([PROMPT + expected])).logits[0, -1]
-            expected.append(allowed[int(row[allowed].argmax())])
-    assert expected != plain.tokens
+        for _ in range(length):
+            completion.append(pick(model(torch.tensor([PROMPT + completion])).logits[0, -1], completion))
+    return completion
+
+
+def _check_every_verifier_gives(eos_pair, expected: list[int], why: str, **kwargs) -> None:
+    """Each verifier's greedy output (EOS ignored) is `expected`, with drafts accepted."""
+    target, drafter, _ = eos_pair
     for name in available_verifiers():
         engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier=name, tree=VERIFIER_TREES[name])
-        out = engine.run(PROMPT, max_new_tokens=12, temperature=0, ignore_eos=True, allowed_token_ids=allowed)
+        out = engine.run(PROMPT, max_new_tokens=len(expected), temperature=0, ignore_eos=True, **kwargs)
         assert out.tokens == expected, name
-        assert out.stats.tokens_per_step > 1.5, f"{name}: the drafter restricted too, its drafts are accepted"
+        assert out.stats.tokens_per_step > 1.5, f"{name}: {why}"
+
+
+def test_greedy_with_allowed_token_ids_is_the_argmax_over_them_for_every_verifier(eos_pair):
+    target = eos_pair[0]
+    plain = SpeculativeEngine(LocalTarget(target)).run(PROMPT, max_new_tokens=12, temperature=0, ignore_eos=True)
+    allowed = [t for t in range(64) if t % 3 and t not in plain.tokens[:2]]
+    expected = _greedy_by_hand(target, 12, lambda row, _: allowed[int(row[allowed].argmax())])
+    assert expected != plain.tokens
+    _check_every_verifier_gives(eos_pair, expected, "the drafter restricted too, its drafts are accepted",
+                                allowed_token_ids=allowed)
+
+
+def test_greedy_with_bad_words_is_the_argmax_without_them_for_every_verifier(eos_pair):
+    target = eos_pair[0]
+    plain = SpeculativeEngine(LocalTarget(target)).run(PROMPT, max_new_tokens=12, temperature=0, ignore_eos=True)
+    # a pair the plain output has, a single token of it, and a pair across the prompt's end
+    words = [tuple(plain.tokens[2:4]), (plain.tokens[7],), (PROMPT[-1], plain.tokens[0])]
+    expected = _greedy_by_hand(target, 12, lambda row, done: int(_ban_bad_words_by_hand(row, words, done).argmax()))
+    assert expected[:3] == plain.tokens[:3] and expected != plain.tokens  # the prompt is not part of a word
+    assert plain.tokens[7] not in expected
+    _check_every_verifier_gives(eos_pair, expected, "the drafter bans the words too, its drafts are accepted",
+                                bad_words=words)
+
+
+def test_bad_words_as_text_need_a_tokenizer(eos_pair):
+    engine = SpeculativeEngine(LocalTarget(eos_pair[0]))
+    with pytest.raises(ValueError, match="bad words given as text need a tokenizer"):
+        list(engine.generate(PROMPT, max_new_tokens=4, bad_words=["hello"]))
+    with pytest.raises(ValueError, match="bad_words names token 64, outside the vocabulary of 64 tokens"):
+        list(engine.generate(PROMPT, max_new_tokens=4, bad_words=[(3, 64)]))
 
 
 def test_a_stop_token_outside_the_vocabulary_is_refused(eos_pair):
@@ -213,7 +318,7 @@ def test_a_stop_token_outside_the_vocabulary_is_refused(eos_pair):
 # ------------------------------------------------------------------ the law when sampling
 
 SMALL_EOS = 2
-SAMPLED = dict(temperature=1.2, min_p=0.4, min_tokens=2, allowed_token_ids=(0, 2, 3))
+SAMPLED = dict(temperature=1.2, min_p=0.4, min_tokens=2, allowed_token_ids=(0, 2, 3), bad_words=((0, 3), (1, 0)))
 
 
 @pytest.fixture(scope="module")
@@ -224,10 +329,10 @@ def small_pair():
 
 
 def law_of_completions(model, prompt: list[int], length: int, temperature: float, min_p: float = 0.0,
-                       min_tokens: int = 0, allowed_token_ids=()) -> dict:
+                       min_tokens: int = 0, allowed_token_ids=(), bad_words=()) -> dict:
     """The law of the completion (EOS ending it, not included) up to `length` tokens, by
-    enumeration: EOS banned before min_tokens and the tokens not allowed, then temperature and
-    min-p, by hand."""
+    enumeration: EOS banned before min_tokens, the tokens not allowed and the bad words, then
+    temperature and min-p, by hand."""
     law: dict[tuple, float] = {}
 
     def walk(completion: list[int], prob: float) -> None:
@@ -240,6 +345,7 @@ def law_of_completions(model, prompt: list[int], length: int, temperature: float
             row[SMALL_EOS] = -math.inf
         if allowed_token_ids:
             row[[t for t in range(len(row)) if t not in allowed_token_ids]] = -math.inf
+        row = _ban_bad_words_by_hand(row, bad_words, completion)
         for token, p in enumerate(_min_p_by_hand(row, temperature, min_p).tolist()):
             if p == 0:
                 continue
@@ -257,18 +363,19 @@ def _moved(law: dict, other: dict) -> float:
 
 
 @pytest.mark.parametrize("name", ["rrsw", "gumbel", "spechub"])
-def test_sampled_completions_follow_the_law_with_min_p_min_tokens_and_allowed_token_ids(small_pair, name):
+def test_sampled_completions_follow_the_law_with_vllms_sampling_extensions(small_pair, name):
+    """min_p, min_tokens, allowed_token_ids and bad words at once, each shown to move the law."""
     target, drafter = small_pair
     prompt = [1, 3, 1]
     law = law_of_completions(target, prompt, 3, **SAMPLED)
-    for left_out in ("min_p", "min_tokens", "allowed_token_ids"):
+    for left_out in ("min_p", "min_tokens", "allowed_token_ids", "bad_words"):
         without = {key: value for key, value in SAMPLED.items() if key != left_out}
         assert _moved(law, law_of_completions(target, prompt, 3, **without)) > 0.05, f"{left_out} must move the law"
     engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier=name, tree=VERIFIER_TREES[name])
     outs = [engine.run(prompt, max_new_tokens=3, seed=seed, **SAMPLED) for seed in range(2000)]
     deep = sum(s.accepted >= 2 for out in outs for s in out.stats.steps)
-    assert deep >= 40, f"paths through drafted nodes (whose laws min_tokens changes) must occur often: {deep}"
-    assert_frequencies_match([tuple(o.tokens) for o in outs], law, what=f"{name}: completions with min_p, min_tokens")
+    assert deep >= 40, f"paths through drafted nodes (whose laws min_tokens and bad words change) must occur often: {deep}"
+    assert_frequencies_match([tuple(o.tokens) for o in outs], law, what=f"{name}: completions with vLLM's extensions")
 
 
 @pytest.mark.parametrize("verifier", ["gumbel", "minhash"])
