@@ -78,7 +78,8 @@ def cmd_generate(args) -> int:
         prompt_ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
         top_k=args.top_k, presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty,
         repetition_penalty=args.repetition_penalty, min_p=args.min_p, min_tokens=args.min_tokens,
-        ignore_eos=args.ignore_eos, allowed_token_ids=args.allowed_token_ids, seed=args.seed, stop=args.stop,
+        ignore_eos=args.ignore_eos, allowed_token_ids=args.allowed_token_ids, bad_words=args.bad_words,
+        seed=args.seed, stop=args.stop,
         skip_special_tokens=args.skip_special_tokens, stats=stats,
     ):
         sys.stdout.write(assembler.push(chunk.tokens))
@@ -201,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--tree", default="sequoia:auto", help=TREE_SPEC_HELP)
     generate.add_argument("--acceptance-dir", default=None, help="measured acceptance vectors (default: the demo pair's)")
     generate.add_argument("--stop", action="append", help="stop string (repeatable)")
+    generate.add_argument("--bad-words", action="append", default=[], metavar="WORD",
+                          help="vLLM's: a word the completion never contains (repeatable)")
     generate.add_argument("--include-stop-str-in-output", action="store_true",
                           help="vLLM's: the text ends after the stop string, not before")
     generate.add_argument("--skip-special-tokens", action=argparse.BooleanOptionalAction, default=True,

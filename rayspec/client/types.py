@@ -57,7 +57,8 @@ class GenerateRequest:
     included); ignore_eos: EOS does not end it.  include_stop_str_in_output: the text ends
     after the stop string that ended it rather than before (vLLM's); skip_special_tokens:
     special tokens have no text (default True, as in vLLM).  allowed_token_ids: the only
-    tokens that can be drawn (vLLM's; empty: all).
+    tokens that can be drawn (vLLM's; empty: all).  bad_words: words the completion never
+    contains (vLLM's: each word's tokens, at the start of the text and after a space).
     """
 
     prompt: str | tuple[int, ...]
@@ -84,14 +85,17 @@ class GenerateRequest:
     include_stop_str_in_output: bool | None = None
     skip_special_tokens: bool | None = None
     allowed_token_ids: tuple[int, ...] = ()
+    bad_words: tuple[str, ...] = ()
 
     def __post_init__(self):
         # frozen: normalise through object.__setattr__ so that equal requests compare equal
         object.__setattr__(self, "prompt", _prompt(self.prompt))
-        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
-        object.__setattr__(self, "stop", stop)
-        if not all(isinstance(s, str) for s in self.stop):
-            raise TypeError("stop must be a string or a sequence of strings")
+        for name in ("stop", "bad_words"):
+            texts = getattr(self, name)
+            texts = (texts,) if isinstance(texts, str) else tuple(texts or ())
+            object.__setattr__(self, name, texts)
+            if not all(isinstance(s, str) for s in texts):
+                raise TypeError(f"{name} must be a string or a sequence of strings")
         if not isinstance(self.verifier_params, Mapping):
             raise TypeError(f"verifier_params must be a mapping, got {type(self.verifier_params).__name__}")
         try:
@@ -122,6 +126,7 @@ class GenerateRequest:
             ignore_eos=bool(self.ignore_eos),
             include_stop_str_in_output=bool(self.include_stop_str_in_output),
             allowed_token_ids=self.allowed_token_ids,
+            bad_words=self.bad_words,
             stop=self.stop,
             verifier=self.verifier or "",
             tree=self.tree or "",
@@ -173,6 +178,7 @@ class GenerateRequest:
             include_stop_str_in_output=message.include_stop_str_in_output or None,
             skip_special_tokens=optional("skip_special_tokens"),
             allowed_token_ids=tuple(message.allowed_token_ids),
+            bad_words=tuple(message.bad_words),
         )
 
 

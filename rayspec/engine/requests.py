@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from rayspec.engine.engine import GenerationStats, SpeculativeEngine, StepStats
 from rayspec.engine.interfaces import TokenLogprobs, check_logprobs
 from rayspec.engine.policy import check_tree_spec
-from rayspec.engine.text import TextAssembler
+from rayspec.engine.text import TextAssembler, bad_words_token_ids
 from rayspec.verify.processing import SamplingParams
 
 
@@ -64,16 +64,18 @@ class GenerationRequest:
                  verifier=None, tree=None, verifier_params=None, request_id=None, logprobs=None,
                  prompt_logprobs=None, prompt_only=False, presence_penalty=None, frequency_penalty=None,
                  repetition_penalty=None, logit_bias=None, min_p=None, min_tokens=None, stop_token_ids=None,
-                 ignore_eos=None, include_stop_str_in_output=None, skip_special_tokens=None, allowed_token_ids=None):
+                 ignore_eos=None, include_stop_str_in_output=None, skip_special_tokens=None, allowed_token_ids=None,
+                 bad_words=None):
         """prompt_logprobs: k for the log-probabilities of the prompt's tokens after the first
         (`rayspec.engine.interfaces.TokenLogprobs`) and the k most likely tokens' at each;
         prompt_only: generate nothing, only those (OpenAI's `echo` with `max_tokens: 0`).
         The penalties, logit_bias, min_p and min_tokens are `SamplingParams`'; None leaves
         each off.  stop_token_ids: token ids that end the completion as EOS does (vLLM's),
         ignore_eos: EOS does not (vLLM's).  allowed_token_ids: the only tokens that can be
-        drawn (vLLM's; None or empty: all).  include_stop_str_in_output: the text ends after the
-        stop string that ended it rather than before (vLLM's); skip_special_tokens: special
-        tokens have no text (default True, as in vLLM)."""
+        drawn (vLLM's; None or empty: all).  bad_words: words the completion never contains
+        (vLLM's).  include_stop_str_in_output: the text ends after the stop string that ended
+        it rather than before (vLLM's); skip_special_tokens: special tokens have no text
+        (default True, as in vLLM)."""
         if (prompt is None) == (prompt_ids is None):
             raise ValueError("give exactly one of prompt (text) and prompt_ids (token ids)")
         context = engine.target.context_length
@@ -104,6 +106,9 @@ class GenerationRequest:
         stop = [stop] if isinstance(stop, str) else stop
         if stop is not None and not all(isinstance(s, str) for s in stop):
             raise ValueError("stop must be a string or a list of strings")
+        bad_words = [bad_words] if isinstance(bad_words, str) else list(bad_words or ())
+        if not all(isinstance(w, str) for w in bad_words):
+            raise ValueError("bad_words must be a string or a list of strings")
         for name, ids in (("stop_token_ids", stop_token_ids), ("allowed_token_ids", allowed_token_ids)):
             if ids is not None and not all(type(t) is int and t >= 0 for t in ids):
                 raise ValueError(f"{name} must be a list of token ids (integers >= 0)")
@@ -128,7 +133,9 @@ class GenerationRequest:
             allowed_token_ids=tuple(allowed_token_ids or ()),
         )
         if self.prompt_only:  # `generate` checks them itself; scoring a prompt does not read them
-            SamplingParams(**sampling, stop_token_ids=stop_token_ids or ()).check_vocabulary(engine.target.vocab_size)
+            SamplingParams(**sampling, stop_token_ids=stop_token_ids or (),
+                           bad_words_ids=bad_words_token_ids(tokenizer, bad_words)).check_vocabulary(
+                engine.target.vocab_size)
         self.seed = secrets.randbits(63) if seed is None else int(seed)
         self.request_id = request_id or uuid.uuid4().hex
         self.kwargs = dict(
@@ -138,6 +145,7 @@ class GenerationRequest:
             replayable=seed is not None,  # an unseeded request may draft the adapted trees
             stop=[*(stop or ()), *(stop_token_ids or ())],
             ignore_eos=bool(ignore_eos),
+            bad_words=bad_words,
             skip_special_tokens=True if skip_special_tokens is None else bool(skip_special_tokens),
             verifier=verifier or None,
             tree=tree or None,

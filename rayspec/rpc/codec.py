@@ -175,7 +175,7 @@ def encode_spec(spec: SequenceSpec) -> worker_pb2.SequenceSpec:
 # worker ignores fields it does not know (proto3), so a coordinator must not send a sequence
 # whose law depends on them to a target worker that does not list them.  (A drafter that
 # ignored them would only draft less well: verification corrects any draft law.)
-WORKER_FEATURES = ("penalties", "min_p", "min_tokens", "allowed_token_ids")
+WORKER_FEATURES = ("penalties", "min_p", "min_tokens", "allowed_token_ids", "bad_words")
 
 
 def check_worker_features(spec: SequenceSpec, features: frozenset[str], worker: str) -> None:
@@ -186,6 +186,7 @@ def check_worker_features(spec: SequenceSpec, features: frozenset[str], worker: 
         ("min_p", params.min_p, "min_p, and would ignore it"),
         ("min_tokens", params.bans_stops, "min_tokens, and would ignore it"),
         ("allowed_token_ids", params.allowed_token_ids, "allowed_token_ids, and would ignore them"),
+        ("bad_words", params.bad_words_ids, "bad_words, and would ignore them"),
     ]
     for feature, used, what in needed:
         if used and feature not in features:
@@ -198,6 +199,7 @@ def encode_params(params: SamplingParams) -> worker_pb2.SamplingParams:
         presence_penalty=params.presence_penalty, frequency_penalty=params.frequency_penalty,
         logit_bias=dict(params.logit_bias), min_p=params.min_p, min_tokens=params.min_tokens,
         stop_token_ids=params.stop_token_ids, allowed_token_ids=params.allowed_token_ids,
+        bad_words=[worker_pb2.TokenIds(ids=word) for word in params.bad_words_ids],
     )
     if params.repetition_penalty != 1:
         message.repetition_penalty = params.repetition_penalty
@@ -213,6 +215,7 @@ def decode_params(message: worker_pb2.SamplingParams) -> SamplingParams:
         logit_bias=dict(message.logit_bias),
         min_p=message.min_p, min_tokens=message.min_tokens, stop_token_ids=tuple(message.stop_token_ids),
         allowed_token_ids=tuple(message.allowed_token_ids),
+        bad_words_ids=tuple(tuple(word.ids) for word in message.bad_words),
     )
 
 

@@ -12,7 +12,7 @@ Request fields: OpenAI's `model`, `prompt` / `messages`, `max_tokens` (chat: als
 `stream_options.include_usage`, `logprobs` (chat: `logprobs` and `top_logprobs`, up to 20
 alternatives), `n` and, for completions, `echo` (with `max_tokens: 0`, the prompt alone:
 with `logprobs`, it scores a text), plus vLLM's extensions `top_k`, `repetition_penalty`,
-`min_p`, `min_tokens`, `stop_token_ids`, `ignore_eos`, `allowed_token_ids`,
+`min_p`, `min_tokens`, `stop_token_ids`, `ignore_eos`, `allowed_token_ids`, `bad_words`,
 `include_stop_str_in_output` and `skip_special_tokens`, and `rayspec: {verifier, tree,
 verifier_params}`.  Penalties and the bias change the target's law, and the output follows
 that law exactly.  Fields that would change the answer and that rayspec does not implement
@@ -135,6 +135,7 @@ class _GenerationBody(_Strict):
     min_tokens: int | None = Field(None, ge=0)
     stop_token_ids: list[int] | None = None
     allowed_token_ids: list[int] | None = None
+    bad_words: str | list[str] | None = None
     ignore_eos: bool | None = None
     include_stop_str_in_output: bool | None = None
     skip_special_tokens: bool | None = None
@@ -157,7 +158,7 @@ class _GenerationBody(_Strict):
             presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
             repetition_penalty=self.repetition_penalty, logit_bias=self.token_biases(), min_p=self.min_p,
             min_tokens=self.min_tokens, stop_token_ids=self.stop_token_ids, ignore_eos=self.ignore_eos,
-            allowed_token_ids=self.allowed_token_ids,
+            allowed_token_ids=self.allowed_token_ids, bad_words=self.bad_words,
             include_stop_str_in_output=self.include_stop_str_in_output, skip_special_tokens=self.skip_special_tokens,
             verifier=options.verifier, tree=options.tree, verifier_params=options.verifier_params,
             logprobs=self.alternatives(),

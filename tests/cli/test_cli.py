@@ -127,3 +127,19 @@ def test_generate_restricts_the_tokens_to_the_allowed_ones(capsys):
     assert not plain.replace(" ", "").isalpha() and restricted.replace(" ", "").isalpha() and len(restricted) >= 12
     assert main(["generate", "--prompt", "x", "--allowed-token-ids", "3", "99999", "--threads", "1"]) == 2
     assert "allowed_token_ids names token 99999, outside the vocabulary" in capsys.readouterr().err
+
+
+def test_generate_never_writes_a_bad_word(capsys):
+    """At T = 0 the demo pair writes " return" after `def add(a, b):`'s docstring; banned, it
+    writes another word there (the ban is case-sensitive: "Return" stays)."""
+
+    def text(*extra):
+        assert main(["generate", "--prompt", "def add(a, b):", "--max-new-tokens", "12", "--temperature", "0",
+                     "--tree", "kary:2x2", "--threads", "1", "--quiet-summary", *extra]) == 0
+        return capsys.readouterr().out[len("def add(a, b):"):]
+
+    plain, banned = text(), text("--bad-words", "return", "--bad-words", "string of a")
+    assert " return" in plain and "string of a" in plain
+    assert " return" not in banned and "string of a" not in banned and "Return" in banned
+    assert main(["generate", "--prompt", "x", "--bad-words", " ", "--threads", "1"]) == 2
+    assert "bad_words: a word must have a character other than spaces" in capsys.readouterr().err

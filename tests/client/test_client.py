@@ -564,7 +564,7 @@ def test_min_p_min_tokens_stop_ids_and_ignore_eos_cross_as_set_and_unset_values(
 
 def test_vllms_extensions_reach_the_server_from_every_call(client, server):
     extensions = dict(min_p=0.25, min_tokens=2, stop_token_ids=[5, 6], ignore_eos=True, include_stop_str_in_output=True,
-                      skip_special_tokens=False, allowed_token_ids=[3, 5])
+                      skip_special_tokens=False, allowed_token_ids=[3, 5], bad_words=["de", " f"])
     client.generate("abcdef", max_tokens=4, seed=1, **extensions)
     list(client.stream("abcdef", max_tokens=4, seed=1, **extensions))
 
@@ -581,21 +581,28 @@ def test_vllms_extensions_reach_the_server_from_every_call(client, server):
         assert (message.min_p, message.min_tokens, list(message.stop_token_ids), message.ignore_eos) == (0.25, 2, [5, 6], True)
         assert (message.include_stop_str_in_output, message.HasField("skip_special_tokens"),
                 message.skip_special_tokens, list(message.allowed_token_ids)) == (True, True, False, [3, 5])
+        assert list(message.bad_words) == ["de", " f"]
+    assert list(sent[4].bad_words) == []
     assert (sent[4].min_p, sent[4].min_tokens, list(sent[4].stop_token_ids), sent[4].ignore_eos) == (0.0, 0, [], False)
     assert (sent[4].include_stop_str_in_output, sent[4].HasField("skip_special_tokens")) == (False, False)
 
 
-def test_text_options_and_allowed_token_ids_cross_as_set_and_unset_values():
+def test_text_options_allowed_token_ids_and_bad_words_cross_as_set_and_unset_values():
     request = GenerateRequest("hi", include_stop_str_in_output=True, skip_special_tokens=False,
-                              allowed_token_ids=[9, 4])
+                              allowed_token_ids=[9, 4], bad_words=["no", "never"])
     message = pb.GenerateRequest.FromString(request.to_proto().SerializeToString())
     assert (message.include_stop_str_in_output, message.HasField("skip_special_tokens"),
             message.skip_special_tokens, list(message.allowed_token_ids)) == (True, True, False, [9, 4])
+    assert list(message.bad_words) == ["no", "never"]
     assert GenerateRequest.from_proto(message) == request
     unset = GenerateRequest.from_proto(GenerateRequest("hi").to_proto())
-    assert (unset.include_stop_str_in_output, unset.skip_special_tokens, unset.allowed_token_ids) == (None, None, ())
+    assert (unset.include_stop_str_in_output, unset.skip_special_tokens, unset.allowed_token_ids,
+            unset.bad_words) == (None, None, (), ())
     with pytest.raises(TypeError, match="allowed_token_ids must be a sequence of integer token ids"):
         GenerateRequest("hi", allowed_token_ids=[1.5])
+    assert GenerateRequest("hi", bad_words="no").bad_words == ("no",)
+    with pytest.raises(TypeError, match="bad_words must be a string or a sequence of strings"):
+        GenerateRequest("hi", bad_words=[3])
     assert GenerateRequest.from_proto(GenerateRequest("hi", skip_special_tokens=True).to_proto()).skip_special_tokens
 
 

@@ -182,6 +182,25 @@ def test_allowed_token_ids_round_trip_and_an_older_target_is_refused_them():
     codec.check_worker_features(spec, frozenset(codec.WORKER_FEATURES), "target worker at w:1")
 
 
+def test_bad_words_round_trip_and_an_older_target_is_refused_them():
+    params = SamplingParams(0.5, bad_words_ids=[(7, 3), (9,), (7, 3), (1, 2, 3)])
+    message = codec.encode_params(params)
+    assert [list(word.ids) for word in message.bad_words] == [[1, 2, 3], [7, 3], [9]]
+    back = codec.decode_params(worker_pb2.SamplingParams.FromString(message.SerializeToString()))
+    assert back == params and back.bad_words_ids == ((1, 2, 3), (7, 3), (9,))
+    assert codec.decode_params(codec.encode_params(SamplingParams())).bad_words_ids == ()
+    message.bad_words.add()
+    with pytest.raises(ValueError, match="bad_words_ids: a bad word has no tokens"):
+        codec.decode_params(message)
+    spec = SequenceSpec((1, 2), params, 3, "rrsw")
+    before = frozenset({"penalties", "min_p", "min_tokens", "allowed_token_ids"})  # the release before bad words
+    with pytest.raises(RuntimeError, match=r"^the target worker at w:1 predates bad_words, and would ignore them: "
+                                           r"upgrade it$"):
+        codec.check_worker_features(spec, before, "target worker at w:1")
+    codec.check_worker_features(SequenceSpec((1, 2), SamplingParams(0.5), 3, "rrsw"), before, "target worker at w:1")
+    codec.check_worker_features(spec, frozenset(codec.WORKER_FEATURES), "target worker at w:1")
+
+
 def test_a_worker_without_min_p_or_min_tokens_is_refused_only_when_they_matter():
     old = frozenset({"penalties"})  # a worker of the release before min_p and min_tokens
 

@@ -170,6 +170,33 @@ def test_allowed_token_ids_give_the_in_process_tokens(cluster, local_engine_part
     assert list(sdk.token_ids) == local.tokens
 
 
+@pytest.mark.parametrize("verify_at", ["target", "coordinator"])
+def test_bad_words_give_the_in_process_tokens(cluster, local_engine_parts, verify_at):
+    """Bad words of two tokens change the laws of drafted nodes whose paths end in a word's
+    first token: the workers ban them there themselves.  Through the SDK, the coordinator
+    tokenizes text bad words as the engine does."""
+    local_target, local_drafter, tokenizer = local_engine_parts
+    remote_target = RemoteTarget(cluster["target"].address, verify_at=verify_at)
+    remote_engine = SpeculativeEngine(remote_target, RemoteDrafter(cluster["drafter"].address, remote_target.vocab_size),
+                                      tree="kary:2x3", tokenizer=tokenizer)
+    local_engine = SpeculativeEngine(local_target, local_drafter, tree="kary:2x3", tokenizer=tokenizer)
+    prompt, kwargs = [11, 500, 7, 4000], dict(max_new_tokens=24, temperature=0.8, seed=4)
+    plain = local_engine.run(prompt, **kwargs)
+    words = [tuple(plain.tokens[i : i + 2]) for i in (1, 5, 9)] + [(plain.tokens[14],)]
+    local = local_engine.run(prompt, **kwargs, bad_words=words)
+    assert local.tokens[:1] == plain.tokens[:1] and local.tokens != plain.tokens
+    remote = remote_engine.run(prompt, **kwargs, bad_words=words)
+    assert (remote.tokens, remote.finish_reason) == (local.tokens, local.finish_reason)
+    text_words = [tokenizer.decode(plain.tokens[3:5]).strip(), tokenizer.decode(plain.tokens[7:8]).strip()]
+    by_text = local_engine.run(prompt, **kwargs, bad_words=text_words)
+    assert by_text.tokens != plain.tokens
+    with Client(cluster["coordinator"].address, timeout=60) as client:  # the coordinator's verifier: rrsw
+        sdk = client.generate(prompt, max_tokens=24, temperature=0.8, seed=4, bad_words=text_words)
+        with pytest.raises(InvalidRequestError, match="a word must have a character other than spaces"):
+            client.generate(prompt, max_tokens=4, bad_words=["ok", " "])
+    assert list(sdk.token_ids) == by_text.tokens
+
+
 def test_remote_decoding_to_the_end_of_the_context_gives_the_in_process_tokens(cluster, local_engine_parts):
     """The last steps before the context's end draft nothing: the engine releases the drafter
     worker's session there, mid-request, and goes on with the target worker alone."""
@@ -581,7 +608,7 @@ def test_a_target_worker_that_predates_penalties_is_refused_rather_than_sampling
     assert len(engine.run([1, 2, 3], max_new_tokens=4, seed=1).tokens) == 4  # nothing asked of it that it lacks
     stub = worker_pb2_grpc.TargetServiceStub(grpc.insecure_channel(cluster["target"].address))
     assert list(stub.Info(worker_pb2.InfoRequest(), timeout=10).features) == [
-        "penalties", "min_p", "min_tokens", "allowed_token_ids"]
+        "penalties", "min_p", "min_tokens", "allowed_token_ids", "bad_words"]
 
 
 @pytest.mark.parametrize("feature, asked", [

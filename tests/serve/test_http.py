@@ -375,6 +375,33 @@ def test_allowed_token_ids_give_the_engines_tokens_through_the_openai_client(cli
         assert refused.status_code == 400 and message in refused.json()["error"]["message"], bad
 
 
+def test_bad_words_give_the_engines_tokens_through_the_openai_client(client, http, parts, reference):
+    tokenizer = parts[2]
+    plain, plain_text, _ = expected(reference, tokenizer, PROMPT, max_new_tokens=16, temperature=0.8, seed=6)
+    # words the completion has as word-initial tokens (" maps") that are one token without the
+    # space too: vLLM's rule bans the spaced form only then (" gives" stays when "gives" is "g ives")
+    pieces = [tokenizer.decode([t]) for t in plain]
+    words = [p[1:] for p in pieces if p[:1] == " " and p[1:].isidentifier() and len(tokenizer.encode(p[1:])) == 1][:2]
+    assert words, plain_text
+    tokens, text, _ = expected(reference, tokenizer, PROMPT, max_new_tokens=16, temperature=0.8, seed=6,
+                               bad_words=words)
+    assert tokens != plain and not {w for w in text.split()} & set(words), (words, plain_text, text)
+    for stream in (False, True):
+        answer = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=16, temperature=0.8, seed=6,
+                                           extra_body={"bad_words": words}, stream=stream)
+        got = "".join(c.choices[0].text for c in answer if c.choices) if stream else answer.choices[0].text
+        assert got == text, stream
+    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=8,
+                                          seed=2, extra_body={"bad_words": words[0]})
+    assert chat.choices[0].message.content is not None
+    for bad, message in (([" "], "a word must have a character other than spaces"), ([7], "bad_words"),
+                         ({"a": 1}, "bad_words")):
+        for stream in (False, True):
+            refused = http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4, "bad_words": bad,
+                                                         "stream": stream})
+            assert refused.status_code == 400 and message in refused.json()["error"]["message"], bad
+
+
 def test_ignore_eos_and_min_tokens_hold_eos_back(parts):
     """A target whose EOS is a token the plain completion draws early: EOS ends it there;
     ignore_eos lets it run to max_tokens (the plain tokens, EOS among them); min_tokens bans
