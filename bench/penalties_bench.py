@@ -1,13 +1,16 @@
-"""What logit bias, the presence, frequency and repetition penalties, and vLLM's min_p and
-min_tokens cost, and what they do: in-process engine on the demo pair, per tree, each arm's
+"""What logit bias, the presence, frequency and repetition penalties, and vLLM's min_p,
+min_tokens and bad_words cost, and what they do: in-process engine on the demo pair, per tree, each arm's
 step time (and its draft and score parts), tokens per step, tokens/s, and how often the
 completion repeats a token.
 
 With a penalty or min_tokens on, drafter and target each gather, per law they compute, the
 columns of the tokens before it (the completion's and the drafted tokens on the node's
 path: [N, u], u distinct tokens) and adjust them; a bias alone is one indexed add; min_p one
-comparison per logit.  Drafts follow the laws the target verifies against, so acceptance
-should hold.  The min_tokens arm asks for the whole completion (every law bans EOS).
+comparison per logit; bad words one comparison of every law's last tokens with every
+word's prefix, and one [N, V] pass.  Drafts follow the laws the target verifies against, so
+acceptance should hold.  The min_tokens arm asks for the whole completion (every law bans
+EOS); the bad words arm bans 20 words and phrases of Python code (1 to 4 tokens each, both
+spacings: 40 token sequences).
 
     python bench/penalties_bench.py [--prompts 8] [--tokens 64] [--rounds 2]
 
@@ -24,6 +27,7 @@ import sys
 
 from common import RESULTS, load_demo
 from rayspec.engine import GenerationStats, SpeculativeEngine
+from rayspec.engine.text import bad_words_token_ids
 
 TREES = ["kary:2x3", "kary:4x3"]
 ARMS = {
@@ -34,6 +38,11 @@ ARMS = {
                                          logit_bias={t: -100.0 if t % 2 else 2.0 for t in range(100, 116)}),
     "min_p 0.1": dict(min_p=0.1),
     "min_tokens = all": {},  # min_tokens = --tokens, set in main
+    "bad words: 20": dict(bad_words=[
+        "self", "None", "return", "import", "True", "False", "print", "args", "value", "data",
+        "return None", "self.assert", "import os", "def __init__", "if not", "is None", "for i in", "raise ValueError",
+        "from typing import", "else:",
+    ]),
 }
 TEMPERATURE = 0.6
 
@@ -51,12 +60,12 @@ def main() -> int:
     args = parser.parse_args()
 
     ARMS["min_tokens = all"] = dict(min_tokens=args.tokens)
-    target, drafter, _, _, _, prompts = load_demo("cpu")
+    target, drafter, _, _, tokenizer, prompts = load_demo("cpu")
     prompts = prompts[: args.prompts]
     names = list(ARMS)
     rows = []
     for tree in TREES:
-        engine = SpeculativeEngine(target, drafter, verifier="rrsw", tree=tree, adaptive=False)
+        engine = SpeculativeEngine(target, drafter, verifier="rrsw", tree=tree, adaptive=False, tokenizer=tokenizer)
         engine.run(prompts[0], max_new_tokens=8, seed=0)  # warm-up
         steps = {name: [] for name in names}
         drafts, scores = ({name: [] for name in names} for _ in range(2))
@@ -92,11 +101,12 @@ def main() -> int:
     result = {"setting": {"verifier": "rrsw", "temperature": TEMPERATURE, "prompts": args.prompts,
                           "tokens": args.tokens, "rounds": args.rounds, "vocab": target.vocab_size,
                           "device": "cpu"}, "arms": {k: {**v, "logit_bias": len(v.get("logit_bias", {}))}
-                                                      for k, v in ARMS.items()}, "rows": rows}
+                                                      for k, v in ARMS.items()},
+              "bad_word_sequences": len(bad_words_token_ids(tokenizer, ARMS["bad words: 20"]["bad_words"])), "rows": rows}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "penalties_bench.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
-        f"# The cost and effect of penalties, min_p and min_tokens (demo pair, V = 8192, rrsw, T = {TEMPERATURE}, CPU)",
+        f"# The cost and effect of penalties, min_p, min_tokens and bad words (demo pair, V = 8192, rrsw, T = {TEMPERATURE}, CPU)",
         "",
         "| tree | arm | step ms | vs off | draft ms | score ms | drafted/step | tokens/step | tokens/s | repeated tokens |",
         "|---|---|---|---|---|---|---|---|---|---|",
