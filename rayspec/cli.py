@@ -69,7 +69,7 @@ def cmd_generate(args) -> int:
     verifier = args.verifier or ("greedy" if args.temperature == 0 else "rrsw")
     engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=args.tree, tokenizer=tokenizer,
                                acceptance_dir=acceptance_dir(args))
-    prompt_ids = tokenizer.encode(args.prompt, add_special_tokens=False)
+    prompt_ids = tokenizer.encode(args.prompt, add_special_tokens=args.add_special_tokens)
     assembler = TextAssembler(tokenizer, args.stop or (), prompt_ids, args.min_tokens,
                               args.include_stop_str_in_output, args.skip_special_tokens)
     stats = GenerationStats()
@@ -208,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="vLLM's: the text ends after the stop string, not before")
     generate.add_argument("--skip-special-tokens", action=argparse.BooleanOptionalAction, default=True,
                           help="vLLM's: special tokens have no text (default)")
+    generate.add_argument("--add-special-tokens", action=argparse.BooleanOptionalAction, default=True,
+                          help="the prompt gets the tokenizer's special tokens, e.g. a BOS (default, as vLLM's "
+                               "completions and HF's encode)")
     generate.add_argument("--quiet-summary", action="store_true", help="print the summary line to stderr")
     _add_model_args(generate)
     generate.set_defaults(func=cmd_generate)

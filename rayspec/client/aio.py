@@ -66,6 +66,7 @@ class AsyncClient(BaseClient):
         prompt_logprobs: int | None = None,
         include_stop_str_in_output: bool | None = None,
         skip_special_tokens: bool | None = None,
+        add_special_tokens: bool | None = None,
         timeout: float | None = None,
     ) -> Completion:
         """Generate a completion; see `Client.generate`."""
@@ -78,6 +79,7 @@ class AsyncClient(BaseClient):
             verifier=verifier, tree=tree, verifier_params=verifier_params or {},
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
             include_stop_str_in_output=include_stop_str_in_output, skip_special_tokens=skip_special_tokens,
+            add_special_tokens=add_special_tokens,
         )
         message = request.to_proto()
         response = await self._call(self._generation.Generate, message, timeout, idempotent=request.idempotent)
@@ -111,6 +113,7 @@ class AsyncClient(BaseClient):
         prompt_logprobs: int | None = None,
         include_stop_str_in_output: bool | None = None,
         skip_special_tokens: bool | None = None,
+        add_special_tokens: bool | None = None,
         timeout: float | None = None,
     ) -> AsyncCompletionStream:
         """An `AsyncCompletionStream` to `async for` over (not awaited); see `Client.stream`."""
@@ -123,6 +126,7 @@ class AsyncClient(BaseClient):
             verifier=verifier, tree=tree, verifier_params=verifier_params or {},
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
             include_stop_str_in_output=include_stop_str_in_output, skip_special_tokens=skip_special_tokens,
+            add_special_tokens=add_special_tokens,
         )
         message = request.to_proto()
         return AsyncCompletionStream(

@@ -59,6 +59,8 @@ class GenerateRequest:
     special tokens have no text (default True, as in vLLM).  allowed_token_ids: the only
     tokens that can be drawn (vLLM's; empty: all).  bad_words: words the completion never
     contains (vLLM's: each word's tokens, at the start of the text and after a space).
+    add_special_tokens: a text prompt is tokenized with the tokenizer's special tokens (a BOS
+    for Llama-style tokenizers; default True, as vLLM's completions and HF's `encode`).
     """
 
     prompt: str | tuple[int, ...]
@@ -86,6 +88,7 @@ class GenerateRequest:
     skip_special_tokens: bool | None = None
     allowed_token_ids: tuple[int, ...] = ()
     bad_words: tuple[str, ...] = ()
+    add_special_tokens: bool | None = None
 
     def __post_init__(self):
         # frozen: normalise through object.__setattr__ so that equal requests compare equal
@@ -139,7 +142,7 @@ class GenerateRequest:
             message.prompt_ids.extend(self.prompt)
         # proto3 `optional`: unset means the default
         for name in ("temperature", "top_p", "repetition_penalty", "seed", "logprobs", "prompt_logprobs",
-                     "skip_special_tokens"):
+                     "skip_special_tokens", "add_special_tokens"):
             if getattr(self, name) is not None:
                 setattr(message, name, getattr(self, name))
         return message
@@ -179,6 +182,7 @@ class GenerateRequest:
             skip_special_tokens=optional("skip_special_tokens"),
             allowed_token_ids=tuple(message.allowed_token_ids),
             bad_words=tuple(message.bad_words),
+            add_special_tokens=optional("add_special_tokens"),
         )
 
 

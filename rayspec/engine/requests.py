@@ -65,8 +65,11 @@ class GenerationRequest:
                  prompt_logprobs=None, prompt_only=False, presence_penalty=None, frequency_penalty=None,
                  repetition_penalty=None, logit_bias=None, min_p=None, min_tokens=None, stop_token_ids=None,
                  ignore_eos=None, include_stop_str_in_output=None, skip_special_tokens=None, allowed_token_ids=None,
-                 bad_words=None):
-        """prompt_logprobs: k for the log-probabilities of the prompt's tokens after the first
+                 bad_words=None, add_special_tokens=None):
+        """add_special_tokens: a text prompt is tokenized with the tokenizer's special tokens
+        (a BOS, for Llama-style tokenizers), as vLLM's completions and HF's `encode` do
+        (default True; chat prompts, whose template writes them, pass False).
+        prompt_logprobs: k for the log-probabilities of the prompt's tokens after the first
         (`rayspec.engine.interfaces.TokenLogprobs`) and the k most likely tokens' at each;
         prompt_only: generate nothing, only those (OpenAI's `echo` with `max_tokens: 0`).
         The penalties, logit_bias, min_p and min_tokens are `SamplingParams`'; None leaves
@@ -85,7 +88,8 @@ class GenerationRequest:
             if len(prompt) > MAX_CHARS_PER_TOKEN * context:  # refused before tokenizing it costs seconds
                 raise ValueError(f"the prompt has {len(prompt)} characters, far more than the model's context of "
                                  f"{context} tokens can hold")
-            prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+            special = True if add_special_tokens is None else bool(add_special_tokens)
+            prompt_ids = tokenizer.encode(prompt, add_special_tokens=special)
         self.prompt_ids = [int(t) for t in prompt_ids]
         self.prompt_only = bool(prompt_only)
         if self.prompt_only:

@@ -13,7 +13,9 @@ Request fields: OpenAI's `model`, `prompt` / `messages`, `max_tokens` (chat: als
 alternatives), `n` and, for completions, `echo` (with `max_tokens: 0`, the prompt alone:
 with `logprobs`, it scores a text), plus vLLM's extensions `top_k`, `repetition_penalty`,
 `min_p`, `min_tokens`, `stop_token_ids`, `ignore_eos`, `allowed_token_ids`, `bad_words`,
-`include_stop_str_in_output` and `skip_special_tokens`, and `rayspec: {verifier, tree,
+`include_stop_str_in_output`, `skip_special_tokens` and `add_special_tokens` (as in vLLM, a
+completion's prompt gets the tokenizer's special tokens, a BOS for Llama-style tokenizers,
+unless false; a chat prompt's template writes its own, so there the default is false), and `rayspec: {verifier, tree,
 verifier_params}`.  Penalties and the bias change the target's law, and the output follows
 that law exactly.  Fields that would change the answer and that rayspec does not implement
 (`suffix`, `best_of` > 1, tools, structured output) are refused, never silently ignored; so are unknown fields, as OpenAI does.  `user`, `metadata`,
@@ -136,6 +138,7 @@ class _GenerationBody(_Strict):
     stop_token_ids: list[int] | None = None
     allowed_token_ids: list[int] | None = None
     bad_words: str | list[str] | None = None
+    add_special_tokens: bool | None = None  # vLLM's: completions default true, chat false
     ignore_eos: bool | None = None
     include_stop_str_in_output: bool | None = None
     skip_special_tokens: bool | None = None
@@ -716,6 +719,7 @@ def create_app(service: Service) -> FastAPI:
             body, **prompt, max_tokens=None if prompt_only else body.max_tokens,
             default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS, **body.generation_fields(),
             prompt_logprobs=body.logprobs if body.echo else None, prompt_only=prompt_only,
+            add_special_tokens=body.add_special_tokens,
         )
         echo = None
         if body.echo:
@@ -729,7 +733,7 @@ def create_app(service: Service) -> FastAPI:
         prompt = service.render_chat([m.as_template_input() for m in body.messages])
         requests = choices(
             body, prompt=prompt, **max_tokens_field(body.max_completion_tokens or body.max_tokens),
-            **body.generation_fields(),
+            **body.generation_fields(), add_special_tokens=bool(body.add_special_tokens),  # the template writes them
         )
         return await _answer(_ChatReply(service, requests), bool(body.stream), _include_usage(body))
 

@@ -564,7 +564,8 @@ def test_min_p_min_tokens_stop_ids_and_ignore_eos_cross_as_set_and_unset_values(
 
 def test_vllms_extensions_reach_the_server_from_every_call(client, server):
     extensions = dict(min_p=0.25, min_tokens=2, stop_token_ids=[5, 6], ignore_eos=True, include_stop_str_in_output=True,
-                      skip_special_tokens=False, allowed_token_ids=[3, 5], bad_words=["de", " f"])
+                      skip_special_tokens=False, allowed_token_ids=[3, 5], bad_words=["de", " f"],
+                      add_special_tokens=False)
     client.generate("abcdef", max_tokens=4, seed=1, **extensions)
     list(client.stream("abcdef", max_tokens=4, seed=1, **extensions))
 
@@ -582,7 +583,8 @@ def test_vllms_extensions_reach_the_server_from_every_call(client, server):
         assert (message.include_stop_str_in_output, message.HasField("skip_special_tokens"),
                 message.skip_special_tokens, list(message.allowed_token_ids)) == (True, True, False, [3, 5])
         assert list(message.bad_words) == ["de", " f"]
-    assert list(sent[4].bad_words) == []
+        assert (message.HasField("add_special_tokens"), message.add_special_tokens) == (True, False)
+    assert (list(sent[4].bad_words), sent[4].HasField("add_special_tokens")) == ([], False)
     assert (sent[4].min_p, sent[4].min_tokens, list(sent[4].stop_token_ids), sent[4].ignore_eos) == (0.0, 0, [], False)
     assert (sent[4].include_stop_str_in_output, sent[4].HasField("skip_special_tokens")) == (False, False)
 
@@ -597,7 +599,10 @@ def test_text_options_allowed_token_ids_and_bad_words_cross_as_set_and_unset_val
     assert GenerateRequest.from_proto(message) == request
     unset = GenerateRequest.from_proto(GenerateRequest("hi").to_proto())
     assert (unset.include_stop_str_in_output, unset.skip_special_tokens, unset.allowed_token_ids,
-            unset.bad_words) == (None, None, (), ())
+            unset.bad_words, unset.add_special_tokens) == (None, None, (), (), None)
+    for special in (True, False):
+        assert GenerateRequest.from_proto(GenerateRequest("hi", add_special_tokens=special).to_proto()) \
+            .add_special_tokens is special
     with pytest.raises(TypeError, match="allowed_token_ids must be a sequence of integer token ids"):
         GenerateRequest("hi", allowed_token_ids=[1.5])
     assert GenerateRequest("hi", bad_words="no").bad_words == ("no",)

@@ -21,7 +21,8 @@ import httpx
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from transformers import AutoTokenizer
+from tokenizers import Tokenizer, processors
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from rayspec.demo import TARGET_PATH
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
@@ -400,6 +401,37 @@ def test_bad_words_give_the_engines_tokens_through_the_openai_client(client, htt
             refused = http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4, "bad_words": bad,
                                                          "stream": stream})
             assert refused.status_code == 400 and message in refused.json()["error"]["message"], bad
+
+
+def test_a_completions_prompt_gets_the_tokenizers_special_tokens_and_a_chat_prompt_does_not(parts):
+    """As vLLM: with a tokenizer that writes a BOS, a completion's prompt is tokenized with it
+    unless `add_special_tokens: false`; a chat prompt's template writes its own, so it gets
+    none unless asked for."""
+    target, drafter, demo = parts
+    bos = demo.convert_tokens_to_ids("<|endoftext|>")
+    backend = Tokenizer.from_str(demo.backend_tokenizer.to_str())
+    backend.post_processor = processors.TemplateProcessing(single="<|endoftext|> $A",
+                                                           special_tokens=[("<|endoftext|>", bos)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<|endoftext|>", eos_token="<|endoftext|>")
+    ids = demo.encode(PROMPT, add_special_tokens=False)
+    assert tokenizer.encode(PROMPT) == [bos, *ids]
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), tokenizer=tokenizer, **SETTING)
+    kwargs = dict(max_new_tokens=12, temperature=0.8, seed=6)
+    with_bos, without = (engine.run(prompt, **kwargs).tokens for prompt in ([bos, *ids], ids))
+    assert with_bos != without
+    service = Service(engine, tokenizer, MODEL, LimitsConfig(default_max_tokens=12, max_tokens=64))
+    body = {"prompt": PROMPT, "max_tokens": 12, "temperature": 0.8, "seed": 6}
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "seed": 6}
+    with ServerThread(create_app(service)) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+        default, bare = (http.post("/v1/completions", json={**body, **extra}).json()
+                         for extra in ({}, {"add_special_tokens": False}))
+        chat_default, chat_special = (http.post("/v1/chat/completions", json={**chat, **extra}).json()
+                                      for extra in ({}, {"add_special_tokens": True}))
+        refused = http.post("/v1/completions", json={**body, "add_special_tokens": "yes"})
+    assert (default["choices"][0]["text"], default["usage"]["prompt_tokens"]) == (demo.decode(with_bos), len(ids) + 1)
+    assert (bare["choices"][0]["text"], bare["usage"]["prompt_tokens"]) == (demo.decode(without), len(ids))
+    assert chat_special["usage"]["prompt_tokens"] == chat_default["usage"]["prompt_tokens"] + 1
+    assert refused.status_code == 400 and "add_special_tokens" in refused.json()["error"]["message"]
 
 
 def test_ignore_eos_and_min_tokens_hold_eos_back(parts):
