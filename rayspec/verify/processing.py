@@ -284,37 +284,40 @@ def adjust_logits(logits: torch.Tensor, params: SamplingParams, history: RowHist
         allowed = torch.tensor(params.allowed_token_ids, device=logits.device)
         logits = torch.full_like(logits, float("-inf")).index_copy_(-1, allowed, logits[:, allowed])
     if params.bad_words_ids:
-        banned = logits.masked_fill(bad_word_mask(params.bad_words_ids, history, logits), float("-inf"))
-        # A law the bans would leave empty keeps the bad words (see `SamplingParams`).
-        empty = (banned == float("-inf")).all(-1, keepdim=True)
-        logits = torch.where(empty, logits, banned)
+        logits = ban_bad_words(logits, params.bad_words_ids, history)
     return logits
 
 
-def bad_word_mask(words: tuple[tuple[int, ...], ...], history: RowHistory | None,
-                  logits: torch.Tensor) -> torch.Tensor:
-    """[R, V] bool: the tokens that would complete a bad word after each row's history (vLLM's
-    bad_words: a word's last token, where the completion ends in the word's other tokens).
+def ban_bad_words(logits: torch.Tensor, words: tuple[tuple[int, ...], ...], history: RowHistory | None) -> torch.Tensor:
+    """`logits` [R, V] with -inf on each token that would complete a bad word after its row's
+    history (vLLM's bad_words: a word's last token, where the completion ends in the word's
+    other tokens), but in rows the bans would leave with no token (see `SamplingParams`).
 
-    All rows against all words at once: the words' prefixes right-aligned in an [W, c] table
-    whose unused cells match anything, compared with the rows' tails [R, c]."""
+    All rows against all words at once: the words' prefixes right-aligned in a [W, c] table
+    whose unused cells match anything, compared with the rows' tails [R, c].  The bans are
+    (row, token) cells written into a copy of the logits, so beyond the copy the cost is one
+    max per row (to find a law left empty), however many words there are."""
     rows, vocab = logits.shape
     device = logits.device
-    mask = torch.zeros(rows, vocab, dtype=torch.bool, device=device)
-    singles = [word[0] for word in words if len(word) == 1]
-    if singles:
-        mask[:, torch.tensor(singles, device=device)] = True
+    cells = []
+    singles = torch.tensor([word[0] for word in words if len(word) == 1], dtype=torch.long, device=device)
+    if len(singles):
+        cells.append(torch.arange(rows, device=device).unsqueeze(-1) * vocab + singles)
     longer = [word for word in words if len(word) > 1]
     if longer:
         context = history.tails.shape[-1]
         prefixes = torch.tensor([[-1] * (context - len(w) + 1) + list(w[:-1]) for w in longer], device=device)
         unused = torch.tensor([[True] * (context - len(w) + 1) + [False] * (len(w) - 1) for w in longer],
                               device=device)
-        matched = (unused | (history.tails.unsqueeze(1) == prefixes)).all(-1)  # [R, W]
+        matched = (unused | (history.tails.unsqueeze(1) == prefixes)).all(-1).nonzero()  # (row, word) pairs
         last = torch.tensor([word[-1] for word in longer], device=device)
-        hits = torch.zeros(rows, vocab, device=device).index_add_(1, last, matched.float())
-        mask |= hits > 0
-    return mask
+        cells.append(matched[:, 0] * vocab + last[matched[:, 1]])
+    cells = torch.cat([c.flatten() for c in cells])
+    banned = logits.flatten().index_fill(0, cells, float("-inf")).view(rows, vocab)
+    empty = banned.amax(-1) == float("-inf")
+    if bool(empty.any()):
+        banned[empty] = logits[empty]
+    return banned
 
 
 def logits_to_probs(logits: torch.Tensor, params: SamplingParams, dtype=torch.float32,
