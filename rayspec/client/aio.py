@@ -67,6 +67,7 @@ class AsyncClient(BaseClient):
         include_stop_str_in_output: bool | None = None,
         skip_special_tokens: bool | None = None,
         add_special_tokens: bool | None = None,
+        truncate_prompt_tokens: int | None = None,
         timeout: float | None = None,
     ) -> Completion:
         """Generate a completion; see `Client.generate`."""
@@ -79,7 +80,7 @@ class AsyncClient(BaseClient):
             verifier=verifier, tree=tree, verifier_params=verifier_params or {},
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
             include_stop_str_in_output=include_stop_str_in_output, skip_special_tokens=skip_special_tokens,
-            add_special_tokens=add_special_tokens,
+            add_special_tokens=add_special_tokens, truncate_prompt_tokens=truncate_prompt_tokens,
         )
         message = request.to_proto()
         response = await self._call(self._generation.Generate, message, timeout, idempotent=request.idempotent)
@@ -114,6 +115,7 @@ class AsyncClient(BaseClient):
         include_stop_str_in_output: bool | None = None,
         skip_special_tokens: bool | None = None,
         add_special_tokens: bool | None = None,
+        truncate_prompt_tokens: int | None = None,
         timeout: float | None = None,
     ) -> AsyncCompletionStream:
         """An `AsyncCompletionStream` to `async for` over (not awaited); see `Client.stream`."""
@@ -126,7 +128,7 @@ class AsyncClient(BaseClient):
             verifier=verifier, tree=tree, verifier_params=verifier_params or {},
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
             include_stop_str_in_output=include_stop_str_in_output, skip_special_tokens=skip_special_tokens,
-            add_special_tokens=add_special_tokens,
+            add_special_tokens=add_special_tokens, truncate_prompt_tokens=truncate_prompt_tokens,
         )
         message = request.to_proto()
         return AsyncCompletionStream(

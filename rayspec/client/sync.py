@@ -67,6 +67,7 @@ class Client(BaseClient):
         include_stop_str_in_output: bool | None = None,
         skip_special_tokens: bool | None = None,
         add_special_tokens: bool | None = None,
+        truncate_prompt_tokens: int | None = None,
         timeout: float | None = None,
     ) -> Completion:
         """Generate a completion; the parameters are `GenerateRequest`'s.  Replayed after
@@ -80,7 +81,7 @@ class Client(BaseClient):
             verifier=verifier, tree=tree, verifier_params=verifier_params or {},
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
             include_stop_str_in_output=include_stop_str_in_output, skip_special_tokens=skip_special_tokens,
-            add_special_tokens=add_special_tokens,
+            add_special_tokens=add_special_tokens, truncate_prompt_tokens=truncate_prompt_tokens,
         )
         message = request.to_proto()
         response = self._call(self._generation.Generate, message, timeout, idempotent=request.idempotent)
@@ -115,6 +116,7 @@ class Client(BaseClient):
         include_stop_str_in_output: bool | None = None,
         skip_special_tokens: bool | None = None,
         add_special_tokens: bool | None = None,
+        truncate_prompt_tokens: int | None = None,
         timeout: float | None = None,
     ) -> CompletionStream:
         """Generate, chunk by chunk as the server verifies them: a `CompletionStream` to
@@ -129,7 +131,7 @@ class Client(BaseClient):
             verifier=verifier, tree=tree, verifier_params=verifier_params or {},
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
             include_stop_str_in_output=include_stop_str_in_output, skip_special_tokens=skip_special_tokens,
-            add_special_tokens=add_special_tokens,
+            add_special_tokens=add_special_tokens, truncate_prompt_tokens=truncate_prompt_tokens,
         )
         message = request.to_proto()
         return CompletionStream(

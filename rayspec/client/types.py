@@ -61,6 +61,8 @@ class GenerateRequest:
     contains (vLLM's: each word's tokens, at the start of the text and after a space).
     add_special_tokens: a text prompt is tokenized with the tokenizer's special tokens (a BOS
     for Llama-style tokenizers; default True, as vLLM's completions and HF's `encode`).
+    truncate_prompt_tokens: k keeps the prompt's last k tokens, -1 as many as the model's
+    context holds (vLLM's).
     """
 
     prompt: str | tuple[int, ...]
@@ -89,6 +91,7 @@ class GenerateRequest:
     allowed_token_ids: tuple[int, ...] = ()
     bad_words: tuple[str, ...] = ()
     add_special_tokens: bool | None = None
+    truncate_prompt_tokens: int | None = None
 
     def __post_init__(self):
         # frozen: normalise through object.__setattr__ so that equal requests compare equal
@@ -142,7 +145,7 @@ class GenerateRequest:
             message.prompt_ids.extend(self.prompt)
         # proto3 `optional`: unset means the default
         for name in ("temperature", "top_p", "repetition_penalty", "seed", "logprobs", "prompt_logprobs",
-                     "skip_special_tokens", "add_special_tokens"):
+                     "skip_special_tokens", "add_special_tokens", "truncate_prompt_tokens"):
             if getattr(self, name) is not None:
                 setattr(message, name, getattr(self, name))
         return message
@@ -183,6 +186,7 @@ class GenerateRequest:
             allowed_token_ids=tuple(message.allowed_token_ids),
             bad_words=tuple(message.bad_words),
             add_special_tokens=optional("add_special_tokens"),
+            truncate_prompt_tokens=optional("truncate_prompt_tokens"),
         )
 
 

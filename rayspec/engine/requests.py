@@ -65,10 +65,12 @@ class GenerationRequest:
                  prompt_logprobs=None, prompt_only=False, presence_penalty=None, frequency_penalty=None,
                  repetition_penalty=None, logit_bias=None, min_p=None, min_tokens=None, stop_token_ids=None,
                  ignore_eos=None, include_stop_str_in_output=None, skip_special_tokens=None, allowed_token_ids=None,
-                 bad_words=None, add_special_tokens=None):
+                 bad_words=None, add_special_tokens=None, truncate_prompt_tokens=None):
         """add_special_tokens: a text prompt is tokenized with the tokenizer's special tokens
         (a BOS, for Llama-style tokenizers), as vLLM's completions and HF's `encode` do
         (default True; chat prompts, whose template writes them, pass False).
+        truncate_prompt_tokens (vLLM's): k keeps the prompt's last k tokens, -1 as many as the
+        model's context holds.
         prompt_logprobs: k for the log-probabilities of the prompt's tokens after the first
         (`rayspec.engine.interfaces.TokenLogprobs`) and the k most likely tokens' at each;
         prompt_only: generate nothing, only those (OpenAI's `echo` with `max_tokens: 0`).
@@ -91,6 +93,12 @@ class GenerationRequest:
             special = True if add_special_tokens is None else bool(add_special_tokens)
             prompt_ids = tokenizer.encode(prompt, add_special_tokens=special)
         self.prompt_ids = [int(t) for t in prompt_ids]
+        if truncate_prompt_tokens is not None:
+            keep = context if truncate_prompt_tokens == -1 else truncate_prompt_tokens
+            if type(keep) is not int or not 1 <= keep <= context:
+                raise ValueError(f"truncate_prompt_tokens must be -1 or between 1 and the model's context "
+                                 f"({context}), got {truncate_prompt_tokens!r}")
+            self.prompt_ids = self.prompt_ids[-keep:]
         self.prompt_only = bool(prompt_only)
         if self.prompt_only:
             engine.check_prompt(self.prompt_ids)

@@ -13,9 +13,11 @@ Request fields: OpenAI's `model`, `prompt` / `messages`, `max_tokens` (chat: als
 alternatives), `n` and, for completions, `echo` (with `max_tokens: 0`, the prompt alone:
 with `logprobs`, it scores a text), plus vLLM's extensions `top_k`, `repetition_penalty`,
 `min_p`, `min_tokens`, `stop_token_ids`, `ignore_eos`, `allowed_token_ids`, `bad_words`,
-`include_stop_str_in_output`, `skip_special_tokens` and `add_special_tokens` (as in vLLM, a
+`include_stop_str_in_output`, `skip_special_tokens`, `add_special_tokens` (as in vLLM, a
 completion's prompt gets the tokenizer's special tokens, a BOS for Llama-style tokenizers,
-unless false; a chat prompt's template writes its own, so there the default is false), and `rayspec: {verifier, tree,
+unless false; a chat prompt's template writes its own, so there the default is false) and
+`truncate_prompt_tokens` (k: the prompt's last k tokens, -1: as many as the context holds;
+`echo` then returns the kept tokens' text), and `rayspec: {verifier, tree,
 verifier_params}`.  Penalties and the bias change the target's law, and the output follows
 that law exactly.  Fields that would change the answer and that rayspec does not implement
 (`suffix`, `best_of` > 1, tools, structured output) are refused, never silently ignored; so are unknown fields, as OpenAI does.  `user`, `metadata`,
@@ -139,6 +141,7 @@ class _GenerationBody(_Strict):
     allowed_token_ids: list[int] | None = None
     bad_words: str | list[str] | None = None
     add_special_tokens: bool | None = None  # vLLM's: completions default true, chat false
+    truncate_prompt_tokens: int | None = Field(None, ge=-1)
     ignore_eos: bool | None = None
     include_stop_str_in_output: bool | None = None
     skip_special_tokens: bool | None = None
@@ -162,6 +165,7 @@ class _GenerationBody(_Strict):
             repetition_penalty=self.repetition_penalty, logit_bias=self.token_biases(), min_p=self.min_p,
             min_tokens=self.min_tokens, stop_token_ids=self.stop_token_ids, ignore_eos=self.ignore_eos,
             allowed_token_ids=self.allowed_token_ids, bad_words=self.bad_words,
+            truncate_prompt_tokens=self.truncate_prompt_tokens,
             include_stop_str_in_output=self.include_stop_str_in_output, skip_special_tokens=self.skip_special_tokens,
             verifier=options.verifier, tree=options.tree, verifier_params=options.verifier_params,
             logprobs=self.alternatives(),
@@ -723,7 +727,9 @@ def create_app(service: Service) -> FastAPI:
         )
         echo = None
         if body.echo:
-            echo = prompt["prompt"] if "prompt" in prompt else service.tokenizer.decode(requests[0].prompt_ids)
+            # the text of the prompt the model read: a truncated prompt's kept tokens
+            whole = "prompt" in prompt and body.truncate_prompt_tokens is None
+            echo = prompt["prompt"] if whole else service.tokenizer.decode(requests[0].prompt_ids)
         return await _answer(_CompletionReply(service, requests, echo), bool(body.stream), _include_usage(body))
 
     @app.post("/v1/chat/completions")

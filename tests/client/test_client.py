@@ -565,7 +565,7 @@ def test_min_p_min_tokens_stop_ids_and_ignore_eos_cross_as_set_and_unset_values(
 def test_vllms_extensions_reach_the_server_from_every_call(client, server):
     extensions = dict(min_p=0.25, min_tokens=2, stop_token_ids=[5, 6], ignore_eos=True, include_stop_str_in_output=True,
                       skip_special_tokens=False, allowed_token_ids=[3, 5], bad_words=["de", " f"],
-                      add_special_tokens=False)
+                      add_special_tokens=False, truncate_prompt_tokens=5)
     client.generate("abcdef", max_tokens=4, seed=1, **extensions)
     list(client.stream("abcdef", max_tokens=4, seed=1, **extensions))
 
@@ -584,7 +584,9 @@ def test_vllms_extensions_reach_the_server_from_every_call(client, server):
                 message.skip_special_tokens, list(message.allowed_token_ids)) == (True, True, False, [3, 5])
         assert list(message.bad_words) == ["de", " f"]
         assert (message.HasField("add_special_tokens"), message.add_special_tokens) == (True, False)
-    assert (list(sent[4].bad_words), sent[4].HasField("add_special_tokens")) == ([], False)
+        assert message.truncate_prompt_tokens == 5
+    assert (list(sent[4].bad_words), sent[4].HasField("add_special_tokens"),
+            sent[4].HasField("truncate_prompt_tokens")) == ([], False, False)
     assert (sent[4].min_p, sent[4].min_tokens, list(sent[4].stop_token_ids), sent[4].ignore_eos) == (0.0, 0, [], False)
     assert (sent[4].include_stop_str_in_output, sent[4].HasField("skip_special_tokens")) == (False, False)
 
@@ -599,7 +601,9 @@ def test_text_options_allowed_token_ids_and_bad_words_cross_as_set_and_unset_val
     assert GenerateRequest.from_proto(message) == request
     unset = GenerateRequest.from_proto(GenerateRequest("hi").to_proto())
     assert (unset.include_stop_str_in_output, unset.skip_special_tokens, unset.allowed_token_ids,
-            unset.bad_words, unset.add_special_tokens) == (None, None, (), (), None)
+            unset.bad_words, unset.add_special_tokens, unset.truncate_prompt_tokens) == (None, None, (), (), None, None)
+    assert GenerateRequest.from_proto(GenerateRequest("hi", truncate_prompt_tokens=-1).to_proto()) \
+        .truncate_prompt_tokens == -1
     for special in (True, False):
         assert GenerateRequest.from_proto(GenerateRequest("hi", add_special_tokens=special).to_proto()) \
             .add_special_tokens is special

@@ -194,7 +194,13 @@ def test_bad_words_give_the_in_process_tokens(cluster, local_engine_parts, verif
         sdk = client.generate(prompt, max_tokens=24, temperature=0.8, seed=4, bad_words=text_words)
         with pytest.raises(InvalidRequestError, match="a word must have a character other than spaces"):
             client.generate(prompt, max_tokens=4, bad_words=["ok", " "])
+        # the coordinator reads the other new request fields too
+        cut = client.generate(prompt, max_tokens=8, temperature=0.8, seed=4, truncate_prompt_tokens=2)
+        with pytest.raises(InvalidRequestError, match="truncate_prompt_tokens must be -1 or between 1"):
+            client.generate(prompt, max_tokens=4, truncate_prompt_tokens=0)
     assert list(sdk.token_ids) == by_text.tokens
+    assert cut.usage.prompt_tokens == 2
+    assert list(cut.token_ids) == local_engine.run(prompt[-2:], max_new_tokens=8, temperature=0.8, seed=4).tokens
 
 
 def test_remote_decoding_to_the_end_of_the_context_gives_the_in_process_tokens(cluster, local_engine_parts):

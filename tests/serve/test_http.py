@@ -434,6 +434,32 @@ def test_a_completions_prompt_gets_the_tokenizers_special_tokens_and_a_chat_prom
     assert refused.status_code == 400 and "add_special_tokens" in refused.json()["error"]["message"]
 
 
+def test_truncate_prompt_tokens_keeps_the_prompts_last_tokens(http, parts, reference):
+    """vLLM's truncate_prompt_tokens: the completion is the engine's on the prompt's last k
+    tokens; a prompt longer than the context fits once truncated; echo returns what was kept."""
+    tokenizer = parts[2]
+    ids = tokenizer.encode(PROMPT, add_special_tokens=False)
+    tokens, text, _ = expected(reference, tokenizer, tokenizer.decode(ids[-3:]), max_new_tokens=8, temperature=0.8,
+                               seed=6)
+    assert tokens == reference.run(ids[-3:], max_new_tokens=8, temperature=0.8, seed=6).tokens
+    body = {"prompt": PROMPT, "max_tokens": 8, "temperature": 0.8, "seed": 6, "truncate_prompt_tokens": 3}
+    answer = http.post("/v1/completions", json=body).json()
+    assert (answer["choices"][0]["text"], answer["usage"]["prompt_tokens"]) == (text, 3)
+    echoed = http.post("/v1/completions", json={**body, "echo": True}).json()["choices"][0]["text"]
+    assert echoed == tokenizer.decode(ids[-3:]) + text
+    long_prompt = list(range(1, 601))  # the test models' context holds 512
+    assert http.post("/v1/completions", json={"prompt": long_prompt, "max_tokens": 4}).status_code == 400
+    cut = http.post("/v1/completions", json={"prompt": long_prompt, "max_tokens": 4, "truncate_prompt_tokens": 100})
+    assert cut.status_code == 200 and cut.json()["usage"]["prompt_tokens"] == 100
+    chat = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                                                   "truncate_prompt_tokens": 2}).json()
+    assert chat["usage"]["prompt_tokens"] == 2
+    for bad, message in ((0, "truncate_prompt_tokens must be -1 or between 1 and the model's context (512), got 0"),
+                         (-2, "truncate_prompt_tokens"), (513, "got 513"), ("3", "truncate_prompt_tokens")):
+        refused = http.post("/v1/completions", json={**body, "truncate_prompt_tokens": bad})
+        assert refused.status_code == 400 and message in refused.json()["error"]["message"], bad
+
+
 def test_ignore_eos_and_min_tokens_hold_eos_back(parts):
     """A target whose EOS is a token the plain completion draws early: EOS ends it there;
     ignore_eos lets it run to max_tokens (the plain tokens, EOS among them); min_tokens bans
