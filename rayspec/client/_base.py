@@ -9,12 +9,15 @@ from typing import Any
 
 import grpc
 
+from rayspec.client.errors import InvalidRequestError, RayspecError
 from rayspec.client.retry import RetryPolicy
-from rayspec.rpc.generated import generation_pb2_grpc, health_pb2_grpc
+from rayspec.client.types import GenerateRequest
+from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, health_pb2_grpc
 
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 USER_AGENT = f"rayspec-client/{metadata.version('rayspec')}"
+INFO_REQUEST = generation_pb2.GenerationInfoRequest()  # the same every time
 
 
 class BaseClient:
@@ -64,6 +67,20 @@ class BaseClient:
             self._channel = self._grpc.secure_channel(target, credentials, args, compression)
         self._generation = generation_pb2_grpc.GenerationStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
+        self._features: frozenset[str] | None = None  # the server's `GENERATION_FEATURES`, once asked
+
+    def _learn_features(self, info: generation_pb2.GenerationInfo | None, error: RayspecError | None = None) -> None:
+        """Keep the features an `Info` reply lists; a server without `Info` (its call failed
+        UNIMPLEMENTED) has none.  Any other failure is raised."""
+        if error is not None and error.code != grpc.StatusCode.UNIMPLEMENTED:
+            raise error
+        self._features = frozenset(() if info is None else info.features)
+
+    def _refuse_unknown_features(self, request: GenerateRequest, known: frozenset[str]) -> None:
+        missing = [feature for feature in request.features if feature not in known]
+        if missing:
+            raise InvalidRequestError(f"the server at {self.target} predates {', '.join(missing)}, and would ignore "
+                                      "it: upgrade the server, or leave the field out")
 
     def _timeout(self, timeout: float | None) -> float:
         return self.timeout if timeout is None else timeout

@@ -13,13 +13,13 @@ Create the client inside the event loop that uses it: a grpc.aio channel belongs
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
 import grpc.aio
 
-from rayspec.client._base import BaseClient, new_request_id
+from rayspec.client._base import INFO_REQUEST, BaseClient, new_request_id
 from rayspec.client.errors import (
     DeadlineExceededError,
     NotFoundError,
@@ -82,6 +82,7 @@ class AsyncClient(BaseClient):
             include_stop_str_in_output=include_stop_str_in_output, skip_special_tokens=skip_special_tokens,
             add_special_tokens=add_special_tokens, truncate_prompt_tokens=truncate_prompt_tokens,
         )
+        await self._check_features(request, timeout)
         message = request.to_proto()
         response = await self._call(self._generation.Generate, message, timeout, idempotent=request.idempotent)
         return Completion.from_proto(response)
@@ -135,7 +136,21 @@ class AsyncClient(BaseClient):
             lambda remaining: self._generation.GenerateStream(message, timeout=remaining),
             self._timeout(timeout),
             self.retry if request.idempotent else None,
+            check=lambda: self._check_features(request, timeout),
         )
+
+    async def server_features(self, *, timeout: float | None = None) -> frozenset[str]:
+        """See `Client.server_features`."""
+        if self._features is None:
+            try:
+                self._learn_features(await self._call(self._generation.Info, INFO_REQUEST, timeout, idempotent=True))
+            except ServerError as error:
+                self._learn_features(None, error)
+        return self._features
+
+    async def _check_features(self, request: GenerateRequest, timeout: float | None) -> None:
+        if request.features:
+            self._refuse_unknown_features(request, await self.server_features(timeout=timeout))
 
     async def health(self, service: str = "", *, timeout: float | None = None) -> bool:
         """See `Client.health`."""
@@ -174,8 +189,10 @@ class AsyncCompletionStream(AsyncIterator[CompletionChunk]):
     """The chunks of one streamed generation; see `rayspec.client.sync.CompletionStream`.
     `cancel()` or leaving an `async with` block cancels the call."""
 
-    def __init__(self, open_call: Callable[[float], Any], timeout: float, retry: RetryPolicy | None):
+    def __init__(self, open_call: Callable[[float], Any], timeout: float, retry: RetryPolicy | None,
+                 check: Callable[[], Awaitable[None]] | None = None):
         self.completion: Completion | None = None
+        self._check = check  # awaited at the first iteration, before the call
         self._open_call = open_call
         self._timeout = timeout
         self._retry = retry
@@ -187,6 +204,8 @@ class AsyncCompletionStream(AsyncIterator[CompletionChunk]):
         return await self._chunks.__anext__()
 
     async def _run(self) -> AsyncIterator[CompletionChunk]:
+        if self._check is not None:
+            await self._check()
         deadline = Deadline(self._timeout)
         chunks: list[CompletionChunk] = []
         retries = 0

@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from rayspec.client._base import BaseClient, new_request_id
+from rayspec.client._base import INFO_REQUEST, BaseClient, new_request_id
 from rayspec.client.errors import (
     DeadlineExceededError,
     NotFoundError,
@@ -83,6 +83,7 @@ class Client(BaseClient):
             include_stop_str_in_output=include_stop_str_in_output, skip_special_tokens=skip_special_tokens,
             add_special_tokens=add_special_tokens, truncate_prompt_tokens=truncate_prompt_tokens,
         )
+        self._check_features(request, timeout)
         message = request.to_proto()
         response = self._call(self._generation.Generate, message, timeout, idempotent=request.idempotent)
         return Completion.from_proto(response)
@@ -138,7 +139,23 @@ class Client(BaseClient):
             lambda remaining: self._generation.GenerateStream(message, timeout=remaining),
             self._timeout(timeout),
             self.retry if request.idempotent else None,
+            check=lambda: self._check_features(request, timeout),
         )
+
+    def server_features(self, *, timeout: float | None = None) -> frozenset[str]:
+        """The `GENERATION_FEATURES` the server knows, asked once per client (on the first
+        request that uses one); none for a server without `Info`, which predates them all."""
+        if self._features is None:
+            try:
+                self._learn_features(self._call(self._generation.Info, INFO_REQUEST, timeout, idempotent=True))
+            except ServerError as error:
+                self._learn_features(None, error)
+        return self._features
+
+    def _check_features(self, request: GenerateRequest, timeout: float | None) -> None:
+        """Refuse, before sending it, a request using a field the server would ignore."""
+        if request.features:
+            self._refuse_unknown_features(request, self.server_features(timeout=timeout))
 
     def health(self, service: str = "", *, timeout: float | None = None) -> bool:
         """Whether the server reports SERVING for `service` ("" is the whole server).  False
@@ -187,8 +204,10 @@ class CompletionStream(Iterator[CompletionChunk]):
     replayed after UNAVAILABLE like `generate`; once a chunk is out, never.
     """
 
-    def __init__(self, open_call: Callable[[float], Any], timeout: float, retry: RetryPolicy | None):
+    def __init__(self, open_call: Callable[[float], Any], timeout: float, retry: RetryPolicy | None,
+                 check: Callable[[], None] | None = None):
         self.completion: Completion | None = None
+        self._check = check  # run at the first iteration, before the call
         self._open_call = open_call
         self._timeout = timeout
         self._retry = retry
@@ -200,6 +219,8 @@ class CompletionStream(Iterator[CompletionChunk]):
         return next(self._chunks)
 
     def _run(self) -> Iterator[CompletionChunk]:
+        if self._check is not None:
+            self._check()
         deadline = Deadline(self._timeout)  # from the first iteration, when the call starts
         chunks: list[CompletionChunk] = []
         retries = 0

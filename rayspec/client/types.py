@@ -36,6 +36,12 @@ def unpack_params(data: bytes) -> dict[str, Any]:
     return params
 
 
+# Request fields a server ignores (proto3) unless it knows them, and then answers another
+# request: those added after Generation's first release that had no `Info`.  A server lists
+# those it knows in `Info`; the SDK refuses to send one to a server that does not.
+GENERATION_FEATURES = ("bad_words", "add_special_tokens", "truncate_prompt_tokens")
+
+
 @dataclass(frozen=True)
 class GenerateRequest:
     """One generation request.  `None` leaves a parameter to the server's default.
@@ -113,6 +119,15 @@ class GenerateRequest:
                 object.__setattr__(self, name, tuple(operator.index(t) for t in getattr(self, name)))
             except TypeError:
                 raise TypeError(f"{name} must be a sequence of integer token ids") from None
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The `GENERATION_FEATURES` this request uses such that a server ignoring them would
+        answer another request (add_special_tokens only when true: an older server's own
+        tokenization has none)."""
+        used = {"bad_words": bool(self.bad_words), "add_special_tokens": self.add_special_tokens is True,
+                "truncate_prompt_tokens": self.truncate_prompt_tokens is not None}
+        return tuple(feature for feature in GENERATION_FEATURES if used[feature])
 
     @property
     def idempotent(self) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from contextlib import closing
 
-from rayspec.client.types import GenerateRequest, stop_reason_fields
+from rayspec.client.types import GENERATION_FEATURES, GenerateRequest, stop_reason_fields
 from rayspec.engine import SpeculativeEngine
 from rayspec.engine.interfaces import TokenLogprobs
 from rayspec.engine.requests import GenerationRequest, Limits
@@ -41,6 +41,9 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
             prompt_logprobs=_token_logprobs(request.prompt_ids[1:], prompt_logprobs),
             **stop_reason_fields(request.stop_reason),
         )
+
+    def Info(self, message, context):
+        return generation_pb2.GenerationInfo(features=GENERATION_FEATURES)
 
     @rpc_errors
     def Generate(self, message, context):

@@ -34,6 +34,7 @@ from rayspec.client import (
     UnavailableError,
     Usage,
 )
+from rayspec.client.types import GENERATION_FEATURES
 from rayspec.rpc.generated import generation_pb2 as pb
 from rayspec.rpc.generated import generation_pb2_grpc, health_pb2, health_pb2_grpc
 from tests.loopback import free_port
@@ -65,6 +66,8 @@ class FakeGeneration(generation_pb2_grpc.GenerationServicer):
         self.delay = 0.0
         self.chunk_delay = 0.0
         self.interrupted = threading.Event()  # a call ended before its handler finished
+        self.features: tuple[str, ...] | None = GENERATION_FEATURES  # None: a server without Info
+        self.info_calls = 0
 
     def _admit(self, request, context) -> threading.Event:
         """Check and record a call; returns the event its handler sets when it has finished."""
@@ -106,6 +109,12 @@ class FakeGeneration(generation_pb2_grpc.GenerationServicer):
                          accepted_draft_tokens=len(tokens) - steps, rejected_draft_tokens=steps, steps=steps)
         return pb.GenerateResponse(text=text, token_ids=tokens, finish_reason=finish, usage=usage,
                                    seed=seed, request_id=request.request_id)
+
+    def Info(self, request, context):
+        self.info_calls += 1
+        if self.features is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")  # as grpc answers an unknown method
+        return pb.GenerationInfo(features=self.features)
 
     def Generate(self, request, context):
         finished = self._admit(request, context)
@@ -648,3 +657,47 @@ def test_retry_policy():
             RetryPolicy(**bad)
     with pytest.raises(ValueError, match="deadline"):
         Client("127.0.0.1:1", timeout=0)
+
+
+@pytest.mark.parametrize("features", [None, ("add_special_tokens",)])
+def test_a_field_the_server_would_ignore_is_refused_before_it_is_sent(server, features):
+    """A server without Info (or one listing too few features) would ignore the newer
+    fields and answer another request: every SDK call refuses them, naming them, and sends
+    nothing; requests without them, or with add_special_tokens false (an older server's own
+    tokenization), go through.  Info is asked once per client."""
+    server.generation.features = features
+    newer = dict(bad_words=["no"], truncate_prompt_tokens=4)
+    message = f"the server at {server.address} predates bad_words, truncate_prompt_tokens, and would ignore it"
+    with Client(server.address, timeout=5, retries=FAST) as client:
+        with pytest.raises(InvalidRequestError, match=message):
+            client.generate("abc", max_tokens=2, **newer)
+        with pytest.raises(InvalidRequestError, match="predates bad_words"):
+            list(client.stream("abc", max_tokens=2, bad_words="no"))
+        assert client.generate("abc", max_tokens=2, add_special_tokens=False).text
+        assert client.server_features() == frozenset(features or ())
+    assert server.generation.info_calls == 1
+
+    async def main():
+        async with AsyncClient(server.address, timeout=5, retries=FAST) as aio:
+            with pytest.raises(InvalidRequestError, match=message):
+                await aio.generate("abc", max_tokens=2, **newer)
+            with pytest.raises(InvalidRequestError, match="predates truncate_prompt_tokens"):
+                [chunk async for chunk in aio.stream("abc", max_tokens=2, truncate_prompt_tokens=1)]
+            special = aio.generate("abc", max_tokens=2, add_special_tokens=True)
+            if features is None:
+                with pytest.raises(InvalidRequestError, match="predates add_special_tokens"):
+                    await special
+            else:
+                assert (await special).text
+
+    run(main())
+    assert server.generation.info_calls == 2
+    assert len(server.generation.requests) == 1 + (features is not None)
+
+
+def test_a_server_listing_the_features_gets_them(server):
+    with Client(server.address, timeout=5, retries=FAST) as client:
+        client.generate("abc", max_tokens=2, bad_words=["no"], truncate_prompt_tokens=4, add_special_tokens=True)
+        assert client.server_features() == frozenset(GENERATION_FEATURES)
+    sent = server.generation.requests[-1]
+    assert (list(sent.bad_words), sent.truncate_prompt_tokens, sent.add_special_tokens) == (["no"], 4, True)

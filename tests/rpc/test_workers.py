@@ -14,6 +14,7 @@ import pytest
 
 from rayspec.client import Client, TokenLogprob
 from rayspec.client.errors import InvalidRequestError
+from rayspec.client.types import GENERATION_FEATURES
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.models import load_causal_lm
@@ -194,7 +195,8 @@ def test_bad_words_give_the_in_process_tokens(cluster, local_engine_parts, verif
         sdk = client.generate(prompt, max_tokens=24, temperature=0.8, seed=4, bad_words=text_words)
         with pytest.raises(InvalidRequestError, match="a word must have a character other than spaces"):
             client.generate(prompt, max_tokens=4, bad_words=["ok", " "])
-        # the coordinator reads the other new request fields too
+        # the coordinator lists the fields it knows, and reads the other new ones too
+        assert client.server_features() == frozenset(GENERATION_FEATURES)
         cut = client.generate(prompt, max_tokens=8, temperature=0.8, seed=4, truncate_prompt_tokens=2)
         with pytest.raises(InvalidRequestError, match="truncate_prompt_tokens must be -1 or between 1"):
             client.generate(prompt, max_tokens=4, truncate_prompt_tokens=0)

@@ -44,6 +44,11 @@ class GenerationStub:
                 request_serializer=rayspec_dot_v1_dot_generation__pb2.GenerateRequest.SerializeToString,
                 response_deserializer=rayspec_dot_v1_dot_generation__pb2.GenerateStreamResponse.FromString,
                 _registered_method=True)
+        self.Info = channel.unary_unary(
+                '/rayspec.v1.Generation/Info',
+                request_serializer=rayspec_dot_v1_dot_generation__pb2.GenerationInfoRequest.SerializeToString,
+                response_deserializer=rayspec_dot_v1_dot_generation__pb2.GenerationInfo.FromString,
+                _registered_method=True)
 
 
 class GenerationServicer:
@@ -61,6 +66,12 @@ class GenerationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Info(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GenerationServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -73,6 +84,11 @@ def add_GenerationServicer_to_server(servicer, server):
                     servicer.GenerateStream,
                     request_deserializer=rayspec_dot_v1_dot_generation__pb2.GenerateRequest.FromString,
                     response_serializer=rayspec_dot_v1_dot_generation__pb2.GenerateStreamResponse.SerializeToString,
+            ),
+            'Info': grpc.unary_unary_rpc_method_handler(
+                    servicer.Info,
+                    request_deserializer=rayspec_dot_v1_dot_generation__pb2.GenerationInfoRequest.FromString,
+                    response_serializer=rayspec_dot_v1_dot_generation__pb2.GenerationInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -129,6 +145,33 @@ class Generation:
             '/rayspec.v1.Generation/GenerateStream',
             rayspec_dot_v1_dot_generation__pb2.GenerateRequest.SerializeToString,
             rayspec_dot_v1_dot_generation__pb2.GenerateStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Info(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rayspec.v1.Generation/Info',
+            rayspec_dot_v1_dot_generation__pb2.GenerationInfoRequest.SerializeToString,
+            rayspec_dot_v1_dot_generation__pb2.GenerationInfo.FromString,
             options,
             channel_credentials,
             insecure,
