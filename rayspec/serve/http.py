@@ -17,7 +17,8 @@ with `logprobs`, it scores a text), plus vLLM's extensions `top_k`, `repetition_
 completion's prompt gets the tokenizer's special tokens, a BOS for Llama-style tokenizers,
 unless false; a chat prompt's template writes its own, so there the default is false) and
 `truncate_prompt_tokens` (k: the prompt's last k tokens, -1: as many as the context holds;
-`echo` then returns the kept tokens' text), and `rayspec: {verifier, tree,
+`echo` then returns the kept tokens' text) and `return_tokens_as_token_ids` (log-probabilities
+name each token "token_id:{id}"), and `rayspec: {verifier, tree,
 verifier_params}`.  Penalties and the bias change the target's law, and the output follows
 that law exactly.  Fields that would change the answer and that rayspec does not implement
 (`suffix`, `best_of` > 1, tools, structured output) are refused, never silently ignored; so are unknown fields, as OpenAI does.  `user`, `metadata`,
@@ -142,6 +143,7 @@ class _GenerationBody(_Strict):
     bad_words: str | list[str] | None = None
     add_special_tokens: bool | None = None  # vLLM's: completions default true, chat false
     truncate_prompt_tokens: int | None = Field(None, ge=-1)
+    return_tokens_as_token_ids: bool | None = None  # vLLM's: log-probabilities name tokens "token_id:{id}"
     ignore_eos: bool | None = None
     include_stop_str_in_output: bool | None = None
     skip_special_tokens: bool | None = None
@@ -328,8 +330,10 @@ class _Reply:
 
     object = chunk_object = prefix = ""
 
-    def __init__(self, service: Service, requests: list[GenerationRequest]):
-        self.service, self.requests = service, requests
+    def __init__(self, service: Service, requests: list[GenerationRequest], as_token_ids: bool = False):
+        """as_token_ids: log-probabilities name tokens "token_id:{id}" rather than by their
+        text (vLLM's return_tokens_as_token_ids, for tokens whose text is not unique)."""
+        self.service, self.requests, self.as_token_ids = service, requests, as_token_ids
         self.id = f"{self.prefix}-{requests[0].request_id}"
         self.created = int(time.time())
 
@@ -375,9 +379,13 @@ class _Reply:
         return self.delta(index, *self.piece(index, "", [], None), request.finish_reason, request.stop_reason)
 
     def token_texts(self, token_ids: list[int], logprobs: TokenLogprobs) -> tuple[list[str], list[list[str]]]:
-        """Each token's own text and its alternatives' texts, decoded in one tokenizer call."""
+        """Each token's own text and its alternatives' texts, decoded in one tokenizer call (or
+        "token_id:{id}" when the request asks for ids)."""
         flat = [*token_ids, *(i for ids in logprobs.top_ids for i in ids)]
-        decoded = iter(self.service.tokenizer.batch_decode([[i] for i in flat]))
+        if self.as_token_ids:
+            decoded = iter([f"token_id:{i}" for i in flat])
+        else:
+            decoded = iter(self.service.tokenizer.batch_decode([[i] for i in flat]))
         texts = [next(decoded) for _ in token_ids]
         return texts, [[next(decoded) for _ in ids] for ids in logprobs.top_ids]
 
@@ -395,10 +403,11 @@ class _CompletionReply(_Reply):
     object = chunk_object = "text_completion"
     prefix = "cmpl"
 
-    def __init__(self, service: Service, requests: list[GenerationRequest], echo: str | None = None):
+    def __init__(self, service: Service, requests: list[GenerationRequest], echo: str | None = None,
+                 as_token_ids: bool = False):
         """echo: the prompt's text, put before each choice's completion (OpenAI's `echo`); its
         tokens' log-probabilities come first too when the request asks for log-probabilities."""
-        super().__init__(service, requests)
+        super().__init__(service, requests, as_token_ids)
         self.text_offsets = [0] * len(requests)  # of each choice's next token: a stream's run on across chunks
         self.echo = echo
         self.echoed = [echo is None] * len(requests)
@@ -730,7 +739,8 @@ def create_app(service: Service) -> FastAPI:
             # the text of the prompt the model read: a truncated prompt's kept tokens
             whole = "prompt" in prompt and body.truncate_prompt_tokens is None
             echo = prompt["prompt"] if whole else service.tokenizer.decode(requests[0].prompt_ids)
-        return await _answer(_CompletionReply(service, requests, echo), bool(body.stream), _include_usage(body))
+        reply = _CompletionReply(service, requests, echo, bool(body.return_tokens_as_token_ids))
+        return await _answer(reply, bool(body.stream), _include_usage(body))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatBody):
@@ -741,7 +751,8 @@ def create_app(service: Service) -> FastAPI:
             body, prompt=prompt, **max_tokens_field(body.max_completion_tokens or body.max_tokens),
             **body.generation_fields(), add_special_tokens=bool(body.add_special_tokens),  # the template writes them
         )
-        return await _answer(_ChatReply(service, requests), bool(body.stream), _include_usage(body))
+        reply = _ChatReply(service, requests, bool(body.return_tokens_as_token_ids))
+        return await _answer(reply, bool(body.stream), _include_usage(body))
 
     def model_card() -> dict:
         return {"id": service.model_id, "object": "model", "created": service.created, "owned_by": "rayspec"}

@@ -460,6 +460,35 @@ def test_truncate_prompt_tokens_keeps_the_prompts_last_tokens(http, parts, refer
         assert refused.status_code == 400 and message in refused.json()["error"]["message"], bad
 
 
+def test_return_tokens_as_token_ids_names_logprobs_tokens_by_id(http, parts, reference):
+    """vLLM's return_tokens_as_token_ids: the same log-probabilities, each token (and each
+    alternative) named "token_id:{id}", in completions (streamed or not) and chat."""
+    tokenizer = parts[2]
+    tokens, _, _ = expected(reference, tokenizer, PROMPT, max_new_tokens=6, temperature=0.8, seed=6)
+    body = {"prompt": PROMPT, "max_tokens": 6, "temperature": 0.8, "seed": 6, "logprobs": 2}
+    plain = http.post("/v1/completions", json=body).json()["choices"][0]["logprobs"]
+    by_id = http.post("/v1/completions", json={**body, "return_tokens_as_token_ids": True}).json()["choices"][0]
+    assert by_id["logprobs"]["tokens"] == [f"token_id:{t}" for t in tokens]
+    assert by_id["logprobs"]["token_logprobs"] == plain["token_logprobs"]
+    for top_by_id, top_by_text in zip(by_id["logprobs"]["top_logprobs"], plain["top_logprobs"], strict=True):
+        # texts may coincide (and merge) where ids cannot
+        assert set(top_by_text.values()) <= set(top_by_id.values()) and len(top_by_id) >= len(top_by_text)
+        assert all(key.startswith("token_id:") for key in top_by_id)
+    assert by_id["text"] == tokenizer.decode(tokens)  # the text itself is unchanged
+    with http.stream("POST", "/v1/completions", json={**body, "return_tokens_as_token_ids": True, "stream": True}) as events:
+        streamed = [json.loads(line[len("data: "):]) for line in events.iter_lines()
+                    if line.startswith("data: {")]
+    assert [t for event in streamed for choice in event["choices"] if choice.get("logprobs")
+            for t in choice["logprobs"]["tokens"]] == [f"token_id:{t}" for t in tokens]
+    chat = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                                                   "seed": 2, "logprobs": True, "top_logprobs": 2,
+                                                   "return_tokens_as_token_ids": True}).json()
+    content = chat["choices"][0]["logprobs"]["content"]
+    assert len(content) == 4 and all(entry["token"].startswith("token_id:") for entry in content)
+    assert all(int(alt["token"].split(":")[1]) >= 0 for entry in content for alt in entry["top_logprobs"])
+    assert all(entry["bytes"] == list(entry["token"].encode()) for entry in content)
+
+
 def test_ignore_eos_and_min_tokens_hold_eos_back(parts):
     """A target whose EOS is a token the plain completion draws early: EOS ends it there;
     ignore_eos lets it run to max_tokens (the plain tokens, EOS among them); min_tokens bans
