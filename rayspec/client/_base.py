@@ -79,8 +79,10 @@ class BaseClient:
     def _refuse_unknown_features(self, request: GenerateRequest, known: frozenset[str]) -> None:
         missing = [feature for feature in request.features if feature not in known]
         if missing:
-            raise InvalidRequestError(f"the server at {self.target} predates {', '.join(missing)}, and would ignore "
-                                      "it: upgrade the server, or leave the field out")
+            fields = ", ".join(missing)
+            raise InvalidRequestError(f"the server at {self.target} predates {fields}, and would ignore "
+                                      f"{'them' if len(missing) > 1 else 'it'}: upgrade the server, or leave "
+                                      f"{'them' if len(missing) > 1 else 'the field'} out")
 
     def _timeout(self, timeout: float | None) -> float:
         return self.timeout if timeout is None else timeout

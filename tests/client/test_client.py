@@ -667,7 +667,7 @@ def test_a_field_the_server_would_ignore_is_refused_before_it_is_sent(server, fe
     tokenization), go through.  Info is asked once per client."""
     server.generation.features = features
     newer = dict(bad_words=["no"], truncate_prompt_tokens=4)
-    message = f"the server at {server.address} predates bad_words, truncate_prompt_tokens, and would ignore it"
+    message = f"the server at {server.address} predates bad_words, truncate_prompt_tokens, and would ignore them"
     with Client(server.address, timeout=5, retries=FAST) as client:
         with pytest.raises(InvalidRequestError, match=message):
             client.generate("abc", max_tokens=2, **newer)
