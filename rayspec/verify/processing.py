@@ -307,8 +307,7 @@ def ban_bad_words(logits: torch.Tensor, words: tuple[tuple[int, ...], ...], hist
     if longer:
         context = history.tails.shape[-1]
         prefixes = torch.tensor([[-1] * (context - len(w) + 1) + list(w[:-1]) for w in longer], device=device)
-        unused = torch.tensor([[True] * (context - len(w) + 1) + [False] * (len(w) - 1) for w in longer],
-                              device=device)
+        unused = prefixes < 0  # token ids are >= 0 (`_bad_words`)
         matched = (unused | (history.tails.unsqueeze(1) == prefixes)).all(-1).nonzero()  # (row, word) pairs
         last = torch.tensor([word[-1] for word in longer], device=device)
         cells.append(matched[:, 0] * vocab + last[matched[:, 1]])
