@@ -56,6 +56,14 @@ def usage_of(stats: GenerationStats, prompt_tokens: int) -> dict:
     }
 
 
+def _strings(value, name: str) -> list[str]:
+    """A field that takes a string or a list of strings (None: none), as a list."""
+    strings = [value] if isinstance(value, str) else list(value or ())
+    if not all(isinstance(s, str) for s in strings):
+        raise ValueError(f"{name} must be a string or a list of strings")
+    return strings
+
+
 class GenerationRequest:
     """A validated generation request, whatever the front end (gRPC or HTTP)."""
 
@@ -115,12 +123,7 @@ class GenerationRequest:
                 f"the model's context holds {context} tokens, but {prompt_tokens + max_tokens} were asked for "
                 f"({prompt_tokens} in the prompt, max_tokens {max_tokens}): ask for at most "
                 f"{context - prompt_tokens} new tokens, or shorten the prompt")
-        stop = [stop] if isinstance(stop, str) else stop
-        if stop is not None and not all(isinstance(s, str) for s in stop):
-            raise ValueError("stop must be a string or a list of strings")
-        bad_words = [bad_words] if isinstance(bad_words, str) else list(bad_words or ())
-        if not all(isinstance(w, str) for w in bad_words):
-            raise ValueError("bad_words must be a string or a list of strings")
+        stop, bad_words = _strings(stop, "stop"), _strings(bad_words, "bad_words")
         for name, ids in (("stop_token_ids", stop_token_ids), ("allowed_token_ids", allowed_token_ids)):
             if ids is not None and not all(type(t) is int and t >= 0 for t in ids):
                 raise ValueError(f"{name} must be a list of token ids (integers >= 0)")
@@ -155,7 +158,7 @@ class GenerationRequest:
             **sampling,
             seed=self.seed,
             replayable=seed is not None,  # an unseeded request may draft the adapted trees
-            stop=[*(stop or ()), *(stop_token_ids or ())],
+            stop=[*stop, *(stop_token_ids or ())],
             ignore_eos=bool(ignore_eos),
             bad_words=bad_words,
             skip_special_tokens=True if skip_special_tokens is None else bool(skip_special_tokens),
