@@ -107,9 +107,9 @@ class GenerationRequest:
                 raise ValueError(f"truncate_prompt_tokens must be -1 or between 1 and the model's context "
                                  f"({context}), got {truncate_prompt_tokens!r}")
             self.prompt_ids = self.prompt_ids[-keep:]
+        engine.check_prompt(self.prompt_ids)  # here, not at the first step: a batch starts whole or not at all
         self.prompt_only = bool(prompt_only)
         if self.prompt_only:
-            engine.check_prompt(self.prompt_ids)
             max_tokens = None  # the checks below are of a length that is not asked for
         asked = max_tokens not in (None, 0)
         max_tokens = int(max_tokens) if asked else limits.default_max_tokens

@@ -1,6 +1,6 @@
 """The OpenAI-compatible HTTP front end: `create_app(service) -> FastAPI`.
 
-    POST /v1/completions        prompt: text, [text] or token ids        -> text_completion
+    POST /v1/completions        prompt: text, token ids, or a batch of either -> text_completion
     POST /v1/chat/completions   messages, by the model's chat template  -> chat.completion
     GET  /v1/models, /v1/models/{model}
     GET  /health                200 when every worker answers SERVING, else 503
@@ -33,7 +33,11 @@ them with null (it has no context to be drawn from), as in OpenAI's legacy API.
 `n` choices are `n` generations run side by side, each taking one of the service's
 `limits.max_concurrent_requests` slots (all or none: 429 when fewer are free): choice i is
 seeded with the request's seed + i, so it is exactly what a request with that seed gets;
-unseeded choices draw a seed each.
+unseeded choices draw a seed each.  A completions `prompt` may be a batch (a list of texts or
+of token id lists), as OpenAI's and vLLM's: prompt p's choice i is choice p·n + i, exactly
+what a request with that prompt alone gets, and `usage.prompt_tokens` counts each prompt once.
+All the batch's choices run side by side, so a batch holds at most
+`max_concurrent_requests` choices.
 
 Responses have OpenAI's shapes, and each choice vLLM's `stop_reason`: the stop string or
 stop token id that ended it, null for EOS or a length.  `usage.completion_tokens_details`
@@ -216,16 +220,28 @@ class CompletionBody(_GenerationBody):
     def alternatives(self) -> int | None:
         return self.logprobs
 
-    def prompt_fields(self) -> dict:
+    def prompts(self) -> list[dict]:
+        """The `GenerationRequest` prompt field of each prompt: OpenAI's text, token ids, or a
+        batch (a list) of either."""
         prompt = self.prompt
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]  # a batch of one
-        if isinstance(prompt, str):
-            return {"prompt": prompt}
-        if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
-            return {"prompt_ids": prompt}
-        raise _bad("prompt must be a string, a list of token ids, or a list holding one of those; "
-                   "batches of prompts are not supported: send one request per prompt", "prompt")
+        if _is_prompt(prompt):
+            return [_prompt_field(prompt)]
+        if isinstance(prompt, list) and prompt and all(_is_prompt(p) for p in prompt):
+            if len({type(p) for p in prompt}) == 1:  # texts, or token id lists, not both
+                return [_prompt_field(p) for p in prompt]
+        raise _bad("prompt must be a string, a non-empty list of token ids, or a non-empty list (a batch) of "
+                   "strings or of token id lists", "prompt")
+
+
+def _is_prompt(prompt) -> bool:
+    """Text, or a non-empty list of token ids (bool is an int to Python, not to JSON)."""
+    return isinstance(prompt, str) or (
+        isinstance(prompt, list) and bool(prompt) and all(type(t) is int for t in prompt)
+    )
+
+
+def _prompt_field(prompt: str | list[int]) -> dict:
+    return {"prompt": prompt} if isinstance(prompt, str) else {"prompt_ids": prompt}
 
 
 class Message(BaseModel):
@@ -280,10 +296,11 @@ class ChatBody(_GenerationBody):
 # ---------------------------------------------------------------------------- responses
 
 
-def usage(requests: list[GenerationRequest]) -> dict:
-    """Token counts of the choices: the prompt once, the completions' tokens summed."""
+def usage(requests: list[GenerationRequest], per_prompt: int = 1) -> dict:
+    """Token counts of the choices, each run of `per_prompt` of them sharing one prompt: the
+    prompts' tokens counted once each, the completions' tokens summed."""
     counts = [request.usage() for request in requests]
-    prompt = counts[0]["prompt_tokens"]
+    prompt = sum(c["prompt_tokens"] for c in counts[::per_prompt])
     completion = sum(c["completion_tokens"] for c in counts)
     return {
         "prompt_tokens": prompt,
@@ -326,14 +343,15 @@ def speculation_figures(requests: list[GenerationRequest], default_verifier: str
 
 
 class _Reply:
-    """The OpenAI objects answering one request: its `n` choices, one generation each."""
+    """The OpenAI objects answering one request: its choices, one generation each, `n` per
+    prompt, prompt by prompt."""
 
     object = chunk_object = prefix = ""
 
-    def __init__(self, service: Service, requests: list[GenerationRequest], as_token_ids: bool = False):
+    def __init__(self, service: Service, requests: list[GenerationRequest], n: int = 1, as_token_ids: bool = False):
         """as_token_ids: log-probabilities name tokens "token_id:{id}" rather than by their
         text (vLLM's return_tokens_as_token_ids, for tokens whose text is not unique)."""
-        self.service, self.requests, self.as_token_ids = service, requests, as_token_ids
+        self.service, self.requests, self.n, self.as_token_ids = service, requests, n, as_token_ids
         self.id = f"{self.prefix}-{requests[0].request_id}"
         self.created = int(time.time())
 
@@ -348,7 +366,7 @@ class _Reply:
         for index, request in enumerate(self.requests):
             text, logprobs = self.piece(index, request.text, request.token_ids, request.logprobs)
             choices.append(self.choice(index, text, logprobs, request.finish_reason, request.stop_reason))
-        return {**self._head(self.object), "choices": choices, "usage": usage(self.requests),
+        return {**self._head(self.object), "choices": choices, "usage": usage(self.requests, self.n),
                 "rayspec": self.figures()}
 
     def piece(self, index: int, text: str, token_ids: list[int],
@@ -393,7 +411,7 @@ class _Reply:
         return {**self._head(self.chunk_object), "choices": [choice], **extra}
 
     def usage_chunk(self) -> dict:
-        return {**self._head(self.chunk_object), "choices": [], "usage": usage(self.requests)}
+        return {**self._head(self.chunk_object), "choices": [], "usage": usage(self.requests, self.n)}
 
     def opening(self, index: int) -> dict | None:
         return None
@@ -403,14 +421,14 @@ class _CompletionReply(_Reply):
     object = chunk_object = "text_completion"
     prefix = "cmpl"
 
-    def __init__(self, service: Service, requests: list[GenerationRequest], echo: str | None = None,
-                 as_token_ids: bool = False):
-        """echo: the prompt's text, put before each choice's completion (OpenAI's `echo`); its
+    def __init__(self, service: Service, requests: list[GenerationRequest], n: int = 1,
+                 echoes: list[str] | None = None, as_token_ids: bool = False):
+        """echoes: each choice's prompt text, put before its completion (OpenAI's `echo`); its
         tokens' log-probabilities come first too when the request asks for log-probabilities."""
-        super().__init__(service, requests, as_token_ids)
+        super().__init__(service, requests, n, as_token_ids)
         self.text_offsets = [0] * len(requests)  # of each choice's next token: a stream's run on across chunks
-        self.echo = echo
-        self.echoed = [echo is None] * len(requests)
+        self.echoes = echoes
+        self.echoed = [echoes is None] * len(requests)
 
     def choice(self, index: int, text: str, logprobs: dict | None, finish_reason: str | None,
                stop_reason: str | int | None = None) -> dict:
@@ -425,14 +443,14 @@ class _CompletionReply(_Reply):
         self.echoed[index] = True
         request = self.requests[index]
         if request.logprobs is None:
-            return self.echo, None
+            return self.echoes[index], None
         # The prompt's first token has no context to be drawn from: OpenAI gives it null.
         first_text = self.service.tokenizer.decode([request.prompt_ids[0]])
         first = {"tokens": [first_text], "token_logprobs": [None], "top_logprobs": [None],
                  "text_offset": [self.text_offsets[index]]}
         self.text_offsets[index] += len(first_text)
         rest = self.logprobs(index, request.prompt_ids[1:], request.prompt_logprobs)
-        return self.echo, {key: first[key] + rest[key] for key in first}
+        return self.echoes[index], {key: first[key] + rest[key] for key in first}
 
     def logprobs(self, index: int, token_ids: list[int], logprobs: TokenLogprobs) -> dict:
         """OpenAI's legacy object: each token's text, log-probability, text offset, and a map
@@ -708,38 +726,54 @@ def create_app(service: Service) -> FastAPI:
     def max_tokens_field(value: int | None) -> dict:
         return {} if value is None else {"max_tokens": value}
 
-    def choices(body: _GenerationBody, **fields) -> list[GenerationRequest]:
-        """One generation per choice (`n`), run side by side: choice i is seeded with the
-        request's seed + i — the completion a request with that seed gets — and unseeded
-        choices draw a seed each."""
+    def choices(body: _GenerationBody, prompts: list[dict], **fields) -> list[GenerationRequest]:
+        """One generation per prompt and choice (`n` per prompt, prompt by prompt), run side by
+        side: a prompt's choice i is seeded with the request's seed + i — the completion a
+        request with that prompt and seed gets — and unseeded choices draw a seed each."""
         n, seed = body.n or 1, body.seed
         limit = service.limits.max_concurrent_requests
-        if n > limit:
-            raise _bad(f"n={n} asks for more completions than this service runs at once ({limit})", "n")
+        if len(prompts) * n > limit:
+            if len(prompts) == 1:
+                raise _bad(f"n={n} asks for more completions than this service runs at once ({limit})", "n")
+            raise _bad(f"{len(prompts)} prompts × n={n} ask for more completions than this service runs at once "
+                       f"({limit}); send fewer prompts per request", "prompt")
         if seed is not None and seed + n > 2**63:
             raise _bad("seed + n - 1 must stay below 2^63: choice i is seeded with seed + i", "seed")
-        first = service.request(seed=seed, **fields)
-        same_prompt = {**fields, "prompt": None, "prompt_ids": first.prompt_ids}  # tokenized once
-        return [first] + [service.request(seed=None if seed is None else seed + i, **same_prompt) for i in range(1, n)]
+        requests = []
+        for index, prompt in enumerate(prompts):
+            try:
+                first = service.request(seed=seed, **prompt, **fields)
+            except ValueError as error:
+                if len(prompts) == 1:
+                    raise
+                raise _bad(f"prompt {index} of the batch: {error}", "prompt") from None
+            same_prompt = {**fields, "prompt_ids": first.prompt_ids}  # tokenized once
+            requests += [first] + [service.request(seed=None if seed is None else seed + i, **same_prompt)
+                                   for i in range(1, n)]
+        return requests
 
     @app.post("/v1/completions")
     async def completions(body: CompletionBody):
         check_model(body.model)
         body.refuse_unsupported()
         prompt_only = bool(body.echo) and body.max_tokens == 0
-        prompt = body.prompt_fields()
+        prompts = body.prompts()
         requests = choices(
-            body, **prompt, max_tokens=None if prompt_only else body.max_tokens,
+            body, prompts, max_tokens=None if prompt_only else body.max_tokens,
             default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS, **body.generation_fields(),
             prompt_logprobs=body.logprobs if body.echo else None, prompt_only=prompt_only,
             add_special_tokens=body.add_special_tokens,
         )
-        echo = None
+        echoes = None
         if body.echo:
             # the text of the prompt the model read: a truncated prompt's kept tokens
-            whole = "prompt" in prompt and body.truncate_prompt_tokens is None
-            echo = prompt["prompt"] if whole else service.tokenizer.decode(requests[0].prompt_ids)
-        reply = _CompletionReply(service, requests, echo, bool(body.return_tokens_as_token_ids))
+            n = body.n or 1
+            echoes = [
+                prompt["prompt"] if "prompt" in prompt and body.truncate_prompt_tokens is None
+                else service.tokenizer.decode(requests[index * n].prompt_ids)
+                for index, prompt in enumerate(prompts) for _ in range(n)
+            ]
+        reply = _CompletionReply(service, requests, body.n or 1, echoes, bool(body.return_tokens_as_token_ids))
         return await _answer(reply, bool(body.stream), _include_usage(body))
 
     @app.post("/v1/chat/completions")
@@ -748,10 +782,10 @@ def create_app(service: Service) -> FastAPI:
         body.refuse_unsupported()
         prompt = service.render_chat([m.as_template_input() for m in body.messages])
         requests = choices(
-            body, prompt=prompt, **max_tokens_field(body.max_completion_tokens or body.max_tokens),
+            body, [{"prompt": prompt}], **max_tokens_field(body.max_completion_tokens or body.max_tokens),
             **body.generation_fields(), add_special_tokens=bool(body.add_special_tokens),  # the template writes them
         )
-        reply = _ChatReply(service, requests, bool(body.return_tokens_as_token_ids))
+        reply = _ChatReply(service, requests, body.n or 1, bool(body.return_tokens_as_token_ids))
         return await _answer(reply, bool(body.stream), _include_usage(body))
 
     def model_card() -> dict:

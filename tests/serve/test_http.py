@@ -671,6 +671,44 @@ def test_n_choices_are_the_completions_of_seeds_seed_plus_i(client, parts, refer
     assert [c.message.content for c in chat.choices] == [text for _, text, _ in chat_runs]
 
 
+def test_a_batch_of_prompts_gets_each_prompts_own_completions(client, http, parts, reference):
+    """OpenAI's batched `prompt` (texts or token id lists): prompt p's choice i is choice
+    p·n + i, exactly the completion a request with that prompt alone gets; usage counts each
+    prompt once; streamed, each choice's chunks carry its index; echo puts each choice's own
+    prompt first (how lm-eval-harness scores several texts in one request)."""
+    tokenizer = parts[2]
+    prompts = [PROMPT, "for item in items:"]
+    runs = [expected(reference, tokenizer, prompt, max_new_tokens=12, temperature=0.9, seed=5) for prompt in prompts]
+    assert runs[0][1] != runs[1][1]
+    prompt_tokens = [len(tokenizer.encode(p, add_special_tokens=False)) for p in prompts]
+    as_ids = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+    for batch in (prompts, as_ids):
+        completion = client.completions.create(model=MODEL, prompt=batch, max_tokens=12, temperature=0.9, seed=5)
+        assert [(c.index, c.text) for c in completion.choices] == [(0, runs[0][1]), (1, runs[1][1])]
+        assert completion.usage.prompt_tokens == sum(prompt_tokens) and completion.usage.completion_tokens == 24
+        assert completion.rayspec["seeds"] == [5, 5]
+
+    chunks = list(client.completions.create(model=MODEL, prompt=prompts, max_tokens=12, temperature=0.9, seed=5,
+                                            stream=True, stream_options={"include_usage": True}))
+    for index, (_, text, _) in enumerate(runs):
+        mine = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == index]
+        assert "".join(c.text for c in mine) == text and mine[-1].finish_reason == "length"
+    assert chunks[-1].usage.prompt_tokens == sum(prompt_tokens)
+
+    scored = client.completions.create(model=MODEL, prompt=prompts, max_tokens=0, echo=True, logprobs=0)
+    for prompt, ids, choice in zip(prompts, as_ids, scored.choices):
+        alone = client.completions.create(model=MODEL, prompt=prompt, max_tokens=0, echo=True, logprobs=0).choices[0]
+        assert choice.text == prompt == alone.text
+        assert choice.logprobs.token_logprobs == alone.logprobs.token_logprobs
+        assert len(choice.logprobs.tokens) == len(ids) and choice.logprobs.token_logprobs[0] is None
+    assert scored.usage.prompt_tokens == sum(prompt_tokens) and scored.usage.completion_tokens == 0
+
+    truncated = http.post("/v1/completions", json={"prompt": as_ids, "max_tokens": 0, "echo": True,
+                                                   "truncate_prompt_tokens": 2}).json()
+    assert [c["text"] for c in truncated["choices"]] == [tokenizer.decode(ids[-2:]) for ids in as_ids]
+    assert truncated["usage"]["prompt_tokens"] == 4
+
+
 def test_n_choices_take_a_slot_each_and_are_refused_whole_when_the_slots_run_out(http, server):
     target = server["target"]
     target.permits = threading.Semaphore(0)
@@ -742,8 +780,17 @@ BAD_COMPLETIONS = [
                                                    "ask for at most 12 new tokens", None),
     ({"prompt": [1, 99999]}, 400, "out of the vocabulary", None),
     ({"prompt": ""}, 400, "at least one token", None),
-    ({"prompt": ["a", "b"]}, 400, "batches of prompts are not supported", "prompt"),
     ({"prompt": [True, 2]}, 400, "prompt must be", "prompt"),
+    ({"prompt": []}, 400, "prompt must be a string, a non-empty list of token ids, or a non-empty list (a batch)",
+     "prompt"),
+    ({"prompt": ["a", [5, 6]]}, 400, "prompt must be", "prompt"),  # a batch mixing text and ids is refused
+    ({"prompt": [[5, 6], []]}, 400, "prompt must be", "prompt"),
+    ({"prompt": ["a", "b", "c"]}, 400, "3 prompts × n=1 ask for more completions than this service runs at once (2)",
+     "prompt"),
+    ({"prompt": ["a", "b"], "n": 2}, 400, "2 prompts × n=2 ask for more completions", "prompt"),
+    ({"prompt": ["a", [1, 99999]]}, 400, "prompt must be", "prompt"),
+    ({"prompt": [[5], [1, 99999]]}, 400, "prompt 1 of the batch: ", "prompt"),
+    ({"prompt": ["x", ""]}, 400, "prompt 1 of the batch: ", "prompt"),
     ({"prompt": "x", "model": "gpt-4"}, 404, "the model 'gpt-4' does not exist", "model"),
     ({"prompt": "x", "n": 3}, 400, "n=3 asks for more completions than this service runs at once (2)", "n"),
     ({"prompt": "x", "n": 0}, 400, "n: Input should be greater than or equal to 1", "n"),
