@@ -2,7 +2,8 @@
 
     POST /v1/completions        prompt: text, token ids, or a batch of either -> text_completion
     POST /v1/chat/completions   messages, by the model's chat template  -> chat.completion
-    GET  /v1/models, /v1/models/{model}
+    POST /tokenize, /detokenize  vLLM's: a prompt or messages to token ids, and back
+    GET  /v1/models, /v1/models/{model}   (with vLLM's `max_model_len`: the target's context)
     GET  /health                200 when every worker answers SERVING, else 503
     GET  /metrics               Prometheus text (`rayspec.serve.metrics`)
 
@@ -291,6 +292,22 @@ class ChatBody(_GenerationBody):
 
     def alternatives(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
+
+
+class TokenizeBody(_Strict):
+    """vLLM's /tokenize: a completion prompt, or a conversation as the chat endpoint renders it."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[Message] | None = Field(None, min_length=1)
+    add_special_tokens: bool | None = None  # as the endpoints' defaults: prompt true, messages false
+    add_generation_prompt: bool = True
+    return_token_strs: bool = False
+
+
+class DetokenizeBody(_Strict):
+    model: str | None = None
+    tokens: list[int]
 
 
 # ---------------------------------------------------------------------------- responses
@@ -670,7 +687,8 @@ def _validation_error(error: RequestValidationError) -> ApiError:
     return _bad(f"{'.'.join(where)}: {problem['msg']}", where[0])
 
 
-_ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics")
+_ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize", "/v1/models", "/health",
+              "/metrics")
 
 
 class _CountResponses:
@@ -788,8 +806,36 @@ def create_app(service: Service) -> FastAPI:
         reply = _ChatReply(service, requests, body.n or 1, bool(body.return_tokens_as_token_ids))
         return await _answer(reply, bool(body.stream), _include_usage(body))
 
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeBody):
+        """vLLM's: the token ids a completion (prompt) or chat (messages) request would read."""
+        check_model(body.model)
+        if (body.prompt is None) == (body.messages is None):
+            raise _bad("give exactly one of prompt and messages", "prompt")
+        if body.messages is not None:
+            text = service.render_chat([m.as_template_input() for m in body.messages],
+                                       add_generation_prompt=body.add_generation_prompt)
+            special = bool(body.add_special_tokens)
+        else:
+            text, special = body.prompt, body.add_special_tokens is not False
+        tokens = await run_in_threadpool(service.tokenizer.encode, text, add_special_tokens=special)
+        answer = {"count": len(tokens), "max_model_len": service.engine.target.context_length, "tokens": tokens}
+        if body.return_token_strs:
+            answer["token_strs"] = service.tokenizer.convert_ids_to_tokens(tokens)
+        return answer
+
+    @app.post("/detokenize")
+    async def detokenize(body: DetokenizeBody):
+        """vLLM's: the text of token ids, special tokens included."""
+        check_model(body.model)
+        vocab = service.engine.target.vocab_size
+        if bad := [t for t in body.tokens if not 0 <= t < vocab]:
+            raise _bad(f"token ids out of the vocabulary [0, {vocab}): {bad[:5]}", "tokens")
+        return {"prompt": await run_in_threadpool(service.tokenizer.decode, body.tokens)}
+
     def model_card() -> dict:
-        return {"id": service.model_id, "object": "model", "created": service.created, "owned_by": "rayspec"}
+        return {"id": service.model_id, "object": "model", "created": service.created, "owned_by": "rayspec",
+                "root": service.model_id, "max_model_len": service.engine.target.context_length}
 
     @app.get("/v1/models")
     async def models():

@@ -428,6 +428,12 @@ def test_a_completions_prompt_gets_the_tokenizers_special_tokens_and_a_chat_prom
         chat_default, chat_special = (http.post("/v1/chat/completions", json={**chat, **extra}).json()
                                       for extra in ({}, {"add_special_tokens": True}))
         refused = http.post("/v1/completions", json={**body, "add_special_tokens": "yes"})
+        tokenized = [http.post("/tokenize", json=extra).json()["tokens"] for extra in (
+            {"prompt": PROMPT}, {"prompt": PROMPT, "add_special_tokens": False}, {"messages": chat["messages"]},
+            {"messages": chat["messages"], "add_special_tokens": True})]
+    assert tokenized[:2] == [[bos, *ids], ids]  # /tokenize has each endpoint's default
+    assert [len(t) for t in tokenized[2:]] == [chat_default["usage"]["prompt_tokens"],
+                                               chat_special["usage"]["prompt_tokens"]]
     assert (default["choices"][0]["text"], default["usage"]["prompt_tokens"]) == (demo.decode(with_bos), len(ids) + 1)
     assert (bare["choices"][0]["text"], bare["usage"]["prompt_tokens"]) == (demo.decode(without), len(ids))
     assert chat_special["usage"]["prompt_tokens"] == chat_default["usage"]["prompt_tokens"] + 1
@@ -901,9 +907,46 @@ def test_models(http, client):
     listing = http.get("/v1/models").json()
     assert listing["object"] == "list" and [m["id"] for m in listing["data"]] == [MODEL]
     assert listing["data"][0]["object"] == "model" and listing["data"][0]["owned_by"] == "rayspec"
+    assert listing["data"][0]["max_model_len"] == 512  # vLLM's field: the target's context
     assert [m.id for m in client.models.list()] == [MODEL]
     assert client.models.retrieve(MODEL).id == MODEL
     assert http.get("/v1/models/gpt-4").status_code == 404
+
+
+def test_tokenize_and_detokenize_are_vllms(http, client, parts):
+    """vLLM's /tokenize: the ids a completions prompt or a chat conversation is read as (a
+    conversation's count is the chat endpoint's usage.prompt_tokens), the context, and with
+    return_token_strs each token's vocabulary string; /detokenize reverses it."""
+    tokenizer = parts[2]
+    ids = tokenizer.encode(PROMPT, add_special_tokens=False)
+    answer = http.post("/tokenize", json={"model": MODEL, "prompt": PROMPT, "return_token_strs": True}).json()
+    assert answer == {"count": len(ids), "max_model_len": 512, "tokens": ids,
+                      "token_strs": tokenizer.convert_ids_to_tokens(ids)}
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Write a loop."}]
+    chat = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2, seed=1)
+    counted = http.post("/tokenize", json={"messages": messages}).json()
+    assert counted["count"] == chat.usage.prompt_tokens and "token_strs" not in counted
+    assert counted["tokens"] == tokenizer.encode(chat_prompt(tokenizer, messages), add_special_tokens=False)
+    unopened = http.post("/tokenize", json={"messages": messages, "add_generation_prompt": False}).json()
+    assert unopened["count"] < counted["count"] and counted["tokens"][:unopened["count"]] == unopened["tokens"]
+    assert http.post("/detokenize", json={"model": MODEL, "tokens": ids}).json() == {"prompt": PROMPT}
+    assert http.post("/detokenize", json={"tokens": []}).json() == {"prompt": ""}
+
+    for path, body, status, message, param in [
+        ("/tokenize", {}, 400, "give exactly one of prompt and messages", "prompt"),
+        ("/tokenize", {"prompt": "x", "messages": messages}, 400, "give exactly one of prompt and messages", "prompt"),
+        ("/tokenize", {"prompt": 5}, 400, "prompt: Input should be a valid string", "prompt"),
+        ("/tokenize", {"messages": []}, 400, "messages", "messages"),
+        ("/tokenize", {"prompt": "x", "model": "gpt-4"}, 404, "the model 'gpt-4' does not exist", "model"),
+        ("/tokenize", {"prompt": "x", "frobnicate": 1}, 400, "unrecognized request argument: frobnicate", "frobnicate"),
+        ("/detokenize", {"tokens": [1, 99999]}, 400, "token ids out of the vocabulary [0, 8192): [99999]", "tokens"),
+        ("/detokenize", {"tokens": [-1]}, 400, "token ids out of the vocabulary", "tokens"),
+        ("/detokenize", {"tokens": ["a"]}, 400, "tokens.0: Input should be a valid integer", "tokens"),
+        ("/detokenize", {}, 400, "tokens: Field required", "tokens"),
+    ]:
+        reply = http.post(path, json=body)
+        error = reply.json()["error"]
+        assert (reply.status_code, error["param"]) == (status, param) and message in error["message"], (body, error)
 
 
 def test_health_follows_the_workers_grpc_health(http, server):
