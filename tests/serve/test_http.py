@@ -6,14 +6,13 @@ Same seed => the same tokens as the in-process engine, streamed or not; SSE fram
 bad input gets a 4xx with an OpenAI error body and the server keeps serving; /v1/models,
 /health (real grpc.health.v1 server), /metrics; a client that disconnects mid-stream stops
 its generation and its sessions are released; 429 beyond the concurrency limit; worker
-failures are 503.  The target and drafter are wrapped in `Watched`, a test double of our own
-`Target`/`Drafter` interfaces that counts sessions and can hold back or fail steps."""
+failures are 503.  The target and drafter are wrapped in `Watched`
+(`tests.serve.served`); the fixtures are in `conftest.py`."""
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -34,126 +33,7 @@ from rayspec.serve.config import LimitsConfig
 from rayspec.serve.http import create_app
 from rayspec.serve.service import Service
 from tests.loopback import ServerThread
-from tests.tiny_models import noisy_copy, tiny_llama
-
-MODEL = "tiny-pair"
-PROMPT = "def add(a, b):"
-SETTING = dict(verifier="rrsw", tree="kary:2x3")
-
-
-class Watched:
-    """A Target or Drafter whose sessions are counted; `permits` (a semaphore) holds each
-    step until released, and `fail = (n, error)` raises `error` from the step after n."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.lock = threading.Lock()
-        self.reset()
-
-    def reset(self):
-        self.open_sessions = self.opened = self.steps = 0
-        self.permits: threading.Semaphore | None = None
-        self.fail: tuple[int, Exception] | None = None
-
-    def __getattr__(self, name):  # vocab_size, context_length, eos_token_ids
-        return getattr(self.inner, name)
-
-    def open(self, spec):
-        session = self.inner.open(spec)
-        with self.lock:
-            self.open_sessions += 1
-            self.opened += 1
-        return _WatchedSession(self, session)
-
-    def step(self):
-        if self.permits is not None and not self.permits.acquire(timeout=30):
-            raise RuntimeError("test double: no permit to step within 30 s")
-        with self.lock:
-            if self.fail is not None and self.steps >= self.fail[0]:
-                raise self.fail[1]
-            self.steps += 1
-
-
-class _WatchedSession:
-    def __init__(self, owner: Watched, inner):
-        self.owner, self.inner, self.closed = owner, inner, False
-        self.prompt_logprobs = getattr(inner, "prompt_logprobs", None)  # a target's, when asked for
-
-    def draft(self, shape, previous):
-        self.owner.step()
-        return self.inner.draft(shape, previous)
-
-    def verify(self, draft):
-        self.owner.step()
-        return self.inner.verify(draft)
-
-    def close(self):
-        with self.owner.lock:
-            if not self.closed:
-                self.closed = True
-                self.owner.open_sessions -= 1
-        self.inner.close()
-
-
-def eventually(condition, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-@pytest.fixture(scope="module")
-def parts():
-    target = tiny_llama(vocab=8192, hidden=32, layers=2, context=512)
-    drafter = noisy_copy(target, noise=0.3)
-    tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
-    return target, drafter, tokenizer
-
-
-@pytest.fixture(scope="module")
-def reference(parts):
-    """The in-process engine, unwrapped: what the service must reproduce."""
-    target, drafter, tokenizer = parts
-    return SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), tokenizer=tokenizer, **SETTING)
-
-
-@pytest.fixture(scope="module")
-def server(parts):
-    target, drafter, tokenizer = parts
-    watched_target, watched_drafter = Watched(LocalTarget(target)), Watched(LocalDrafter(drafter))
-    engine = SpeculativeEngine(watched_target, watched_drafter, tokenizer=tokenizer, **SETTING)
-    limits = LimitsConfig(default_max_tokens=24, max_tokens=256, max_concurrent_requests=2)
-    service = Service(engine, tokenizer, MODEL, limits)
-    with ServerThread(create_app(service)) as http_server:
-        yield {"url": http_server.url, "service": service, "target": watched_target, "drafter": watched_drafter}
-
-
-@pytest.fixture
-def http(server):
-    with httpx.Client(base_url=server["url"], timeout=60) as client:
-        yield client
-    for watched in (server["target"], server["drafter"]):
-        if watched.permits is not None:
-            watched.permits.release(1000)  # a failed test must not leave a generation held
-        eventually(lambda: watched.open_sessions == 0, what="sessions released after the test")
-        watched.reset()
-
-
-@pytest.fixture
-def client(server, http):
-    return openai.OpenAI(base_url=f"{server['url']}/v1", api_key="x", max_retries=0)
-
-
-def expected(reference, tokenizer, prompt: str, **kwargs) -> tuple[list[int], str, object]:
-    """(tokens, text, stats) of the in-process engine for a text prompt."""
-    out = reference.run(tokenizer.encode(prompt, add_special_tokens=False), **kwargs)
-    # the service never shows a trailing unfinished UTF-8 character (decoded as U+FFFD)
-    return out.tokens, tokenizer.decode(out.tokens, skip_special_tokens=True).rstrip("\ufffd"), out.stats
-
-
-def chat_prompt(tokenizer, messages) -> str:
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+from tests.serve.served import MODEL, PROMPT, SETTING, chat_prompt, eventually, expected
 
 
 def metric_samples(http) -> dict:
