@@ -2,6 +2,7 @@
 
     POST /v1/completions        prompt: text, token ids, or a batch of either -> text_completion
     POST /v1/chat/completions   messages, by the model's chat template  -> chat.completion
+    POST /v1/responses          OpenAI's Responses API, stateless (`rayspec.serve.responses`)
     POST /tokenize, /detokenize  vLLM's: a prompt or messages to token ids, and back
     GET  /v1/models, /v1/models/{model}   (with vLLM's `max_model_len`: the target's context)
     GET  /health                200 when every worker answers SERVING, else 503
@@ -687,8 +688,8 @@ def _validation_error(error: RequestValidationError) -> ApiError:
     return _bad(f"{'.'.join(where)}: {problem['msg']}", where[0])
 
 
-_ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize", "/v1/models", "/health",
-              "/metrics")
+_ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize", "/v1/models",
+              "/health", "/metrics")
 
 
 class _CountResponses:
@@ -832,6 +833,10 @@ def create_app(service: Service) -> FastAPI:
         if bad := [t for t in body.tokens if not 0 <= t < vocab]:
             raise _bad(f"token ids out of the vocabulary [0, {vocab}): {bad[:5]}", "tokens")
         return {"prompt": await run_in_threadpool(service.tokenizer.decode, body.tokens)}
+
+    from rayspec.serve.responses import add_responses_api  # here: it builds on this module
+
+    add_responses_api(app, service, check_model)
 
     def model_card() -> dict:
         return {"id": service.model_id, "object": "model", "created": service.created, "owned_by": "rayspec",

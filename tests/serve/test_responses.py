@@ -1,0 +1,130 @@
+"""OpenAI's Responses API (`POST /v1/responses`) on a real uvicorn server over the in-process
+engine, exercised with the official `openai` client and httpx: the same seed gives the chat
+endpoint's text for the same conversation, streamed as OpenAI's typed events; what a
+stateless text service cannot do is refused with a 400 naming the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rayspec.rpc.remote import RemoteError
+from tests.serve.served import MODEL, chat_prompt, eventually, expected
+
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Write a loop."}]
+STREAM_TYPES = ["response.created", "response.in_progress", "response.output_item.added",
+                "response.content_part.added"]
+
+
+def test_a_response_is_the_chat_completion_of_the_same_conversation(client, parts, reference):
+    tokenizer = parts[2]
+    tokens, text, stats = expected(reference, tokenizer, chat_prompt(tokenizer, MESSAGES), max_new_tokens=12,
+                                   temperature=0.8, seed=3)
+    response = client.responses.create(model=MODEL, instructions="Be brief.", input="Write a loop.",
+                                       max_output_tokens=12, temperature=0.8, extra_body={"seed": 3})
+    assert response.output_text == text and response.object == "response" and response.id.startswith("resp_")
+    assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
+    [item] = response.output
+    assert (item.type, item.role, item.status, [p.type for p in item.content]) == (
+        "message", "assistant", "incomplete", ["output_text"])
+    prompt_tokens = len(tokenizer.encode(chat_prompt(tokenizer, MESSAGES), add_special_tokens=False))
+    usage = response.usage
+    assert (usage.input_tokens, usage.output_tokens, usage.total_tokens) == (prompt_tokens, 12, prompt_tokens + 12)
+    assert response.store is False and response.rayspec["seed"] == 3 and response.rayspec["steps"] == len(stats.steps)
+
+    # input as messages, text parts and an earlier assistant turn included: the chat endpoint's text
+    conversation = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                    {"role": "user", "content": "Write a loop."}]
+    chat = client.chat.completions.create(model=MODEL, messages=conversation, max_tokens=10, seed=8)
+    items = [{"role": "user", "content": [{"type": "input_text", "text": "h"}, {"type": "input_text", "text": "i"}]},
+             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hello"}]},
+             {"role": "user", "content": "Write a loop."}]
+    answer = client.responses.create(model=MODEL, input=items, max_output_tokens=10, extra_body={"seed": 8})
+    assert answer.output_text == chat.choices[0].message.content
+
+    # a stop string ends it: completed, as OpenAI says of a response the model finished
+    stop = text[len(text) // 2:][:3]
+    stopped = client.responses.create(model=MODEL, instructions="Be brief.", input="Write a loop.",
+                                      max_output_tokens=12, temperature=0.8, extra_body={"seed": 3, "stop": stop})
+    assert stopped.status == "completed" and stopped.incomplete_details is None
+    assert stopped.output_text == text[:text.index(stop)] and stopped.output[0].status == "completed"
+
+
+def test_a_streamed_response_is_openais_event_sequence(client, http):
+    kwargs = dict(model=MODEL, instructions="Be brief.", input="Write a loop.", max_output_tokens=16,
+                  temperature=0.8, extra_body={"seed": 5})
+    whole = client.responses.create(**kwargs)
+    events = list(client.responses.create(stream=True, **kwargs))
+    types = [e.type for e in events]
+    deltas = [e for e in events if e.type == "response.output_text.delta"]
+    assert types == STREAM_TYPES + ["response.output_text.delta"] * len(deltas) + [
+        "response.output_text.done", "response.content_part.done", "response.output_item.done",
+        "response.incomplete"]
+    assert len(deltas) > 1 and "".join(e.delta for e in deltas) == whole.output_text
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[0].response.status == "in_progress" and events[0].response.output == []
+    assert events[-4].text == whole.output_text and events[-2].item.content[0].text == whole.output_text
+    final = events[-1].response
+    assert final.output_text == whole.output_text and final.usage == whole.usage and final.id == events[0].response.id
+    assert len({e.item_id for e in deltas} | {events[2].item.id}) == 1
+
+    with http.stream("POST", "/v1/responses", json={"input": "hi", "max_output_tokens": 4, "stream": True}) as reply:
+        body = reply.read().decode()
+    assert reply.headers["content-type"].startswith("text/event-stream")
+    for event in body[:-2].split("\n\n"):  # each: an event line naming the data's type, then the data
+        kind, data = event.split("\n")
+        assert kind.startswith("event: ") and json.loads(data.removeprefix("data: "))["type"] == kind[len("event: "):]
+
+
+@pytest.mark.parametrize("body, message, param", [
+    ({"input": "hi", "previous_response_id": "resp_1"}, "responses are not stored", "previous_response_id"),
+    ({"input": "hi", "conversation": "conv_1"}, "conversations are not stored", "conversation"),
+    ({"input": "hi", "background": True}, "foreground only", "background"),
+    ({"input": "hi", "tools": [{"type": "function", "name": "f"}]}, "tools and function calling", "tools"),
+    ({"input": "hi", "tool_choice": "required"}, "tools and function calling", "tools"),
+    ({"input": "hi", "reasoning": {"effort": "high"}}, "reasoning options", "reasoning"),
+    ({"input": "hi", "text": {"format": {"type": "json_object"}}}, 'only {"format": {"type": "text"}}', "text"),
+    ({"input": "hi", "include": ["message.output_text.logprobs"]}, "no extra output", "include"),
+    ({"input": "hi", "top_logprobs": 2}, "top_logprobs", "top_logprobs"),
+    ({"input": "hi", "truncation": "auto"}, 'only "disabled"', "truncation"),
+    ({"input": []}, "input must be a string or a non-empty list of messages", "input"),
+    ({"input": 5}, "input must be a string or a non-empty list of messages", "input"),
+    ({}, "input: Field required", "input"),
+    ({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]},
+     "input[0]: only messages are supported as input items, not 'function_call_output'", "input"),
+    ({"input": [{"role": "robot", "content": "hi"}]}, "input[0].role must be one of", "input"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+     "input[0].content must be a string or a list of input_text parts", "input"),
+    ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens: Input should be greater than or equal to 1",
+     "max_output_tokens"),
+    ({"input": "hi", "max_output_tokens": 100000}, "max_tokens must be between 1 and 256", None),
+    ({"input": "hi", "temperature": -1}, "temperature must be >= 0", None),
+    ({"input": "hi", "rayspec": {"verifier": "nope"}}, "unknown verifier 'nope'", None),
+    ({"input": "hi", "rayspec": {"tree": "kary:9"}}, "tree spec", "rayspec.tree"),
+    ({"input": "hi", "frobnicate": 1}, "unrecognized request argument: frobnicate", "frobnicate"),
+    ({"input": "word " * 7000}, "far more than the model's context", None),
+])
+def test_bad_input_gets_a_400_naming_the_field(http, body, message, param):
+    for stream in (False, True):
+        reply = http.post("/v1/responses", json={**body, "stream": stream})
+        error = reply.json()["error"]
+        assert reply.status_code == 400 and message in error["message"] and error["param"] == param, error
+    assert http.post("/v1/responses", json={"input": "hi", "max_output_tokens": 2}).status_code == 200
+
+
+def test_unknown_models_are_404_and_a_failure_mid_stream_is_an_error_event(http, server):
+    reply = http.post("/v1/responses", json={"input": "hi", "model": "gpt-4"})
+    assert reply.status_code == 404 and reply.json()["error"]["param"] == "model"
+    target = server["target"]
+    target.fail = (0, RemoteError("UNAVAILABLE: connection refused"))
+    assert http.post("/v1/responses", json={"input": "hi", "stream": True}).status_code == 503
+    target.fail = (target.steps + 2, RemoteError("UNAVAILABLE: connection reset"))
+    with http.stream("POST", "/v1/responses", json={"input": "hi", "max_output_tokens": 100, "seed": 1,
+                                                    "stream": True}) as reply:
+        assert reply.status_code == 200
+        last = json.loads(reply.read().decode()[:-2].split("\n\n")[-1].split("\n")[1].removeprefix("data: "))
+    assert last["type"] == "error" and "connection reset" in last["message"] and last["code"] == "service_unavailable"
+    eventually(lambda: target.open_sessions == 0, what="sessions released")
+    target.fail = None
+    assert http.post("/v1/responses", json={"input": "hi", "max_output_tokens": 2}).status_code == 200
