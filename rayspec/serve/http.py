@@ -685,7 +685,35 @@ def _validation_error(error: RequestValidationError) -> ApiError:
         return _bad(f"the request body must be a JSON object (Content-Type: application/json): {problem['msg']}")
     if problem["type"] == "extra_forbidden":
         return _bad(f"unrecognized request argument: {'.'.join(where)}", where[0])
-    return _bad(f"{'.'.join(where)}: {problem['msg']}", where[0])
+    where, message = _without_union_tags(where, problem["msg"], error.errors())
+    return _bad(f"{'.'.join(where)}: {message}", where[0])
+
+
+def _is_union_tag(part: str) -> bool:
+    """Whether a location part is pydantic's name of one type of a union ("str", "list[str]")
+    rather than a field name or an index."""
+    return part.split("[")[0] in ("str", "int", "float", "bool", "list", "dict") or part[:1].isupper()
+
+
+def _without_union_tags(where: list[str], message: str, problems: list[dict]) -> tuple[list[str], str]:
+    """The place and message of a problem with a field that takes several types (`stop`: a
+    string or a list of strings) as a client reads them: pydantic reports one problem per type,
+    each under the type's name ("stop.str", "stop.list[str].0").  When the input got inside
+    one type (a list holding a number), that type's problem, its name dropped ("stop.0: Input
+    should be a valid string"); else the types it could have been ("stop: Input should be str
+    or list[str]")."""
+    tags = [i for i, part in enumerate(where) if _is_union_tag(part)]
+    if not tags:
+        return where, message
+    field = where[:tags[0]]
+    branches = [[str(part) for part in p["loc"][1:]] + [p["msg"]] for p in problems]
+    branches = [b for b in branches if b[:len(field)] == field and len(b) > len(field) + 1]
+    deepest = max(branches, key=len)
+    if len(deepest) > len(field) + 2:  # the field's name, the type's, then a place inside it
+        inside = [part for part in deepest[len(field) + 1:-1] if not _is_union_tag(part)]
+        return field + inside, deepest[-1]
+    kinds = list(dict.fromkeys(b[len(field)] for b in branches))
+    return field, f"Input should be {' or '.join(kinds)}"
 
 
 _ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize", "/v1/models",

@@ -651,7 +651,9 @@ BAD_COMPLETIONS = [
     ({"prompt": "x", "temperature": -1}, 400, "temperature must be >= 0", None),
     ({"prompt": "x", "top_p": 0}, 400, "top_p must be in (0, 1]", None),
     ({"prompt": "x", "seed": -1}, 400, "seed", "seed"),
-    ({"prompt": "x", "stop": [1]}, 400, "stop", "stop"),
+    ({"prompt": "x", "stop": [1]}, 400, "stop.0: Input should be a valid string", "stop"),  # not "stop.list[str].0"
+    ({"prompt": "x", "stop": 5}, 400, "stop: Input should be str or list[str]", "stop"),
+    ({"prompt": "x", "bad_words": {"a": 1}}, 400, "bad_words: Input should be str or list[str]", "bad_words"),
     ({"prompt": "x", "rayspec": {"verifier": "nope"}}, 400, "unknown verifier 'nope'", None),
     ({"prompt": "x", "rayspec": {"tree": "kary:9"}}, 400, "tree spec", "rayspec.tree"),
     ({"prompt": "x", "rayspec": {"tree": "file:/etc/passwd"}}, 400, "file: trees", "rayspec.tree"),
