@@ -4,6 +4,7 @@
     POST /v1/chat/completions   messages, by the model's chat template  -> chat.completion
     POST /v1/responses          OpenAI's Responses API, stateless (`rayspec.serve.responses`)
     POST /tokenize, /detokenize  vLLM's: a prompt or messages to token ids, and back
+    GET  /tokenizer_info         vLLM's: special tokens, chat template, context
     GET  /v1/models, /v1/models/{model}   (with vLLM's `max_model_len`: the target's context)
     GET  /health                200 when every worker answers SERVING, else 503
     GET  /metrics               Prometheus text (`rayspec.serve.metrics`)
@@ -716,8 +717,8 @@ def _without_union_tags(where: list[str], message: str, problems: list[dict]) ->
     return field, f"Input should be {' or '.join(kinds)}"
 
 
-_ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize", "/v1/models",
-              "/health", "/metrics")
+_ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize",
+              "/tokenizer_info", "/v1/models", "/health", "/metrics")
 
 
 class _CountResponses:
@@ -865,6 +866,17 @@ def create_app(service: Service) -> FastAPI:
     from rayspec.serve.responses import add_responses_api  # here: it builds on this module
 
     add_responses_api(app, service, check_model)
+
+    @app.get("/tokenizer_info")
+    async def tokenizer_info():
+        """vLLM's: what a client needs to tokenize and render chats as the service does (with
+        /tokenize and /detokenize, lm-eval-harness's remote tokenizer)."""
+        tokenizer = service.tokenizer
+        return {
+            "tokenizer_class": type(tokenizer).__name__, "eos_token": tokenizer.eos_token,
+            "bos_token": tokenizer.bos_token, "pad_token": tokenizer.pad_token, "unk_token": tokenizer.unk_token,
+            "chat_template": service.chat_template(), "model_max_length": service.engine.target.context_length,
+        }
 
     def model_card() -> dict:
         return {"id": service.model_id, "object": "model", "created": service.created, "owned_by": "rayspec",

@@ -111,15 +111,21 @@ class Service:
         costs = self.engine.measured_costs
         return None if costs is None else costs.to_json()
 
+    def chat_template(self) -> str | dict:
+        """The Jinja chat template conversations are rendered by: the tokenizer's (HF allows a
+        dict of named ones), or the fallback."""
+        return getattr(self.tokenizer, "chat_template", None) or FALLBACK_CHAT_TEMPLATE
+
     def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         """The prompt text of a conversation, by the tokenizer's chat template (or the
         fallback), opened for the assistant's reply unless `add_generation_prompt` is false."""
         from jinja2 import TemplateError
 
-        template = None if getattr(self.tokenizer, "chat_template", None) else FALLBACK_CHAT_TEMPLATE
+        own = getattr(self.tokenizer, "chat_template", None)
         try:
             return self.tokenizer.apply_chat_template(
-                messages, chat_template=template, add_generation_prompt=add_generation_prompt, tokenize=False
+                messages, chat_template=None if own else FALLBACK_CHAT_TEMPLATE,
+                add_generation_prompt=add_generation_prompt, tokenize=False,
             )
         except TemplateError as error:  # templates refuse conversations they cannot render
             raise ValueError(f"the model's chat template refused these messages: {error}") from error

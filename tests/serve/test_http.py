@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import httpx
+import jinja2
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -31,7 +32,7 @@ from rayspec.rpc.remote import RemoteError
 from rayspec.rpc.server import HealthServicer, start_server
 from rayspec.serve.config import LimitsConfig
 from rayspec.serve.http import create_app
-from rayspec.serve.service import Service
+from rayspec.serve.service import FALLBACK_CHAT_TEMPLATE, Service
 from tests.loopback import ServerThread
 from tests.serve.served import MODEL, PROMPT, SETTING, chat_prompt, eventually, expected
 
@@ -814,6 +815,15 @@ def test_tokenize_and_detokenize_are_vllms(http, client, parts):
     assert http.post("/detokenize", json={"model": MODEL, "tokens": ids}).json() == {"prompt": PROMPT}
     assert http.post("/detokenize", json={"tokens": []}).json() == {"prompt": ""}
 
+    # lm-eval-harness's remote tokenizer: /tokenizer_info's template renders the chat endpoint's prompt
+    info = http.get("/tokenizer_info").json()
+    assert (info["eos_token"], info["model_max_length"]) == (tokenizer.eos_token, 512)
+    assert info["chat_template"] == tokenizer.chat_template
+    rendered = jinja2.Environment().from_string(info["chat_template"]).render(messages=messages,
+                                                                              add_generation_prompt=True)
+    probe = http.post("/tokenize", json={"prompt": rendered, "add_special_tokens": False}).json()
+    assert probe["tokens"] == counted["tokens"]
+
     for path, body, status, message, param in [
         ("/tokenize", {}, 400, "give exactly one of prompt and messages", "prompt"),
         ("/tokenize", {"prompt": "x", "messages": messages}, 400, "give exactly one of prompt and messages", "prompt"),
@@ -960,3 +970,4 @@ def test_chat_without_a_template_uses_the_fallback(parts, reference):
     service = Service(reference, tokenizer, MODEL)
     prompt = service.render_chat([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
     assert prompt == "system: Be brief.\n\nuser: Hi\n\nassistant:"
+    assert service.chat_template() == FALLBACK_CHAT_TEMPLATE  # what /tokenizer_info gives clients
