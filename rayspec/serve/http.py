@@ -21,8 +21,8 @@ completion's prompt gets the tokenizer's special tokens, a BOS for Llama-style t
 unless false; a chat prompt's template writes its own, so there the default is false) and
 `truncate_prompt_tokens` (k: the prompt's last k tokens, -1: as many as the context holds;
 `echo` then returns the kept tokens' text) and `return_tokens_as_token_ids` (log-probabilities
-name each token "token_id:{id}"), and `rayspec: {verifier, tree,
-verifier_params}`.  Penalties and the bias change the target's law, and the output follows
+name each token "token_id:{id}"), chat's `continue_final_message`, `add_generation_prompt` and
+`chat_template_kwargs`, and `rayspec: {verifier, tree, verifier_params}`.  Penalties and the bias change the target's law, and the output follows
 that law exactly.  Fields that would change the answer and that rayspec does not implement
 (`suffix`, `best_of` > 1, tools, structured output) are refused, never silently ignored; so are unknown fields, as OpenAI does.  `user`, `metadata`,
 `store` and `service_tier` are accepted and ignored.
@@ -88,7 +88,7 @@ from rayspec.engine.policy import check_tree_spec
 from rayspec.engine.requests import GenerationRequest, StepText
 from rayspec.rpc.remote import RemoteError
 from rayspec.serve.metrics import CONTENT_TYPE
-from rayspec.serve.service import Overloaded, Service, StepStream
+from rayspec.serve.service import ChatRenderError, Overloaded, Service, StepStream
 from rayspec.verify.processing import MAX_PRESENCE_OR_FREQUENCY_PENALTY as PENALTY_BOUND
 
 log = logging.getLogger("rayspec.serve")
@@ -280,6 +280,15 @@ class ChatBody(_GenerationBody):
     function_call: Any = None
     parallel_tool_calls: bool | None = None
     response_format: dict[str, Any] | None = None
+    # vLLM's: the reply opened, or the last (assistant) message continued; template variables
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    def prompt(self, service: Service) -> str:
+        """The conversation rendered by the model's chat template, as this request asks."""
+        return _render(service, self.messages, self.add_generation_prompt, self.continue_final_message,
+                       self.chat_template_kwargs)
 
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
@@ -296,6 +305,15 @@ class ChatBody(_GenerationBody):
         return (self.top_logprobs or 0) if self.logprobs else None
 
 
+def _render(service: Service, messages: list[Message], add_generation_prompt: bool, continue_final_message: bool,
+            template_kwargs: dict | None) -> str:
+    try:
+        return service.render_chat([m.as_template_input() for m in messages], add_generation_prompt,
+                                   continue_final_message, template_kwargs)
+    except ChatRenderError as error:
+        raise _bad(str(error), error.field) from None
+
+
 class TokenizeBody(_Strict):
     """vLLM's /tokenize: a completion prompt, or a conversation as the chat endpoint renders it."""
 
@@ -304,6 +322,8 @@ class TokenizeBody(_Strict):
     messages: list[Message] | None = Field(None, min_length=1)
     add_special_tokens: bool | None = None  # as the endpoints' defaults: prompt true, messages false
     add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
     return_token_strs: bool = False
 
 
@@ -828,7 +848,7 @@ def create_app(service: Service) -> FastAPI:
     async def chat_completions(body: ChatBody):
         check_model(body.model)
         body.refuse_unsupported()
-        prompt = service.render_chat([m.as_template_input() for m in body.messages])
+        prompt = body.prompt(service)
         requests = choices(
             body, [{"prompt": prompt}], **max_tokens_field(body.max_completion_tokens or body.max_tokens),
             **body.generation_fields(), add_special_tokens=bool(body.add_special_tokens),  # the template writes them
@@ -843,8 +863,8 @@ def create_app(service: Service) -> FastAPI:
         if (body.prompt is None) == (body.messages is None):
             raise _bad("give exactly one of prompt and messages", "prompt")
         if body.messages is not None:
-            text = service.render_chat([m.as_template_input() for m in body.messages],
-                                       add_generation_prompt=body.add_generation_prompt)
+            text = _render(service, body.messages, body.add_generation_prompt, body.continue_final_message,
+                           body.chat_template_kwargs)
             special = bool(body.add_special_tokens)
         else:
             text, special = body.prompt, body.add_special_tokens is not False

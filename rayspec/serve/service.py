@@ -33,6 +33,21 @@ FALLBACK_CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}assistant:{% endif %}"
 )
 HEALTH_TIMEOUT = 2.0
+# apply_chat_template's own parameters (HF), which template variables must not shadow.
+_RENDERER_OPTIONS = {
+    "conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
+    "continue_final_message", "tokenize", "sanitize_control_tokens", "padding", "truncation", "max_length",
+    "return_tensors", "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs",
+}
+
+
+class ChatRenderError(ValueError):
+    """A conversation, or the way it is asked to be rendered, that the chat template cannot
+    render; `field` names the request field at fault."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
 
 
 class Overloaded(RuntimeError):
@@ -116,19 +131,32 @@ class Service:
         dict of named ones), or the fallback."""
         return getattr(self.tokenizer, "chat_template", None) or FALLBACK_CHAT_TEMPLATE
 
-    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True,
+                    continue_final_message: bool = False, template_kwargs: dict | None = None) -> str:
         """The prompt text of a conversation, by the tokenizer's chat template (or the
-        fallback), opened for the assistant's reply unless `add_generation_prompt` is false."""
+        fallback): opened for the assistant's reply (`add_generation_prompt`), or with its last
+        message left open for the model to continue (`continue_final_message`, vLLM's and HF's:
+        a reply prefilled by the client); `template_kwargs` are further variables of the
+        template (vLLM's `chat_template_kwargs`, e.g. `enable_thinking`).  ChatRenderError when
+        the template refuses the conversation or the variables name the renderer's own options."""
         from jinja2 import TemplateError
 
+        if add_generation_prompt and continue_final_message:
+            raise ChatRenderError("add_generation_prompt and continue_final_message cannot both be true: a reply is "
+                                  "either opened or continued", "continue_final_message")
+        template_kwargs = dict(template_kwargs or {})
+        if reserved := sorted(set(template_kwargs) & _RENDERER_OPTIONS):
+            raise ChatRenderError(f"chat_template_kwargs cannot set the renderer's own options: {', '.join(reserved)}",
+                                  "chat_template_kwargs")
         own = getattr(self.tokenizer, "chat_template", None)
         try:
             return self.tokenizer.apply_chat_template(
-                messages, chat_template=None if own else FALLBACK_CHAT_TEMPLATE,
-                add_generation_prompt=add_generation_prompt, tokenize=False,
+                messages, chat_template=None if own else FALLBACK_CHAT_TEMPLATE, tokenize=False,
+                add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
+                **template_kwargs,
             )
-        except TemplateError as error:  # templates refuse conversations they cannot render
-            raise ValueError(f"the model's chat template refused these messages: {error}") from error
+        except (TemplateError, ValueError) as error:  # templates refuse conversations they cannot render
+            raise ChatRenderError(f"the model's chat template refused these messages: {error}", "messages") from error
 
     def start(self, request: GenerationRequest) -> "StepStream":
         """Run `request` off the event loop; Overloaded when every slot is taken."""

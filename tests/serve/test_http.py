@@ -717,6 +717,15 @@ BAD_COMPLETIONS = [
     ({"prompt": "x", "ignore_eos": "yes"}, 400, "ignore_eos: Input should be a valid boolean", "ignore_eos"),
 ]
 BAD_CHATS = [
+    ({"messages": [{"role": "user", "content": "hi"}], "continue_final_message": True}, 400,
+     "add_generation_prompt and continue_final_message cannot both be true", "continue_final_message"),
+    ({"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"tokenize": True}}, 400,
+     "chat_template_kwargs cannot set the renderer's own options: tokenize", "chat_template_kwargs"),
+    # the demo template writes a user's line breaks as "\n# ": the message is not in the prompt to continue
+    ({"messages": [{"role": "user", "content": "a\nb"}], "continue_final_message": True,
+      "add_generation_prompt": False}, 400, "the model's chat template refused these messages", "messages"),
+    ({"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": [1]}, 400,
+     "chat_template_kwargs: Input should be a valid dictionary", "chat_template_kwargs"),
     ({"messages": []}, 400, "messages", "messages"),
     ({"messages": [{"role": "robot", "content": "hi"}]}, 400, "role", "messages"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400, "only text content", "messages"),
@@ -962,6 +971,42 @@ def test_worker_failures_are_503_and_the_service_recovers(http, server):
 
 
 # ---------------------------------------------------------------- the service's parts
+
+
+def test_a_chat_can_continue_its_last_message_and_give_its_template_variables(client, http, parts, reference):
+    """vLLM's chat extras: `continue_final_message` (with `add_generation_prompt: false`)
+    leaves the last message open, so the completion continues a reply the client began — the
+    engine's completion of that prompt; `chat_template_kwargs` are the template's variables
+    (here a template of our own that reads one), on the chat endpoint and /tokenize alike."""
+    target, drafter, tokenizer = parts
+    messages = [{"role": "user", "content": "Write a loop."}, {"role": "assistant", "content": "for i in"}]
+    prompt = tokenizer.apply_chat_template(messages, continue_final_message=True, tokenize=False)
+    assert prompt.endswith("# assistant:\nfor i in")
+    _, text, _ = expected(reference, tokenizer, prompt, max_new_tokens=10, seed=12)
+    extra = {"seed": 12, "add_generation_prompt": False, "continue_final_message": True}
+    chat = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=10, extra_body=extra)
+    assert chat.choices[0].message.content == text
+    ids = tokenizer.encode(prompt, add_special_tokens=False)
+    assert chat.usage.prompt_tokens == len(ids)
+    assert http.post("/tokenize", json={"messages": messages, "add_generation_prompt": False,
+                                        "continue_final_message": True}).json()["tokens"] == ids
+
+    variable = AutoTokenizer.from_pretrained(TARGET_PATH)
+    variable.chat_template = "{% if brief %}# be brief\n{% endif %}" + tokenizer.chat_template
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), tokenizer=variable, **SETTING)
+    question = [{"role": "user", "content": "Write a loop."}]
+    with ServerThread(create_app(Service(engine, variable, MODEL))) as server:
+        with httpx.Client(base_url=server.url, timeout=60) as own:
+            body = {"messages": question, "max_tokens": 8, "seed": 3}
+            plain, brief = (own.post("/v1/chat/completions", json={**body, **kwargs}).json()
+                            for kwargs in ({}, {"chat_template_kwargs": {"brief": True}}))
+            counted = own.post("/tokenize", json={"messages": question, "chat_template_kwargs": {"brief": True}}).json()
+    briefed = variable.apply_chat_template(question, add_generation_prompt=True, tokenize=False, brief=True)
+    assert briefed.startswith("# be brief\n")
+    assert brief["choices"][0]["message"]["content"] == expected(reference, tokenizer, briefed, max_new_tokens=8,
+                                                                 seed=3)[1]
+    assert counted["tokens"] == tokenizer.encode(briefed, add_special_tokens=False)
+    assert brief["usage"]["prompt_tokens"] == counted["count"] > plain["usage"]["prompt_tokens"]
 
 
 def test_chat_without_a_template_uses_the_fallback(parts, reference):
