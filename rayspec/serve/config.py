@@ -17,7 +17,8 @@
       drafter_resources: {}
     http: {host: 127.0.0.1, port: 8000}
     grpc: {host: 127.0.0.1, port: 9000}
-    limits: {default_max_tokens: 256, max_tokens: 4096, max_concurrent_requests: 64}
+    limits: {default_max_tokens: 256, max_tokens: 4096, max_concurrent_requests: 64,
+             max_request_bytes: 33554432}   # HTTP bodies over this many bytes get a 413
 
 A null model path is the shipped demo pair.  `num_gpus: auto` is 1 when the cluster has
 GPUs and 0 otherwise.  `cpus` ("0-3", "8,9") pins the process that computes with the model
@@ -122,9 +123,10 @@ class LimitsConfig:
     default_max_tokens: int = 256
     max_tokens: int = 4096
     max_concurrent_requests: int = 64
+    max_request_bytes: int = 32 * 2**20  # a batch of 64 prompts of 64k token ids each, as JSON, fits
 
     def __post_init__(self):
-        for name in ("default_max_tokens", "max_tokens", "max_concurrent_requests"):
+        for name in ("default_max_tokens", "max_tokens", "max_concurrent_requests", "max_request_bytes"):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ValueError(f"limits.{name} must be a positive integer, got {value!r}")

@@ -62,7 +62,8 @@ released.
 
 Errors have OpenAI's body `{"error": {"message", "type", "param", "code"}}`: 400 for bad
 input (malformed JSON, wrong types, unknown verifier, a prompt longer than the context, ...),
-404 for an unknown model or route, 429 when `limits.max_concurrent_requests` generations are
+404 for an unknown model or route, 413 for a body over `limits.max_request_bytes` (refused
+before it is read), 429 when `limits.max_concurrent_requests` generations are
 running or a worker has no room for another session, 503 when a worker fails or cannot be
 reached, 500 for anything else.
 """
@@ -766,13 +767,61 @@ class _CountResponses:
             self.metrics.observe_response(endpoint, status)
 
 
+class _LimitBodies:
+    """ASGI middleware answering 413 to a request whose body is over `limit` bytes, before the
+    app reads any of it: by its Content-Length or, for a body sent in chunks, as soon as more
+    than `limit` bytes have arrived (the chunks are held, then handed to the app whole)."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.limit:
+            return await self._refuse(f"{int(length)} bytes", scope, receive, send)
+        if b"chunked" not in headers.get(b"transfer-encoding", b"").lower():
+            return await self.app(scope, receive, send)
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                return await self._refuse(f"more than {self.limit} bytes", scope, receive, send)
+            if not message.get("more_body"):
+                break
+        whole = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+        async def replay():
+            nonlocal whole
+            if whole is None:
+                return await receive()  # after the body: the disconnect, when it comes
+            message, whole = whole, None
+            return message
+
+        return await self.app(scope, replay, send)
+
+    async def _refuse(self, size: str, scope, receive, send) -> None:
+        message = (f"the request body has {size}, more than this service takes ({self.limit} bytes, "
+                   "limits.max_request_bytes)")
+        status, body = _error(413, message, code="request_too_large")
+        response = JSONResponse(body, status_code=status, headers={"Connection": "close"})
+        await response(scope, receive, send)
+
+
 # ---------------------------------------------------------------------------- the app
 
 
 def create_app(service: Service) -> FastAPI:
     app = FastAPI(title="rayspec", summary="Tree speculative decoding, OpenAI-compatible")
     app.state.service = service
-    app.add_middleware(_CountResponses, metrics=service.metrics)
+    app.add_middleware(_LimitBodies, limit=service.limits.max_request_bytes)
+    app.add_middleware(_CountResponses, metrics=service.metrics)  # added last: outermost, it counts the 413s too
 
     async def answer_error(request: Request, error: Exception) -> JSONResponse:
         if isinstance(error, RequestValidationError):

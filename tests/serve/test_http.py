@@ -850,6 +850,38 @@ def test_tokenize_and_detokenize_are_vllms(http, client, parts):
         assert (reply.status_code, error["param"]) == (status, param) and message in error["message"], (body, error)
 
 
+def test_a_body_over_the_limit_is_refused_before_it_is_read(parts):
+    """413 with an OpenAI error body for a body over `limits.max_request_bytes`, whether its
+    Content-Length says so or it comes in chunks; a body within the limit, chunked or not, is
+    served; the refusals are counted, and the service keeps serving."""
+    target, drafter, tokenizer = parts
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), tokenizer=tokenizer, **SETTING)
+    service = Service(engine, tokenizer, MODEL, LimitsConfig(default_max_tokens=4, max_request_bytes=2000))
+    small = json.dumps({"prompt": PROMPT, "max_tokens": 2, "seed": 1}).encode()
+    big = json.dumps({"prompt": "x" * 3000, "max_tokens": 2}).encode()
+
+    def chunks(body: bytes):
+        for start in range(0, len(body), 500):
+            yield body[start:start + 500]
+
+    headers = {"Content-Type": "application/json"}
+    with ServerThread(create_app(service)) as server, httpx.Client(base_url=server.url, timeout=60) as own:
+        for content in (big, chunks(big)):
+            refused = own.post("/v1/completions", content=content, headers=headers)
+            error = refused.json()["error"]
+            assert (refused.status_code, error["code"], error["type"]) == (413, "request_too_large",
+                                                                          "invalid_request_error")
+            assert "more than this service takes (2000 bytes, limits.max_request_bytes)" in error["message"]
+        assert f"has {len(big)} bytes" in own.post("/v1/completions", content=big, headers=headers).json()["error"]["message"]
+        served = [own.post("/v1/completions", content=content, headers=headers) for content in (small, chunks(small))]
+        assert [r.status_code for r in served] == [200, 200]
+        assert served[0].json()["choices"][0]["text"] == served[1].json()["choices"][0]["text"]
+        counted = metric_samples(own)
+    assert counted[("rayspec_http_requests_total", (("endpoint", "/v1/completions"), ("status", "413")))] == 3
+    with pytest.raises(ValueError, match="limits.max_request_bytes must be a positive integer"):
+        LimitsConfig(max_request_bytes=0)
+
+
 def test_health_follows_the_workers_grpc_health(http, server):
     assert http.get("/health").json() == {"status": "ok", "workers": {}}  # in-process: nothing to ask
     health = HealthServicer(["rayspec.v1.TargetService"])
