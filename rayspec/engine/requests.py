@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from rayspec.engine.engine import GenerationStats, SpeculativeEngine, StepStats
 from rayspec.engine.interfaces import TokenLogprobs, check_logprobs
 from rayspec.engine.policy import check_tree_spec
-from rayspec.engine.text import TextAssembler, bad_words_token_ids
+from rayspec.engine.text import TextAssembler, bad_words_token_ids, check_text
 from rayspec.verify.processing import SamplingParams
 
 
@@ -61,7 +61,7 @@ def _strings(value, name: str) -> list[str]:
     strings = [value] if isinstance(value, str) else list(value or ())
     if not all(isinstance(s, str) for s in strings):
         raise ValueError(f"{name} must be a string or a list of strings")
-    return strings
+    return [check_text(s, name) for s in strings]
 
 
 class GenerationRequest:
@@ -95,6 +95,7 @@ class GenerationRequest:
         if prompt is not None:
             if not isinstance(prompt, str):
                 raise ValueError("prompt must be a string")
+            check_text(prompt, "the prompt")
             if len(prompt) > MAX_CHARS_PER_TOKEN * context:  # refused before tokenizing it costs seconds
                 raise ValueError(f"the prompt has {len(prompt)} characters, far more than the model's context of "
                                  f"{context} tokens can hold")

@@ -87,6 +87,7 @@ from rayspec.engine.engine import GenerationStats
 from rayspec.engine.interfaces import MAX_LOGPROBS, TokenLogprobs
 from rayspec.engine.policy import check_tree_spec
 from rayspec.engine.requests import GenerationRequest, StepText
+from rayspec.engine.text import check_text
 from rayspec.rpc.remote import RemoteError
 from rayspec.serve.metrics import CONTENT_TYPE
 from rayspec.serve.service import ChatRenderError, Overloaded, Service, StepStream
@@ -259,11 +260,11 @@ class Message(BaseModel):
     def _text(cls, content) -> str:
         """The message's text: a string, or text parts joined."""
         if content is None or isinstance(content, str):
-            return content or ""
+            return check_text(content or "", "the content")
         if isinstance(content, list) and all(
             isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str) for part in content
         ):
-            return "".join(part["text"] for part in content)
+            return check_text("".join(part["text"] for part in content), "the content")
         raise ValueError('only text content is supported: a string, or a list of {"type": "text", "text": ...} parts')
 
     def as_template_input(self) -> dict:
@@ -742,6 +743,35 @@ _ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/responses", "/toke
               "/tokenizer_info", "/v1/models", "/health", "/metrics")
 
 
+class _AnswerFailures:
+    """ASGI middleware answering an unexpected exception with a 500 and its OpenAI error body,
+    and going on.  (Starlette answers those from its outermost layer and then re-raises, so the
+    server drops the connection: a client's next request on it, from a connection pool such as
+    the `openai` client's, would fail too.)  A failure after the response has started is
+    re-raised: nothing else can be sent."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def send_and_note(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        except Exception as error:
+            if started:
+                raise
+            status, body = error_body(error)
+            await JSONResponse(body, status_code=status)(scope, receive, send)
+
+
 class _CountResponses:
     """ASGI middleware counting answered requests by endpoint and status (streams included)."""
 
@@ -821,6 +851,7 @@ def create_app(service: Service) -> FastAPI:
     app = FastAPI(title="rayspec", summary="Tree speculative decoding, OpenAI-compatible")
     app.state.service = service
     app.add_middleware(_LimitBodies, limit=service.limits.max_request_bytes)
+    app.add_middleware(_AnswerFailures)
     app.add_middleware(_CountResponses, metrics=service.metrics)  # added last: outermost, it counts the 413s too
 
     async def answer_error(request: Request, error: Exception) -> JSONResponse:
@@ -832,8 +863,8 @@ def create_app(service: Service) -> FastAPI:
         status, body = error_body(error)
         return JSONResponse(body, status_code=status)
 
-    for kind in (RequestValidationError, StarletteHTTPException, ApiError, ValueError, Overloaded, RemoteError, Exception):
-        app.add_exception_handler(kind, answer_error)
+    for kind in (RequestValidationError, StarletteHTTPException, ApiError, ValueError, Overloaded, RemoteError):
+        app.add_exception_handler(kind, answer_error)  # anything else: `_AnswerFailures`
 
     def check_model(model: str | None) -> None:
         if model not in (None, service.model_id):
@@ -917,6 +948,10 @@ def create_app(service: Service) -> FastAPI:
             special = bool(body.add_special_tokens)
         else:
             text, special = body.prompt, body.add_special_tokens is not False
+        try:
+            check_text(text, "the prompt")
+        except ValueError as error:
+            raise _bad(str(error), "prompt" if body.messages is None else "messages") from None
         tokens = await run_in_threadpool(service.tokenizer.encode, text, add_special_tokens=special)
         answer = {"count": len(tokens), "max_model_len": service.engine.target.context_length, "tokens": tokens}
         if body.return_token_strs:

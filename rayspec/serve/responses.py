@@ -36,6 +36,7 @@ from fastapi import FastAPI
 from pydantic import Field
 
 from rayspec.engine.requests import GenerationRequest
+from rayspec.engine.text import check_text
 from rayspec.serve.http import (
     RayspecOptions,
     _bad,
@@ -138,7 +139,10 @@ def _message(item, where: str) -> dict:
     if not isinstance(content, str):
         raise _bad(f"{where}.content must be a string or a list of input_text parts (only text is supported)",
                    "input")
-    return {"role": role, "content": content}
+    try:
+        return {"role": role, "content": check_text(content, f"{where}.content")}
+    except ValueError as error:
+        raise _bad(str(error), "input") from None
 
 
 class _Answer:

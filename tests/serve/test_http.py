@@ -1002,6 +1002,37 @@ def test_worker_failures_are_503_and_the_service_recovers(http, server):
     assert http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 8}).status_code == 200
 
 
+def test_an_unexpected_failure_is_a_500_and_the_connection_stays_open(http, server):
+    """A bug (here a step raising a RuntimeError) is a 500 with an OpenAI error body naming it,
+    and the client's next request on the same keep-alive connection is served."""
+    target = server["target"]
+    target.fail = (0, RuntimeError("boom"))
+    for stream in (False, True):
+        failed = http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 8, "stream": stream})
+        assert failed.status_code == 500
+        assert failed.json()["error"] == {"message": "internal error: RuntimeError: boom", "type": "internal_error",
+                                          "param": None, "code": None}
+    target.fail = None
+    assert http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 8}).status_code == 200
+
+
+def test_text_that_is_not_unicode_is_refused(http):
+    """JSON's escapes can spell a lone surrogate, which no tokenizer takes: a 400 naming it
+    wherever text is read (prompt, messages, stop strings, bad words, /tokenize)."""
+    lone = "a\ud800"
+    for path, body, where in [
+        ("/v1/completions", {"prompt": lone}, "the prompt"), ("/v1/completions", {"prompt": "x", "stop": [lone]}, "stop"),
+        ("/v1/completions", {"prompt": "x", "bad_words": lone}, "bad_words"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": lone}]}, "messages.0.content: Value error, "
+                                                                                    "the content"),
+        ("/v1/responses", {"input": lone}, "input[0].content"), ("/tokenize", {"prompt": lone}, "the prompt"),
+    ]:
+        reply = http.post(path, content=json.dumps(body), headers={"Content-Type": "application/json"})
+        message = reply.json()["error"]["message"]
+        assert reply.status_code == 400 and message.startswith(where), (path, message)
+        assert message.endswith(" is not valid Unicode text: it holds a lone surrogate (U+D800) at character 1")
+
+
 # ---------------------------------------------------------------- the service's parts
 
 
