@@ -251,20 +251,23 @@ class Usage:
 @dataclass(frozen=True)
 class TokenLogprob:
     """A token's log-probability under the target's raw law (temperature 1, no
-    top-k or top-p, whatever the request sampled with), and the most likely tokens' at its
-    position as (token id, log-probability) pairs, most likely first."""
+    top-k or top-p, whatever the request sampled with), the most likely tokens' at its
+    position as (token id, log-probability) pairs, most likely first, and its rank there (1 +
+    how many tokens are more likely; None from a server that predates ranks)."""
 
     token_id: int
     logprob: float
     top: tuple[tuple[int, float], ...] = ()
+    rank: int | None = None
 
     @classmethod
     def from_proto(cls, message: pb.TokenLogprob) -> TokenLogprob:
-        return cls(message.token_id, message.logprob, tuple(zip(message.top_ids, message.top_logprobs)))
+        return cls(message.token_id, message.logprob, tuple(zip(message.top_ids, message.top_logprobs)),
+                   message.rank or None)
 
     def to_proto(self) -> pb.TokenLogprob:
         return pb.TokenLogprob(token_id=self.token_id, logprob=self.logprob, top_ids=[i for i, _ in self.top],
-                               top_logprobs=[v for _, v in self.top])
+                               top_logprobs=[v for _, v in self.top], rank=self.rank or 0)
 
 
 @dataclass(frozen=True)

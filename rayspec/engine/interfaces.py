@@ -86,28 +86,42 @@ class Draft:
 class TokenLogprobs:
     """Per emitted token: its log-probability under the target's raw law at its position
     (`rayspec.verify.processing.token_logprobs`: temperature 1, no top-k or top-p, whatever the
-    request samples with), and the `top` most likely tokens there, most likely first."""
+    request samples with), the `top` most likely tokens there, most likely first, and its rank
+    there (1 + how many tokens are more likely; None when unknown: from a worker that predates
+    ranks)."""
 
     chosen: list[float]
     top_ids: list[list[int]]
     top_values: list[list[float]]
+    ranks: list[int] | None = None
 
     @classmethod
     def of(cls, logits: torch.Tensor, tokens: list[int], top: int) -> "TokenLogprobs":
         """The log-probabilities of `tokens`, token i drawn from row i of `logits` [n, V]."""
-        chosen, values, ids = token_logprobs(logits, torch.tensor(tokens), top)
-        return cls(chosen.tolist(), ids.tolist(), values.tolist())
+        chosen, values, ids, ranks = token_logprobs(logits, torch.tensor(tokens), top)
+        return cls(chosen.tolist(), ids.tolist(), values.tolist(), ranks.tolist())
+
+    @classmethod
+    def empty(cls) -> "TokenLogprobs":
+        return cls([], [], [], [])
 
     def __len__(self) -> int:
         return len(self.chosen)
 
     def head(self, n: int) -> "TokenLogprobs":
-        return TokenLogprobs(self.chosen[:n], self.top_ids[:n], self.top_values[:n])
+        return TokenLogprobs(self.chosen[:n], self.top_ids[:n], self.top_values[:n],
+                             None if self.ranks is None else self.ranks[:n])
+
+    def narrowed(self, top: int) -> "TokenLogprobs":
+        """The same tokens with at most `top` alternatives each."""
+        return TokenLogprobs(self.chosen, [ids[:top] for ids in self.top_ids], [v[:top] for v in self.top_values],
+                             self.ranks)
 
     def extend(self, later: "TokenLogprobs") -> None:
         self.chosen += later.chosen
         self.top_ids += later.top_ids
         self.top_values += later.top_values
+        self.ranks = None if self.ranks is None or later.ranks is None else self.ranks + later.ranks
 
 
 @dataclass

@@ -114,7 +114,7 @@ class LocalTargetSession(_Session):
             if spec.prompt_logprobs is not None:  # row i is the law of prompt token i + 1
                 self.prompt_logprobs = TokenLogprobs.of(logits, self.tokens[1:], spec.prompt_logprobs)
         elif spec.prompt_logprobs is not None:
-            self.prompt_logprobs = TokenLogprobs([], [], [])
+            self.prompt_logprobs = TokenLogprobs.empty()
 
     def score(self, tree: DraftTree) -> torch.Tensor:
         """The target's law after every node's path, [N, V], from one tree-masked forward.

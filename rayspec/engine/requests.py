@@ -179,7 +179,7 @@ class GenerationRequest:
         `self.prompt_logprobs` (None unless asked for) hold the totals."""
         self.stats = GenerationStats()
         self.token_ids, self.finish_reason, self.stop_reason, self.text = [], "length", None, ""
-        self.logprobs = None if self.kwargs["logprobs"] is None else TokenLogprobs([], [], [])
+        self.logprobs = None if self.kwargs["logprobs"] is None else TokenLogprobs.empty()
         self.prompt_logprobs = None
         if self.prompt_only:
             if self.kwargs["prompt_logprobs"] is not None:

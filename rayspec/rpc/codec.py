@@ -309,11 +309,13 @@ def encode_logprobs(logprobs: TokenLogprobs, out: worker_pb2.TokenLogprobs) -> N
     out.top = len(logprobs.top_ids[0]) if logprobs.top_ids else 0
     out.top_ids[:] = [i for row in logprobs.top_ids for i in row]
     out.top_values[:] = [v for row in logprobs.top_values for v in row]
+    out.ranks[:] = logprobs.ranks or []
 
 
 def decode_logprobs(message: worker_pb2.TokenLogprobs, tokens: int, vocab_size: int) -> TokenLogprobs:
     """The log-probabilities of `tokens` tokens, checked: one per token, `top` alternatives
-    each, ids in the vocabulary, values at most 0 (a NaN fails that too)."""
+    each, ids in the vocabulary, values at most 0 (a NaN fails that too), ranks (none from a
+    worker that predates them) one per token in [1, V]."""
     top, chosen = message.top, list(message.chosen)
     if len(chosen) != tokens or top < 0 or len(message.top_ids) != tokens * top or len(message.top_values) != tokens * top:
         raise CodecError(f"log-probabilities of {tokens} tokens need {tokens} chosen values and {tokens} x {top} "
@@ -323,8 +325,12 @@ def decode_logprobs(message: worker_pb2.TokenLogprobs, tokens: int, vocab_size: 
         raise CodecError(f"log-probability token ids outside the vocabulary [0, {vocab_size})")
     if not all(v <= 0 for v in chosen + values):
         raise CodecError("log-probabilities must be <= 0")
+    ranks = list(message.ranks)
+    if ranks and (len(ranks) != tokens or min(ranks) < 1 or max(ranks) > vocab_size):
+        raise CodecError(f"log-probabilities of {tokens} tokens need no ranks or {tokens} of them in [1, {vocab_size}]")
+    known = bool(ranks) or not tokens  # of no tokens, no rank is unknown
     return TokenLogprobs(chosen, [ids[i * top : (i + 1) * top] for i in range(tokens)],
-                         [values[i * top : (i + 1) * top] for i in range(tokens)])
+                         [values[i * top : (i + 1) * top] for i in range(tokens)], ranks if known else None)
 
 
 def decode_outcome(message: worker_pb2.Outcome, vocab_size: int) -> Outcome:

@@ -70,8 +70,10 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
 def _token_logprobs(token_ids: list[int], logprobs: TokenLogprobs | None) -> list[generation_pb2.TokenLogprob]:
     if logprobs is None:
         return []
-    return [generation_pb2.TokenLogprob(token_id=token, logprob=value, top_ids=ids, top_logprobs=values)
-            for token, value, ids, values in zip(token_ids, logprobs.chosen, logprobs.top_ids, logprobs.top_values)]
+    ranks = logprobs.ranks or [0] * len(logprobs)  # 0: unknown
+    return [generation_pb2.TokenLogprob(token_id=token, logprob=value, top_ids=ids, top_logprobs=values, rank=rank)
+            for token, value, ids, values, rank in zip(token_ids, logprobs.chosen, logprobs.top_ids,
+                                                       logprobs.top_values, ranks)]
 
 
 def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits: Limits | None = None,

@@ -367,15 +367,16 @@ def half_precision(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, top: int,
-                   rows_at_once: int = 1024) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   rows_at_once: int = 1024) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Log-probabilities of `tokens` [n], row r's token under row r of `logits` [n, V], in the
     model's raw law (the log-softmax of its logits: temperature 1, no top-k or top-p, what
-    OpenAI's API and vLLM report), and each row's `top` most likely tokens.
+    OpenAI's API and vLLM report), each row's `top` most likely tokens, and each token's rank
+    in its row (vLLM's: 1 + how many tokens are strictly more likely, so tied tokens share one).
 
-    Returns (chosen [n], top values [n, k], top ids [n, k]) on the CPU, float32 and int64,
-    most likely first, with k = min(top, V).  Rows are taken `rows_at_once` at a time: a long
-    prompt's log-softmax then needs one block beside its logits, not a second [n, V] tensor
-    (2 GB of float32 for 4k tokens at V = 128k)."""
+    Returns (chosen [n], top values [n, k], top ids [n, k], ranks [n]) on the CPU, float32 and
+    int64, most likely first, with k = min(top, V).  Rows are taken `rows_at_once` at a time: a
+    long prompt's log-softmax then needs one block beside its logits, not a second [n, V]
+    tensor (2 GB of float32 for 4k tokens at V = 128k)."""
     k = min(top, logits.shape[-1])
     tokens = tokens.to(logits.device, torch.long).view(-1)
     blocks = []
@@ -383,6 +384,7 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, top: int,
         log_p = torch.log_softmax(logits[start : start + rows_at_once].float(), dim=-1)
         chosen = log_p.gather(-1, tokens[start : start + rows_at_once].view(-1, 1)).squeeze(-1)
         values, ids = torch.topk(log_p, k, dim=-1)
-        blocks.append((chosen.cpu(), values.cpu(), ids.cpu()))
-    chosen, values, ids = (torch.cat(parts) for parts in zip(*blocks))
-    return chosen, values, ids
+        ranks = (log_p > chosen.unsqueeze(-1)).sum(-1) + 1
+        blocks.append((chosen.cpu(), values.cpu(), ids.cpu(), ranks.cpu()))
+    chosen, values, ids, ranks = (torch.cat(parts) for parts in zip(*blocks))
+    return chosen, values, ids, ranks

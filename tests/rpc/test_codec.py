@@ -108,8 +108,11 @@ def test_an_outcome_with_log_probabilities_round_trips_exactly():
     logprobs = TokenLogprobs.of(logits, [4, 7, 49], top=5)
     outcome = Outcome([4, 7, 49], [1, 3], [1, 2], logprobs=logprobs)
     decoded = codec.decode_outcome(codec.encode_outcome(outcome), vocab_size=50)
-    assert decoded.logprobs == logprobs  # float32 values, as computed
+    assert decoded.logprobs == logprobs and decoded.logprobs.ranks == logprobs.ranks  # float32 values, as computed
     assert codec.decode_outcome(codec.encode_outcome(Outcome([4], [], [0])), 50).logprobs is None
+    older = codec.encode_outcome(outcome)
+    del older.logprobs.ranks[:]  # a worker from before ranks
+    assert codec.decode_outcome(older, 50).logprobs == dataclasses.replace(logprobs, ranks=None)
     spec = SequenceSpec((1, 2), SamplingParams(), 3, "rrsw", logprobs=0)
     assert codec.decode_spec(codec.encode_spec(spec)).logprobs == 0
     assert codec.decode_spec(codec.encode_spec(dataclasses.replace(spec, logprobs=None))).logprobs is None
@@ -232,6 +235,9 @@ def test_a_worker_without_min_p_or_min_tokens_is_refused_only_when_they_matter()
     (lambda m: m.top_ids.__setitem__(0, 50), "outside the vocabulary"),
     (lambda m: m.top_values.__setitem__(1, 0.5), "must be <= 0"),
     (lambda m: m.chosen.__setitem__(0, float("nan")), "must be <= 0"),
+    (lambda m: m.ranks.pop(), "need no ranks or 2 of them in \\[1, 50\\]"),
+    (lambda m: m.ranks.__setitem__(0, 0), "need no ranks or 2 of them"),
+    (lambda m: m.ranks.__setitem__(1, 51), "need no ranks or 2 of them"),
 ])
 def test_malformed_log_probabilities_are_refused(change, match):
     message = codec.encode_outcome(Outcome([4, 7], [1], [1], logprobs=TokenLogprobs.of(torch.randn(2, 50), [4, 7], 2)))

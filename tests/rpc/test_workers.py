@@ -254,10 +254,10 @@ def test_the_client_sdk_gets_the_in_process_log_probabilities(cluster, local_eng
     chunks = list(SpeculativeEngine(local_target, local_drafter, verifier="rrsw", tree="kary:2x3").generate(
         ids, max_new_tokens=20, temperature=0.7, seed=9, logprobs=2, prompt_logprobs=1))
 
-    def sdk_logprobs(tokens, logprobs):
-        return tuple(TokenLogprob(token, value, tuple(zip(top_ids, top_values)))
-                     for token, value, top_ids, top_values
-                     in zip(tokens, logprobs.chosen, logprobs.top_ids, logprobs.top_values))
+    def sdk_logprobs(tokens, logprobs):  # ranks included: they cross both workers' wires too
+        return tuple(TokenLogprob(token, value, tuple(zip(top_ids, top_values)), rank)
+                     for token, value, top_ids, top_values, rank
+                     in zip(tokens, logprobs.chosen, logprobs.top_ids, logprobs.top_values, logprobs.ranks, strict=True))
 
     expected = tuple(t for c in chunks for t in sdk_logprobs(c.tokens, c.logprobs))
     expected_prompt = sdk_logprobs(ids[1:], chunks[0].prompt_logprobs)
@@ -268,6 +268,7 @@ def test_the_client_sdk_gets_the_in_process_log_probabilities(cluster, local_eng
         streamed = list(stream)
         plain = client.generate(ids, max_tokens=3, seed=9)
     assert completion.logprobs == expected and stream.completion.logprobs == expected
+    assert all(t.rank >= 1 for t in expected) and any(t.rank > 1 for t in expected)
     assert [len(c.logprobs) for c in streamed] == [len(c.tokens) for c in chunks]
     assert len(expected_prompt) == len(ids) - 1 and len(expected_prompt[0].top) == 1
     assert completion.prompt_logprobs == expected_prompt and stream.completion.prompt_logprobs == expected_prompt

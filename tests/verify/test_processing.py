@@ -44,12 +44,13 @@ def test_an_infinite_or_nan_temperature_is_refused():
 def test_token_logprobs_are_the_raw_laws_log_probabilities_and_its_most_likely_tokens():
     # Row 0's law is (1/8, 3/8, 4/8) whatever the shift of its logits; row 1's is uniform.
     logits = torch.tensor([[1.0, 3.0, 4.0], [1.0, 1.0, 1.0]]).log() + torch.tensor([[5.0], [-2.0]])
-    chosen, values, ids = token_logprobs(logits, torch.tensor([1, 2]), top=2)
+    chosen, values, ids, ranks = token_logprobs(logits, torch.tensor([1, 2]), top=2)
     assert chosen.tolist() == pytest.approx([torch.tensor(3 / 8).log().item(), torch.tensor(1 / 3).log().item()])
     assert ids[0].tolist() == [2, 1]
     assert values[0].tolist() == pytest.approx([torch.tensor(0.5).log().item(), torch.tensor(3 / 8).log().item()])
     assert values[1].tolist() == pytest.approx([torch.tensor(1 / 3).log().item()] * 2)
-    assert chosen.dtype == values.dtype == torch.float32 and ids.dtype == torch.int64
+    assert ranks.tolist() == [2, 1]  # row 1: three tied tokens, each first
+    assert chosen.dtype == values.dtype == torch.float32 and ids.dtype == ranks.dtype == torch.int64
 
 
 def test_token_logprobs_taken_a_block_of_rows_at_a_time_equal_the_whole_at_once():
@@ -59,12 +60,24 @@ def test_token_logprobs_taken_a_block_of_rows_at_a_time_equal_the_whole_at_once(
     whole = token_logprobs(logits, tokens, top=4, rows_at_once=10)
     for rows in (1, 3, 7):
         assert all(torch.equal(a, b) for a, b in zip(token_logprobs(logits, tokens, top=4, rows_at_once=rows), whole))
-    chosen, values, ids = token_logprobs(logits[:0], tokens[:0], top=4, rows_at_once=3)
-    assert chosen.shape == (0,) and values.shape == ids.shape == (0, 4)
+    chosen, values, ids, ranks = token_logprobs(logits[:0], tokens[:0], top=4, rows_at_once=3)
+    assert chosen.shape == ranks.shape == (0,) and values.shape == ids.shape == (0, 4)
+
+
+def test_token_ranks_count_the_strictly_more_likely_tokens():
+    """vLLM's rank, against a count over the vocabulary: ties share the better rank."""
+    generator = torch.Generator().manual_seed(5)
+    logits = torch.randint(0, 6, (40, 30), generator=generator).float()  # many ties
+    tokens = torch.randint(30, (40,), generator=generator)
+    ranks = token_logprobs(logits, tokens, top=3, rows_at_once=7)[3]
+    for row, token, rank in zip(logits, tokens, ranks):
+        assert rank == 1 + sum(value > row[token] for value in row.tolist())
+    top_ids = token_logprobs(logits, tokens, top=1)[2][:, 0]
+    assert token_logprobs(logits, top_ids, top=1)[3].tolist() == [1] * 40
 
 
 def test_token_logprobs_ask_for_at_most_the_vocabulary():
-    chosen, values, ids = token_logprobs(torch.randn(4, 3, dtype=torch.float16), torch.tensor([0, 1, 2, 0]), top=20)
+    chosen, values, ids, _ = token_logprobs(torch.randn(4, 3, dtype=torch.float16), torch.tensor([0, 1, 2, 0]), top=20)
     assert values.shape == ids.shape == (4, 3) and chosen.shape == (4,)
     assert torch.allclose(values.exp().sum(-1), torch.ones(4), atol=1e-3)  # the whole law, most likely first
     assert bool((values.diff(dim=-1) <= 0).all())
