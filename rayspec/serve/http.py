@@ -13,19 +13,23 @@ Request fields: OpenAI's `model`, `prompt` / `messages`, `max_tokens` (chat: als
 `max_completion_tokens`), `temperature`, `top_p`, `presence_penalty`, `frequency_penalty`,
 `logit_bias` (token id strings to biases), `seed`, `stop`, `stream`,
 `stream_options.include_usage`, `logprobs` (chat: `logprobs` and `top_logprobs`, up to 20
-alternatives), `n` and, for completions, `echo` (with `max_tokens: 0`, the prompt alone:
-with `logprobs`, it scores a text), plus vLLM's extensions `top_k`, `repetition_penalty`,
-`min_p`, `min_tokens`, `stop_token_ids`, `ignore_eos`, `allowed_token_ids`, `bad_words`,
+alternatives), `n` and, for completions, `echo` (with `max_tokens: 0`, the prompt alone: with
+`logprobs`, it scores a text), plus vLLM's extensions `top_k`, `repetition_penalty`, `min_p`,
+`min_tokens`, `stop_token_ids`, `ignore_eos`, `allowed_token_ids`, `bad_words`,
 `include_stop_str_in_output`, `skip_special_tokens`, `add_special_tokens` (as in vLLM, a
 completion's prompt gets the tokenizer's special tokens, a BOS for Llama-style tokenizers,
 unless false; a chat prompt's template writes its own, so there the default is false) and
 `truncate_prompt_tokens` (k: the prompt's last k tokens, -1: as many as the context holds;
 `echo` then returns the kept tokens' text) and `return_tokens_as_token_ids` (log-probabilities
-name each token "token_id:{id}"), chat's `continue_final_message`, `add_generation_prompt` and
-`chat_template_kwargs`, and `rayspec: {verifier, tree, verifier_params}`.  Penalties and the bias change the target's law, and the output follows
-that law exactly.  Fields that would change the answer and that rayspec does not implement
-(`suffix`, `best_of` > 1, tools, structured output) are refused, never silently ignored; so are unknown fields, as OpenAI does.  `user`, `metadata`,
-`store` and `service_tier` are accepted and ignored.
+name each token "token_id:{id}"), `prompt_logprobs` (the prompt's tokens' log-probabilities,
+ranks and texts in vLLM's shape: per choice on completions, in each choice's first chunk when
+streamed; beside the choices on a chat, not streamed), chat's `continue_final_message`,
+`add_generation_prompt` and `chat_template_kwargs`, and `rayspec: {verifier, tree,
+verifier_params}`.  Penalties and the bias change the target's law, and the output follows that
+law exactly.  Fields that would change the answer and that rayspec does not implement
+(`suffix`, `best_of` > 1, tools, structured output) are refused, never silently ignored; so
+are unknown fields, as OpenAI does.  `user`, `metadata`, `store` and `service_tier` are
+accepted and ignored.
 
 Log-probabilities are the target's raw law at each token's position — the log-softmax of its
 logits, before temperature, top-k and top-p — as OpenAI and vLLM report them, whatever the
@@ -153,6 +157,7 @@ class _GenerationBody(_Strict):
     add_special_tokens: bool | None = None  # vLLM's: completions default true, chat false
     truncate_prompt_tokens: int | None = Field(None, ge=-1)
     return_tokens_as_token_ids: bool | None = None  # vLLM's: log-probabilities name tokens "token_id:{id}"
+    prompt_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)  # vLLM's: the prompt's, with ranks
     ignore_eos: bool | None = None
     include_stop_str_in_output: bool | None = None
     skip_special_tokens: bool | None = None
@@ -179,7 +184,7 @@ class _GenerationBody(_Strict):
             truncate_prompt_tokens=self.truncate_prompt_tokens,
             include_stop_str_in_output=self.include_stop_str_in_output, skip_special_tokens=self.skip_special_tokens,
             verifier=options.verifier, tree=options.tree, verifier_params=options.verifier_params,
-            logprobs=self.alternatives(),
+            logprobs=self.alternatives(), prompt_logprobs=self.prompt_alternatives(),
         )
 
     def token_biases(self) -> dict[int, float] | None:
@@ -194,6 +199,10 @@ class _GenerationBody(_Strict):
     def alternatives(self) -> int | None:
         """How many most likely tokens' log-probabilities to give at each token; None: none."""
         return None
+
+    def prompt_alternatives(self) -> int | None:
+        """The same for the prompt's tokens (what the target's prefill must report)."""
+        return self.prompt_logprobs
 
 
 def _check_tree(spec: str) -> None:
@@ -224,6 +233,10 @@ class CompletionBody(_GenerationBody):
 
     def alternatives(self) -> int | None:
         return self.logprobs
+
+    def prompt_alternatives(self) -> int | None:
+        asked = [k for k in (self.prompt_logprobs, self.logprobs if self.echo else None) if k is not None]
+        return max(asked, default=None)  # the echo's and vLLM's prompt_logprobs, from one prefill
 
     def prompts(self) -> list[dict]:
         """The `GenerationRequest` prompt field of each prompt: OpenAI's text, token ids, or a
@@ -296,6 +309,9 @@ class ChatBody(_GenerationBody):
         super().refuse_unsupported()
         if self.top_logprobs is not None and not self.logprobs:
             raise _bad("top_logprobs needs logprobs: true", "top_logprobs")
+        if self.prompt_logprobs is not None and self.stream:
+            raise _bad("prompt_logprobs: a chat gives them in its non-streamed response only (completions stream "
+                       "them too)", "prompt_logprobs")
         if self.tools or self.functions or self.tool_choice not in (None, "none") or self.function_call not in (None, "none"):
             raise _bad("tools and function calling are not supported", "tools")
         if self.response_format and self.response_format.get("type") != "text":
@@ -389,10 +405,14 @@ class _Reply:
 
     object = chunk_object = prefix = ""
 
-    def __init__(self, service: Service, requests: list[GenerationRequest], n: int = 1, as_token_ids: bool = False):
+    def __init__(self, service: Service, requests: list[GenerationRequest], n: int = 1, as_token_ids: bool = False,
+                 prompt_top: int | None = None):
         """as_token_ids: log-probabilities name tokens "token_id:{id}" rather than by their
-        text (vLLM's return_tokens_as_token_ids, for tokens whose text is not unique)."""
+        text (vLLM's return_tokens_as_token_ids, for tokens whose text is not unique).
+        prompt_top: vLLM's prompt_logprobs, the alternatives each prompt token's entry gives."""
         self.service, self.requests, self.n, self.as_token_ids = service, requests, n, as_token_ids
+        self.prompt_top = prompt_top
+        self.prompt_sent = [prompt_top is None] * len(requests)
         self.id = f"{self.prefix}-{requests[0].request_id}"
         self.created = int(time.time())
 
@@ -409,6 +429,35 @@ class _Reply:
             choices.append(self.choice(index, text, logprobs, request.finish_reason, request.stop_reason))
         return {**self._head(self.object), "choices": choices, "usage": usage(self.requests, self.n),
                 "rayspec": self.figures()}
+
+    def prompt_entries(self, index: int) -> list[dict | None]:
+        """vLLM's prompt_logprobs of choice `index`'s prompt: None for its first token (it has
+        no context), then per token a map from token id (a string: a JSON key) to its
+        log-probability, rank and text — the prompt's token first, then the `prompt_top` most
+        likely, ranked 1 to k."""
+        request = self.requests[index]
+        ids, logprobs = request.prompt_ids[1:], request.prompt_logprobs.narrowed(self.prompt_top)
+        texts, top_texts = self.token_texts(ids, logprobs)
+        ranks = logprobs.ranks or [None] * len(ids)  # unknown from a target worker that predates ranks
+        entries: list[dict | None] = [None]
+        for token, text, value, rank, top_ids, top_values, alternative_texts in zip(
+            ids, texts, logprobs.chosen, ranks, logprobs.top_ids, logprobs.top_values, top_texts
+        ):
+            entry = {str(token): {"logprob": _reported(value), "rank": rank, "decoded_token": text}}
+            for place, (alternative, alternative_value, alternative_text) in enumerate(
+                zip(top_ids, top_values, alternative_texts), 1
+            ):
+                entry.setdefault(str(alternative), {"logprob": _reported(alternative_value), "rank": place,
+                                                    "decoded_token": alternative_text})
+            entries.append(entry)
+        return entries
+
+    def with_prompt_entries(self, index: int, choice: dict) -> dict:
+        """`choice` with its prompt's entries the first time it is sent, when they are asked for."""
+        if self.prompt_sent[index]:
+            return choice
+        self.prompt_sent[index] = True
+        return {**choice, "prompt_logprobs": self.prompt_entries(index)}
 
     def piece(self, index: int, text: str, token_ids: list[int],
               logprobs: TokenLogprobs | None) -> tuple[str, dict | None]:
@@ -431,11 +480,12 @@ class _Reply:
         text, logprobs = self.piece(index, added.text, added.token_ids, logprobs)
         if not text and logprobs is None:
             return None
-        return self.delta(index, text, logprobs, None)
+        return self.with_prompt_entries(index, self.delta(index, text, logprobs, None))
 
     def finish_delta(self, index: int) -> dict:
         request = self.requests[index]
-        return self.delta(index, *self.piece(index, "", [], None), request.finish_reason, request.stop_reason)
+        delta = self.delta(index, *self.piece(index, "", [], None), request.finish_reason, request.stop_reason)
+        return self.with_prompt_entries(index, delta)
 
     def token_texts(self, token_ids: list[int], logprobs: TokenLogprobs) -> tuple[list[str], list[list[str]]]:
         """Each token's own text and its alternatives' texts, decoded in one tokenizer call (or
@@ -463,10 +513,11 @@ class _CompletionReply(_Reply):
     prefix = "cmpl"
 
     def __init__(self, service: Service, requests: list[GenerationRequest], n: int = 1,
-                 echoes: list[str] | None = None, as_token_ids: bool = False):
+                 echoes: list[str] | None = None, as_token_ids: bool = False, prompt_top: int | None = None):
         """echoes: each choice's prompt text, put before its completion (OpenAI's `echo`); its
-        tokens' log-probabilities come first too when the request asks for log-probabilities."""
-        super().__init__(service, requests, n, as_token_ids)
+        tokens' log-probabilities come first too when the request asks for log-probabilities.
+        Each choice carries vLLM's prompt_logprobs when asked (`prompt_top`)."""
+        super().__init__(service, requests, n, as_token_ids, prompt_top)
         self.text_offsets = [0] * len(requests)  # of each choice's next token: a stream's run on across chunks
         self.echoes = echoes
         self.echoed = [echoes is None] * len(requests)
@@ -490,8 +541,13 @@ class _CompletionReply(_Reply):
         first = {"tokens": [first_text], "token_logprobs": [None], "top_logprobs": [None],
                  "text_offset": [self.text_offsets[index]]}
         self.text_offsets[index] += len(first_text)
-        rest = self.logprobs(index, request.prompt_ids[1:], request.prompt_logprobs)
+        rest = self.logprobs(index, request.prompt_ids[1:], request.prompt_logprobs.narrowed(request.kwargs["logprobs"]))
         return self.echoes[index], {key: first[key] + rest[key] for key in first}
+
+    def response(self) -> dict:
+        answer = super().response()
+        answer["choices"] = [self.with_prompt_entries(i, choice) for i, choice in enumerate(answer["choices"])]
+        return answer
 
     def logprobs(self, index: int, token_ids: list[int], logprobs: TokenLogprobs) -> dict:
         """OpenAI's legacy object: each token's text, log-probability, text offset, and a map
@@ -525,6 +581,12 @@ class _ChatReply(_Reply):
 
     def opening(self, index: int) -> dict:
         return {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+
+    def response(self) -> dict:
+        answer = super().response()
+        if self.prompt_top is not None:  # vLLM's chat gives them once, beside the choices: one prompt
+            answer["prompt_logprobs"] = self.prompt_entries(0)
+        return answer
 
     def logprobs(self, index: int, token_ids: list[int], logprobs: TokenLogprobs) -> dict:
         """OpenAI's chat object: per token its text, log-probability and UTF-8 bytes, and the
@@ -908,8 +970,7 @@ def create_app(service: Service) -> FastAPI:
         prompts = body.prompts()
         requests = choices(
             body, prompts, max_tokens=None if prompt_only else body.max_tokens,
-            default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS, **body.generation_fields(),
-            prompt_logprobs=body.logprobs if body.echo else None, prompt_only=prompt_only,
+            default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS, **body.generation_fields(), prompt_only=prompt_only,
             add_special_tokens=body.add_special_tokens,
         )
         echoes = None
@@ -921,7 +982,8 @@ def create_app(service: Service) -> FastAPI:
                 else service.tokenizer.decode(requests[index * n].prompt_ids)
                 for index, prompt in enumerate(prompts) for _ in range(n)
             ]
-        reply = _CompletionReply(service, requests, body.n or 1, echoes, bool(body.return_tokens_as_token_ids))
+        reply = _CompletionReply(service, requests, body.n or 1, echoes, bool(body.return_tokens_as_token_ids),
+                                 body.prompt_logprobs)
         return await _answer(reply, bool(body.stream), _include_usage(body))
 
     @app.post("/v1/chat/completions")
@@ -933,7 +995,7 @@ def create_app(service: Service) -> FastAPI:
             body, [{"prompt": prompt}], **max_tokens_field(body.max_completion_tokens or body.max_tokens),
             **body.generation_fields(), add_special_tokens=bool(body.add_special_tokens),  # the template writes them
         )
-        reply = _ChatReply(service, requests, body.n or 1, bool(body.return_tokens_as_token_ids))
+        reply = _ChatReply(service, requests, body.n or 1, bool(body.return_tokens_as_token_ids), body.prompt_logprobs)
         return await _answer(reply, bool(body.stream), _include_usage(body))
 
     @app.post("/tokenize")

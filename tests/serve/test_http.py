@@ -527,6 +527,53 @@ def test_echo_puts_the_prompt_and_its_log_probabilities_before_the_completion(cl
     assert bare.choices[0].text == tokenizer.decode(ids) and bare.choices[0].logprobs is None
 
 
+def test_prompt_logprobs_are_vllms_entries_of_the_targets_prefill(http, parts, reference):
+    """vLLM's prompt_logprobs: null for the first prompt token, then per token a map from token
+    id to log-probability, rank and text — the prompt's token (its rank among all tokens) and
+    the k most likely (ranked 1 to k) — with the in-process engine's values; per choice on
+    completions (a batch's choices each their own prompt's; streamed, in each choice's first
+    chunk), beside the choices on a chat; `echo`'s alternatives stay as many as `logprobs`."""
+    tokenizer = parts[2]
+    prompts = [PROMPT, "for item in items:"]
+
+    def entries(ids: list[int], top: int) -> list:
+        scored = reference.prompt_logprobs(ids, top=top)
+        expected_entries = [None]
+        for i, token in enumerate(ids[1:]):
+            entry = {str(token): {"logprob": scored.chosen[i], "rank": scored.ranks[i],
+                                  "decoded_token": tokenizer.decode([token])}}
+            for place, (alternative, value) in enumerate(zip(scored.top_ids[i], scored.top_values[i]), 1):
+                entry.setdefault(str(alternative), {"logprob": value, "rank": place,
+                                                    "decoded_token": tokenizer.decode([alternative])})
+            expected_entries.append(entry)
+        return expected_entries
+
+    ids = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+    body = {"prompt": prompts, "max_tokens": 4, "seed": 2, "prompt_logprobs": 3}
+    answer = http.post("/v1/completions", json=body).json()
+    assert [c["prompt_logprobs"] for c in answer["choices"]] == [entries(i, 3) for i in ids]
+    first = answer["choices"][0]["prompt_logprobs"]
+    assert any(e[str(t)]["rank"] > 3 for e, t in zip(first[1:], ids[0][1:]))  # ranks beyond the alternatives
+    assert all(len(e) in (3, 4) for e in first[1:]) and "prompt_logprobs" not in http.post(
+        "/v1/completions", json={**body, "prompt_logprobs": None}).json()["choices"][0]
+
+    chunks = [json.loads(e) for e in sse_events(http.post("/v1/completions", json={**body, "stream": True}))[:-1]]
+    for index in (0, 1):
+        mine = [c["choices"][0] for c in chunks if c["choices"][0]["index"] == index]
+        assert mine[0]["prompt_logprobs"] == entries(ids[index], 3)
+        assert all("prompt_logprobs" not in c for c in mine[1:])
+
+    echo = {"prompt": PROMPT, "max_tokens": 0, "echo": True, "logprobs": 1}
+    alone, both = (http.post("/v1/completions", json={**echo, **extra}).json()["choices"][0]
+                   for extra in ({}, {"prompt_logprobs": 5}))
+    assert both["logprobs"] == alone["logprobs"] and both["prompt_logprobs"] == entries(ids[0], 5)
+
+    messages = [{"role": "user", "content": "Write a loop."}]
+    chat = http.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 3, "prompt_logprobs": 0}).json()
+    chat_ids = tokenizer.encode(chat_prompt(tokenizer, messages), add_special_tokens=False)
+    assert chat["prompt_logprobs"] == entries(chat_ids, 0) and all(len(e) == 1 for e in chat["prompt_logprobs"][1:])
+
+
 def test_n_choices_are_the_completions_of_seeds_seed_plus_i(client, parts, reference):
     """Choice i is what a request with seed + i gets, streamed or not; usage counts the prompt
     once and every choice's tokens; the `rayspec` object pools the choices' steps."""
@@ -717,6 +764,10 @@ BAD_COMPLETIONS = [
     ({"prompt": "x", "ignore_eos": "yes"}, 400, "ignore_eos: Input should be a valid boolean", "ignore_eos"),
 ]
 BAD_CHATS = [
+    ({"messages": [{"role": "user", "content": "hi"}], "prompt_logprobs": 1, "stream": True}, 400,
+     "prompt_logprobs: a chat gives them in its non-streamed response only", "prompt_logprobs"),
+    ({"messages": [{"role": "user", "content": "hi"}], "prompt_logprobs": 21}, 400,
+     "prompt_logprobs: Input should be less than or equal to 20", "prompt_logprobs"),
     ({"messages": [{"role": "user", "content": "hi"}], "continue_final_message": True}, 400,
      "add_generation_prompt and continue_final_message cannot both be true", "continue_final_message"),
     ({"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"tokenize": True}}, 400,
