@@ -16,6 +16,7 @@
 
 from rayspec.client.aio import AsyncClient, AsyncCompletionStream
 from rayspec.client.errors import (
+    AuthenticationError,
     DeadlineExceededError,
     InvalidRequestError,
     NotFoundError,
@@ -30,6 +31,7 @@ from rayspec.client.types import Completion, CompletionChunk, GenerateRequest, T
 
 __all__ = [
     "AsyncClient",
+    "AuthenticationError",
     "AsyncCompletionStream",
     "Client",
     "Completion",

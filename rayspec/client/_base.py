@@ -31,6 +31,9 @@ class BaseClient:
         override the client's own.
     max_message_bytes: the largest message sent or received.
     credentials: `grpc.ssl_channel_credentials(...)` for TLS; plaintext when None.
+    api_key: the server's API key (`ServiceConfig.api_key`), sent with every call as metadata
+        `authorization: Bearer <key>`; a server that needs one refuses calls without it
+        (`AuthenticationError`).  Over plaintext the key crosses the network in the clear.
 
     Compression is off: requests and token chunks are small, and latency is what counts.
     """
@@ -46,11 +49,14 @@ class BaseClient:
         options: Sequence[tuple[str, Any]] = (),
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         credentials: grpc.ChannelCredentials | None = None,
+        api_key: str | None = None,
     ):
         if not timeout > 0:
             raise ValueError(f"timeout must be positive (every call has a deadline), got {timeout}")
         self.target = target
         self.timeout = float(timeout)
+        # sent with every call; None: none (a server started without a key takes any call)
+        self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
         self.retry = RetryPolicy.coerce(retries)
         channel_args = dict(
             [

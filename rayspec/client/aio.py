@@ -135,7 +135,7 @@ class AsyncClient(BaseClient):
         )
         message = request.to_proto()
         return AsyncCompletionStream(
-            lambda remaining: self._generation.GenerateStream(message, timeout=remaining),
+            lambda remaining: self._generation.GenerateStream(message, timeout=remaining, metadata=self._metadata),
             self._timeout(timeout),
             self.retry if request.idempotent else None,
             check=lambda: self._check_features(request, timeout),
@@ -168,7 +168,7 @@ class AsyncClient(BaseClient):
         retries = 0
         while True:
             try:
-                return await method(request, timeout=deadline.remaining())
+                return await method(request, timeout=deadline.remaining(), metadata=self._metadata)
             except grpc.RpcError as error:
                 pause = self.retry.pause(retries, error.code(), deadline) if idempotent else None
                 if pause is None:

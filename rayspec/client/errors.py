@@ -6,6 +6,7 @@
     ├── OverloadedError           RESOURCE_EXHAUSTED: the server sheds load; back off
     ├── DeadlineExceededError     DEADLINE_EXCEEDED: the call's timeout ran out
     ├── UnavailableError          UNAVAILABLE: the server, or a model worker behind it, cannot be reached
+    ├── AuthenticationError       UNAUTHENTICATED: no API key, or not the server's (`api_key=`)
     └── ServerError               INTERNAL / UNKNOWN / UNIMPLEMENTED / DATA_LOSS: a server bug
 
 Other status codes (CANCELLED, PERMISSION_DENIED, ...) raise a plain `RayspecError`.  The
@@ -50,6 +51,10 @@ class UnavailableError(RayspecError):
     failed or could not be reached."""
 
 
+class AuthenticationError(RayspecError):
+    """The server needs an API key and the client sent none, or another (`Client(api_key=...)`)."""
+
+
 class ServerError(RayspecError):
     """The server failed while handling a valid request."""
 
@@ -60,6 +65,7 @@ _BY_CODE: dict[grpc.StatusCode, type[RayspecError]] = {
     grpc.StatusCode.RESOURCE_EXHAUSTED: OverloadedError,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
     grpc.StatusCode.UNAVAILABLE: UnavailableError,
+    grpc.StatusCode.UNAUTHENTICATED: AuthenticationError,
     grpc.StatusCode.INTERNAL: ServerError,
     grpc.StatusCode.UNKNOWN: ServerError,
     grpc.StatusCode.UNIMPLEMENTED: ServerError,

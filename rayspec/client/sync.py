@@ -33,7 +33,7 @@ class Client(BaseClient):
     """A blocking client of a rayspec server's `rayspec.v1.Generation` gRPC service.
 
     `Client("host:port", timeout=60.0, retries=3, options=(), max_message_bytes=16 MiB,
-    credentials=None)`; see `BaseClient` for the settings.  Thread-safe: share one client
+    credentials=None, api_key=None)`; see `BaseClient` for the settings.  Thread-safe: share one client
     (one channel) between threads.  Failed calls raise `rayspec.client.errors.RayspecError`
     subclasses.
     """
@@ -138,7 +138,7 @@ class Client(BaseClient):
         )
         message = request.to_proto()
         return CompletionStream(
-            lambda remaining: self._generation.GenerateStream(message, timeout=remaining),
+            lambda remaining: self._generation.GenerateStream(message, timeout=remaining, metadata=self._metadata),
             self._timeout(timeout),
             self.retry if request.idempotent else None,
             check=lambda: self._check_features(request, timeout),
@@ -174,7 +174,7 @@ class Client(BaseClient):
         retries = 0
         while True:
             try:
-                return method(request, timeout=deadline.remaining())
+                return method(request, timeout=deadline.remaining(), metadata=self._metadata)
             except grpc.RpcError as error:
                 pause = self.retry.pause(retries, error.code(), deadline) if idempotent else None
                 if pause is None:

@@ -72,7 +72,7 @@ def serve_generation_api(service, config: ServiceConfig) -> tuple:
 
     server, port = serve_generation(
         service.engine, service.tokenizer, f"{config.grpc.host}:{config.grpc.port}", service.request_limits,
-        max_concurrent_requests=config.limits.max_concurrent_requests,
+        max_concurrent_requests=config.limits.max_concurrent_requests, api_key=service.api_key,
     )
     return server, advertised_address(config.grpc.host, port)
 

@@ -21,6 +21,7 @@ one coordinator, and a step makes one call, to the drafter.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -46,7 +47,8 @@ class Service:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         if not ray.is_initialized():
             ray.init(address=ray_to_join(ray_address), include_dashboard=False, log_to_driver=False)
-        self.config = config
+        # resolved here, where $RAYSPEC_API_KEY is set, and carried in the config to the actors
+        self.config = config = dataclasses.replace(config, api_key=config.resolved_api_key)
         self.group, self.target, self.generation, self.drafters = None, None, None, []
         nodes = [n for n in ray.nodes() if n["Alive"]]
         spec = bundles(config, ray.cluster_resources().get("GPU", 0))
@@ -131,9 +133,10 @@ def serve_forever(config: ServiceConfig, ray_address: str | None = None) -> int:
 
     service = Service(config, ray_address)
     http, model = service.http_address, config.model_id
+    key = " -H \"Authorization: Bearer $RAYSPEC_API_KEY\"" if service.config.api_key else ""
     print(
         f"rayspec is ready: HTTP {http} (OpenAI API), gRPC {service.grpc_address} (rayspec.v1.Generation)\n"
-        f"  try: curl {http}/v1/completions -H 'Content-Type: application/json' "
+        f"  try: curl {http}/v1/completions{key} -H 'Content-Type: application/json' "
         f"-d '{{\"model\": \"{model}\", \"prompt\": \"def fibonacci(n):\", \"max_tokens\": 48, \"temperature\": 0.6}}'\n"
         f"  Ctrl-C stops it.",
         flush=True,

@@ -15,7 +15,7 @@ from rayspec.engine import SpeculativeEngine
 from rayspec.engine.interfaces import TokenLogprobs
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, health_pb2_grpc
-from rayspec.rpc.server import HealthServicer, Servicer, rpc_errors, start_server
+from rayspec.rpc.server import HealthServicer, RequireKey, Servicer, rpc_errors, start_server
 
 
 class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
@@ -77,9 +77,11 @@ def _token_logprobs(token_ids: list[int], logprobs: TokenLogprobs | None) -> lis
 
 
 def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits: Limits | None = None,
-                     max_concurrent_requests: int = 64):
+                     max_concurrent_requests: int = 64, api_key: str | None = None):
     """Generation on `address`; requests beyond `max_concurrent_requests` running at once are
-    refused with RESOURCE_EXHAUSTED (each holds a server thread while it generates)."""
+    refused with RESOURCE_EXHAUSTED (each holds a server thread while it generates).  With an
+    `api_key`, calls without it (metadata `authorization: Bearer <key>`, as the SDK's
+    `api_key` sends it) are refused UNAUTHENTICATED, the health service's excepted."""
     servicer = GenerationServicer(engine, tokenizer, limits)
     health = HealthServicer(["rayspec.v1.Generation"])
 
@@ -87,16 +89,19 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
         generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
 
-    return start_server(register, address, max_workers=max_concurrent_requests + 4)  # + health checks
+    interceptors = [RequireKey(api_key, open_services=("grpc.health.v1.Health",))] if api_key else []
+    return start_server(register, address, max_workers=max_concurrent_requests + 4,  # + health checks
+                        interceptors=interceptors)
 
 
 def serve_generation_from_workers(address: str, target, drafter, verifier: str = "rrsw",
-                                  tree: str = "kary:2x3", verify_at: str = "target", tokenizer_path=None):
+                                  tree: str = "kary:2x3", verify_at: str = "target", tokenizer_path=None,
+                                  api_key: str | None = None):
     """The coordinator of plain-process workers: Generation on `address` over their handles.
     `target`: a target worker's host:port, or a target in this process (`LocalTarget`) — the
     coordinator then sits with the target, and a step makes one call, to the drafter, whose
     reply is all that crosses.  `drafter`: a drafter worker's host:port, a drafter in this
-    process (`LocalDrafter`), or None for target-only decoding."""
+    process (`LocalDrafter`), or None for target-only decoding.  `api_key`: as `serve_generation`."""
     from transformers import AutoTokenizer
 
     from rayspec.demo import TARGET_PATH
@@ -108,4 +113,4 @@ def serve_generation_from_workers(address: str, target, drafter, verifier: str =
         drafter = RemoteDrafter(drafter, target.vocab_size)
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path or TARGET_PATH))
     engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=tree, tokenizer=tokenizer)
-    return serve_generation(engine, tokenizer, address)
+    return serve_generation(engine, tokenizer, address, api_key=api_key)

@@ -14,11 +14,13 @@ than left to the transport's generic RESOURCE_EXHAUSTED.
 from __future__ import annotations
 
 import functools
+import hmac
 import inspect
 import logging
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from concurrent import futures
 
 import grpc
@@ -271,7 +273,39 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
         yield health_pb2.HealthCheckResponse(status=status)
 
 
-def start_server(register, address: str, max_workers: int = 16, options=GRPC_OPTIONS) -> tuple[grpc.Server, int]:
+class RequireKey(grpc.ServerInterceptor):
+    """Refuses, UNAUTHENTICATED, a call without metadata `authorization: Bearer <key>` to any
+    service but `open_services` (full names, such as "grpc.health.v1.Health")."""
+
+    def __init__(self, key: str, open_services: Sequence[str] = ()):
+        self.expected = f"Bearer {key}".encode()
+        self.open = tuple(f"/{name}/" for name in open_services)
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        if handler is None or handler_call_details.method.startswith(self.open):
+            return handler
+        given = dict(handler_call_details.invocation_metadata).get("authorization", "")
+        if hmac.compare_digest(given.encode(), self.expected):
+            return handler
+        message = ("a valid API key is needed: send metadata authorization: Bearer <key> (the SDK's api_key)"
+                   if not given else "the API key given is not this service's")
+
+        def refuse(request_or_iterator, context):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+        # the refusal must have the method's shape: how many messages come in and go out
+        make = {(False, False): grpc.unary_unary_rpc_method_handler,
+                (False, True): grpc.unary_stream_rpc_method_handler,
+                (True, False): grpc.stream_unary_rpc_method_handler,
+                (True, True): grpc.stream_stream_rpc_method_handler}[
+            (handler.request_streaming, handler.response_streaming)]
+        return make(refuse, request_deserializer=handler.request_deserializer,
+                    response_serializer=handler.response_serializer)
+
+
+def start_server(register, address: str, max_workers: int = 16, options=GRPC_OPTIONS,
+                 interceptors: Sequence[grpc.ServerInterceptor] = ()) -> tuple[grpc.Server, int]:
     """A started gRPC server; `register(server)` adds the servicers.  Returns (server, port).
 
     A call holds one of the `max_workers` threads while it runs — a `Steps` stream for its
@@ -279,7 +313,7 @@ def start_server(register, address: str, max_workers: int = 16, options=GRPC_OPT
     than queued behind streams that may never end.  Its threads compute with the process's torch
     thread count (`rayspec.models.threads`)."""
     pool = futures.ThreadPoolExecutor(max_workers=max_workers, initializer=honour_torch_threads)
-    server = grpc.server(pool, options=options, maximum_concurrent_rpcs=max_workers)
+    server = grpc.server(pool, options=options, maximum_concurrent_rpcs=max_workers, interceptors=list(interceptors))
     register(server)
     port = server.add_insecure_port(address)
     if port == 0:

@@ -7,13 +7,15 @@
     python -m rayspec.rpc.worker --role coordinator --port 9000 --target here [--model PATH] --drafter HOST:50052
 
 Plain processes, no Ray: the GPU machines run them as they are; `rayspec.cluster` wraps the
-same servers in Ray actors.  Each prints one line `READY <role> <host:port>` once serving.
+same servers in Ray actors.  Each prints one line `READY <role> <host:port>` once serving.  A
+coordinator started with $RAYSPEC_API_KEY set refuses Generation calls without that key.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -228,7 +230,7 @@ def main(argv=None) -> int:
         tokenizer = args.tokenizer or (args.model if args.target == "here" else None)
         server, port = serve_generation_from_workers(
             address, target, drafter, verifier=args.verifier, tree=args.tree, verify_at=args.verify_at,
-            tokenizer_path=tokenizer,
+            tokenizer_path=tokenizer, api_key=os.environ.get("RAYSPEC_API_KEY") or None,
         )
     elif args.role == "target":
         server, port = serve_target(LocalTarget(load("target")), address, model_id=str(args.model or "rayspec-demo-target"))

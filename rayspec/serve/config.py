@@ -19,6 +19,13 @@
     grpc: {host: 127.0.0.1, port: 9000}
     limits: {default_max_tokens: 256, max_tokens: 4096, max_concurrent_requests: 64,
              max_request_bytes: 33554432}   # HTTP bodies over this many bytes get a 413
+    api_key: null                     # clients must send it (null: $RAYSPEC_API_KEY, if set)
+
+With an API key, every HTTP request but `/health` and `/metrics` needs `Authorization: Bearer
+<key>` (401 otherwise, as OpenAI and vLLM answer: the `openai` client's `api_key` sends it), and
+so does every gRPC Generation call but the health service (UNAUTHENTICATED otherwise: the SDK's
+`api_key`).  Give it in the `RAYSPEC_API_KEY` environment variable rather than in a file you
+share; the worker's own gRPC ports carry no key, so keep them inside the cluster's network.
 
 A null model path is the shipped demo pair.  `num_gpus: auto` is 1 when the cluster has
 GPUs and 0 otherwise.  `cpus` ("0-3", "8,9") pins the process that computes with the model
@@ -54,6 +61,7 @@ sample whose uniform fell that close to a boundary).
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +71,8 @@ from rayspec.engine.engine import check_setting
 from rayspec.engine.policy import parse_sequoia
 from rayspec.engine.trees import parse_tree_spec
 from rayspec.verify import get_verifier
+
+API_KEY_VARIABLE = "RAYSPEC_API_KEY"
 
 
 @dataclass
@@ -150,8 +160,11 @@ class ServiceConfig:
     http: Endpoint = field(default_factory=Endpoint)
     grpc: Endpoint = field(default_factory=lambda: Endpoint(port=9000))
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    api_key: str | None = None
 
     def __post_init__(self):
+        if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()):
+            raise ValueError("api_key must be a non-empty string, or null for none")
         if self.placement.strategy not in ("PACK", "STRICT_PACK", "SPREAD", "STRICT_SPREAD"):
             raise ValueError(f"placement.strategy must be PACK, STRICT_PACK, SPREAD or STRICT_SPREAD, got {self.placement.strategy!r}")
         if self.verify_at not in ("target", "coordinator"):
@@ -187,6 +200,11 @@ class ServiceConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    @property
+    def resolved_api_key(self) -> str | None:
+        """The key clients must send: the config's, else $RAYSPEC_API_KEY, else none."""
+        return self.api_key or os.environ.get(API_KEY_VARIABLE) or None
 
     @property
     def worker_drafters(self) -> list[DrafterConfig]:

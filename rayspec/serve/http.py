@@ -66,7 +66,8 @@ released.
 
 Errors have OpenAI's body `{"error": {"message", "type", "param", "code"}}`: 400 for bad
 input (malformed JSON, wrong types, unknown verifier, a prompt longer than the context, ...),
-404 for an unknown model or route, 413 for a body over `limits.max_request_bytes` (refused
+401 without the service's API key (`ServiceConfig.api_key`), 404 for an unknown model or route,
+413 for a body over `limits.max_request_bytes` (refused
 before it is read), 429 when `limits.max_concurrent_requests` generations are
 running or a worker has no room for another session, 503 when a worker fails or cannot be
 reached, 500 for anything else.
@@ -75,6 +76,7 @@ reached, 500 for anything else.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import time
@@ -805,6 +807,27 @@ _ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/responses", "/toke
               "/tokenizer_info", "/v1/models", "/health", "/metrics")
 
 
+class _RequireKey:
+    """ASGI middleware answering 401, before anything is read, to a request without
+    `Authorization: Bearer <key>` — every path but the probes, /health and /metrics."""
+
+    OPEN = ("/health", "/metrics")
+
+    def __init__(self, app, key: str):
+        self.app, self.expected = app, f"Bearer {key}".encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"] in self.OPEN:
+            return await self.app(scope, receive, send)
+        given = dict(scope["headers"]).get(b"authorization", b"")
+        if hmac.compare_digest(given, self.expected):
+            return await self.app(scope, receive, send)
+        message = ("a valid API key is needed: send it as Authorization: Bearer <key>" if not given
+                   else "the API key given is not this service's")
+        status, body = _error(401, message, code="invalid_api_key")
+        await JSONResponse(body, status_code=status, headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
+
+
 class _AnswerFailures:
     """ASGI middleware answering an unexpected exception with a 500 and its OpenAI error body,
     and going on.  (Starlette answers those from its outermost layer and then re-raises, so the
@@ -913,6 +936,8 @@ def create_app(service: Service) -> FastAPI:
     app = FastAPI(title="rayspec", summary="Tree speculative decoding, OpenAI-compatible")
     app.state.service = service
     app.add_middleware(_LimitBodies, limit=service.limits.max_request_bytes)
+    if service.api_key:  # outside the body limit: a request without the key is refused unread
+        app.add_middleware(_RequireKey, key=service.api_key)
     app.add_middleware(_AnswerFailures)
     app.add_middleware(_CountResponses, metrics=service.metrics)  # added last: outermost, it counts the 413s too
 

@@ -61,8 +61,11 @@ class Service:
     in-process models has none and is always healthy."""
 
     def __init__(self, engine: SpeculativeEngine, tokenizer, model_id: str, limits: LimitsConfig | None = None,
-                 metrics: Metrics | None = None, workers: Mapping[str, grpc.Channel] | None = None):
+                 metrics: Metrics | None = None, workers: Mapping[str, grpc.Channel] | None = None,
+                 api_key: str | None = None):
+        """api_key: the key clients must send (`ServiceConfig.api_key`); None: none."""
         self.engine, self.tokenizer, self.model_id = engine, tokenizer, model_id
+        self.api_key = api_key
         self.limits = limits or LimitsConfig()
         self.metrics = metrics or Metrics()
         self.workers = dict(workers or {})
@@ -108,7 +111,8 @@ class Service:
         if isinstance(target, RemoteTarget):
             workers = {f"target {target.address}": target.channel, **workers}
             handles.insert(0, target)
-        service = cls(engine, tokenizer, config.model_id, config.limits, workers=workers)
+        service = cls(engine, tokenizer, config.model_id, config.limits, workers=workers,
+                      api_key=config.resolved_api_key)
         service._handles = handles
         return service
 
