@@ -22,6 +22,7 @@ Settings (locust option, environment variable, default):
     --model        RAYSPEC_MODEL        the first id of GET /v1/models
     --verifier     RAYSPEC_VERIFIER     the server's default
     --tree         RAYSPEC_TREE         the server's default
+    (none)         RAYSPEC_API_KEY      none     the service's API key, sent by both kinds of user
 """
 
 from __future__ import annotations
@@ -198,6 +199,8 @@ class OpenAIHttpUser(RayspecUser):
         if not self.host:
             raise ValueError("OpenAIHttpUser needs --host, e.g. http://127.0.0.1:8000")
         self.session = requests.Session()
+        if key := os.environ.get("RAYSPEC_API_KEY"):
+            self.session.headers["Authorization"] = f"Bearer {key}"
         self.model = self.settings["model"] or self._discover_model()
 
     def on_stop(self):
@@ -308,7 +311,7 @@ class GrpcUser(RayspecUser):
             self.fire("gRPC", "import rayspec.client", 0, exception=error)
             raise StopUser() from error
         # No retries: a load test must see every failure, not a replay of it.
-        self.client = Client(target, timeout=REQUEST_TIMEOUT_S, retries=0)
+        self.client = Client(target, timeout=REQUEST_TIMEOUT_S, retries=0, api_key=os.environ.get("RAYSPEC_API_KEY"))
 
     def on_stop(self):
         self.client.close()

@@ -59,11 +59,13 @@ def typed(value, kind) -> bool:
 
 
 class FakeOpenAI:
-    """The HTTP app; `requests` and `errors` count what it received."""
+    """The HTTP app; `requests` and `errors` count what it received, `keys` the Authorization
+    headers it was sent."""
 
     def __init__(self):
         self.requests = 0
         self.errors: list[str] = []
+        self.keys: set[str | None] = set()
         routes = []
         for prefix, broken in (("", False), ("/broken", True)):
             routes += [Route(f"{prefix}/v1/models", self.models),
@@ -109,6 +111,7 @@ class FakeOpenAI:
     def endpoint(self, chat: bool, broken: bool):
         async def handle(request: Request):
             self.requests += 1
+            self.keys.add(request.headers.get("authorization"))
             try:
                 body = json.loads(await request.body())
                 prompt = self.parse(body, chat)
@@ -151,14 +154,17 @@ class FakeOpenAI:
 
 
 class FakeGeneration(generation_pb2_grpc.GenerationServicer):
-    """`rayspec.v1.Generation` with made-up tokens; `errors` counts malformed requests."""
+    """`rayspec.v1.Generation` with made-up tokens; `errors` counts malformed requests, `keys`
+    holds the authorization metadata sent."""
 
     def __init__(self):
         self.requests = 0
         self.errors: list[str] = []
+        self.keys: set[str | None] = set()
 
     def _tokens(self, request, context) -> list[str]:
         self.requests += 1
+        self.keys.add(dict(context.invocation_metadata()).get("authorization"))
         if not request.prompt or request.max_tokens <= 0 or not request.HasField("seed"):
             self.errors.append(str(request))
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "prompt, max_tokens > 0 and seed are required")

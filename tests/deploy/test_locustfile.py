@@ -70,7 +70,7 @@ def good_run(tmp_path_factory):
     with ServerThread(http.app) as server, GrpcServer(generation) as grpc_server:
         run, rows = headless(f"http://127.0.0.1:{server.port}", users, 2 * len(users), 8,
                              tmp_path_factory.mktemp("locust") / "run",
-                             RAYSPEC_GRPC=f"127.0.0.1:{grpc_server.port}")
+                             RAYSPEC_GRPC=f"127.0.0.1:{grpc_server.port}", RAYSPEC_API_KEY="sk-load")
     return run, rows, http, generation
 
 
@@ -88,6 +88,7 @@ def test_http_users_run_without_failures(good_run):
         assert count(rows, "HTTP", name) > 0, name
         assert int(rows[("HTTP", name)]["Failure Count"]) == 0, name
     assert count(rows, "HTTP", "GET /v1/models") >= 1  # the model id is discovered, not guessed
+    assert http.keys == {"Bearer sk-load"}  # $RAYSPEC_API_KEY, sent with every request
 
 
 def test_http_users_record_the_custom_metrics(good_run):
@@ -111,6 +112,7 @@ def test_http_users_record_the_custom_metrics(good_run):
 def test_grpc_users_run_and_record_the_custom_metrics(good_run):
     _, rows, _, generation = good_run
     assert generation.errors == [], generation.errors[:3]
+    assert generation.keys == {"Bearer sk-load"}
     for name in GRPC_REQUESTS:
         assert count(rows, "gRPC", name) > 0, name
         assert int(rows[("gRPC", name)]["Failure Count"]) == 0, name
