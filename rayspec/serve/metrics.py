@@ -4,7 +4,10 @@ A private `CollectorRegistry` keeps two services in one process (tests, several 
 applications) from colliding, and keeps Ray's and Python's default collectors out of the
 service's `/metrics`.  Per verification step: tokens emitted (the acceptance length),
 visits and descents at every tree depth, seconds per phase, bytes that crossed a process
-boundary.  Per request: tokens per second, and the count by endpoint and HTTP status.
+boundary.  Per generation, as vLLM's serving metrics: time to first token, the gaps between
+its steps that emit tokens (a stream's inter-chunk latency), time per output token, its
+length in seconds, tokens per second, prompt tokens, and how it ended.  Per HTTP request: the
+count by endpoint and status.
 
 Phases follow `StepStats`: draft (the drafter's compute), score (the target's forward),
 verify (the verifier's walk) and network — whatever else the step's wall time held:
@@ -55,6 +58,32 @@ class Metrics:
             ["endpoint", "status"], registry=r,
         )
         self.in_flight = Gauge("rayspec_generations_in_flight", "Generations running now.", registry=r)
+        seconds = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+        self.time_to_first_token = Histogram(
+            "rayspec_time_to_first_token_seconds",
+            "Seconds from a generation's start (sessions opened, prompt prefilled) to its first verified tokens.",
+            buckets=seconds, registry=r,
+        )
+        self.inter_chunk = Histogram(
+            "rayspec_inter_chunk_seconds",
+            "Seconds between a generation's consecutive steps that emit tokens: the gaps a stream's client sees.",
+            buckets=seconds, registry=r,
+        )
+        self.time_per_output_token = Histogram(
+            "rayspec_time_per_output_token_seconds",
+            "Per finished generation of two tokens or more: seconds per completion token after the first.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1), registry=r,
+        )
+        self.generation_seconds = Histogram(
+            "rayspec_generation_seconds", "Seconds each finished generation ran, from its start to its last step.",
+            buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300), registry=r,
+        )
+        self.prompt_tokens = Counter("rayspec_prompt_tokens", "Prompt tokens of the generations started.", registry=r)
+        self.ended = Counter(
+            "rayspec_generations_ended",
+            "Generations ended, by how: stop (EOS, a stop string or token), length, abort (the client went away, "
+            "or it failed).", ["reason"], registry=r,
+        )
         for phase in _PHASES:  # every phase is exported from the start, at zero
             self.phase_seconds.labels(phase)
 
@@ -71,10 +100,21 @@ class Metrics:
             self.phase_seconds.labels(phase).inc(getattr(step, field))
         self.step_bytes.observe(step.wire_bytes)
 
-    def observe_generation(self, stats: GenerationStats) -> None:
-        """A generation that ran to its end (not one whose client went away)."""
+    def observe_chunk(self, seconds: float, first: bool) -> None:
+        """A step that emitted tokens, `seconds` after the generation's start (`first`) or
+        after its previous such step."""
+        (self.time_to_first_token if first else self.inter_chunk).observe(seconds)
+
+    def observe_generation(self, stats: GenerationStats, seconds: float, first_token_seconds: float | None,
+                           finish_reason: str) -> None:
+        """A generation that ran to its end (not one whose client went away), `seconds` long,
+        its first tokens `first_token_seconds` after its start."""
         if stats.tokens and stats.seconds > 0:
             self.tokens_per_second.observe(stats.tokens_per_second)
+        self.generation_seconds.observe(seconds)
+        if first_token_seconds is not None and stats.tokens > 1:
+            self.time_per_output_token.observe((seconds - first_token_seconds) / (stats.tokens - 1))
+        self.ended.labels(finish_reason).inc()
 
     def observe_response(self, endpoint: str, status: int) -> None:
         self.requests.labels(endpoint, str(status)).inc()

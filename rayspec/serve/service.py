@@ -225,20 +225,31 @@ class StepStream:
         honour_torch_threads()
         metrics = service.metrics
         metrics.in_flight.inc()
+        metrics.prompt_tokens.inc(len(request.prompt_ids))
+        start = last = time.perf_counter()
+        first_token = None  # seconds from the start
         steps = request.run()
-        error = None
+        error, ended = None, False
         try:
             while not self._stop.is_set():
                 try:
                     added = next(steps)
                 except StopIteration:
-                    metrics.observe_generation(request.stats)
+                    ended = True
+                    metrics.observe_generation(request.stats, time.perf_counter() - start, first_token,
+                                               request.finish_reason)
                     break
+                now = time.perf_counter()
                 metrics.observe_step(added.step)
+                if added.token_ids:
+                    metrics.observe_chunk(now - last, first=first_token is None)
+                    first_token, last = first_token if first_token is not None else now - start, now
                 self._put(added)
         except Exception as failure:  # delivered to the awaiting side, which answers for it
             error = failure
         finally:
+            if not ended:
+                metrics.ended.labels("abort").inc()
             steps.close()
             metrics.in_flight.dec()
             service._slots.release()

@@ -982,6 +982,13 @@ def test_metrics_are_exported_and_count_requests(http):
     assert grew("rayspec_http_requests_total", [("endpoint", "/v1/completions"), ("status", "200")]) == 1
     assert grew("rayspec_http_requests_total", [("endpoint", "/v1/completions"), ("status", "400")]) == 1
     assert after[("rayspec_generations_in_flight", ())] == 0
+    # vLLM's serving metrics: one generation of `steps` steps, each emitting tokens
+    assert grew("rayspec_time_to_first_token_seconds_count") == 1
+    assert grew("rayspec_inter_chunk_seconds_count") == figures["steps"] - 1
+    assert grew("rayspec_time_per_output_token_seconds_count") == grew("rayspec_generation_seconds_count") == 1
+    assert 0 < grew("rayspec_time_to_first_token_seconds_sum") < grew("rayspec_generation_seconds_sum")
+    assert grew("rayspec_prompt_tokens_total") == len(AutoTokenizer.from_pretrained(TARGET_PATH).encode(PROMPT))
+    assert grew("rayspec_generations_ended_total", [("reason", "length")]) == 1
 
 
 # ---------------------------------------------------------------- disconnects, limits, failures
@@ -996,6 +1003,8 @@ def test_a_client_disconnect_stops_the_generation_and_releases_the_sessions(http
     target, drafter = server["target"], server["drafter"]
     target.permits = threading.Semaphore(2)  # two steps, then the generation waits
     before = answered(http, "/v1/chat/completions", 200)
+    aborted = ("rayspec_generations_ended_total", (("reason", "abort"),))
+    aborts = metric_samples(http).get(aborted, 0)
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 200, "seed": 1, "stream": True}
     with http.stream("POST", "/v1/chat/completions", json=body) as response:
         first = next(line for line in response.iter_lines() if line)
@@ -1007,6 +1016,7 @@ def test_a_client_disconnect_stops_the_generation_and_releases_the_sessions(http
     # ... the generation stops after the step it was in, releasing both sessions
     eventually(lambda: target.open_sessions == 0 and drafter.open_sessions == 0, what="sessions released")
     assert target.steps <= 3  # of the >= 50 that 200 tokens would take
+    eventually(lambda: metric_samples(http).get(aborted, 0) == aborts + 1, what="the abort to be counted")
 
 
 def test_beyond_the_concurrency_limit_requests_get_429(http, server):
