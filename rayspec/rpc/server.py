@@ -273,6 +273,49 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
         yield health_pb2.HealthCheckResponse(status=status)
 
 
+def _handler_like(handler, behaviour, request_deserializer):
+    """A method handler of `handler`'s shape (how many messages come in and go out) running
+    `behaviour`."""
+    make = {(False, False): grpc.unary_unary_rpc_method_handler,
+            (False, True): grpc.unary_stream_rpc_method_handler,
+            (True, False): grpc.stream_unary_rpc_method_handler,
+            (True, True): grpc.stream_stream_rpc_method_handler}[(handler.request_streaming, handler.response_streaming)]
+    return make(behaviour, request_deserializer=request_deserializer, response_serializer=handler.response_serializer)
+
+
+class RefuseUndecodable(grpc.ServerInterceptor):
+    """A request that is not a valid message of its type is INVALID_ARGUMENT, saying so,
+    rather than gRPC's INTERNAL "Exception deserializing request!": the bytes are the
+    caller's fault, not the server's.  Every rayspec server has it (`start_server`)."""
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        parse = handler.request_deserializer
+        kind = getattr(getattr(parse, "__self__", None), "DESCRIPTOR", None)
+        name = kind.full_name if kind is not None else handler_call_details.method
+
+        def decoded(raw: bytes, context):
+            try:
+                return parse(raw)
+            except Exception as error:  # noqa: BLE001 — protobuf's DecodeError, or worse bytes
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request is not a valid {name} message: {error}")
+
+        if handler.request_streaming:
+            inner = handler.stream_stream or handler.stream_unary
+
+            def behaviour(raws, context):
+                return inner((decoded(raw, context) for raw in raws), context)
+        else:
+            inner = handler.unary_stream or handler.unary_unary
+
+            def behaviour(raw, context):
+                return inner(decoded(raw, context), context)
+
+        return _handler_like(handler, behaviour, request_deserializer=None)
+
+
 class RequireKey(grpc.ServerInterceptor):
     """Refuses, UNAUTHENTICATED, a call without metadata `authorization: Bearer <key>` to any
     service but `open_services` (full names, such as "grpc.health.v1.Health")."""
@@ -294,14 +337,7 @@ class RequireKey(grpc.ServerInterceptor):
         def refuse(request_or_iterator, context):
             context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
-        # the refusal must have the method's shape: how many messages come in and go out
-        make = {(False, False): grpc.unary_unary_rpc_method_handler,
-                (False, True): grpc.unary_stream_rpc_method_handler,
-                (True, False): grpc.stream_unary_rpc_method_handler,
-                (True, True): grpc.stream_stream_rpc_method_handler}[
-            (handler.request_streaming, handler.response_streaming)]
-        return make(refuse, request_deserializer=handler.request_deserializer,
-                    response_serializer=handler.response_serializer)
+        return _handler_like(handler, refuse, handler.request_deserializer)
 
 
 def start_server(register, address: str, max_workers: int = 16, options=GRPC_OPTIONS,
@@ -313,7 +349,8 @@ def start_server(register, address: str, max_workers: int = 16, options=GRPC_OPT
     than queued behind streams that may never end.  Its threads compute with the process's torch
     thread count (`rayspec.models.threads`)."""
     pool = futures.ThreadPoolExecutor(max_workers=max_workers, initializer=honour_torch_threads)
-    server = grpc.server(pool, options=options, maximum_concurrent_rpcs=max_workers, interceptors=list(interceptors))
+    server = grpc.server(pool, options=options, maximum_concurrent_rpcs=max_workers,
+                         interceptors=[*interceptors, RefuseUndecodable()])
     register(server)
     port = server.add_insecure_port(address)
     if port == 0:

@@ -294,3 +294,20 @@ def test_trees_reaching_past_the_models_context_are_refused_and_the_session_goes
 def test_a_drafter_worker_tells_its_own_context(drafter_stub):
     info = drafter_stub.Info(worker_pb2.InfoRequest(), timeout=10)
     assert (info.model_id, info.vocab_size, info.context_length, info.device) == ("drafter", VOCAB, 128, "cpu")
+
+
+@pytest.mark.parametrize("raw", [b"\xff\xff\xff\xff", b"\x0a\x10ab", b"\x0a\x02\xff\xfe"])
+def test_bytes_that_are_no_message_are_invalid_argument_and_the_server_goes_on(target_server, raw):
+    """Undecodable requests, unary or in a stream, are the caller's error (INVALID_ARGUMENT,
+    naming the message type), not gRPC's INTERNAL "Exception deserializing request!"."""
+    _, stub, port = target_server
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    identity = dict(request_serializer=lambda b: b, response_deserializer=lambda b: b)
+    open_call = channel.unary_unary("/rayspec.v1.TargetService/Open", **identity)
+    code, details = _status(lambda: open_call(raw, timeout=10))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert details.startswith("the request is not a valid rayspec.v1.OpenRequest message: Error parsing message")
+    steps = channel.stream_stream("/rayspec.v1.TargetService/Steps", **identity)
+    code, details = _status(lambda: list(steps(iter([raw]), timeout=10)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "not a valid rayspec.v1.TargetCall message" in details
+    assert stub.Info(worker_pb2.InfoRequest(), timeout=10).vocab_size == VOCAB
