@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rayspec.engine.interfaces import Draft, SequenceSpec, TokenLogprobs
+from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec, TokenLogprobs
 from rayspec.engine.policy import (
     AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia,
 )
+from rayspec.engine.prediction import Prediction, prediction_chain
 from rayspec.engine.text import StopFinder, bad_words_token_ids
 from rayspec.engine.trees import parse_tree_spec
 from rayspec.tree.dynamic import DynamicPlan
@@ -261,6 +262,7 @@ class SpeculativeEngine:
         replayable: bool | None = None,
         logprobs: int | None = None,
         prompt_logprobs: int | None = None,
+        prediction: Sequence[int] | None = None,
     ) -> Iterator[Chunk]:
         """Yield the tokens of each verification step as soon as it is verified.
 
@@ -283,7 +285,11 @@ class SpeculativeEngine:
         (vLLM's): the only tokens that can be drawn (the law restricted to them).  bad_words
         (vLLM's): words the completion never contains, as strings (tokenized as vLLM does,
         `rayspec.engine.text.bad_words_token_ids`: needs the engine's tokenizer) or token id
-        sequences (`SamplingParams.bad_words_ids`)."""
+        sequences (`SamplingParams.bad_words_ids`).  prediction: token ids the completion is
+        expected to be (OpenAI's Predicted Outputs): drafted instead of the drafter's trees, as
+        a chain wherever the completion follows it (`tree` may give the chain as `chain:N`;
+        the drafter's trees are then the engine's), by the drafter elsewhere
+        (`rayspec.engine.prediction`); the output follows the target's law all the same."""
         replayable = seed is not None if replayable is None else replayable
         stop_ids = self._stop_ids(stop, ignore_eos)
         params = SamplingParams(temperature, top_p, top_k, presence_penalty, frequency_penalty, repetition_penalty,
@@ -303,8 +309,11 @@ class SpeculativeEngine:
         exact = verifier_class(verifier).exact_params
         if params.greedy and exact:  # T = 0 asks for the target's greedy output, exactly
             verifier_params = {**verifier_params, **exact}
-        policy = self.policy(None if self.drafter is None else tree)
+        chain = None if prediction is None else prediction_chain(tree)  # a prediction's drafts
+        policy = self.policy(None if self.drafter is None or chain is not None else tree)
         check_setting(verifier, verifier_params, policy.shape_for(verifier, params.temperature))
+        if chain is not None:
+            check_setting(verifier, verifier_params, chain)
         stop_texts = [s for s in stop or () if isinstance(s, str) and s]
         if stop_texts and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer; give the engine one, or stop on token ids")
@@ -318,6 +327,7 @@ class SpeculativeEngine:
         stats = stats if stats is not None else GenerationStats()
         started = time.perf_counter()
 
+        predicted = None if prediction is None else Prediction(prediction, spec, self.target.vocab_size)
         with ExitStack() as sessions:
             target = sessions.enter_context(_closing(self.target.open(spec)))
             prompt_chunk_logprobs = _prompt_logprobs(target, spec)
@@ -334,19 +344,25 @@ class SpeculativeEngine:
                     drafter = unseen = None
                 planned = (policy.first_shape if replayable else policy.next_shape)(verifier, params.temperature)
                 step_shape = planned.truncated(draft_context - length - 1)
-                if drafts and step_shape.size > 1:
+                draft = None if predicted is None else predicted.draft(min(chain.max_depth, context - length - 1))
+                by_drafter = draft is None and drafts and step_shape.size > 1
+                if by_drafter:
                     if drafter is None:
                         drafter = drafting.enter_context(_closing(self.drafter.open(spec)))
                     draft = drafter.draft(step_shape, unseen)
                     unseen = None
-                else:
+                elif draft is None:
                     draft = Draft(DraftTree(TreeShape.chain(0), torch.tensor([produced[-1] if produced else prompt[-1]])), None)
                 outcome = target.verify(draft)
                 if spec.logprobs is not None and outcome.logprobs is None:
                     raise RuntimeError("the target sent no log-probabilities: its worker predates them")
-                if drafts:
-                    unseen = outcome if unseen is None else unseen.then(outcome)
-                policy.observe(verifier, params.temperature, draft.tree.shape, outcome)
+                if predicted is not None:
+                    predicted.follow(outcome.tokens)
+                if drafts:  # the drafter keeps the nodes of its own trees only
+                    told = outcome if by_drafter else Outcome(outcome.tokens, [], [])
+                    unseen = told if unseen is None else unseen.then(told)
+                if by_drafter or predicted is None:  # what a prediction accepts says nothing of the drafter
+                    policy.observe(verifier, params.temperature, draft.tree.shape, outcome)
                 new = list(outcome.tokens)
                 finish = stop_reason = None
                 room = max_new_tokens - len(produced)
@@ -464,3 +480,4 @@ class _closing:
 
     def __exit__(self, *exc):
         self.session.close()
+

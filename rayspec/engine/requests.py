@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from rayspec.engine.engine import GenerationStats, SpeculativeEngine, StepStats
 from rayspec.engine.interfaces import TokenLogprobs, check_logprobs
 from rayspec.engine.policy import check_tree_spec
+from rayspec.engine.prediction import prediction_chain
 from rayspec.engine.text import TextAssembler, bad_words_token_ids, check_text
 from rayspec.verify.processing import SamplingParams
 
@@ -73,7 +74,7 @@ class GenerationRequest:
                  prompt_logprobs=None, prompt_only=False, presence_penalty=None, frequency_penalty=None,
                  repetition_penalty=None, logit_bias=None, min_p=None, min_tokens=None, stop_token_ids=None,
                  ignore_eos=None, include_stop_str_in_output=None, skip_special_tokens=None, allowed_token_ids=None,
-                 bad_words=None, add_special_tokens=None, truncate_prompt_tokens=None):
+                 bad_words=None, add_special_tokens=None, truncate_prompt_tokens=None, prediction=None):
         """add_special_tokens: a text prompt is tokenized with the tokenizer's special tokens
         (a BOS, for Llama-style tokenizers), as vLLM's completions and HF's `encode` do
         (default True; chat prompts, whose template writes them, pass False).
@@ -88,7 +89,9 @@ class GenerationRequest:
         drawn (vLLM's; None or empty: all).  bad_words: words the completion never contains
         (vLLM's).  include_stop_str_in_output: the text ends after the stop string that ended
         it rather than before (vLLM's); skip_special_tokens: special tokens have no text
-        (default True, as in vLLM)."""
+        (default True, as in vLLM).  prediction: the completion expected, as text or token
+        ids (OpenAI's Predicted Outputs), drafted where the completion follows it
+        (`rayspec.engine.prediction`)."""
         if (prompt is None) == (prompt_ids is None):
             raise ValueError("give exactly one of prompt (text) and prompt_ids (token ids)")
         context = engine.target.context_length
@@ -152,6 +155,12 @@ class GenerationRequest:
             SamplingParams(**sampling, stop_token_ids=stop_token_ids or (),
                            bad_words_ids=bad_words_token_ids(tokenizer, bad_words)).check_vocabulary(
                 engine.target.vocab_size)
+        if isinstance(prediction, str):
+            prediction = tokenizer.encode(check_text(prediction, "prediction"), add_special_tokens=False) or None
+        elif prediction is not None and not (prediction and all(type(t) is int for t in prediction)):
+            raise ValueError("prediction must be text or a non-empty list of token ids")
+        if prediction is not None:
+            prediction_chain(tree or None)  # refuses a tree that is no chain, before anything runs
         self.seed = secrets.randbits(63) if seed is None else int(seed)
         self.request_id = request_id or uuid.uuid4().hex
         self.kwargs = dict(
@@ -168,6 +177,7 @@ class GenerationRequest:
             verifier_params=verifier_params,
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
+            prediction=prediction,
         )
         self.include_stop = bool(include_stop_str_in_output)
         self.engine, self.tokenizer = engine, tokenizer

@@ -24,7 +24,8 @@ unless false; a chat prompt's template writes its own, so there the default is f
 name each token "token_id:{id}"), `prompt_logprobs` (the prompt's tokens' log-probabilities,
 ranks and texts in vLLM's shape: per choice on completions, in each choice's first chunk when
 streamed; beside the choices on a chat, not streamed), chat's `continue_final_message`,
-`add_generation_prompt` and `chat_template_kwargs`, and `rayspec: {verifier, tree,
+`add_generation_prompt` and `chat_template_kwargs`, OpenAI's `prediction` (Predicted Outputs:
+drafted where the completion follows it, `rayspec.engine.prediction`), and `rayspec: {verifier, tree,
 verifier_params}`.  Penalties and the bias change the target's law, and the output follows that
 law exactly.  Fields that would change the answer and that rayspec does not implement
 (`suffix`, `best_of` > 1, tools, structured output) are refused, never silently ignored; so
@@ -160,6 +161,7 @@ class _GenerationBody(_Strict):
     truncate_prompt_tokens: int | None = Field(None, ge=-1)
     return_tokens_as_token_ids: bool | None = None  # vLLM's: log-probabilities name tokens "token_id:{id}"
     prompt_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)  # vLLM's: the prompt's, with ranks
+    prediction: dict[str, Any] | None = None  # OpenAI's Predicted Outputs: {"type": "content", "content": ...}
     ignore_eos: bool | None = None
     include_stop_str_in_output: bool | None = None
     skip_special_tokens: bool | None = None
@@ -187,7 +189,24 @@ class _GenerationBody(_Strict):
             include_stop_str_in_output=self.include_stop_str_in_output, skip_special_tokens=self.skip_special_tokens,
             verifier=options.verifier, tree=options.tree, verifier_params=options.verifier_params,
             logprobs=self.alternatives(), prompt_logprobs=self.prompt_alternatives(),
+            prediction=self.predicted_text(),
         )
+
+    def predicted_text(self) -> str | None:
+        """The text of OpenAI's `prediction` ({"type": "content", "content": text or text
+        parts}), None without one."""
+        if self.prediction is None:
+            return None
+        content = self.prediction.get("content")
+        if isinstance(content, list) and all(
+            isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str) for part in content
+        ):
+            content = "".join(part["text"] for part in content)
+        if self.prediction.get("type") != "content" or not isinstance(content, str) or set(self.prediction) - {
+                "type", "content"}:
+            raise _bad('prediction must be {"type": "content", "content": text, or a list of {"type": "text", '
+                       '"text": ...} parts}', "prediction")
+        return content or None
 
     def token_biases(self) -> dict[int, float] | None:
         """`logit_bias` with its keys, token ids written as JSON strings as OpenAI's are, read."""

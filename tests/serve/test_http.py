@@ -574,6 +574,38 @@ def test_prompt_logprobs_are_vllms_entries_of_the_targets_prefill(http, parts, r
     assert chat["prompt_logprobs"] == entries(chat_ids, 0) and all(len(e) == 1 for e in chat["prompt_logprobs"][1:])
 
 
+def test_a_prediction_is_drafted_and_the_output_stays_the_targets(client, http, parts, reference):
+    """OpenAI's Predicted Outputs: the predicted text is drafted where the completion follows
+    it — the greedy completion is the same with or without it, in fewer steps when it is
+    right, and its accepted tokens are OpenAI's accepted_prediction_tokens."""
+    messages = [{"role": "user", "content": "Write a loop."}]
+    plain = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=40, temperature=0, seed=1)
+    text = plain.choices[0].message.content
+    for prediction in (text, [{"type": "text", "text": text[:20]}, {"type": "text", "text": text[20:]}]):
+        predicted = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=40, temperature=0,
+                                                   seed=1, prediction={"type": "content", "content": prediction})
+        assert predicted.choices[0].message.content == text
+        details = predicted.usage.completion_tokens_details
+        assert predicted.rayspec["steps"] < plain.rayspec["steps"] / 2
+        assert details.accepted_prediction_tokens >= 40 - predicted.rayspec["steps"]
+    body = {"prompt": PROMPT, "max_tokens": 30, "temperature": 0, "seed": 2}
+    completion = http.post("/v1/completions", json=body).json()
+    edited = completion["choices"][0]["text"][:10] + " edit " + completion["choices"][0]["text"][10:]
+    again = http.post("/v1/completions", json={**body, "prediction": {"type": "content", "content": edited}}).json()
+    assert again["choices"][0]["text"] == completion["choices"][0]["text"]
+    for wrong, message, param in [
+        ({"type": "text", "content": "x"}, 'prediction must be {"type": "content"', "prediction"),
+        ({"type": "content", "content": 5}, 'prediction must be {"type": "content"', "prediction"),
+        ({"type": "content", "content": "x", "extra": 1}, 'prediction must be {"type": "content"', "prediction"),
+    ]:
+        reply = http.post("/v1/completions", json={**body, "prediction": wrong})
+        assert reply.status_code == 400 and message in reply.json()["error"]["message"]
+        assert reply.json()["error"]["param"] == param
+    reply = http.post("/v1/completions", json={**body, "prediction": {"type": "content", "content": "x"},
+                                               "rayspec": {"tree": "kary:2x2"}})
+    assert reply.status_code == 400 and "with a prediction the tree is a chain" in reply.json()["error"]["message"]
+
+
 def test_n_choices_are_the_completions_of_seeds_seed_plus_i(client, parts, reference):
     """Choice i is what a request with seed + i gets, streamed or not; usage counts the prompt
     once and every choice's tokens; the `rayspec` object pools the choices' steps."""
