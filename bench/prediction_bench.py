@@ -1,0 +1,114 @@
+"""What OpenAI's Predicted Outputs buy: in-process engine on the demo pair (rrsw, the
+serving tree sequoia:auto for the drafter), each prompt decoded without a prediction and
+with predictions of several qualities, drafted as chains (`rayspec.engine.prediction`).
+
+Predictions, from each prompt's greedy completion (computed first, untimed):
+- exact: the greedy completion itself (a file regenerated unchanged);
+- edited: the same with 2 of every 32 tokens replaced (a file with scattered edits);
+- unrelated: another prompt's greedy completion (a wrong guess).
+At T = 0 every arm must give the greedy completion (checked); at T = 0.6 the completion is a
+sample, so it leaves even an exact prediction where the sample leaves the greedy path.
+
+    python bench/prediction_bench.py [--prompts 8] [--tokens 128] [--rounds 1]
+
+Writes bench/results/prediction_bench.{json,md}.  The arms run one after the other on each
+prompt, each first in turn; tokens/s is total tokens over total decoding time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from common import ACCEPTANCE, RESULTS, load_demo, machine
+from rayspec.engine import GenerationStats, SpeculativeEngine
+
+TEMPERATURES = (0.0, 0.6)
+ARMS = [("none", None, None), ("exact", "exact", "chain:8"), ("exact", "exact", "chain:16"),
+        ("edited", "edited", "chain:8"), ("unrelated", "unrelated", "chain:8")]
+
+
+def edited(tokens: list[int], every: int = 32) -> list[int]:
+    """`tokens` with two of every `every` replaced by other tokens."""
+    out = list(tokens)
+    for start in range(every // 2, len(out) - 1, every):
+        out[start], out[start + 1] = (out[start] + 1) % 8192, (out[start + 1] + 7) % 8192
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+
+    target, drafter, _, _, tokenizer, prompts = load_demo("cpu")
+    prompts = prompts[: args.prompts]
+    engine = SpeculativeEngine(target, drafter, verifier="rrsw", tree="sequoia:auto", acceptance_dir=ACCEPTANCE,
+                               adaptive=False, tokenizer=tokenizer)
+    engine.run(prompts[0], max_new_tokens=8, seed=0)  # warm-up
+    greedy = [engine.run(p, max_new_tokens=args.tokens, temperature=0.0, seed=0).tokens for p in prompts]
+    predictions = [{"exact": g, "edited": edited(g), "unrelated": greedy[(i + 1) % len(greedy)]}
+                   for i, g in enumerate(greedy)]
+    labels = [f"{name}, {tree}" if tree else name for name, _, tree in ARMS]
+    rows = []
+    for temperature in TEMPERATURES:
+        totals = {label: [0, 0.0, 0, 0] for label in labels}  # tokens, seconds, steps, accepted drafts
+        same = {label: True for label in labels}
+        for round_ in range(args.rounds):
+            for i, prompt in enumerate(prompts):
+                order = list(range(len(ARMS)))
+                order = order[i % len(order):] + order[: i % len(order)]  # each arm first in turn
+                for a in order:
+                    _, kind, tree = ARMS[a]
+                    stats, tokens = GenerationStats(), []
+                    extra = {} if kind is None else {"prediction": predictions[i][kind], "tree": tree}
+                    start = time.perf_counter()
+                    for chunk in engine.generate(prompt, max_new_tokens=args.tokens, temperature=temperature,
+                                                 seed=1000 * round_ + i, stats=stats, **extra):
+                        tokens += chunk.tokens
+                    totals[labels[a]][1] += time.perf_counter() - start
+                    totals[labels[a]][0] += len(tokens)
+                    totals[labels[a]][2] += len(stats.steps)
+                    totals[labels[a]][3] += sum(s.accepted_in_completion for s in stats.steps)
+                    if temperature == 0.0:
+                        same[labels[a]] &= tokens == greedy[i]
+            print(f"  T = {temperature}: round {round_ + 1}/{args.rounds}", flush=True)
+        base = totals["none"][0] / totals["none"][1]
+        for label in labels:
+            tokens, seconds, steps, accepted = totals[label]
+            rows.append({"temperature": temperature, "arm": label, "tokens_per_s": tokens / seconds,
+                         "vs_none": tokens / seconds / base, "tokens_per_step": tokens / steps, "steps": steps,
+                         "accepted_drafts": accepted, "greedy_output": same[label] if temperature == 0.0 else None})
+    result = {"setting": {"verifier": "rrsw", "drafter_tree": "sequoia:auto", "prompts": args.prompts,
+                          "tokens": args.tokens, "rounds": args.rounds, **machine("cpu")}, "rows": rows}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "prediction_bench.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = [
+        "# Predicted Outputs on the demo pair (in-process, CPU, rrsw; the drafter's tree sequoia:auto)",
+        "",
+        "| T | prediction | tokens/s | vs none | tokens/step | steps | accepted drafts | the greedy output |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        greedy_output = "" if row["greedy_output"] is None else ("yes" if row["greedy_output"] else "**no**")
+        lines.append(f"| {row['temperature']} | {row['arm']} | {row['tokens_per_s']:.1f} | {row['vs_none']:.2f} | "
+                     f"{row['tokens_per_step']:.2f} | {row['steps']} | {row['accepted_drafts']} | {greedy_output} |")
+    lines += [
+        "",
+        f"{args.rounds} round(s) of {args.prompts} prompts × {args.tokens} tokens per arm, the arms one after the "
+        "other on each prompt, each first in turn.  Exact: the prompt's greedy completion; edited: the same with 2 "
+        "of every 32 tokens replaced; unrelated: another prompt's greedy completion.  Chains of 8 or 16 predicted "
+        "tokens where the completion follows the prediction, the drafter's sequoia:auto trees elsewhere.  Accepted "
+        "drafts: draft tokens kept in the completions (predicted or drafted).",
+    ]
+    (RESULTS / "prediction_bench.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
