@@ -79,8 +79,8 @@ def cmd_generate(args) -> int:
         top_k=args.top_k, presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty,
         repetition_penalty=args.repetition_penalty, min_p=args.min_p, min_tokens=args.min_tokens,
         ignore_eos=args.ignore_eos, allowed_token_ids=args.allowed_token_ids, bad_words=args.bad_words,
-        seed=args.seed, stop=args.stop,
-        skip_special_tokens=args.skip_special_tokens, stats=stats,
+        seed=args.seed, stop=args.stop, skip_special_tokens=args.skip_special_tokens, stats=stats,
+        prediction=tokenizer.encode(args.prediction, add_special_tokens=False) if args.prediction else None,
     ):
         sys.stdout.write(assembler.push(chunk.tokens))
         sys.stdout.flush()
@@ -211,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--add-special-tokens", action=argparse.BooleanOptionalAction, default=True,
                           help="the prompt gets the tokenizer's special tokens, e.g. a BOS (default, as vLLM's "
                                "completions and HF's encode)")
+    generate.add_argument("--prediction", default=None, metavar="TEXT",
+                          help="OpenAI's Predicted Outputs: the completion expected, drafted where it is followed "
+                               "(--tree chain:N sets the chain; the drafter then uses sequoia:auto)")
     generate.add_argument("--quiet-summary", action="store_true", help="print the summary line to stderr")
     _add_model_args(generate)
     generate.set_defaults(func=cmd_generate)

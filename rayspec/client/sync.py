@@ -68,6 +68,7 @@ class Client(BaseClient):
         skip_special_tokens: bool | None = None,
         add_special_tokens: bool | None = None,
         truncate_prompt_tokens: int | None = None,
+        prediction: str | Sequence[int] | None = None,
         timeout: float | None = None,
     ) -> Completion:
         """Generate a completion; the parameters are `GenerateRequest`'s.  Replayed after
@@ -83,6 +84,7 @@ class Client(BaseClient):
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
             include_stop_str_in_output=include_stop_str_in_output, skip_special_tokens=skip_special_tokens,
             add_special_tokens=add_special_tokens, truncate_prompt_tokens=truncate_prompt_tokens,
+            prediction=prediction,
         )
         self._check_features(request, timeout)
         message = request.to_proto()
@@ -119,6 +121,7 @@ class Client(BaseClient):
         skip_special_tokens: bool | None = None,
         add_special_tokens: bool | None = None,
         truncate_prompt_tokens: int | None = None,
+        prediction: str | Sequence[int] | None = None,
         timeout: float | None = None,
     ) -> CompletionStream:
         """Generate, chunk by chunk as the server verifies them: a `CompletionStream` to
@@ -135,6 +138,7 @@ class Client(BaseClient):
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
             include_stop_str_in_output=include_stop_str_in_output, skip_special_tokens=skip_special_tokens,
             add_special_tokens=add_special_tokens, truncate_prompt_tokens=truncate_prompt_tokens,
+            prediction=prediction,
         )
         message = request.to_proto()
         return CompletionStream(

@@ -39,7 +39,7 @@ def unpack_params(data: bytes) -> dict[str, Any]:
 # Request fields a server ignores (proto3) unless it knows them, and then answers another
 # request: those added after Generation's first release that had no `Info`.  A server lists
 # those it knows in `Info`; the SDK refuses to send one to a server that does not.
-GENERATION_FEATURES = ("bad_words", "add_special_tokens", "truncate_prompt_tokens")
+GENERATION_FEATURES = ("bad_words", "add_special_tokens", "truncate_prompt_tokens", "prediction")
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,9 @@ class GenerateRequest:
     add_special_tokens: a text prompt is tokenized with the tokenizer's special tokens (a BOS
     for Llama-style tokenizers; default True, as vLLM's completions and HF's `encode`).
     truncate_prompt_tokens: k keeps the prompt's last k tokens, -1 as many as the model's
-    context holds (vLLM's).
+    context holds (vLLM's).  prediction: the completion expected, text or token ids (OpenAI's
+    Predicted Outputs): drafted as chains wherever the completion follows it, so a right
+    prediction makes long steps; the output follows the target's law all the same.
     """
 
     prompt: str | tuple[int, ...]
@@ -98,10 +100,13 @@ class GenerateRequest:
     bad_words: tuple[str, ...] = ()
     add_special_tokens: bool | None = None
     truncate_prompt_tokens: int | None = None
+    prediction: str | tuple[int, ...] | None = None
 
     def __post_init__(self):
         # frozen: normalise through object.__setattr__ so that equal requests compare equal
         object.__setattr__(self, "prompt", _prompt(self.prompt))
+        if self.prediction is not None:
+            object.__setattr__(self, "prediction", _prompt(self.prediction, "prediction") or None)
         for name in ("stop", "bad_words"):
             texts = getattr(self, name)
             texts = (texts,) if isinstance(texts, str) else tuple(texts or ())
@@ -126,7 +131,7 @@ class GenerateRequest:
         answer another request (add_special_tokens only when true: an older server's own
         tokenization has none)."""
         used = {"bad_words": bool(self.bad_words), "add_special_tokens": self.add_special_tokens is True,
-                "truncate_prompt_tokens": self.truncate_prompt_tokens is not None}
+                "truncate_prompt_tokens": self.truncate_prompt_tokens is not None, "prediction": bool(self.prediction)}
         return tuple(feature for feature in GENERATION_FEATURES if used[feature])
 
     @property
@@ -158,6 +163,10 @@ class GenerateRequest:
             message.prompt = self.prompt
         else:
             message.prompt_ids.extend(self.prompt)
+        if isinstance(self.prediction, str):
+            message.prediction = self.prediction
+        elif self.prediction:
+            message.prediction_ids.extend(self.prediction)
         # proto3 `optional`: unset means the default
         for name in ("temperature", "top_p", "repetition_penalty", "seed", "logprobs", "prompt_logprobs",
                      "skip_special_tokens", "add_special_tokens", "truncate_prompt_tokens"):
@@ -170,6 +179,8 @@ class GenerateRequest:
         """The request a server received; ValueError for a prompt given twice or bad params."""
         if message.prompt and message.prompt_ids:
             raise ValueError("give either prompt or prompt_ids, not both")
+        if message.prediction and message.prediction_ids:
+            raise ValueError("give either prediction or prediction_ids, not both")
 
         def optional(name: str):
             return getattr(message, name) if message.HasField(name) else None
@@ -202,18 +213,20 @@ class GenerateRequest:
             bad_words=tuple(message.bad_words),
             add_special_tokens=optional("add_special_tokens"),
             truncate_prompt_tokens=optional("truncate_prompt_tokens"),
+            prediction=tuple(message.prediction_ids) or message.prediction or None,
         )
 
 
-def _prompt(prompt: str | Iterable[int]) -> str | tuple[int, ...]:
+def _prompt(prompt: str | Iterable[int], name: str = "prompt") -> str | tuple[int, ...]:
+    """Text, or token ids as a tuple of ints (the field is `name`)."""
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, (bytes, bytearray, Mapping)) or not isinstance(prompt, Iterable):
-        raise TypeError(f"prompt must be a str or a sequence of token ids, got {type(prompt).__name__}")
+        raise TypeError(f"{name} must be a str or a sequence of token ids, got {type(prompt).__name__}")
     try:
         return tuple(operator.index(t) for t in prompt)
     except TypeError:
-        raise TypeError("prompt token ids must be integers") from None
+        raise TypeError(f"{name} token ids must be integers") from None
 
 
 @dataclass(frozen=True)

@@ -538,6 +538,14 @@ def test_request_proto_round_trip_and_validation():
             GenerateRequest.from_proto(pb.GenerateRequest(prompt="a", verifier_params=bad))
     with pytest.raises(ValueError, match="either"):
         GenerateRequest.from_proto(pb.GenerateRequest(prompt="a", prompt_ids=[1]))
+    for prediction in ("def f():", (5, 6, 7)):  # text or token ids, each in its own field
+        predicted = GenerateRequest("hi", prediction=prediction)
+        assert GenerateRequest.from_proto(predicted.to_proto()) == predicted and predicted.features == ("prediction",)
+    assert GenerateRequest("hi", prediction=[5, 6]).prediction == (5, 6) and GenerateRequest("hi").features == ()
+    with pytest.raises(TypeError, match="prediction token ids must be integers"):
+        GenerateRequest("hi", prediction=[5, "6"])
+    with pytest.raises(ValueError, match="either prediction or prediction_ids"):
+        GenerateRequest.from_proto(pb.GenerateRequest(prompt="a", prediction="x", prediction_ids=[1]))
 
 
 def test_penalties_and_a_bias_cross_as_set_and_unset_values():
@@ -666,8 +674,9 @@ def test_a_field_the_server_would_ignore_is_refused_before_it_is_sent(server, fe
     nothing; requests without them, or with add_special_tokens false (an older server's own
     tokenization), go through.  Info is asked once per client."""
     server.generation.features = features
-    newer = dict(bad_words=["no"], truncate_prompt_tokens=4)
-    message = f"the server at {server.address} predates bad_words, truncate_prompt_tokens, and would ignore them"
+    newer = dict(bad_words=["no"], truncate_prompt_tokens=4, prediction="abc")
+    message = (f"the server at {server.address} predates bad_words, truncate_prompt_tokens, prediction, and would "
+               "ignore them")
     with Client(server.address, timeout=5, retries=FAST) as client:
         with pytest.raises(InvalidRequestError, match=message):
             client.generate("abc", max_tokens=2, **newer)

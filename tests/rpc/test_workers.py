@@ -231,6 +231,28 @@ def test_token_only_verifiers_ship_far_fewer_bytes(cluster):
     assert per_step["rrsw"] > 150_000 and per_step["gumbel"] < 2_000
 
 
+def test_a_prediction_through_the_sdk_gives_the_in_process_tokens_in_its_steps(cluster, local_engine_parts):
+    """Predicted Outputs across processes: the coordinator drafts the prediction's chains
+    itself (nothing more crosses), so the SDK gets the in-process engine's tokens and steps,
+    for a sample as for the greedy completion — which a right prediction decodes in few steps."""
+    local_target, local_drafter, tokenizer = local_engine_parts
+    engine = SpeculativeEngine(local_target, local_drafter, verifier="rrsw", tree="kary:2x3")
+    ids = tokenizer.encode("def add(a, b):", add_special_tokens=False)
+    greedy = engine.run(ids, max_new_tokens=30, temperature=0.0, seed=9)
+    text = tokenizer.decode(greedy.tokens)  # a text prediction is drafted as the coordinator tokenizes it
+    with Client(cluster["coordinator"].address, timeout=60) as client:
+        for temperature in (0.0, 0.7):
+            retokenized = tokenizer.encode(text, add_special_tokens=False)
+            for prediction, drafted in ((greedy.tokens, greedy.tokens), (text, retokenized)):
+                local = engine.run(ids, max_new_tokens=30, temperature=temperature, seed=9, prediction=drafted)
+                reply = client.generate(ids, max_tokens=30, temperature=temperature, seed=9, prediction=prediction)
+                assert list(reply.token_ids) == local.tokens
+                assert reply.usage.steps == len(local.stats.steps)
+    assert local.tokens != greedy.tokens  # T = 0.7: a sample, not the prediction
+    exact = engine.run(ids, max_new_tokens=30, temperature=0.0, seed=9, prediction=greedy.tokens)
+    assert exact.tokens == greedy.tokens and len(exact.stats.steps) == 4 < len(greedy.stats.steps)  # chains of 8
+
+
 def test_generation_service_matches_the_in_process_engine(cluster, local_engine_parts):
     local_target, local_drafter, tokenizer = local_engine_parts
     stub = generation_pb2_grpc.GenerationStub(grpc.insecure_channel(cluster["coordinator"].address))
