@@ -286,10 +286,10 @@ class SpeculativeEngine:
         (vLLM's): words the completion never contains, as strings (tokenized as vLLM does,
         `rayspec.engine.text.bad_words_token_ids`: needs the engine's tokenizer) or token id
         sequences (`SamplingParams.bad_words_ids`).  prediction: token ids the completion is
-        expected to be (OpenAI's Predicted Outputs): drafted instead of the drafter's trees, as
-        a chain wherever the completion follows it (`tree` may give the chain as `chain:N`;
-        the drafter's trees are then the engine's), by the drafter elsewhere
-        (`rayspec.engine.prediction`); the output follows the target's law all the same."""
+        expected to be (OpenAI's Predicted Outputs), drafted as a chain wherever the
+        completion follows it and by the drafter elsewhere (`rayspec.engine.prediction`;
+        `tree` may then give the chain as `chain:N`, the drafter drawing the engine's trees);
+        the output follows the target's law all the same."""
         replayable = seed is not None if replayable is None else replayable
         stop_ids = self._stop_ids(stop, ignore_eos)
         params = SamplingParams(temperature, top_p, top_k, presence_penalty, frequency_penalty, repetition_penalty,
@@ -480,4 +480,3 @@ class _closing:
 
     def __exit__(self, *exc):
         self.session.close()
-
