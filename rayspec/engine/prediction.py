@@ -88,7 +88,8 @@ class Prediction:
         best, best_length = None, 0
         for position in self.places.get(end[-1], ()):
             length = 1
-            while length < len(end) and position - length >= 0 and self.prediction[position - length] == end[-1 - length]:
+            while (length < len(end) and position - length >= 0
+                   and self.prediction[position - length] == end[-1 - length]):
                 length += 1
             after = position + 1
             if length < MIN_MATCH:

@@ -279,8 +279,9 @@ def _handler_like(handler, behaviour, request_deserializer):
     make = {(False, False): grpc.unary_unary_rpc_method_handler,
             (False, True): grpc.unary_stream_rpc_method_handler,
             (True, False): grpc.stream_unary_rpc_method_handler,
-            (True, True): grpc.stream_stream_rpc_method_handler}[(handler.request_streaming, handler.response_streaming)]
-    return make(behaviour, request_deserializer=request_deserializer, response_serializer=handler.response_serializer)
+            (True, True): grpc.stream_stream_rpc_method_handler}
+    return make[handler.request_streaming, handler.response_streaming](
+        behaviour, request_deserializer=request_deserializer, response_serializer=handler.response_serializer)
 
 
 class RefuseUndecodable(grpc.ServerInterceptor):

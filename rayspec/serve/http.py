@@ -197,16 +197,11 @@ class _GenerationBody(_Strict):
         parts}), None without one."""
         if self.prediction is None:
             return None
-        content = self.prediction.get("content")
-        if isinstance(content, list) and all(
-            isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str) for part in content
-        ):
-            content = "".join(part["text"] for part in content)
-        if self.prediction.get("type") != "content" or not isinstance(content, str) or set(self.prediction) - {
-                "type", "content"}:
+        text = _joined_text(self.prediction.get("content"))
+        if self.prediction.get("type") != "content" or text is None or set(self.prediction) - {"type", "content"}:
             raise _bad('prediction must be {"type": "content", "content": text, or a list of {"type": "text", '
                        '"text": ...} parts}', "prediction")
-        return content or None
+        return text or None
 
     def token_biases(self) -> dict[int, float] | None:
         """`logit_bias` with its keys, token ids written as JSON strings as OpenAI's are, read."""
@@ -283,6 +278,18 @@ def _prompt_field(prompt: str | list[int]) -> dict:
     return {"prompt": prompt} if isinstance(prompt, str) else {"prompt_ids": prompt}
 
 
+def _joined_text(content) -> str | None:
+    """OpenAI's text content: a string, or a list of {"type": "text", "text": ...} parts
+    joined; None for anything else."""
+    if isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else None
+    if parts is None or not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                                for p in parts):
+        return None
+    return "".join(part["text"] for part in parts)
+
+
 class Message(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")  # e.g. `refusal: null` from clients
     role: Literal["system", "developer", "user", "assistant"]
@@ -293,13 +300,11 @@ class Message(BaseModel):
     @classmethod
     def _text(cls, content) -> str:
         """The message's text: a string, or text parts joined."""
-        if content is None or isinstance(content, str):
-            return check_text(content or "", "the content")
-        if isinstance(content, list) and all(
-            isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str) for part in content
-        ):
-            return check_text("".join(part["text"] for part in content), "the content")
-        raise ValueError('only text content is supported: a string, or a list of {"type": "text", "text": ...} parts')
+        text = "" if content is None else _joined_text(content)
+        if text is None:
+            raise ValueError('only text content is supported: a string, or a list of {"type": "text", "text": ...} '
+                             'parts')
+        return check_text(text, "the content")
 
     def as_template_input(self) -> dict:
         return {"role": self.role, "content": self.content}
@@ -562,7 +567,8 @@ class _CompletionReply(_Reply):
         first = {"tokens": [first_text], "token_logprobs": [None], "top_logprobs": [None],
                  "text_offset": [self.text_offsets[index]]}
         self.text_offsets[index] += len(first_text)
-        rest = self.logprobs(index, request.prompt_ids[1:], request.prompt_logprobs.narrowed(request.kwargs["logprobs"]))
+        echoed = request.prompt_logprobs.narrowed(request.kwargs["logprobs"])
+        rest = self.logprobs(index, request.prompt_ids[1:], echoed)
         return self.echoes[index], {key: first[key] + rest[key] for key in first}
 
     def response(self) -> dict:

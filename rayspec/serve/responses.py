@@ -172,8 +172,9 @@ class _Answer:
         body = self.body
         status, incomplete = self._status() if done else ("in_progress", None)
         head = {
-            "id": self.id, "object": "response", "created_at": self.created, "status": status, "model":
-            self.service.model_id, "error": None, "incomplete_details": incomplete, "instructions": body.instructions,
+            "id": self.id, "object": "response", "created_at": self.created, "status": status,
+            "model": self.service.model_id, "error": None, "incomplete_details": incomplete,
+            "instructions": body.instructions,
             "max_output_tokens": body.max_output_tokens, "temperature": body.temperature, "top_p": body.top_p,
             "parallel_tool_calls": False, "tool_choice": "none", "tools": [], "text": {"format": {"type": "text"}},
             "truncation": "disabled", "store": False, "metadata": body.metadata or {}, "background": False,
@@ -231,7 +232,8 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
         request = service.request(
             prompt=prompt, add_special_tokens=False, max_tokens=body.max_output_tokens, temperature=body.temperature,
             top_p=body.top_p, top_k=body.top_k, min_p=body.min_p, repetition_penalty=body.repetition_penalty,
-            seed=body.seed, stop=body.stop, verifier=options.verifier, tree=options.tree, verifier_params=options.verifier_params,
+            seed=body.seed, stop=body.stop, verifier=options.verifier, tree=options.tree,
+            verifier_params=options.verifier_params,
         )
         answer = _Answer(service, request, body)
         [steps] = _start(service, [request])
