@@ -222,15 +222,15 @@ class StepStream:
         self._thread.start()
 
     def _produce(self, service: Service, request: GenerationRequest) -> None:
-        honour_torch_threads()
         metrics = service.metrics
         metrics.in_flight.inc()
-        metrics.prompt_tokens.inc(len(request.prompt_ids))
-        start = last = time.perf_counter()
-        first_token = None  # seconds from the start
-        steps = request.run()
-        error, ended = None, False
-        try:
+        steps, error, ended = None, None, False
+        try:  # everything in here: whatever fails, the awaiting side gets its end (and the error)
+            honour_torch_threads()
+            metrics.prompt_tokens.inc(len(request.prompt_ids))
+            start = last = time.perf_counter()
+            first_token = None  # seconds from the start
+            steps = request.run()
             while not self._stop.is_set():
                 try:
                     added = next(steps)
@@ -250,7 +250,8 @@ class StepStream:
         finally:
             if not ended:
                 metrics.ended.labels("abort").inc()
-            steps.close()
+            if steps is not None:
+                steps.close()
             metrics.in_flight.dec()
             service._slots.release()
             self.finished.set()

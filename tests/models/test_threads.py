@@ -67,6 +67,7 @@ class _ThreadCountRequest:
     """A request whose generation only reports its thread's OpenMP count, as an error."""
 
     request_id = "threads-probe"
+    prompt_ids = (0,)
 
     def run(self):
         raise _Seen(openmp_threads())

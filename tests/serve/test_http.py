@@ -1165,6 +1165,39 @@ def test_a_chat_can_continue_its_last_message_and_give_its_template_variables(cl
     assert brief["usage"]["prompt_tokens"] == counted["count"] > plain["usage"]["prompt_tokens"]
 
 
+def test_a_generation_that_fails_before_its_first_step_ends_its_stream_and_frees_its_slot():
+    """Whatever fails in a generation's thread, before its first step too, reaches the
+    awaiting side (it once hung there) and gives its slot back."""
+    import asyncio
+
+    class Broken:
+        request_id = "broken"
+
+        @property
+        def prompt_ids(self):
+            raise RuntimeError("broken before the first step")
+
+    service = Service(engine=None, tokenizer=None, model_id="x", limits=LimitsConfig(max_concurrent_requests=1))
+
+    async def consume():
+        for _ in range(2):  # the second start needs the slot the first gave back
+            stream = service.start(Broken())
+            with pytest.raises(RuntimeError, match="broken before the first step"):
+                await asyncio.wait_for(anext(stream), 10)
+            await asyncio.to_thread(stream.finished.wait, 10)
+
+    asyncio.run(consume())
+    assert metric_samples_of(service)[("rayspec_generations_ended_total", (("reason", "abort"),))] == 2
+
+
+def metric_samples_of(service) -> dict:
+    text = service.metrics.exposition().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text) for sample in family.samples
+    }
+
+
 def test_chat_without_a_template_uses_the_fallback(parts, reference):
     tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
     tokenizer.chat_template = None
