@@ -287,15 +287,25 @@ def _handler_like(handler, behaviour, request_deserializer):
 class RefuseUndecodable(grpc.ServerInterceptor):
     """A request that is not a valid message of its type is INVALID_ARGUMENT, saying so,
     rather than gRPC's INTERNAL "Exception deserializing request!": the bytes are the
-    caller's fault, not the server's.  Every rayspec server has it (`start_server`)."""
+    caller's fault, not the server's.  Every rayspec server has it (`start_server`); each
+    method's wrapped handler is built once, not on every call of a worker's hot path."""
+
+    def __init__(self):
+        self._wrapped: dict[str, grpc.RpcMethodHandler | None] = {}
 
     def intercept_service(self, continuation, handler_call_details):
-        handler = continuation(handler_call_details)
+        method = handler_call_details.method
+        if method not in self._wrapped:  # a race builds it twice, alike: harmless
+            self._wrapped[method] = self._wrap(continuation(handler_call_details), method)
+        return self._wrapped[method]
+
+    @staticmethod
+    def _wrap(handler, method: str):
         if handler is None or handler.request_deserializer is None:
             return handler
         parse = handler.request_deserializer
         kind = getattr(getattr(parse, "__self__", None), "DESCRIPTOR", None)
-        name = kind.full_name if kind is not None else handler_call_details.method
+        name = kind.full_name if kind is not None else method
 
         def decoded(raw: bytes, context):
             try:
@@ -317,6 +327,15 @@ class RefuseUndecodable(grpc.ServerInterceptor):
         return _handler_like(handler, behaviour, request_deserializer=None)
 
 
+def key_refusal(given: bytes, expected: bytes, how: str) -> str | None:
+    """Why a call with credentials `given` (b"Bearer <key>", or b"" for none) is refused, or
+    None when they are `expected`: compared in constant time.  `how` tells a caller without a
+    key where to send it.  The HTTP app's check and the gRPC servers' share it."""
+    if hmac.compare_digest(given, expected):
+        return None
+    return f"a valid API key is needed: send {how}" if not given else "the API key given is not this service's"
+
+
 class RequireKey(grpc.ServerInterceptor):
     """Refuses, UNAUTHENTICATED, a call without metadata `authorization: Bearer <key>` to any
     service but `open_services` (full names, such as "grpc.health.v1.Health")."""
@@ -330,10 +349,9 @@ class RequireKey(grpc.ServerInterceptor):
         if handler is None or handler_call_details.method.startswith(self.open):
             return handler
         given = dict(handler_call_details.invocation_metadata).get("authorization", "")
-        if hmac.compare_digest(given.encode(), self.expected):
+        message = key_refusal(given.encode(), self.expected, "metadata authorization: Bearer <key> (the SDK's api_key)")
+        if message is None:
             return handler
-        message = ("a valid API key is needed: send metadata authorization: Bearer <key> (the SDK's api_key)"
-                   if not given else "the API key given is not this service's")
 
         def refuse(request_or_iterator, context):
             context.abort(grpc.StatusCode.UNAUTHENTICATED, message)

@@ -77,7 +77,6 @@ reached, 500 for anything else.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import time
@@ -96,6 +95,7 @@ from rayspec.engine.policy import check_tree_spec
 from rayspec.engine.requests import GenerationRequest, StepText
 from rayspec.engine.text import check_text
 from rayspec.rpc.remote import RemoteError
+from rayspec.rpc.server import key_refusal
 from rayspec.serve.metrics import CONTENT_TYPE
 from rayspec.serve.service import ChatRenderError, Overloaded, Service, StepStream
 from rayspec.verify.processing import MAX_PRESENCE_OR_FREQUENCY_PENALTY as PENALTY_BOUND
@@ -844,11 +844,10 @@ class _RequireKey:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] in self.OPEN:
             return await self.app(scope, receive, send)
-        given = dict(scope["headers"]).get(b"authorization", b"")
-        if hmac.compare_digest(given, self.expected):
+        message = key_refusal(dict(scope["headers"]).get(b"authorization", b""), self.expected,
+                              "it as Authorization: Bearer <key>")
+        if message is None:
             return await self.app(scope, receive, send)
-        message = ("a valid API key is needed: send it as Authorization: Bearer <key>" if not given
-                   else "the API key given is not this service's")
         status, body = _error(401, message, code="invalid_api_key")
         await JSONResponse(body, status_code=status, headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
 
