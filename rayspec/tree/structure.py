@@ -5,7 +5,12 @@ Conventions used by the drafter, the target, the verifiers and the tree files:
   * nodes are in breadth-first order: `parents[i] < i` and `parents[1:]` is non-decreasing,
     so every level is a contiguous slice and the children of a node are contiguous;
   * the children of a node are in draw order: `child_rank[i]` is 1 for the first draft of
-    its parent, 2 for the second, ...; the root has rank 0.
+    its parent, 2 for the second, ...; the root has rank 0;
+  * a shape with `predicted = n > 0` has a chain of n *predicted* nodes under the root: its
+    first child and that child's line of only children, down to a leaf.  Their tokens are
+    a fixed function of the committed tokens (a client's prediction of the completion), not
+    draws; the root's other children and their subtrees are the drafter's
+    (`graft_prediction`; verified by `rayspec.verify.tree_walk`).
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ class TreeShape:
     """The shape of a draft tree, given by its parent list (see the module conventions)."""
 
     parents: tuple[int, ...]
+    predicted: int = 0  # nodes of the predicted chain under the root (see the module conventions)
 
     def __post_init__(self):
         parents = tuple(int(x) for x in self.parents)
         object.__setattr__(self, "parents", parents)
+        object.__setattr__(self, "predicted", int(self.predicted))
         if not parents or parents[0] != -1:
             raise ValueError("a tree's node 0 is the root and has parent -1")
         for i, parent in enumerate(parents[1:], start=1):
@@ -36,6 +43,21 @@ class TreeShape:
                     f"nodes must be in breadth-first order: node {i} (parent {parent}) comes "
                     f"after node {i - 1} (parent {parents[i - 1]})"
                 )
+        if self.predicted:
+            self._check_predicted_chain()
+
+    def _check_predicted_chain(self) -> None:
+        if self.predicted < 0:
+            raise ValueError(f"a tree's predicted chain has n >= 0 nodes, got {self.predicted}")
+        node = 0
+        for _ in range(self.predicted):
+            kids = self.children[node]
+            if not kids or (node and len(kids) > 1):
+                raise ValueError(f"a predicted chain of {self.predicted} nodes needs the root's first child and "
+                                 f"a line of only children below it; node {node} has {len(kids)} children")
+            node = kids[0]
+        if self.children[node]:  # the chain's last node
+            raise ValueError(f"the predicted chain of {self.predicted} nodes ends at node {node}, which has children")
 
     # ------------------------------------------------------------ constructors
     @classmethod
@@ -63,19 +85,21 @@ class TreeShape:
     @classmethod
     def from_json(cls, text_or_dict) -> "TreeShape":
         data = json.loads(text_or_dict) if isinstance(text_or_dict, str) else text_or_dict
-        shape = cls(tuple(data["parents"]))
+        shape = cls(tuple(data["parents"]), int(data.get("predicted", 0)))
         if "child_rank" in data and list(data["child_rank"]) != list(shape.child_rank):
             raise ValueError("child_rank does not match the parent list's draw order")
         return shape
 
     def to_dict(self) -> dict:
-        return {"parents": list(self.parents), "child_rank": list(self.child_rank)}
+        data = {"parents": list(self.parents), "child_rank": list(self.child_rank)}
+        return {**data, "predicted": self.predicted} if self.predicted else data
 
     def truncated(self, max_depth: int) -> "TreeShape":
         """The nodes at depth <= max_depth (a prefix, by the breadth-first order)."""
         if max_depth >= self.max_depth:
             return self
-        return TreeShape(self.parents[: sum(1 for d in self.depth if d <= max(max_depth, 0))])
+        max_depth = max(max_depth, 0)
+        return TreeShape(self.parents[: sum(1 for d in self.depth if d <= max_depth)], min(self.predicted, max_depth))
 
     # -------------------------------------------------------------- structure
     @property
@@ -134,6 +158,16 @@ class TreeShape:
         return tuple(bounds)
 
     @cached_property
+    def predicted_chain(self) -> tuple[int, ...]:
+        """The nodes of the predicted chain, from the root's first child down (none when
+        `predicted` is 0)."""
+        chain, node = [], 0
+        for _ in range(self.predicted):
+            node = self.children[node][0]
+            chain.append(node)
+        return tuple(chain)
+
+    @cached_property
     def internal_nodes(self) -> tuple[int, ...]:
         return tuple(i for i, kids in enumerate(self.children) if kids)
 
@@ -184,3 +218,29 @@ class DraftTree:
                 f"a tree of {self.shape.size} nodes needs {self.shape.size} tokens, "
                 f"got shape {tuple(self.tokens.shape)}"
             )
+
+
+def graft_prediction(tree: DraftTree, chain) -> tuple[DraftTree, tuple[int, ...]]:
+    """`tree` (the drafter's) with a predicted chain of `chain`'s tokens as the root's first
+    child: (the tree with `shape.predicted = len(chain)`, the node each of `tree`'s nodes became).
+
+    Level by level, the chain's node comes first and the drafter's follow in their order, so
+    the result is breadth-first with every child after its parent."""
+    chain = [int(t) for t in chain]
+    if not chain:
+        raise ValueError("a predicted chain holds at least one token")
+    shape = tree.shape
+    parents, tokens = [-1], [int(tree.tokens[0])]
+    placed = [0] * shape.size  # the drafter's node -> its node in the result
+    above = 0  # the chain's node on the level above (the root to begin with)
+    for depth in range(1, max(shape.max_depth, len(chain)) + 1):
+        if depth <= len(chain):
+            parents.append(above)
+            tokens.append(chain[depth - 1])
+            above = len(parents) - 1
+        for node in shape.levels[depth] if depth <= shape.max_depth else ():
+            placed[node] = len(parents)
+            parents.append(placed[shape.parents[node]])
+            tokens.append(int(tree.tokens[node]))
+    grafted = DraftTree(TreeShape(tuple(parents), len(chain)), torch.tensor(tokens))
+    return grafted, tuple(placed)

@@ -9,6 +9,19 @@ independently of this node's randomness).  The walk stops at the first emitted t
 matches no child, or at a leaf, where it emits a bonus token drawn from p.  Every emitted
 token follows the target's law given the tokens before it, so their concatenation does too.
 
+A tree with a predicted chain (`TreeShape.predicted`, OpenAI's Predicted Outputs) has, under
+its root, the chain's head x — a token fixed by the committed tokens, a draw from the point
+mass on x — beside the drafter's children, drawn from q.  The root is verified in two stages
+(`_predicted_root`): x is accepted with probability p(x), as rejection sampling with q = δ_x
+accepts it; else the drafter's children are verified by the verifier's own rule against the
+residual p' = p without x, renormalised.  The emitted token is x with probability p(x), and
+otherwise follows p', so it follows p; and p' is a law like any other for the second stage,
+which is exact for every law (or, for a lossy verifier, keeps its bound: a mixture's KL is
+at most the mixed KL).  A verifier whose emitted token is the target's own sample whatever
+the drafts (`token_only`: greedy, the couplings) simply descends into whichever child, the
+chain's first, holds that token — drafter invariance is kept.  Below the root the chain's
+nodes are single drafts whose q rows are point masses, verified as any node is.
+
 `walk_trees` walks B trees of one shape level by level, each level one batched call of the
 verifier; `walk_tree` is the same walk for one tree.
 """
@@ -20,6 +33,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rayspec.tree.structure import DraftTree, TreeShape
+from rayspec.verify.base import draw_uniform
 
 
 @dataclass
@@ -69,6 +83,55 @@ def _select(randomness, rows: torch.Tensor, batch: int):
     return randomness
 
 
+def _descend(drafts: torch.Tensor, token: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """The column of the child the walk descends into, -1 for none: the accepted draft, or
+    (membership) the first child holding a residual token."""
+    hit = (drafts == token.unsqueeze(-1)) & (drafts >= 0)
+    first_hit = torch.where(hit.any(-1), hit.to(torch.int8).argmax(-1), -1)
+    return torch.where(index >= 0, index, first_hit)
+
+
+def _draft_width(shape: TreeShape) -> int:
+    """How many draft columns each verifier call gets: the widest node's children, padded
+    with -1 — not counting a predicted chain's head, verified apart (`_predicted_root`), so
+    that a verifier taking at most k drafts is never handed more columns."""
+    counts = list(shape.num_children)
+    counts[0] -= 1 if shape.predicted else 0
+    return max(*counts, 1)
+
+
+def _predicted_root(verifier, p, q, drafts, randomness, select) -> tuple[torch.Tensor, torch.Tensor]:
+    """The root of a tree with a predicted chain, B walkers: p [B, V], q [B, V] (the law the
+    drafter's children were drawn from) or None, drafts [B, k] whose column 0 is the chain's
+    head.  Returns (emitted token [B], column of the child to descend into or -1 [B]).
+
+    `select(rows)` gives the randomness of a subset of the walkers: the second stage draws
+    for the walkers that refused the head only."""
+    head, others = drafts[:, 0], drafts[:, 1:]
+    if verifier.token_only:  # the target's own sample, whatever the drafts
+        token = (verifier.verify_batch(p, q, others, randomness)[0] if others.shape[1]
+                 else verifier.sample_target_batch(p, randomness))
+        column = _descend(others, token, torch.full_like(token, -1))
+        return token, torch.where(token == head, 0, torch.where(column >= 0, column + 1, -1))
+    chance = p.gather(-1, head.unsqueeze(-1)).squeeze(-1)
+    kept = draw_uniform(randomness, (p.shape[0],), p.device) < chance
+    token, column = head.clone(), torch.zeros_like(head)
+    refused = torch.nonzero(~kept).flatten()
+    if refused.numel():
+        rest = p[refused].scatter(-1, head[refused].unsqueeze(-1), 0.0)
+        rest = rest / rest.sum(-1, keepdim=True).clamp_min(torch.finfo(rest.dtype).tiny)
+        if others.shape[1]:
+            found, index = verifier.verify_batch(rest, None if q is None else q[refused], others[refused],
+                                                 select(refused))
+            found_column = _descend(others[refused], found, index)
+            column[refused] = torch.where(found_column >= 0, found_column + 1, -1)
+        else:
+            found = verifier.sample_target_batch(rest, select(refused))
+            column[refused] = -1
+        token[refused] = found
+    return token, column
+
+
 def walk_trees(verifier, shape: TreeShape, tokens, p_rows, q_rows, generator) -> TreeWalkBatch:
     """Walk B trees of one shape.
 
@@ -81,8 +144,8 @@ def walk_trees(verifier, shape: TreeShape, tokens, p_rows, q_rows, generator) ->
     device = p_rows.device
     first_child = torch.tensor(shape.first_child, device=device)
     num_children = torch.tensor(shape.num_children, device=device)
-    width = max(shape.max_children, 1)
-    columns = torch.arange(width, device=device)
+    width = _draft_width(shape)
+    columns = torch.arange(width + (1 if shape.predicted else 0), device=device)
     tokens = tokens.to(device)
     nodes = shape.size
 
@@ -117,15 +180,17 @@ def walk_trees(verifier, shape: TreeShape, tokens, p_rows, q_rows, generator) ->
         child = first_child[at].unsqueeze(-1) + columns
         valid = columns < num_children[at].unsqueeze(-1)
         drafts = torch.where(valid, tokens[inner.unsqueeze(-1), child.clamp_max(shape.size - 1)], -1)
+        if depth or not shape.predicted:
+            drafts = drafts[:, :width]
         q = None if q_rows is None else rows_of(q_rows, inner, at)
-        token, index = verifier.verify_batch(
-            rows_of(p_rows, inner, at), q, drafts, _select(randomness, inner, batch)
-        )
+        p = rows_of(p_rows, inner, at)
+        if depth == 0 and shape.predicted:
+            token, column = _predicted_root(verifier, p, q, drafts, _select(randomness, inner, batch),
+                                            lambda rows: _select(randomness, inner[rows], batch))
+        else:
+            token, index = verifier.verify_batch(p, q, drafts, _select(randomness, inner, batch))
+            column = _descend(drafts, token, index)  # membership: a residual token continues too
         emitted[inner, depth] = token
-        # Membership: a residual token equal to a draft continues into that child too.
-        hit = (drafts == token.unsqueeze(-1)) & valid
-        first_hit = torch.where(hit.any(-1), hit.to(torch.int8).argmax(-1), -1)
-        column = torch.where(index >= 0, index, first_hit)
         went_down = column >= 0
         ranks[inner, depth] = column + 1  # 0 where the walk stops here
         down = inner[went_down]
@@ -145,7 +210,7 @@ def walk_tree(verifier, tree: DraftTree, p_rows, q_rows, generator) -> TreeVerdi
     same verdict — with the tree bookkeeping in Python integers: for one tree, tensor
     bookkeeping would cost more than the verification itself."""
     shape, tokens = tree.shape, tree.tokens.tolist()
-    width = max(shape.max_children, 1)
+    width = _draft_width(shape)
     verdict = TreeVerdict()
     node = 0
     while True:
@@ -155,13 +220,18 @@ def walk_tree(verifier, tree: DraftTree, p_rows, q_rows, generator) -> TreeVerdi
         if not children:
             verdict.tokens.append(int(verifier.sample_target_batch(p, randomness)[0]))
             return verdict
-        drafts = torch.tensor([[tokens[c] for c in children] + [-1] * (width - len(children))], device=p.device)
+        padded = width + (1 if node == 0 and shape.predicted else 0)
+        drafts = torch.tensor([[tokens[c] for c in children] + [-1] * (padded - len(children))], device=p.device)
         row = node if q_rows is None or q_rows.shape[0] == shape.size else shape.internal_index[node]
         q = None if q_rows is None else q_rows[row : row + 1]
-        token, index = (int(x[0]) for x in verifier.verify_batch(p, q, drafts, randomness))
+        if node == 0 and shape.predicted:
+            token, index = (int(x[0]) for x in _predicted_root(verifier, p, q, drafts, randomness,
+                                                               lambda rows: randomness))
+        else:
+            token, index = (int(x[0]) for x in verifier.verify_batch(p, q, drafts, randomness))
+            if index < 0:  # membership: a residual token equal to a draft continues too
+                index = next((i for i, c in enumerate(children) if tokens[c] == token), -1)
         verdict.tokens.append(token)
-        if index < 0:  # membership: a residual token equal to a draft continues too
-            index = next((i for i, c in enumerate(children) if tokens[c] == token), -1)
         if index < 0:
             verdict.ranks.append(0)
             return verdict

@@ -40,8 +40,13 @@ class TablePair:
         return law
 
 
-def decode_first_tokens(verifier, pair: TablePair, shape: TreeShape, context, samples: int, length: int, seed: int = 0):
-    """[samples, length] first tokens emitted by tree speculative decoding from `context`."""
+def decode_first_tokens(verifier, pair: TablePair, shape: TreeShape, context, samples: int, length: int, seed: int = 0,
+                        predict=None):
+    """[samples, length] first tokens emitted by tree speculative decoding from `context`.
+
+    With a shape that has a predicted chain, `predict(before, last)` gives each chain node's
+    token from the two tokens before it (a fixed function of the context, as a client's
+    prediction is), and the chain's internal nodes get point-mass q rows."""
     coupled = verifier.drafter_invariant
     draft_generator = torch.Generator().manual_seed(seed)
     verify_generator = torch.Generator().manual_seed(seed + 1)
@@ -59,8 +64,15 @@ def decode_first_tokens(verifier, pair: TablePair, shape: TreeShape, context, sa
         tokens[:, 0] = sequences[rows, lengths[rows] - 1]
         previous = torch.zeros(count, shape.size, dtype=torch.long)  # token before each node's
         previous[:, 0] = before
+        for node in shape.predicted_chain:  # level by level: a chain node's parent is filled first
+            parent = shape.parents[node]
+            before = previous[:, parent]
+            tokens[:, node] = predict(before, tokens[:, parent])
+            previous[:, node] = tokens[:, parent]
         for node in shape.internal_nodes:
-            children = list(shape.children[node])
+            children = [c for c in shape.children[node] if c not in shape.predicted_chain]
+            if not children:
+                continue
             q_node = pair.q[previous[:, node], tokens[:, node]]
             if coupled:  # the children are candidates for this absolute position
                 randomness = KeyedNoise(sample_ids[rows], lengths[rows] + shape.depth[node])
@@ -72,6 +84,8 @@ def decode_first_tokens(verifier, pair: TablePair, shape: TreeShape, context, sa
             previous[:, children] = tokens[:, node : node + 1]
         p_rows = pair.p[previous, tokens]
         q_rows = pair.q[previous, tokens]
+        for node in shape.predicted_chain[:-1]:  # the chain's drafts are point masses
+            q_rows[:, node] = torch.nn.functional.one_hot(tokens[:, shape.children[node][0]], pair.vocab)
         randomness = KeyedNoise(sample_ids[rows], lengths[rows]) if coupled else verify_generator
         walk = verifier.verify_trees(shape, tokens, p_rows, q_rows, randomness)
         emitted = walk.num_accepted + 1

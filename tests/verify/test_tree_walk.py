@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rayspec.coupling import KeyedNoise
-from rayspec.tree.structure import DraftTree, TreeShape
+from rayspec.tree.structure import DraftTree, TreeShape, graft_prediction
 from rayspec.verify import available_verifiers, get_verifier
 from rayspec.verify.chain import RejectionChain, SequentialVerifier, acceptance_ratio, gather_rows
 from rayspec.verify.base import iid_draft_law, sample_iid
@@ -155,3 +155,106 @@ def test_the_statistical_check_catches_a_biased_verifier():
     samples, law = first_three_tokens(_NaiveMultiDraft(), 50_000)
     with pytest.raises(AssertionError, match="chi-square p-value"):
         assert_frequencies_match(samples, law)
+
+
+# ------------------------------------------------------- trees with a predicted chain
+
+
+def predicted_shape(verifier, chain: int = 2) -> TreeShape:
+    """`tree_for(verifier)` (the drafter's tree) with a predicted chain beside it."""
+    drafter = tree_for(verifier)
+    return graft_prediction(DraftTree(drafter, torch.zeros(drafter.size, dtype=torch.long)), [0] * chain)[0].shape
+
+
+PREDICTORS = {
+    # A client's prediction is any fixed function of the context: one the target mostly
+    # agrees with (its most likely next token), and one it rarely does.
+    "likely": lambda pair: (lambda before, last: pair.p[before, last].argmax(-1)),
+    "unlikely": lambda pair: (lambda before, last: pair.p[before, last].argmin(-1)),
+}
+
+
+@pytest.mark.parametrize("name", available_verifiers())
+def test_predicted_walk_single_equals_batched(name):
+    verifier = get_verifier(name)
+    shape = predicted_shape(verifier)
+    assert shape.predicted == 2 and len(shape.children[0]) == 1 + len(tree_for(verifier).children[0])
+    pair = TablePair(vocab=7, seed=3)
+    predict = PREDICTORS["likely"](pair)
+    roots = []  # the rank of the root's child each walk descended into: 1 is the chain's head
+    for trial in range(20):
+        coupled = verifier.drafter_invariant
+        single, batched = (KeyedNoise(trial, 40) if coupled else torch.Generator().manual_seed(trial) for _ in range(2))
+        context = (trial % 7, 2)
+        tokens, previous = torch.zeros(shape.size, dtype=torch.long), torch.zeros(shape.size, dtype=torch.long)
+        previous[0], tokens[0] = context
+        draft_noise = KeyedNoise(trial, 40) if coupled else torch.Generator().manual_seed(100 + trial)
+        for node in shape.predicted_chain:
+            parent = shape.parents[node]
+            tokens[node], previous[node] = predict(previous[parent], tokens[parent]), tokens[parent]
+        for node in shape.internal_nodes:
+            children = [c for c in shape.children[node] if c not in shape.predicted_chain]
+            if children:
+                noise = draft_noise.shifted(shape.depth[node]) if coupled else draft_noise
+                q = pair.q[previous[node], tokens[node]][None]
+                tokens[children] = verifier.sample_drafts_batch(q, len(children), noise)[0]
+                previous[children] = tokens[node]
+        p_rows, q_rows = pair.p[previous, tokens], pair.q[previous, tokens]
+        one = verifier.verify_tree(DraftTree(shape, tokens), p_rows, q_rows, single)
+        many = verifier.verify_trees(shape, tokens[None], p_rows[None], q_rows[None], batched).verdict(0)
+        assert one == many
+        roots.append(one.ranks[0])
+    assert 1 in roots, roots
+    # Greedy's token is the target's argmax: the prediction here, always taken.
+    assert name == "greedy" or any(rank > 1 for rank in roots), roots
+
+
+@pytest.mark.parametrize("predictor", sorted(PREDICTORS))
+@pytest.mark.parametrize("name", LOSSLESS)
+def test_first_three_tokens_through_a_predicted_chain_and_a_drafted_tree_follow_the_target(name, predictor):
+    verifier = get_verifier(name)
+    pair = TablePair(vocab=5, seed=0)
+    shape = predicted_shape(verifier)
+    first = decode_first_tokens(verifier, pair, shape, (0, 1), 100_000, 3, predict=PREDICTORS[predictor](pair))
+    assert_frequencies_match([tuple(row) for row in first.tolist()], pair.law_of_continuation((0, 1), 3),
+                             what=f"{name}, {predictor} prediction: first 3 tokens")
+
+
+def test_the_statistical_check_catches_a_prediction_verified_as_a_drafted_child():
+    """The same trees walked as if the chain's head had been drawn from q like its siblings
+    (no `predicted` mark): the head is then accepted with min(1, p/q) instead of p, biased."""
+    verifier = get_verifier("rrs")
+    pair = TablePair(vocab=5, seed=0)
+    shape = predicted_shape(verifier)
+    unmarked = TreeShape(shape.parents)
+
+    class Unmarked(type(verifier)):
+        def verify_trees(self, shape, tokens, p_rows, q_rows, generator):
+            return super().verify_trees(unmarked, tokens, p_rows, q_rows, generator)
+
+    first = decode_first_tokens(Unmarked(), pair, shape, (0, 1), 100_000, 3, predict=PREDICTORS["likely"](pair))
+    with pytest.raises(AssertionError, match="chi-square p-value"):
+        assert_frequencies_match([tuple(row) for row in first.tolist()], pair.law_of_continuation((0, 1), 3))
+
+
+@pytest.mark.parametrize("name", [n for n in available_verifiers() if get_verifier(n).drafter_invariant])
+def test_a_prediction_leaves_a_coupled_output_unchanged(name):
+    """Drafter invariance (seed 000, §5) holds with a prediction beside the drafter's tree: the
+    tokens are target-only sampling's under the same noise, whatever is predicted."""
+    verifier = get_verifier(name)
+    pair = TablePair(vocab=5, seed=1)
+    shape = predicted_shape(verifier, chain=3)
+    outputs = [decode_first_tokens(verifier, pair, shape, (2, 3), 2_000, 6, seed=4, predict=PREDICTORS[p](pair))
+               for p in sorted(PREDICTORS)]
+    alone = decode_first_tokens(verifier, pair, TreeShape.chain(0), (2, 3), 2_000, 6, seed=4)
+    assert torch.equal(outputs[0], alone) and torch.equal(outputs[1], alone)
+
+
+def test_a_predicted_chain_is_refused_unless_it_is_the_roots_first_line_of_only_children():
+    with pytest.raises(ValueError, match="ends at node 1, which has children"):
+        TreeShape((-1, 0, 0, 1, 1), predicted=1)
+    with pytest.raises(ValueError, match="node 1 has 2 children"):
+        TreeShape((-1, 0, 1, 1), predicted=2)
+    with pytest.raises(ValueError, match="node 1 has 0 children"):
+        TreeShape((-1, 0), predicted=2)
+    assert TreeShape((-1, 0, 0, 1, 2, 3), predicted=3).predicted_chain == (1, 3, 5)
