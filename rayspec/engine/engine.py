@@ -27,9 +27,9 @@ import torch
 
 from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec, TokenLogprobs
 from rayspec.engine.policy import (
-    AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia,
+    AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia, step_cost_model,
 )
-from rayspec.engine.prediction import Prediction, prediction_chain
+from rayspec.engine.prediction import GraftChoice, Prediction, graft_draft, prediction_chain
 from rayspec.engine.text import StopFinder, bad_words_token_ids
 from rayspec.engine.trees import parse_tree_spec
 from rayspec.tree.dynamic import DynamicPlan
@@ -164,12 +164,15 @@ class SpeculativeEngine:
 
     def __init__(self, target, drafter=None, verifier: str = "rrsw", tree="sequoia:auto",
                  verifier_params: dict | None = None, tokenizer=None, acceptance_dir=None, adaptive: bool = True,
-                 costs=None):
+                 costs=None, graft_predictions: str = "auto"):
         """tree: a tree spec (see `rayspec.engine.policy`) or a TreeShape; `acceptance_dir`
         holds the measured acceptance vectors Sequoia trees are planned from; `adaptive`
         lets Sequoia trees re-plan from the ranks accepted while serving; `costs` (measured by
         `rayspec.engine.calibrate`) spares sequoia:auto its measurement, or a function that
-        gives them when first needed (another coordinator's, measured there once)."""
+        gives them when first needed (another coordinator's, measured there once).
+        graft_predictions: above T = 0, whether a prediction's chain is drafted beside the
+        drafter's tree ("always"), instead of it ("never"), or whichever gives more tokens per
+        second by the measured costs ("auto"; `rayspec.engine.prediction.GraftChoice`)."""
         self.target = target
         self.drafter = drafter
         self.tokenizer = tokenizer
@@ -177,6 +180,8 @@ class SpeculativeEngine:
         self.verifier_params = dict(verifier_params or {})
         self.library = AcceptanceLibrary(acceptance_dir)
         self.adaptive = adaptive
+        GraftChoice(graft_predictions)  # refuses an unknown mode now
+        self.graft_predictions = graft_predictions
         self._costs = None if callable(costs) else costs
         self._costs_source = costs if callable(costs) else None
         self._costs_lock = threading.Lock()  # measured once, whichever requests need them first
@@ -328,6 +333,13 @@ class SpeculativeEngine:
         started = time.perf_counter()
 
         predicted = None if prediction is None else Prediction(prediction, spec, self.target.vocab_size)
+        # At T > 0 a prediction's chain may go beside the drafter's tree, at T = 0 it goes
+        # instead of it (`rayspec.engine.prediction`); only to a target that verifies such trees.
+        grafting = None
+        if predicted is not None and not params.greedy and getattr(self.target, "verifies_predictions", False):
+            costs = self.measured_costs
+            grafting = GraftChoice(self.graft_predictions, None if costs is None else
+                                   step_cost_model(costs, verifier, self.target.vocab_size))
         with ExitStack() as sessions:
             target = sessions.enter_context(_closing(self.target.open(spec)))
             prompt_chunk_logprobs = _prompt_logprobs(target, spec)
@@ -345,12 +357,19 @@ class SpeculativeEngine:
                 planned = (policy.first_shape if replayable else policy.next_shape)(verifier, params.temperature)
                 step_shape = planned.truncated(draft_context - length - 1)
                 draft = None if predicted is None else predicted.draft(min(chain.max_depth, context - length - 1))
-                by_drafter = draft is None and drafts and step_shape.size > 1
+                chained = draft is not None  # the step drafts the prediction's chain, alone or grafted
+                by_drafter = drafts and step_shape.size > 1 and (
+                    draft is None or (grafting is not None and grafting.grafts(draft.tree.shape, step_shape)))
+                placed = None  # with a grafted prediction: the node each of the drafter's nodes became
                 if by_drafter:
                     if drafter is None:
                         drafter = drafting.enter_context(_closing(self.drafter.open(spec)))
-                    draft = drafter.draft(step_shape, unseen)
+                    drafted = drafter.draft(step_shape, unseen)
                     unseen = None
+                    if draft is None:
+                        draft = drafted
+                    else:
+                        draft, placed = graft_draft(drafted, draft)
                 elif draft is None:
                     draft = Draft(DraftTree(TreeShape.chain(0), torch.tensor([produced[-1] if produced else prompt[-1]])), None)
                 outcome = target.verify(draft)
@@ -358,10 +377,17 @@ class SpeculativeEngine:
                     raise RuntimeError("the target sent no log-probabilities: its worker predates them")
                 if predicted is not None:
                     predicted.follow(outcome.tokens)
+                if grafting is not None and chained:
+                    grafting.observe(outcome, grafted=placed is not None)
                 if drafts:  # the drafter keeps the nodes of its own trees only
-                    told = outcome if by_drafter else Outcome(outcome.tokens, [], [])
+                    if not by_drafter:
+                        told = Outcome(outcome.tokens, [], [])
+                    else:
+                        told = outcome if placed is None else Outcome(outcome.tokens, _own_path(outcome.path, placed), [])
                     unseen = told if unseen is None else unseen.then(told)
-                if by_drafter or predicted is None:  # what a prediction accepts says nothing of the drafter
+                # What a prediction accepts says nothing of the drafter; the drafter's part of a
+                # grafted tree is verified against p less the prediction's head, not p.
+                if placed is None and (by_drafter or predicted is None):
                     policy.observe(verifier, params.temperature, draft.tree.shape, outcome)
                 new = list(outcome.tokens)
                 finish = stop_reason = None
@@ -457,6 +483,15 @@ class SpeculativeEngine:
             tokens += chunk.tokens
             finish, stop_reason = chunk.finish_reason or finish, chunk.stop_reason
         return Generation(tokens, finish, stats, seed, stop_reason)
+
+
+def _own_path(path: list[int], placed: tuple[int, ...] | None) -> list[int]:
+    """A path through a tree with a grafted prediction as the drafter's own nodes: empty
+    unless the walk went down the drafter's tree (`placed`: the node each of its nodes became)."""
+    if not path or placed is None:
+        return []
+    own = {node: index for index, node in enumerate(placed)}
+    return [own[node] for node in path] if path[0] in own else []
 
 
 def _prompt_logprobs(target, spec: SequenceSpec) -> TokenLogprobs | None:

@@ -181,5 +181,6 @@ class Target(Protocol):
     vocab_size: int
     context_length: int
     eos_token_ids: tuple[int, ...]
+    verifies_predictions: bool  # whether its sessions verify trees with a predicted chain
 
     def open(self, spec: SequenceSpec) -> TargetSession: ...

@@ -214,6 +214,9 @@ class LocalDrafterSession(_Session):
 
     def _draft(self, shape: TreeShape | DynamicPlan, previous: Outcome | None) -> Draft:
         start = time.perf_counter()
+        if getattr(shape, "predicted", 0):
+            raise ValueError("a drafter drafts no predicted chain: the coordinator grafts a prediction beside "
+                             "the drafter's tree")
         if previous is None and self.lm.committed == len(self.tokens):
             raise ValueError("nothing new to draft from: send the previous step's outcome with this draft, "
                              "or commit it first")
@@ -325,6 +328,7 @@ class LocalTarget:
         self.vocab_size = int(model.config.vocab_size)
         self.context_length = model_context_length(model)
         self.eos_token_ids = model_eos_ids(model)
+        self.verifies_predictions = True  # trees with a predicted chain (`TreeShape.predicted`)
         self.compute = threading.RLock()
 
     def open(self, spec: SequenceSpec) -> LocalTargetSession:

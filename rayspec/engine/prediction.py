@@ -16,6 +16,13 @@ drafts nothing when there is none), and the chain resumes after the longest suff
 completion (at least `MIN_MATCH` tokens, at most `MAX_MATCH`) found in the prediction — the
 earliest such place at or after where it left, else the earliest anywhere — as prompt-lookup
 and n-gram proposers do.
+
+At T = 0 the chain is the step's whole tree: the target's token either is the predicted one
+or the completion has reached an edit.  At T > 0 a sample may leave the prediction at any
+token, so the chain is grafted beside the drafter's tree (`graft_draft`): the target scores
+both in one forward, the chain's head is taken with probability p(head), and otherwise the
+drafter's tree is verified against the rest of p (`rayspec.verify.tree_walk`) — a step that
+leaves the prediction still gains what the drafter's tree gives.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import torch
 
 from rayspec.engine.interfaces import Draft, SequenceSpec
 from rayspec.engine.trees import parse_tree_spec
-from rayspec.tree.structure import DraftTree, TreeShape
+from rayspec.tree.structure import DraftTree, TreeShape, graft_prediction
 from rayspec.verify import verifier_class
 
 MIN_MATCH = 2  # tokens of the completion's end that must recur in the prediction to resume there
@@ -110,3 +117,88 @@ def prediction_chain(tree: str | TreeShape | None) -> TreeShape:
         raise ValueError(f"with a prediction the tree is a chain of predicted tokens: give chain:N or no tree, "
                          f"not {tree!r}")
     return shape
+
+
+def graft_draft(drafted: Draft, chain: Draft) -> tuple[Draft, tuple[int, ...]]:
+    """The drafter's `drafted` tree with a prediction's `chain` grafted beside it
+    (`graft_prediction`): (the draft, the node each of the drafter's nodes became).
+
+    Its q rows, when the drafter's has them: the drafter's root row at the root (its children
+    there were drawn from it; the chain's head is verified apart), the drafter's own rows at
+    its nodes, and point masses along the chain."""
+    tree, placed = graft_prediction(drafted.tree, chain.tree.tokens[1:].tolist())
+    q_rows = divisors = None
+    if drafted.q_rows is not None:
+        shape, own = tree.shape, drafted.tree.shape
+        vocab = drafted.q_rows.shape[1]
+        q_rows = torch.zeros(len(shape.internal_nodes), vocab, dtype=drafted.q_rows.dtype, device=drafted.q_rows.device)
+        divisors = torch.ones(len(shape.internal_nodes))
+        drafter_rows = [(shape.internal_index[placed[node]], row) for row, node in enumerate(own.internal_nodes)]
+        if drafter_rows:
+            to, source = (torch.tensor(column) for column in zip(*drafter_rows))
+            q_rows[to.to(q_rows.device)] = drafted.q_rows[source.to(q_rows.device)]
+            if drafted.q_divisors is not None:
+                divisors[to] = drafted.q_divisors.float().cpu()[source]
+        points = [(node, shape.children[node][0]) for node in shape.predicted_chain[:-1]]
+        if not own.num_children[0]:  # the chain's head is the root's only child
+            points.append((0, shape.children[0][0]))
+        for node, child in points:
+            q_rows[shape.internal_index[node], int(tree.tokens[child])] = 1.0
+        if drafted.q_divisors is None:
+            divisors = None
+    return Draft(tree, q_rows, drafted.seconds + chain.seconds, drafted.wire_bytes, divisors), placed
+
+
+GRAFT_MODES = ("auto", "always", "never")
+
+
+class GraftChoice:
+    """Whether a step above T = 0 grafts the drafter's tree beside the prediction's chain
+    (`graft_draft`) or drafts the chain alone, for one request.
+
+    Grafting gains only where the target refuses the chain's head: the drafter's tree then
+    gives τ tokens instead of the one correction token; it costs the drafter's call and the
+    target's larger tree at every step.  With a the rate at which the head is taken and L
+    the tokens of a step that takes it, a step gives a·L + (1 - a) tokens alone and
+    a·L + (1 - a)·τ grafted; "auto" grafts when that buys more tokens per second under the
+    engine's measured step costs (`rayspec.engine.calibrate`, the same costs Sequoia plans
+    trees with), or more tokens per step where there are none.  a, L and τ are this request's
+    own running means (from a prior worth one step), so the choice is a function of the
+    request's tokens and the engine's costs, never of timings taken while it runs: a seed
+    gives the same tokens on every replay."""
+
+    def __init__(self, mode: str = "auto", cost=None):
+        """cost: a `rayspec.tree.planner.CostModel` of this deployment, or None."""
+        if mode not in GRAFT_MODES:
+            raise ValueError(f"graft_predictions must be one of {', '.join(GRAFT_MODES)}, got {mode!r}")
+        self.mode, self.cost = mode, cost
+        self.taken, self.chain_steps = 1.0, 2.0  # the head taken in one of two steps
+        self.taken_tokens = [2.0, 1.0]  # tokens of the steps that took the head: sum, count
+        self.drafted_tokens = [2.0, 1.0]  # tokens of grafted steps that refused it: sum, count
+
+    def grafts(self, chain: TreeShape, drafter: TreeShape) -> bool:
+        if self.mode != "auto":
+            return self.mode == "always"
+        a = self.taken / self.chain_steps
+        taken = a * self.taken_tokens[0] / self.taken_tokens[1]
+        alone, grafted = taken + (1 - a), taken + (1 - a) * self.drafted_tokens[0] / self.drafted_tokens[1]
+        if self.cost is None or not isinstance(drafter, TreeShape):
+            return grafted > alone
+        together = graft_prediction(DraftTree(drafter, torch.zeros(drafter.size, dtype=torch.long)),
+                                    [0] * chain.max_depth)[0].shape
+        target = self.cost.target_seconds
+        alone_seconds = float(target(chain.size)) + self.cost.network(chain)
+        grafted_seconds = (self.cost.draft(drafter) + self.cost.overhead + float(target(together.size))
+                           + self.cost.network(together))
+        return grafted / grafted_seconds > alone / alone_seconds
+
+    def observe(self, outcome, grafted: bool) -> None:
+        """A step that drafted the chain, grafted or not: its head is node 1 either way."""
+        self.chain_steps += 1
+        if outcome.path and outcome.path[0] == 1:
+            self.taken += 1
+            self.taken_tokens[0] += len(outcome.tokens)
+            self.taken_tokens[1] += 1
+        elif grafted:
+            self.drafted_tokens[0] += len(outcome.tokens)
+            self.drafted_tokens[1] += 1

@@ -174,8 +174,10 @@ def encode_spec(spec: SequenceSpec) -> worker_pb2.SequenceSpec:
 # What this code's workers implement beyond the first protocol, announced in `WorkerInfo`.  A
 # worker ignores fields it does not know (proto3), so a coordinator must not send a sequence
 # whose law depends on them to a target worker that does not list them.  (A drafter that
-# ignored them would only draft less well: verification corrects any draft law.)
-WORKER_FEATURES = ("penalties", "min_p", "min_tokens", "allowed_token_ids", "bad_words")
+# ignored them would only draft less well: verification corrects any draft law.)  A target
+# that lists "predicted_chain" verifies trees with a predicted chain (`Tree.predicted`); one
+# that does not would walk the chain as drafts and is never sent one.
+WORKER_FEATURES = ("penalties", "min_p", "min_tokens", "allowed_token_ids", "bad_words", "predicted_chain")
 
 
 def check_worker_features(spec: SequenceSpec, features: frozenset[str], worker: str) -> None:
@@ -247,14 +249,14 @@ def decode_msgpack_map(data: bytes, what: str) -> dict:
 def encode_tree(tree: DraftTree | TreeShape) -> worker_pb2.Tree:
     shape = tree.shape if isinstance(tree, DraftTree) else tree
     tokens = tree.tokens.tolist() if isinstance(tree, DraftTree) else []
-    return worker_pb2.Tree(parents=list(shape.parents), tokens=tokens)
+    return worker_pb2.Tree(parents=list(shape.parents), tokens=tokens, predicted=shape.predicted)
 
 
 def decode_shape(message: worker_pb2.Tree, max_nodes: int = 4096) -> TreeShape:
     if len(message.parents) > max_nodes:
         raise CodecError(f"tree of {len(message.parents)} nodes exceeds the limit of {max_nodes}")
     try:
-        return TreeShape(tuple(message.parents))
+        return TreeShape(tuple(message.parents), message.predicted)
     except ValueError as error:
         raise CodecError(f"bad tree: {error}") from error
 

@@ -218,6 +218,8 @@ class RemoteTarget:
         self.vocab_size = int(info.vocab_size)
         self.context_length = int(info.context_length)
         self.eos_token_ids = tuple(info.eos_token_ids)
+        # Whether a tree may carry a predicted chain: verified here, or by a worker that knows it.
+        self.verifies_predictions = verify_at == "coordinator" or "predicted_chain" in self.features
 
     def open(self, spec: SequenceSpec) -> "RemoteTargetSession":
         codec.check_worker_features(spec, self.features, f"target worker at {self.address}")
@@ -372,6 +374,13 @@ class ReceivedDraft(Draft):
         self.q_message = reply.q_rows if reply.HasField("q_rows") else None
         self._vocab_size = vocab_size
         self._q_rows = None
+
+    @property
+    def q_divisors(self) -> torch.Tensor | None:
+        """The rows' divisors when they came in half precision (checked by `q_rows`)."""
+        if self.q_rows is None or not self.q_message.HasField("divisors"):
+            return None
+        return codec.decode_tensor(self.q_message.divisors, {"float32"}, "q rows divisors")
 
     @property
     def q_rows(self) -> torch.Tensor | None:

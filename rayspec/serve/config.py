@@ -10,6 +10,7 @@
     acceptance_dir: null              # measured acceptance vectors (null: the demo pair's)
     tree: sequoia:auto                # the default tree; requests may choose another
     adaptive_trees: true              # Sequoia trees re-plan from the acceptance served
+    graft_predictions: auto           # T > 0: a prediction's chain beside the drafter's tree: auto | always | never
     verify_at: target                 # where the verifier runs: target | coordinator
     placement:
       strategy: PACK                  # PACK (one node if it fits) | STRICT_SPREAD (distinct nodes)
@@ -69,6 +70,7 @@ import yaml
 
 from rayspec.engine.engine import check_setting
 from rayspec.engine.policy import parse_sequoia
+from rayspec.engine.prediction import GRAFT_MODES
 from rayspec.engine.trees import parse_tree_spec
 from rayspec.verify import get_verifier
 
@@ -155,6 +157,7 @@ class ServiceConfig:
     tree: str = "sequoia:auto"
     acceptance_dir: str | None = None  # measured vectors (null: the demo pair's when serving it)
     adaptive_trees: bool = True  # Sequoia trees re-plan from served acceptance (see the module doc)
+    graft_predictions: str = "auto"  # `SpeculativeEngine`'s: where a prediction's chain goes above T = 0
     verify_at: str = "target"
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     http: Endpoint = field(default_factory=Endpoint)
@@ -167,6 +170,8 @@ class ServiceConfig:
             raise ValueError("api_key must be a non-empty string, or null for none")
         if self.placement.strategy not in ("PACK", "STRICT_PACK", "SPREAD", "STRICT_SPREAD"):
             raise ValueError(f"placement.strategy must be PACK, STRICT_PACK, SPREAD or STRICT_SPREAD, got {self.placement.strategy!r}")
+        if self.graft_predictions not in GRAFT_MODES:
+            raise ValueError(f"graft_predictions must be one of {', '.join(GRAFT_MODES)}, got {self.graft_predictions!r}")
         if self.verify_at not in ("target", "coordinator"):
             raise ValueError(f"verify_at must be target or coordinator, got {self.verify_at!r}")
         if self.target.where not in ("worker", "coordinator"):

@@ -104,7 +104,7 @@ class Service:
         engine = SpeculativeEngine(
             target, drafter, verifier=config.verifier, tree=config.tree, verifier_params=config.verifier_params,
             tokenizer=tokenizer, acceptance_dir=config.acceptance_dir or (DEMO_DIR / "acceptance" if demo else None),
-            adaptive=config.adaptive_trees, costs=costs,
+            adaptive=config.adaptive_trees, costs=costs, graft_predictions=config.graft_predictions,
         )
         workers = {f"drafter {d.address}": d.channel for d in remote}
         handles = list(remote)

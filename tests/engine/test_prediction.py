@@ -9,10 +9,12 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
-from rayspec.engine.interfaces import SequenceSpec
-from rayspec.engine.prediction import Prediction, prediction_chain
+from rayspec.engine.interfaces import Outcome, SequenceSpec
+from rayspec.engine.prediction import GraftChoice, Prediction, prediction_chain
+from rayspec.tree.planner import CostModel
 from rayspec.tree.structure import TreeShape
 from rayspec.verify.processing import SamplingParams
 from tests.engine.test_engine import exact_law_of_first_tokens
@@ -103,3 +105,99 @@ def test_greedy_output_is_the_targets_and_an_exact_prediction_takes_few_steps():
     assert all(s.drafted == 4 and s.accepted == 4 for s in exact.stats.steps[:-1])
     with pytest.raises(ValueError, match="with a prediction the tree is a chain"):
         engine.run(prompt, max_new_tokens=4, prediction=[1], tree="kary:2x2")
+
+
+class _RecordingDrafter:
+    """A drafter that keeps, for each tree it drafts, the committed tokens and the root's q row."""
+
+    def __init__(self, drafter):
+        self.drafter, self.drafts = drafter, []
+        self.vocab_size, self.context_length = drafter.vocab_size, drafter.context_length
+
+    def open(self, spec):
+        session, drafts = self.drafter.open(spec), self.drafts
+
+        class Session:
+            def draft(self, shape, previous):
+                draft = session.draft(shape, previous)
+                drafts.append((list(session.tokens), draft.q_rows[0].clone()))
+                return draft
+
+            def close(self):
+                session.close()
+
+        return Session()
+
+
+class _OlderTarget:
+    """A target whose sessions cannot verify a predicted chain (a worker that predates it)."""
+
+    def __init__(self, target):
+        self.target, self.verifies_predictions = target, False
+        self.vocab_size, self.context_length, self.eos_token_ids = target.vocab_size, target.context_length, target.eos_token_ids
+
+    def open(self, spec):
+        return self.target.open(spec)
+
+
+def test_above_temperature_0_the_drafters_tree_goes_beside_the_chain_and_serves_where_the_sample_leaves_it():
+    target_model = tiny_llama(vocab=64, hidden=32, layers=2, seed=1)
+    target, drafter = LocalTarget(target_model), _RecordingDrafter(LocalDrafter(noisy_copy(target_model, noise=0.5)))
+    engine = SpeculativeEngine(target, drafter, verifier="rrsw", tree="kary:2x2")
+    prompt = [3, 1, 4, 1, 5]
+    greedy = engine.run(prompt, max_new_tokens=40, temperature=0.0, seed=0).tokens
+    drafter.drafts.clear()
+    steps = []  # this small random pair's samples soon leave the greedy path: several runs
+    for seed in range(6):
+        out = engine.run(prompt, max_new_tokens=40, temperature=0.5, seed=seed, prediction=greedy, tree="chain:4")
+        steps += out.stats.steps
+    grafted = [s for s in steps if s.drafted > 6]  # the chain beside the drafter's kary:2x2
+    assert len(grafted) >= 6 and all(s.drafted - 6 in range(5) for s in steps)
+    roots = [s.ranks[0] for s in grafted]
+    assert 1 in roots and any(r > 1 for r in roots), roots  # the chain's head taken; refused, a drafted child
+    # The drafter keeps the cache rows of its own nodes that were accepted, none of the chain's:
+    # every tree's root law is the one a fresh drafter computes from the committed tokens.
+    fresh = LocalDrafter(drafter.drafter.model)
+    for committed, root_law in drafter.drafts:
+        spec = SequenceSpec(tuple(committed), SamplingParams(temperature=0.5), 0, "rrsw")
+        session = fresh.open(spec)
+        assert torch.allclose(session.draft(TreeShape.kary(2, 1), None).q_rows[0], root_law, atol=2e-3)
+        session.close()
+    # A target that cannot verify a predicted chain is sent the chain alone, as at T = 0.
+    older = SpeculativeEngine(_OlderTarget(target), drafter.drafter, verifier="rrsw", tree="kary:2x2")
+    alone = older.run(prompt, max_new_tokens=40, temperature=0.5, seed=0, prediction=greedy, tree="chain:4")
+    assert {s.drafted for s in alone.stats.steps} <= {4, 6} and 4 in {s.drafted for s in alone.stats.steps}
+
+
+def test_a_drafter_refuses_to_draft_a_predicted_chain():
+    session = LocalDrafter(tiny_llama(vocab=16, hidden=16, layers=1, seed=0)).open(
+        SequenceSpec((1, 2), SamplingParams(), 0, "rrsw"))
+    with pytest.raises(ValueError, match="a drafter drafts no predicted chain"):
+        session.draft(TreeShape((-1, 0, 0), predicted=1), None)
+
+
+def test_auto_grafting_weighs_the_tokens_a_graft_adds_against_what_it_costs():
+    chain, drafter = TreeShape.chain(8), TreeShape.kary(2, 2)
+    refused = Outcome([5], [], [0])  # the target refused the chain's head: one token
+    taken = Outcome([5, 6, 7, 8], [1, 2, 3], [1, 1, 1, 0])
+
+    def choice(target_seconds, draft_seconds=0.001, outcomes=()):
+        grafting = GraftChoice("auto", CostModel(target_seconds=target_seconds, draft_seconds=draft_seconds))
+        for outcome, grafted in outcomes:
+            grafting.observe(outcome, grafted)
+        return grafting
+
+    flat = lambda n: 0.010  # noqa: E731 — a GPU's forward: more nodes cost nothing
+    steep = lambda n: 0.001 * n  # a CPU's at this scale: every node costs
+    # The head refused at every other step, the drafter's tree then giving 3 tokens.
+    often = [(refused, True), (taken, True)] * 4 + [(Outcome([5, 9, 10], [2, 4], [2, 1, 0]), True)] * 4
+    assert choice(flat, outcomes=often).grafts(chain, drafter)
+    assert not choice(steep, outcomes=often).grafts(chain, drafter)
+    # The head always taken: nothing to gain, so not even free nodes are worth the drafter's call.
+    assert not choice(flat, outcomes=[(taken, False)] * 20).grafts(chain, drafter)
+    # Without measured costs, tokens per step decide: a graft never gives fewer.
+    assert GraftChoice("auto").grafts(chain, drafter)
+    assert GraftChoice("always", CostModel(target_seconds=steep)).grafts(chain, drafter)
+    assert not GraftChoice("never").grafts(chain, drafter)
+    with pytest.raises(ValueError, match="graft_predictions must be one of auto, always, never, got 'sometimes'"):
+        SpeculativeEngine(LocalTarget(tiny_llama(vocab=16, hidden=16, layers=1, seed=0)), graft_predictions="sometimes")

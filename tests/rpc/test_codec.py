@@ -10,6 +10,7 @@ import torch
 from rayspec.engine.interfaces import Outcome, SequenceSpec, TokenLogprobs
 from rayspec.rpc import codec
 from rayspec.rpc.generated import tensor_pb2, worker_pb2
+from rayspec.tree.structure import DraftTree, TreeShape
 from rayspec.verify.processing import SamplingParams, half_precision
 
 
@@ -244,3 +245,13 @@ def test_malformed_log_probabilities_are_refused(change, match):
     change(message.logprobs)
     with pytest.raises(codec.CodecError, match=match):
         codec.decode_outcome(message, vocab_size=50)
+
+
+def test_a_predicted_chain_crosses_with_its_tree_and_a_malformed_one_is_refused():
+    tree = DraftTree(TreeShape((-1, 0, 0, 1, 2, 3), predicted=3), torch.tensor([5, 6, 7, 8, 9, 10]))
+    decoded = codec.decode_tree(codec.encode_tree(tree), vocab_size=16)
+    assert decoded.shape == tree.shape and decoded.shape.predicted_chain == (1, 3, 5)
+    assert codec.decode_tree(codec.encode_tree(DraftTree(TreeShape.chain(2), torch.tensor([1, 2, 3]))), 16).shape.predicted == 0
+    message = worker_pb2.Tree(parents=[-1, 0, 0, 1, 1], tokens=[1, 2, 3, 4, 5], predicted=1)
+    with pytest.raises(codec.CodecError, match="bad tree: the predicted chain of 1 nodes ends at node 1, which has children"):
+        codec.decode_tree(message, vocab_size=16)

@@ -231,6 +231,25 @@ def test_token_only_verifiers_ship_far_fewer_bytes(cluster):
     assert per_step["rrsw"] > 150_000 and per_step["gumbel"] < 2_000
 
 
+@pytest.mark.parametrize("verify_at", ["target", "coordinator"])
+def test_a_prediction_beside_drafted_trees_gives_the_in_process_tokens(cluster, local_engine_parts, verify_at):
+    """Above T = 0 a prediction's chain is grafted beside the drafter's tree: the mark of the
+    chain crosses with the tree (`Tree.predicted`), and the target walks it as the engine in
+    this process does, wherever the verifier runs."""
+    local_target, local_drafter, _ = local_engine_parts
+    remote_target = RemoteTarget(cluster["target"].address, verify_at=verify_at)
+    assert remote_target.verifies_predictions
+    remote_drafter = RemoteDrafter(cluster["drafter"].address, remote_target.vocab_size)
+    prompt = [11, 500, 7, 4000]
+    greedy = SpeculativeEngine(local_target, local_drafter, tree="kary:2x2").run(prompt, max_new_tokens=30, temperature=0)
+    kwargs = dict(max_new_tokens=30, temperature=0.7, seed=5, prediction=greedy.tokens, tree="chain:4")
+    local = SpeculativeEngine(local_target, local_drafter, tree="kary:2x2").run(prompt, **kwargs)
+    remote = SpeculativeEngine(remote_target, remote_drafter, tree="kary:2x2").run(prompt, **kwargs)
+    assert remote.tokens == local.tokens
+    assert [(s.drafted, s.ranks) for s in remote.stats.steps] == [(s.drafted, s.ranks) for s in local.stats.steps]
+    assert remote.stats.steps[0].drafted == 4 + 6  # the chain beside the drafter's kary:2x2
+
+
 def test_a_prediction_through_the_sdk_gives_the_in_process_tokens_in_its_steps(cluster, local_engine_parts):
     """Predicted Outputs across processes: the coordinator drafts the prediction's chains
     itself (nothing more crosses), so the SDK gets the in-process engine's tokens and steps,

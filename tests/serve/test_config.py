@@ -37,3 +37,10 @@ def test_bad_limits_are_refused_with_a_message(limits, message):
     with pytest.raises(ValueError) as raised:
         ServiceConfig.from_dict({"limits": limits})
     assert message in str(raised.value)
+
+
+def test_graft_predictions_takes_the_engines_modes():
+    assert ServiceConfig.from_dict({}).graft_predictions == "auto"
+    assert ServiceConfig.from_dict({"graft_predictions": "always"}).graft_predictions == "always"
+    with pytest.raises(ValueError, match="graft_predictions must be one of auto, always, never, got 'yes'"):
+        ServiceConfig.from_dict({"graft_predictions": "yes"})
