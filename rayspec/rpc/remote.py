@@ -218,8 +218,11 @@ class RemoteTarget:
         self.vocab_size = int(info.vocab_size)
         self.context_length = int(info.context_length)
         self.eos_token_ids = tuple(info.eos_token_ids)
-        # Whether a tree may carry a predicted chain: verified here, or by a worker that knows it.
-        self.verifies_predictions = verify_at == "coordinator" or "predicted_chain" in self.features
+
+    @property
+    def verifies_predictions(self) -> bool:
+        """Whether a tree may carry a predicted chain: verified here, or by a worker that knows it."""
+        return self.verify_at == "coordinator" or "predicted_chain" in self.features
 
     def open(self, spec: SequenceSpec) -> "RemoteTargetSession":
         codec.check_worker_features(spec, self.features, f"target worker at {self.address}")

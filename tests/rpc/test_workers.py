@@ -653,12 +653,13 @@ def test_a_target_worker_that_predates_penalties_is_refused_rather_than_sampling
     drafter = RemoteDrafter(cluster["drafter"].address, target.vocab_size)
     engine = SpeculativeEngine(target, drafter, tree="kary:2x2")
     target.features = frozenset()  # what an old worker's Info gives
+    assert not target.verifies_predictions  # it would walk a predicted chain as drafts
     with pytest.raises(RuntimeError, match=f"the target worker at {target.address} predates penalties and logit_bias"):
         engine.run([1, 2, 3], max_new_tokens=4, seed=1, logit_bias={5: 1.0})
     assert len(engine.run([1, 2, 3], max_new_tokens=4, seed=1).tokens) == 4  # nothing asked of it that it lacks
     stub = worker_pb2_grpc.TargetServiceStub(grpc.insecure_channel(cluster["target"].address))
     assert list(stub.Info(worker_pb2.InfoRequest(), timeout=10).features) == [
-        "penalties", "min_p", "min_tokens", "allowed_token_ids", "bad_words"]
+        "penalties", "min_p", "min_tokens", "allowed_token_ids", "bad_words", "predicted_chain"]
 
 
 @pytest.mark.parametrize("feature, asked", [
