@@ -29,7 +29,7 @@ from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec, TokenLogprob
 from rayspec.engine.policy import (
     AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia, step_cost_model,
 )
-from rayspec.engine.prediction import GraftChoice, Prediction, graft_draft, prediction_chain
+from rayspec.engine.prediction import GraftChoice, Prediction, check_graft_mode, graft_draft, prediction_chain
 from rayspec.engine.text import StopFinder, bad_words_token_ids
 from rayspec.engine.trees import parse_tree_spec
 from rayspec.tree.dynamic import DynamicPlan
@@ -180,7 +180,7 @@ class SpeculativeEngine:
         self.verifier_params = dict(verifier_params or {})
         self.library = AcceptanceLibrary(acceptance_dir)
         self.adaptive = adaptive
-        GraftChoice(graft_predictions)  # refuses an unknown mode now
+        check_graft_mode(graft_predictions)
         self.graft_predictions = graft_predictions
         self._costs = None if callable(costs) else costs
         self._costs_source = costs if callable(costs) else None

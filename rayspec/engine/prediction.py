@@ -27,6 +27,7 @@ leaves the prediction still gains what the drafter's tree gives.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -152,6 +153,19 @@ def graft_draft(drafted: Draft, chain: Draft) -> tuple[Draft, tuple[int, ...]]:
 GRAFT_MODES = ("auto", "always", "never")
 
 
+def check_graft_mode(mode: str) -> None:
+    if mode not in GRAFT_MODES:
+        raise ValueError(f"graft_predictions must be one of {', '.join(GRAFT_MODES)}, got {mode!r}")
+
+
+@functools.lru_cache(maxsize=64)
+def _grafted_shape(chain: TreeShape, drafter: TreeShape) -> TreeShape:
+    """The shape of `drafter` with `chain`'s line grafted beside it (`graft_prediction`),
+    priced at every chain step: built once per pair of shapes."""
+    return graft_prediction(DraftTree(drafter, torch.zeros(drafter.size, dtype=torch.long)),
+                            [0] * chain.max_depth)[0].shape
+
+
 class GraftChoice:
     """Whether a step above T = 0 grafts the drafter's tree beside the prediction's chain
     (`graft_draft`) or drafts the chain alone, for one request.
@@ -169,8 +183,7 @@ class GraftChoice:
 
     def __init__(self, mode: str = "auto", cost=None):
         """cost: a `rayspec.tree.planner.CostModel` of this deployment, or None."""
-        if mode not in GRAFT_MODES:
-            raise ValueError(f"graft_predictions must be one of {', '.join(GRAFT_MODES)}, got {mode!r}")
+        check_graft_mode(mode)
         self.mode, self.cost = mode, cost
         self.taken, self.chain_steps = 1.0, 2.0  # the head taken in one of two steps
         self.taken_tokens = [2.0, 1.0]  # tokens of the steps that took the head: sum, count
@@ -184,8 +197,7 @@ class GraftChoice:
         alone, grafted = taken + (1 - a), taken + (1 - a) * self.drafted_tokens[0] / self.drafted_tokens[1]
         if self.cost is None or not isinstance(drafter, TreeShape):
             return grafted > alone
-        together = graft_prediction(DraftTree(drafter, torch.zeros(drafter.size, dtype=torch.long)),
-                                    [0] * chain.max_depth)[0].shape
+        together = _grafted_shape(chain, drafter)
         target = self.cost.target_seconds
         alone_seconds = float(target(chain.size)) + self.cost.network(chain)
         grafted_seconds = (self.cost.draft(drafter) + self.cost.overhead + float(target(together.size))

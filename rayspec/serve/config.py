@@ -70,7 +70,7 @@ import yaml
 
 from rayspec.engine.engine import check_setting
 from rayspec.engine.policy import parse_sequoia
-from rayspec.engine.prediction import GRAFT_MODES
+from rayspec.engine.prediction import check_graft_mode
 from rayspec.engine.trees import parse_tree_spec
 from rayspec.verify import get_verifier
 
@@ -170,8 +170,7 @@ class ServiceConfig:
             raise ValueError("api_key must be a non-empty string, or null for none")
         if self.placement.strategy not in ("PACK", "STRICT_PACK", "SPREAD", "STRICT_SPREAD"):
             raise ValueError(f"placement.strategy must be PACK, STRICT_PACK, SPREAD or STRICT_SPREAD, got {self.placement.strategy!r}")
-        if self.graft_predictions not in GRAFT_MODES:
-            raise ValueError(f"graft_predictions must be one of {', '.join(GRAFT_MODES)}, got {self.graft_predictions!r}")
+        check_graft_mode(self.graft_predictions)
         if self.verify_at not in ("target", "coordinator"):
             raise ValueError(f"verify_at must be target or coordinator, got {self.verify_at!r}")
         if self.target.where not in ("worker", "coordinator"):

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rayspec.tree.structure import DraftTree, TreeShape
-from rayspec.verify.base import draw_uniform
+from rayspec.verify.base import draw_uniform, positive_part_normalized
 
 
 @dataclass
@@ -118,8 +118,7 @@ def _predicted_root(verifier, p, q, drafts, randomness, select) -> tuple[torch.T
     token, column = head.clone(), torch.zeros_like(head)
     refused = torch.nonzero(~kept).flatten()
     if refused.numel():
-        rest = p[refused].scatter(-1, head[refused].unsqueeze(-1), 0.0)
-        rest = rest / rest.sum(-1, keepdim=True).clamp_min(torch.finfo(rest.dtype).tiny)
+        rest = positive_part_normalized(p[refused].scatter(-1, head[refused].unsqueeze(-1), 0.0))
         if others.shape[1]:
             found, index = verifier.verify_batch(rest, None if q is None else q[refused], others[refused],
                                                  select(refused))
