@@ -30,6 +30,7 @@ from rayspec.engine.policy import (
     AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia, step_cost_model,
 )
 from rayspec.engine.prediction import GraftChoice, Prediction, check_graft_mode, graft_draft, prediction_chain
+from rayspec.engine.structured import StructuredOutput, check_structured, structured_regex
 from rayspec.engine.text import StopFinder, bad_words_token_ids
 from rayspec.engine.trees import parse_tree_spec
 from rayspec.tree.dynamic import DynamicPlan
@@ -268,6 +269,7 @@ class SpeculativeEngine:
         logprobs: int | None = None,
         prompt_logprobs: int | None = None,
         prediction: Sequence[int] | None = None,
+        structured_output: StructuredOutput | str | None = None,
     ) -> Iterator[Chunk]:
         """Yield the tokens of each verification step as soon as it is verified.
 
@@ -294,12 +296,19 @@ class SpeculativeEngine:
         expected to be (OpenAI's Predicted Outputs), drafted as a chain wherever the
         completion follows it and by the drafter elsewhere (`rayspec.engine.prediction`;
         `tree` may then give the chain as `chain:N`, the drafter drawing the engine's trees);
-        the output follows the target's law all the same."""
+        the output follows the target's law all the same.  structured_output: what the
+        completion must be (vLLM's guided decoding: a JSON schema, any JSON object, a regular
+        expression or a choice, `rayspec.engine.structured.StructuredOutput`, or a regular
+        expression as a string); both models restrict their laws to it, so the output follows
+        the constrained law exactly.  It ends where a match does, at a stop token, and needs
+        the models' tokenizers (`LocalTarget(model, tokenizer)`; workers load theirs)."""
         replayable = seed is not None if replayable is None else replayable
         stop_ids = self._stop_ids(stop, ignore_eos)
+        regex = structured_regex(structured_output)
+        check_structured(regex, ignore_eos, self.target.eos_token_ids)
         params = SamplingParams(temperature, top_p, top_k, presence_penalty, frequency_penalty, repetition_penalty,
                                 logit_bias or (), min_p, min_tokens, stop_ids if min_tokens else (),
-                                tuple(allowed_token_ids or ()), self._bad_words_ids(bad_words))
+                                tuple(allowed_token_ids or ()), self._bad_words_ids(bad_words), regex)
         params.check_vocabulary(self.target.vocab_size)
         min_tokens = params.min_tokens
         if int(max_new_tokens) < 1:

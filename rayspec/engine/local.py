@@ -22,6 +22,7 @@ from rayspec.coupling import KeyedNoise
 from rayspec.engine.interfaces import (
     Draft, Outcome, SequenceSpec, SessionClosedError, TokenLogprobs, stream_generator,
 )
+from rayspec.engine.structured import GrammarCursor, GrammarVocabulary, vocabulary_of
 from rayspec.models.tree_lm import TreeLM
 from rayspec.tree.dynamic import DynamicPlan, select_dynamic_tree
 from rayspec.tree.structure import DraftTree, TreeShape, root_path
@@ -43,7 +44,8 @@ def model_eos_ids(model) -> tuple[int, ...]:
 class _Session:
     """What both sides keep per sequence: the tokens, the cache, the verifier, randomness."""
 
-    def __init__(self, model, spec: SequenceSpec, stream: str, compute: threading.RLock):
+    def __init__(self, model, spec: SequenceSpec, stream: str, compute: threading.RLock,
+                 vocabulary: GrammarVocabulary | None = None, eos_token_ids: tuple[int, ...] = ()):
         self.compute = compute  # the model's: one computation at a time over all its sequences
         self.lm = TreeLM(model)
         self.tokens = list(spec.prompt_ids)
@@ -56,6 +58,11 @@ class _Session:
         spec.params.check_vocabulary(vocab_size)
         # The tokens penalties look back on; committed tokens extend it (`advance`).
         self.history = TokenHistory(spec.prompt_ids, self.lm.device) if spec.params.uses_history else None
+        self.grammar = None  # where the completion stands in a regex's automaton (structured output)
+        if spec.params.regex:
+            if vocabulary is None:
+                raise ValueError("structured output needs the model's tokenizer, and this model was loaded without one")
+            self.grammar = GrammarCursor(spec.params.regex, vocabulary, vocab_size, eos_token_ids, self.lm.device)
         self.untempered_params = replace(self.params, temperature=1.0, top_p=1.0, top_k=0, min_p=0.0)
 
     def advance(self, tokens: list[int]) -> None:
@@ -63,13 +70,20 @@ class _Session:
         self.tokens += tokens
         if self.history is not None:
             self.history.extend(tokens)
+        if self.grammar is not None:
+            self.grammar.advance(tokens)
 
     def laws(self, logits: torch.Tensor, paths, untempered: bool = False) -> torch.Tensor:
         """The processed laws of rows of logits, row r's after the completion so far and the
         drafted tokens `paths()[r]` (called only when a penalty needs them).  untempered: with
         the bias, penalties and stop ban only (temperature 1, no min-p, top-k or top-p)."""
         params = self.untempered_params if untempered else self.params
-        history = self.history.rows(paths(), params.bad_word_context) if params.uses_history else None
+        history = None
+        if params.uses_history:
+            drafted = paths()
+            history = self.history.rows(drafted, params.bad_word_context)
+            if self.grammar is not None:
+                history = history._replace(allowed=self.grammar.masks(drafted))
         return logits_to_probs(logits, params, history=history)
 
     def check_fits(self, length: int, depth: int) -> None:
@@ -101,8 +115,9 @@ class _Session:
 
 
 class LocalTargetSession(_Session):
-    def __init__(self, model, spec: SequenceSpec, compute: threading.RLock):
-        super().__init__(model, spec, "verify", compute)
+    def __init__(self, model, spec: SequenceSpec, compute: threading.RLock,
+                 vocabulary: GrammarVocabulary | None = None, eos_token_ids: tuple[int, ...] = ()):
+        super().__init__(model, spec, "verify", compute, vocabulary, eos_token_ids)
         self.logprobs = spec.logprobs
         self.scored_logits = None  # the last scored tree's logits, kept for `commit` when logprobs are asked
         self.prompt_logprobs = None
@@ -181,8 +196,9 @@ class LocalTargetSession(_Session):
 
 
 class LocalDrafterSession(_Session):
-    def __init__(self, model, spec: SequenceSpec, compute: threading.RLock):
-        super().__init__(model, spec, "draft", compute)
+    def __init__(self, model, spec: SequenceSpec, compute: threading.RLock,
+                 vocabulary: GrammarVocabulary | None = None, eos_token_ids: tuple[int, ...] = ()):
+        super().__init__(model, spec, "draft", compute, vocabulary, eos_token_ids)
         self.slots: dict[int, int] = {}  # node of the last tree -> its cache row
 
     def commit(self, previous: Outcome) -> None:
@@ -320,29 +336,37 @@ def _path_tokens(node: int, parents, tokens) -> list[int]:
     return [tokens[n] for n in root_path(parents, node)]
 
 
-class LocalTarget:
-    """A target model in this process."""
+class _LocalModel:
+    """What both sides' models keep: the model, its sizes, its lock, and its tokenizer's
+    vocabulary for structured output (built at the first request that needs it)."""
 
-    def __init__(self, model):
+    def __init__(self, model, tokenizer=None):
         self.model = model
+        self.tokenizer = tokenizer
         self.vocab_size = int(model.config.vocab_size)
         self.context_length = model_context_length(model)
         self.eos_token_ids = model_eos_ids(model)
-        self.verifies_predictions = True  # trees with a predicted chain (`TreeShape.predicted`)
         self.compute = threading.RLock()
+
+    def vocabulary(self, spec: SequenceSpec) -> GrammarVocabulary | None:
+        if not spec.params.regex or self.tokenizer is None:
+            return None
+        return vocabulary_of(self.tokenizer, self.vocab_size)
+
+
+class LocalTarget(_LocalModel):
+    """A target model in this process (tokenizer: needed for structured output only)."""
+
+    def __init__(self, model, tokenizer=None):
+        super().__init__(model, tokenizer)
+        self.verifies_predictions = True  # trees with a predicted chain (`TreeShape.predicted`)
 
     def open(self, spec: SequenceSpec) -> LocalTargetSession:
-        return LocalTargetSession(self.model, spec, self.compute)
+        return LocalTargetSession(self.model, spec, self.compute, self.vocabulary(spec), self.eos_token_ids)
 
 
-class LocalDrafter:
-    """A drafter model in this process."""
-
-    def __init__(self, model):
-        self.model = model
-        self.vocab_size = int(model.config.vocab_size)
-        self.context_length = model_context_length(model)
-        self.compute = threading.RLock()
+class LocalDrafter(_LocalModel):
+    """A drafter model in this process (tokenizer: needed for structured output only)."""
 
     def open(self, spec: SequenceSpec) -> LocalDrafterSession:
-        return LocalDrafterSession(self.model, spec, self.compute)
+        return LocalDrafterSession(self.model, spec, self.compute, self.vocabulary(spec), self.eos_token_ids)

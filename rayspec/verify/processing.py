@@ -7,7 +7,8 @@ The same function serves the target and the drafter, so both sides see identical
 processed laws (a mismatch between the q drafts are drawn from and the q used in the ratios
 would break losslessness).  Temperature 0 means greedy: a one-hot law on the first argmax.
 
-Penalties, min_tokens and bad words of several tokens make the law at a tree node depend on
+Penalties, min_tokens, bad words of several tokens and structured output (a regular
+expression the completion must match) make the law at a tree node depend on
 the tokens before it — the completion so far *and* the drafted tokens on the node's path — so
 such a law comes with its row of a `RowHistory` (`TokenHistory.rows`).  The target's law at
 every node is then the law autoregressive sampling with the same parameters would use after
@@ -48,7 +49,14 @@ class SamplingParams:
     (the prompt not counted, as in vLLM) ends in the word's other tokens; a one-token word
     is never drawn.  Where these bans and min_tokens' would leave no token at all (allowed
     ones included), the bad words' ban is lifted for that law alone, so every law is
-    defined; the drafter and the target apply the same rule, so exactness holds."""
+    defined; the drafter and the target apply the same rule, so exactness holds.  regex
+    (structured output, vLLM's guided decoding; empty = off): the completion is a match of
+    this regular expression followed by a stop token — at each law, only the tokens that keep
+    the text a prefix of a match can be drawn (a stop token only where the text is a whole
+    match); the runtime turns the expression into one allowed-token mask per law
+    (`RowHistory.allowed`, `rayspec.engine.structured`).  Where the other bans leave no token
+    the expression allows, they are lifted for that law and the expression alone restricts
+    it (as min_tokens cannot hold a completion open that the expression has closed)."""
 
     temperature: float = 1.0
     top_p: float = 1.0
@@ -62,6 +70,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     allowed_token_ids: tuple[int, ...] = ()
     bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    regex: str = ""
 
     def __post_init__(self):
         if not 0 <= self.temperature < float("inf"):  # NaN fails too
@@ -89,6 +98,8 @@ class SamplingParams:
         object.__setattr__(self, "stop_token_ids", _token_ids(self.stop_token_ids, "stop_token_ids"))
         object.__setattr__(self, "allowed_token_ids", _token_ids(self.allowed_token_ids, "allowed_token_ids"))
         object.__setattr__(self, "bad_words_ids", _bad_words(self.bad_words_ids))
+        if not isinstance(self.regex, str):
+            raise ValueError(f"regex must be a string, got {type(self.regex).__name__}")
 
     @property
     def greedy(self) -> bool:
@@ -101,14 +112,14 @@ class SamplingParams:
 
     @property
     def uses_history(self) -> bool:
-        """Whether the law depends on the tokens before it (a penalty, min_tokens, or a bad
-        word of several tokens is on)."""
-        return self.penalised or self.bans_stops or self.bad_word_context > 0
+        """Whether the law depends on the tokens before it (a penalty, min_tokens, a bad word
+        of several tokens, or a regex is on)."""
+        return self.penalised or self.bans_stops or self.bad_word_context > 0 or bool(self.regex)
 
     @property
     def adjusts_logits(self) -> bool:
         """Whether `adjust_logits` changes anything (a bias, a penalty, min_tokens,
-        allowed_token_ids or bad words are on)."""
+        allowed_token_ids, bad words or a regex are on)."""
         return bool(self.logit_bias or self.allowed_token_ids or self.bad_words_ids) or self.uses_history
 
     @property
@@ -187,13 +198,15 @@ class RowHistory(NamedTuple):
     (an [N, V] pass at V = 128k would outweigh a tree's verification).  positions [R]: how
     many tokens the completion has before each law (min_tokens reads it).  tails [R, c]:
     the completion's last c tokens before each law, -1 where it has fewer (bad words read
-    them; c = 0 unless asked for)."""
+    them; c = 0 unless asked for).  allowed [R, V] (bool): the tokens a regex allows after
+    each row's path (`SamplingParams.regex`; None without one)."""
 
     columns: torch.Tensor
     counts: torch.Tensor
     seen: torch.Tensor
     positions: torch.Tensor
     tails: torch.Tensor | None = None
+    allowed: torch.Tensor | None = None
 
 
 class TokenHistory:
@@ -255,17 +268,13 @@ class TokenHistory:
 
 
 def adjust_logits(logits: torch.Tensor, params: SamplingParams, history: RowHistory | None = None) -> torch.Tensor:
-    """[R, V] float logits after the ban of stop tokens before min_tokens, the logit bias, the
-    penalties, allowed_token_ids and the bad words' ban (a new tensor if any applies).  The
-    repetition penalty is CTRL's as HF and vLLM apply it: on the logit itself, so a positive
-    logit shrinks and a negative one grows in magnitude."""
+    """[R, V] float logits after the logit bias, the penalties, the ban of stop tokens before
+    min_tokens, allowed_token_ids, the bad words' ban and a regex's mask (a new tensor if any
+    applies).  The repetition penalty is CTRL's as HF and vLLM apply it: on the logit itself,
+    so a positive logit shrinks and a negative one grows in magnitude."""
     if params.uses_history and (history is None or len(history.counts) != len(logits)):
-        raise ValueError("penalties, min_tokens and bad words need the history before each law: "
+        raise ValueError("penalties, min_tokens, bad words and a regex need the history before each law: "
                          "one row per row of logits")
-    if params.bans_stops:
-        stops = torch.tensor(params.stop_token_ids, device=logits.device)
-        early = (history.positions < params.min_tokens).unsqueeze(-1)
-        logits = logits.index_copy(-1, stops, logits[:, stops].masked_fill(early, float("-inf")))
     if params.logit_bias:
         tokens, values = zip(*params.logit_bias)
         values = torch.tensor(values, dtype=logits.dtype, device=logits.device)
@@ -280,12 +289,32 @@ def adjust_logits(logits: torch.Tensor, params: SamplingParams, history: RowHist
         if params.presence_penalty:
             touched = touched - params.presence_penalty * (history.counts > 0).to(logits.dtype)
         logits = logits.index_copy(-1, history.columns, touched)
+    shaped = logits  # before the bans: a regex's mask falls back on it where they leave nothing
+    if params.bans_stops:
+        stops = torch.tensor(params.stop_token_ids, device=logits.device)
+        early = (history.positions < params.min_tokens).unsqueeze(-1)
+        logits = logits.index_copy(-1, stops, logits[:, stops].masked_fill(early, float("-inf")))
     if params.allowed_token_ids:
         allowed = torch.tensor(params.allowed_token_ids, device=logits.device)
         logits = torch.full_like(logits, float("-inf")).index_copy_(-1, allowed, logits[:, allowed])
     if params.bad_words_ids:
         logits = ban_bad_words(logits, params.bad_words_ids, history)
+    if params.regex:
+        logits = mask_to_regex(logits, shaped, history.allowed)
     return logits
+
+
+def mask_to_regex(banned: torch.Tensor, shaped: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+    """`banned` [R, V] with -inf on the tokens a regex does not allow after each row's path
+    (`allowed` [R, V]); in rows where the other bans leave none of the allowed tokens, the
+    expression restricts `shaped` (the logits before those bans) instead (`SamplingParams`)."""
+    if allowed is None or allowed.shape != banned.shape:
+        raise ValueError("a regex needs the tokens it allows after each law: one [V] row per row of logits")
+    masked = banned.masked_fill(~allowed, float("-inf"))
+    empty = masked.amax(-1) == float("-inf")
+    if bool(empty.any()):
+        masked[empty] = shaped[empty].masked_fill(~allowed[empty], float("-inf"))
+    return masked
 
 
 def ban_bad_words(logits: torch.Tensor, words: tuple[tuple[int, ...], ...], history: RowHistory | None) -> torch.Tensor:

@@ -141,7 +141,7 @@ def test_a_bias_alone_needs_no_history_and_leaves_the_input_untouched():
     one_law = logits_to_probs(torch.zeros(4), SamplingParams(logit_bias={2: math.log(3.0)}))  # [..., V], any batch
     assert torch.allclose(one_law, torch.tensor([1 / 6, 1 / 6, 1 / 2, 1 / 6]))
     assert bool((logits == 0).all())
-    with pytest.raises(ValueError, match="penalties, min_tokens and bad words need the history before each law"):
+    with pytest.raises(ValueError, match="penalties, min_tokens, bad words and a regex need the history before each law"):
         logits_to_probs(logits, SamplingParams(presence_penalty=0.5))
 
 

@@ -1,0 +1,336 @@
+"""Structured output (vLLM's guided decoding, OpenAI's `response_format`): the completion is a
+match of a regular expression, then a stop token.  JSON schemas, JSON objects and choices are
+compiled to one expression (`StructuredOutput.regex`); `SamplingParams.regex` carries it to
+both models, and each side turns it into the tokens allowed after every law's path
+(`GrammarCursor.masks`, applied by `rayspec.verify.processing.mask_to_regex`).
+
+Speculative decoding stays exact because the drafter and the target restrict their laws with
+the same masks: the target's law at a tree node is the law of constrained autoregressive
+sampling after that node's path, which is all the verifiers need (the drafter's masks only
+make its drafts acceptable).  A drafted token the expression forbids (a prediction's, or an
+EAGLE-style draft's) has target probability 0 and is never accepted.
+
+The expression is matched on the completion's bytes: each token's bytes come from its
+tokenizer (`token_bytes`), and `outlines_core.Index` compiles the expression with them into a
+token-level automaton once per (expression, vocabulary) in a process (`compiled_index`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+# json_object's values nest this deep (objects and arrays of scalars inside the object): the
+# automaton of a deeper generic JSON costs seconds per vocabulary (6 s at 8k tokens for
+# depth 3 against 0.16 s).  A json_schema nests as deep as its schema says.
+JSON_OBJECT_DEPTH = 2
+
+_WHITESPACE = r"[ ]?"
+_STRING = r'"([^"\\\x00-\x1F\x7F]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"'
+_NUMBER = r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?"
+_SCALAR = f"({_STRING}|{_NUMBER}|true|false|null)"
+
+
+def _json_object_regex(depth: int) -> str:
+    """Any JSON object whose values nest `depth` - 1 levels of arrays and objects below it."""
+    value = _SCALAR
+    for level in range(depth):
+        array = rf"\[{_WHITESPACE}({value}({_WHITESPACE},{_WHITESPACE}{value})*)?{_WHITESPACE}\]"
+        member = rf"{_STRING}{_WHITESPACE}:{_WHITESPACE}{value}"
+        obj = rf"\{{{_WHITESPACE}({member}({_WHITESPACE},{_WHITESPACE}{member})*)?{_WHITESPACE}\}}"
+        if level == depth - 1:
+            return obj
+        value = f"({_SCALAR}|{array}|{obj})"
+    raise ValueError("depth must be at least 1")
+
+
+@dataclass(frozen=True)
+class StructuredOutput:
+    """What a completion must be: exactly one of a JSON schema (a dict or its JSON text), any
+    JSON object, a regular expression (Rust's `regex` syntax, as outlines-core reads it), or
+    one of a list of strings."""
+
+    json_schema: dict | str | None = None
+    json_object: bool = False
+    regex: str | None = None
+    choice: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        given = [name for name in ("json_schema", "regex", "choice") if getattr(self, name) is not None]
+        given += ["json_object"] if self.json_object else []
+        if len(given) != 1:
+            raise ValueError("structured output takes exactly one of json_schema, json_object, regex and choice"
+                             + (f"; got {', '.join(given)}" if given else ""))
+        if self.choice is not None:
+            choice = (self.choice,) if isinstance(self.choice, str) else tuple(self.choice)
+            if not choice or not all(isinstance(c, str) and c for c in choice):
+                raise ValueError("choice must be a non-empty list of non-empty strings")
+            object.__setattr__(self, "choice", choice)
+        if self.regex is not None and not (isinstance(self.regex, str) and self.regex):
+            raise ValueError("regex must be a non-empty string")
+        if self.json_schema is not None and not isinstance(self.json_schema, (dict, str)):
+            raise ValueError("json_schema must be a JSON schema: an object, or its JSON text")
+
+    def to_regex(self) -> str:
+        """The regular expression this output matches (a bad schema is a ValueError)."""
+        if self.regex is not None:
+            return self.regex
+        if self.choice is not None:
+            return "(" + "|".join(_escape(c) for c in self.choice) + ")"
+        if self.json_object:
+            return _json_object_regex(JSON_OBJECT_DEPTH)
+        return _schema_regex(self.json_schema if isinstance(self.json_schema, str) else json.dumps(self.json_schema))
+
+
+def structured_regex(output: StructuredOutput | str | None) -> str:
+    """The regular expression of a structured output ("" for none); a string is one already."""
+    if output is None:
+        return ""
+    if isinstance(output, StructuredOutput):
+        return output.to_regex()
+    if isinstance(output, str):
+        return output
+    raise ValueError(f"structured_output must be a StructuredOutput or a regular expression, got {output!r}")
+
+
+def check_structured(regex: str, ignore_eos: bool, eos_token_ids) -> None:
+    """Refuse a structured output that could not end: with ignore_eos, or for a target with
+    no EOS token (a match ends at one)."""
+    if regex and ignore_eos:
+        raise ValueError("ignore_eos cannot be combined with structured output: its text ends at a stop token")
+    if regex and not eos_token_ids:
+        raise ValueError("structured output ends the completion at the model's EOS token, and this target "
+                         "declares none (eos_token_id in its config)")
+
+
+def _escape(text: str) -> str:
+    """`text` as a literal of Rust's regex syntax: every non-alphanumeric ASCII character
+    escaped (Python's `re.escape` escapes some that Rust refuses to, such as a space)."""
+    return "".join(f"\\{c}" if c.isascii() and not c.isalnum() and c not in " _\n\t" else c for c in text)
+
+
+# Keywords outlines-core reads past without enforcing them: a schema using one is refused
+# rather than followed only in part.
+UNENFORCED_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+                                 "uniqueItems", "maxProperties"})
+# Keywords whose values are data or names, not schemas: nothing under them is a keyword.
+_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples", "required", "title", "description"})
+_SCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "patternProperties", "dependentSchemas"})
+
+
+def _unenforced(schema, where: str = "") -> list[str]:
+    """The unenforced keywords a schema uses, each with where it stands."""
+    found = []
+    if isinstance(schema, list):
+        for i, item in enumerate(schema):
+            found += _unenforced(item, f"{where}[{i}]")
+    elif isinstance(schema, dict):
+        for key, value in schema.items():
+            place = f"{where}.{key}" if where else key
+            if key in UNENFORCED_KEYWORDS:
+                found.append(place)
+            elif key in _SCHEMA_MAPS and isinstance(value, dict):
+                for name, sub in value.items():
+                    found += _unenforced(sub, f"{place}.{name}")
+            elif key not in _DATA_KEYWORDS:
+                found += _unenforced(value, place)
+    return found
+
+
+@functools.lru_cache(maxsize=64)
+def _schema_regex(schema_text: str) -> str:
+    from outlines_core.json_schema import build_regex_from_schema
+
+    try:
+        schema = json.loads(schema_text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"json_schema is not valid JSON: {error}") from None
+    unenforced = _unenforced(schema)
+    if unenforced:
+        raise ValueError(f"json_schema uses {', '.join(unenforced)}, which structured output cannot enforce "
+                         f"(numeric bounds, multipleOf, uniqueItems, maxProperties): give the values as an enum, "
+                         f"or leave the keyword out")
+    try:
+        return build_regex_from_schema(schema_text)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"json_schema cannot be compiled: {error}") from None
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """The printable stand-in of each byte in byte-level BPE vocabularies (GPT-2's): printable
+    Latin-1 bytes stand for themselves, the others for the characters from U+0100 on, in
+    order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    stand_in = {b: chr(b) for b in printable}
+    for b in range(256):
+        if b not in stand_in:
+            stand_in[b] = chr(256 + len(stand_in) - len(printable))
+    return {char: b for b, char in stand_in.items()}
+
+
+_SENTENCEPIECE_BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def token_bytes(tokenizer) -> dict[int, bytes]:
+    """The bytes each ordinary token adds to the text (special tokens have none here): from
+    byte-level BPE's stand-in characters, or SentencePiece's pieces ("▁" a space, "<0xNN>" a
+    byte)."""
+    special = set(tokenizer.all_special_ids)
+    size = len(tokenizer)
+    pieces = tokenizer.convert_ids_to_tokens(list(range(size)))
+    alphabet = _byte_level_alphabet()
+    byte_level = all(c in alphabet for piece in pieces if piece for c in piece)
+    table = {}
+    for token, piece in enumerate(pieces):
+        if token in special or not piece:
+            continue
+        if byte_level:
+            table[token] = bytes(alphabet[c] for c in piece)
+        elif match := _SENTENCEPIECE_BYTE.fullmatch(piece):
+            table[token] = bytes([int(match.group(1), 16)])
+        else:
+            table[token] = piece.replace("\u2581", " ").encode("utf-8")
+    return table
+
+
+_INDEXES_LOCK = threading.Lock()
+
+
+class GrammarVocabulary:
+    """A tokenizer's vocabulary as structured output reads it: each token's bytes, the stop
+    token the automaton ends on, and a fingerprint naming the table (two tokenizers with the
+    same one share compiled automata)."""
+
+    def __init__(self, tokenizer, vocab_size: int | None = None):
+        self.bytes_of = token_bytes(tokenizer)
+        eos = tokenizer.eos_token_id
+        if eos is None:
+            raise ValueError("structured output needs the tokenizer's EOS token: this tokenizer has none")
+        self.eos_token_id = int(eos)
+        self.vocab_size = int(vocab_size or len(tokenizer))
+        digest = hashlib.sha256(repr((self.eos_token_id, sorted(self.bytes_of.items()))).encode())
+        self.fingerprint = digest.hexdigest()
+        self._outlines = None
+
+    def outlines(self):
+        if self._outlines is None:
+            from outlines_core import Vocabulary
+
+            by_bytes: dict[bytes, list[int]] = {}
+            for token, text in self.bytes_of.items():
+                if token != self.eos_token_id:
+                    by_bytes.setdefault(text, []).append(token)
+            self._outlines = Vocabulary(self.eos_token_id, by_bytes)
+        return self._outlines
+
+
+_VOCABULARIES: dict[tuple[int, int], tuple[object, GrammarVocabulary]] = {}
+
+
+def vocabulary_of(tokenizer, vocab_size: int | None = None) -> GrammarVocabulary:
+    """The tokenizer's `GrammarVocabulary`, built once per tokenizer object and size."""
+    key = (id(tokenizer), vocab_size or 0)
+    with _INDEXES_LOCK:
+        held = _VOCABULARIES.get(key)
+        if held is None or held[0] is not tokenizer:
+            held = _VOCABULARIES[key] = (tokenizer, GrammarVocabulary(tokenizer, vocab_size))
+    return held[1]
+
+
+_INDEXES: OrderedDict[tuple[str, str], object] = OrderedDict()
+MAX_CACHED_INDEXES = 32
+
+
+def compiled_index(regex: str, vocabulary: GrammarVocabulary):
+    """The token-level automaton of `regex` over `vocabulary` (an `outlines_core.Index`),
+    compiled once per process (the last MAX_CACHED_INDEXES kept).  An expression that does not
+    compile, or that no text of this vocabulary can match, is a ValueError."""
+    key = (regex, vocabulary.fingerprint)
+    with _INDEXES_LOCK:
+        if key in _INDEXES:
+            _INDEXES.move_to_end(key)
+            return _INDEXES[key]
+    from outlines_core import Index
+
+    try:
+        index = Index(regex, vocabulary.outlines())
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"the regular expression {_shortened(regex)} cannot be used: {error}") from None
+    if not index.get_allowed_tokens(index.get_initial_state()):
+        raise ValueError(f"no text of this vocabulary matches the regular expression {_shortened(regex)}")
+    with _INDEXES_LOCK:
+        _INDEXES[key] = index
+        while len(_INDEXES) > MAX_CACHED_INDEXES:
+            _INDEXES.popitem(last=False)
+    return index
+
+
+def _shortened(regex: str, keep: int = 80) -> str:
+    return repr(regex if len(regex) <= keep else regex[:keep] + "...")
+
+
+class GrammarCursor:
+    """Where a sequence's completion stands in a regex's automaton, and the tokens allowed
+    after any drafted path from there.
+
+    A path through a token the expression forbids leads nowhere; laws below it allow every
+    token (such a node has target probability 0, so no walk reaches them, and they only need
+    to be defined)."""
+
+    _DEAD = None
+
+    def __init__(self, regex: str, vocabulary: GrammarVocabulary, vocab_size: int, eos_token_ids: Sequence[int],
+                 device=None):
+        self.index = compiled_index(regex, vocabulary)
+        self.vocab_size = int(vocab_size)
+        self.stop_ids = sorted({vocabulary.eos_token_id, *map(int, eos_token_ids)})
+        self.device = device
+        self.state = self.index.get_initial_state()
+        self._next: dict[tuple[int, int], int | None] = {}
+        self._masks: dict[int | None, torch.Tensor] = {}
+
+    def _step(self, state: int | None, token: int) -> int | None:
+        if state is self._DEAD:
+            return self._DEAD
+        key = (state, token)
+        if key not in self._next:
+            self._next[key] = self.index.get_next_state(state, token)
+        return self._next[key]
+
+    def _mask(self, state: int | None) -> torch.Tensor:
+        mask = self._masks.get(state)
+        if mask is None:
+            if state is self._DEAD:
+                mask = torch.ones(self.vocab_size, dtype=torch.bool)
+            else:
+                allowed = [t for t in self.index.get_allowed_tokens(state) if t < self.vocab_size]
+                if self.index.is_final_state(state):
+                    allowed += self.stop_ids  # any of the model's stop tokens ends a match
+                mask = torch.zeros(self.vocab_size, dtype=torch.bool)
+                mask[torch.tensor(allowed, dtype=torch.long)] = True
+            mask = self._masks[state] = mask.to(self.device)
+        return mask
+
+    def advance(self, tokens: Sequence[int]) -> None:
+        """Commit tokens of the completion."""
+        for token in tokens:
+            self.state = self._step(self.state, int(token))
+
+    def masks(self, paths: Sequence[Sequence[int]]) -> torch.Tensor:
+        """[R, V] bool: the tokens allowed after each path (drafted tokens after the
+        completion so far)."""
+        rows = []
+        for path in paths:
+            state = self.state
+            for token in path:
+                state = self._step(state, int(token))
+            rows.append(self._mask(state))
+        return torch.stack(rows) if rows else torch.zeros(0, self.vocab_size, dtype=torch.bool, device=self.device)

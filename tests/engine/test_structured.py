@@ -1,0 +1,254 @@
+"""Structured output: the token automaton's masks against a brute-force reading of the
+vocabulary, the law of constrained speculative sampling against constrained autoregressive
+sampling (enumerated exactly), JSON that parses, and the refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from rayspec.demo import DRAFTER_PATH, TARGET_PATH
+from rayspec.engine import SpeculativeEngine
+from rayspec.engine.local import LocalDrafter, LocalTarget
+from rayspec.engine.structured import (
+    GrammarCursor, StructuredOutput, compiled_index, token_bytes, vocabulary_of,
+)
+from rayspec.models import load_causal_lm
+from rayspec.verify.processing import RowHistory, SamplingParams, TokenHistory, logits_to_probs
+from tests.stats import assert_frequencies_match
+from tests.tiny_models import noisy_copy, tiny_llama
+
+CHOICES = ["cat", "dog", "horse", "cow"]
+PROMPT = [40, 50, 60, 70]
+EOS = 0  # the demo tokenizer's <|endoftext|>
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(TARGET_PATH)
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tokenizer):
+    target = tiny_llama(vocab=len(tokenizer), hidden=32, layers=2, context=256, eos=EOS)
+    return target, noisy_copy(target, noise=0.3)
+
+
+def test_token_bytes_spell_the_text_back(tokenizer):
+    table = token_bytes(tokenizer)
+    assert EOS not in table  # a special token adds no text
+    for text in ["Hello, world!", "  two spaces\nand a line", "naïve café — 東京 🙂", '{"a": [1, 2.5e-3]}']:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        assert b"".join(table[t] for t in ids) == text.encode("utf-8")
+
+
+class _PieceTokenizer:
+    """A SentencePiece-style vocabulary: "▁" for a space, "<0xNN>" for a byte."""
+
+    all_special_ids = [0]
+    eos_token_id = 0
+    pieces = ["</s>", "▁the", "<0x0A>", "é", "<0xC3>", "x"]
+
+    def __len__(self):
+        return len(self.pieces)
+
+    def convert_ids_to_tokens(self, ids):
+        return [self.pieces[i] for i in ids]
+
+
+def test_token_bytes_read_sentencepiece_pieces():
+    assert token_bytes(_PieceTokenizer()) == {1: b" the", 2: b"\n", 3: "é".encode(), 4: b"\xc3", 5: b"x"}
+
+
+def _allowed_by_brute_force(table: dict[int, bytes], done: bytes, vocab_size: int) -> set[int]:
+    """The tokens after which the text `done` is still a prefix of a choice; EOS where it is
+    one."""
+    words = [c.encode() for c in CHOICES]
+    allowed = {t for t, b in table.items() if b and any(w.startswith(done + b) for w in words)}
+    return allowed | ({EOS} if done in words else set())
+
+
+def test_the_cursors_masks_are_the_tokens_that_keep_a_choice_possible(tokenizer):
+    vocabulary = vocabulary_of(tokenizer, len(tokenizer))
+    regex = StructuredOutput(choice=CHOICES).to_regex()
+    cursor = GrammarCursor(regex, vocabulary, len(tokenizer), [EOS])
+    table = token_bytes(tokenizer)
+    ho, rse = tokenizer.encode("ho", add_special_tokens=False), tokenizer.encode("rse", add_special_tokens=False)
+    cat = tokenizer.encode("cat", add_special_tokens=False)
+    paths = [[], ho, ho + rse, cat, [tokenizer.encode("z", add_special_tokens=False)[0]]]
+    masks = cursor.masks(paths)
+    assert masks.shape == (5, len(tokenizer)) and masks.dtype == torch.bool
+    for path, mask in zip(paths[:4], masks):
+        done = b"".join(table[t] for t in path)
+        assert set(mask.nonzero().flatten().tolist()) == _allowed_by_brute_force(table, done, len(tokenizer)), done
+    assert set(masks[3].nonzero().flatten().tolist()) == {EOS}  # "cat" is whole and extends to nothing
+    assert bool(masks[4].all())  # below a forbidden token: unreachable, any token
+    cursor.advance(ho)  # committed tokens move where the paths start
+    assert torch.equal(cursor.masks([rse])[0], masks[2])
+
+
+def test_a_regex_mask_is_applied_and_lifts_the_other_bans_where_they_leave_nothing():
+    logits = torch.tensor([[0.0, 1.0, 2.0, 3.0], [0.0, 1.0, 2.0, 3.0]])
+    allowed = torch.tensor([[False, True, True, False], [True, False, False, False]])
+    history = TokenHistory([1]).rows([[], []])._replace(allowed=allowed)
+    params = SamplingParams(regex="x", min_tokens=5, stop_token_ids=(0,))
+    probs = logits_to_probs(logits, params, history=history)
+    expected = torch.softmax(torch.tensor([1.0, 2.0]), -1)
+    assert torch.allclose(probs[0, 1:3], expected) and probs[0, [0, 3]].sum() == 0
+    # min_tokens bans the stop token, which is all the expression allows: the ban is lifted
+    assert probs[1].tolist() == [1.0, 0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="a regex needs the tokens it allows after each law"):
+        logits_to_probs(logits, params, history=RowHistory(*history[:5]))
+
+
+def _constrained_law(model, cursor_factory, prompt, temperature=1.0) -> dict[tuple[int, ...], float]:
+    """Every completion's probability under constrained autoregressive sampling, enumerated:
+    at each prefix, the target's softmax restricted to the tokens the expression allows."""
+    law = {}
+
+    def walk(prefix: tuple[int, ...], probability: float):
+        cursor = cursor_factory()
+        cursor.advance(prefix)
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + list(prefix)])).logits[0, -1].float()
+        mask = cursor.masks([[]])[0]
+        probs = torch.softmax((logits / temperature).masked_fill(~mask, float("-inf")), -1)
+        for token in mask.nonzero().flatten().tolist():
+            p = probability * float(probs[token])
+            if p < 1e-9:
+                continue
+            if token == EOS:
+                law[prefix] = law.get(prefix, 0.0) + p
+            else:
+                walk(prefix + (token,), p)
+
+    walk((), 1.0)
+    return law
+
+
+@pytest.mark.parametrize("verifier, tree", [("rrsw", "kary:3x2"), ("sps", "chain:3"), ("gumbel", "kary:2x2")])
+def test_constrained_speculative_sampling_follows_the_constrained_law(tokenizer, tiny_pair, verifier, tree):
+    target, drafter = tiny_pair
+    output = StructuredOutput(choice=CHOICES)
+    vocabulary = vocabulary_of(tokenizer, len(tokenizer))
+    law = _constrained_law(target, lambda: GrammarCursor(output.to_regex(), vocabulary, len(tokenizer), [EOS]), PROMPT)
+    assert abs(sum(law.values()) - 1) < 1e-4 and len(law) >= 4
+    engine = SpeculativeEngine(LocalTarget(target, tokenizer), LocalDrafter(drafter, tokenizer), verifier=verifier,
+                               tree=tree)
+    samples, drafted = [], 0
+    for seed in range(1200):
+        result = engine.run(PROMPT, max_new_tokens=8, temperature=1.0, seed=seed, structured_output=output)
+        assert result.finish_reason == "stop"
+        samples.append(tuple(result.tokens))
+        drafted += sum(step.accepted for step in result.stats.steps)
+    assert drafted > 300  # the drafts are taken, not just the target's samples
+    assert_frequencies_match(samples, law, what=f"{verifier} choices")
+    assert {tokenizer.decode(s) for s in samples} == set(CHOICES)
+
+
+def test_greedy_is_the_constrained_argmax(tokenizer, tiny_pair):
+    target, drafter = tiny_pair
+    output = StructuredOutput(regex=r"[a-z]{2,6}( [a-z]{2,6}){2}\.")
+    vocabulary = vocabulary_of(tokenizer, len(tokenizer))
+    cursor = GrammarCursor(output.to_regex(), vocabulary, len(tokenizer), [EOS])
+    expected = []
+    while True:
+        with torch.no_grad():
+            logits = target(torch.tensor([PROMPT + expected])).logits[0, -1]
+        token = int(logits.masked_fill(~cursor.masks([[]])[0], float("-inf")).argmax())
+        if token == EOS:
+            break
+        expected.append(token)
+        cursor.advance([token])
+    for verifier, tree in (("greedy", "kary:3x3"), ("rrsw", "kary:2x3"), ("topk", "dynamic:8x3x2")):
+        engine = SpeculativeEngine(LocalTarget(target, tokenizer), LocalDrafter(drafter, tokenizer),
+                                   verifier=verifier, tree=tree)
+        result = engine.run(PROMPT, max_new_tokens=40, temperature=0, seed=1, structured_output=output)
+        assert (result.tokens, result.finish_reason) == (expected, "stop"), verifier
+
+
+@pytest.fixture(scope="module")
+def demo_engine():
+    target, tokenizer = load_causal_lm(TARGET_PATH, "cpu", "float32")
+    drafter, drafter_tokenizer = load_causal_lm(DRAFTER_PATH, "cpu", "float32")
+    return SpeculativeEngine(LocalTarget(target, tokenizer), LocalDrafter(drafter, drafter_tokenizer),
+                             tokenizer=tokenizer, verifier="rrsw", tree="kary:2x2"), tokenizer
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 16}, "rainy": {"type": "boolean"},
+                   "level": {"type": "integer", "enum": list(range(10))}},
+    "required": ["city", "rainy", "level"],
+}
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_json_schemas_completions_parse_and_follow_it(demo_engine, temperature):
+    engine, tokenizer = demo_engine
+    prompt = tokenizer.encode("The weather report:", add_special_tokens=False)
+    for seed in range(3):
+        result = engine.run(prompt, max_new_tokens=60, temperature=temperature, seed=seed,
+                            structured_output=StructuredOutput(json_schema=SCHEMA))
+        assert result.finish_reason == "stop"
+        value = json.loads(tokenizer.decode(result.tokens))
+        assert set(value) == {"city", "rainy", "level"}
+        assert isinstance(value["city"], str) and len(value["city"]) <= 16
+        assert isinstance(value["rainy"], bool) and value["level"] in range(10)
+
+
+def test_json_object_gives_objects(demo_engine):
+    engine, tokenizer = demo_engine
+    prompt = tokenizer.encode("config = ", add_special_tokens=False)
+    objects = []
+    for seed in range(6):
+        result = engine.run(prompt, max_new_tokens=80, temperature=0.8, seed=seed,
+                            structured_output=StructuredOutput(json_object=True))
+        assert result.finish_reason == "stop"
+        objects.append(json.loads(tokenizer.decode(result.tokens)))
+    assert all(isinstance(value, dict) for value in objects) and any(objects)
+
+
+def test_a_prediction_the_expression_forbids_is_never_accepted(demo_engine):
+    engine, tokenizer = demo_engine
+    prompt = tokenizer.encode("Answer:", add_special_tokens=False)
+    prediction = tokenizer.encode("maybe later", add_special_tokens=False)
+    output = StructuredOutput(choice=["yes", "no"])
+    for temperature in (0.0, 0.7):
+        result = engine.run(prompt, max_new_tokens=8, temperature=temperature, seed=4, prediction=prediction,
+                            structured_output=output)
+        assert tokenizer.decode(result.tokens) in ("yes", "no")
+    plain = engine.run(prompt, max_new_tokens=8, temperature=0, structured_output=output)
+    assert result.tokens == plain.tokens or temperature  # at T = 0 the prediction changes nothing
+
+
+def test_bad_structured_outputs_are_refused_with_a_message(tokenizer, tiny_pair, demo_engine):
+    with pytest.raises(ValueError, match="exactly one of json_schema, json_object, regex and choice; got regex, choice"):
+        StructuredOutput(regex="a", choice=["a"])
+    with pytest.raises(ValueError, match="choice must be a non-empty list"):
+        StructuredOutput(choice=["a", ""])
+    with pytest.raises(ValueError, match="json_schema is not valid JSON"):
+        StructuredOutput(json_schema="{").to_regex()
+    bounded = {**SCHEMA, "properties": {**SCHEMA["properties"], "level": {"type": "integer", "maximum": 9},
+                                        "minimum": {"type": "string"}}}
+    with pytest.raises(ValueError, match=r"json_schema uses properties\.level\.maximum, which structured output cannot "
+                                         r"enforce"):
+        StructuredOutput(json_schema=bounded).to_regex()
+    with pytest.raises(ValueError, match="json_schema cannot be compiled: Unsupported type: nothing"):
+        StructuredOutput(json_schema={"type": "nothing"}).to_regex()
+    vocabulary = vocabulary_of(tokenizer, len(tokenizer))
+    with pytest.raises(ValueError, match=r"the regular expression '\(\(\(' cannot be used"):
+        compiled_index("(((", vocabulary)
+    engine, _ = demo_engine
+    with pytest.raises(ValueError, match="ignore_eos cannot be combined with structured output"):
+        engine.run([1, 2], max_new_tokens=4, ignore_eos=True, structured_output="a+")
+    no_tokenizer = SpeculativeEngine(LocalTarget(tiny_pair[0]))
+    with pytest.raises(ValueError, match="structured output needs the model's tokenizer"):
+        no_tokenizer.run(PROMPT, max_new_tokens=4, structured_output="a+")
+    no_eos = SpeculativeEngine(LocalTarget(tiny_llama(vocab=len(tokenizer)), tokenizer))
+    with pytest.raises(ValueError, match="structured output ends the completion at the model's EOS token, and this "
+                                         "target declares none"):
+        no_eos.run(PROMPT, max_new_tokens=4, structured_output="a+")
