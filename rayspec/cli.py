@@ -56,9 +56,22 @@ def load_pair(args):
     target_model, tokenizer = load_causal_lm(args.target or TARGET_PATH, args.device, args.dtype)
     drafter = None
     if not args.no_drafter:
-        drafter_model, _ = load_causal_lm(args.drafter or DRAFTER_PATH, args.device, args.dtype)
-        drafter = LocalDrafter(drafter_model)
-    return LocalTarget(target_model), drafter, tokenizer
+        drafter = LocalDrafter(*load_causal_lm(args.drafter or DRAFTER_PATH, args.device, args.dtype))
+    return LocalTarget(target_model, tokenizer), drafter, tokenizer
+
+
+def structured_output(args):
+    """The `StructuredOutput` the flags ask for (None: free text)."""
+    from rayspec.engine.structured import StructuredOutput
+
+    asked = {"json_schema": args.json_schema, "json_object": args.json_object or None, "regex": args.regex,
+             "choice": args.choice}
+    asked = {kind: value for kind, value in asked.items() if value is not None}
+    if not asked:
+        return None
+    if "json_schema" in asked and not asked["json_schema"].lstrip().startswith("{"):
+        asked["json_schema"] = Path(asked["json_schema"]).read_text()  # a file's name
+    return StructuredOutput(**asked)
 
 
 def cmd_generate(args) -> int:
@@ -73,6 +86,9 @@ def cmd_generate(args) -> int:
     assembler = TextAssembler(tokenizer, args.stop or (), prompt_ids, args.min_tokens,
                               args.include_stop_str_in_output, args.skip_special_tokens)
     stats = GenerationStats()
+    structured = structured_output(args)
+    if structured is not None:
+        structured.to_regex()  # a bad schema is refused before anything is written
     sys.stdout.write(args.prompt)
     for chunk in engine.generate(
         prompt_ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
@@ -81,6 +97,7 @@ def cmd_generate(args) -> int:
         ignore_eos=args.ignore_eos, allowed_token_ids=args.allowed_token_ids, bad_words=args.bad_words,
         seed=args.seed, stop=args.stop, skip_special_tokens=args.skip_special_tokens, stats=stats,
         prediction=tokenizer.encode(args.prediction, add_special_tokens=False) if args.prediction else None,
+        structured_output=structured,
     ):
         sys.stdout.write(assembler.push(chunk.tokens))
         sys.stdout.flush()
@@ -214,6 +231,15 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--prediction", default=None, metavar="TEXT",
                           help="OpenAI's Predicted Outputs: the completion expected, drafted where it is followed "
                                "(--tree chain:N sets the chain; the drafter then uses sequoia:auto)")
+    structured = generate.add_mutually_exclusive_group()
+    structured.add_argument("--json-schema", default=None, metavar="SCHEMA",
+                            help="structured output: the completion is JSON following this schema (its JSON text, "
+                                 "or a file holding it)")
+    structured.add_argument("--json-object", action="store_true", help="structured output: any JSON object")
+    structured.add_argument("--regex", default=None, help="structured output: the completion matches this regular "
+                                                          "expression")
+    structured.add_argument("--choice", nargs="+", default=None, metavar="TEXT",
+                            help="structured output: the completion is one of these strings")
     generate.add_argument("--quiet-summary", action="store_true", help="print the summary line to stderr")
     _add_model_args(generate)
     generate.set_defaults(func=cmd_generate)

@@ -69,6 +69,7 @@ class AsyncClient(BaseClient):
         add_special_tokens: bool | None = None,
         truncate_prompt_tokens: int | None = None,
         prediction: str | Sequence[int] | None = None,
+        structured_output: Mapping[str, Any] | None = None,
         timeout: float | None = None,
     ) -> Completion:
         """Generate a completion; see `Client.generate`."""
@@ -83,7 +84,7 @@ class AsyncClient(BaseClient):
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
             include_stop_str_in_output=include_stop_str_in_output, skip_special_tokens=skip_special_tokens,
             add_special_tokens=add_special_tokens, truncate_prompt_tokens=truncate_prompt_tokens,
-            prediction=prediction,
+            prediction=prediction, structured_output=structured_output,
         )
         await self._check_features(request, timeout)
         message = request.to_proto()
@@ -121,6 +122,7 @@ class AsyncClient(BaseClient):
         add_special_tokens: bool | None = None,
         truncate_prompt_tokens: int | None = None,
         prediction: str | Sequence[int] | None = None,
+        structured_output: Mapping[str, Any] | None = None,
         timeout: float | None = None,
     ) -> AsyncCompletionStream:
         """An `AsyncCompletionStream` to `async for` over (not awaited); see `Client.stream`."""
@@ -135,7 +137,7 @@ class AsyncClient(BaseClient):
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
             include_stop_str_in_output=include_stop_str_in_output, skip_special_tokens=skip_special_tokens,
             add_special_tokens=add_special_tokens, truncate_prompt_tokens=truncate_prompt_tokens,
-            prediction=prediction,
+            prediction=prediction, structured_output=structured_output,
         )
         message = request.to_proto()
         return AsyncCompletionStream(

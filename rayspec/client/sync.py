@@ -69,6 +69,7 @@ class Client(BaseClient):
         add_special_tokens: bool | None = None,
         truncate_prompt_tokens: int | None = None,
         prediction: str | Sequence[int] | None = None,
+        structured_output: Mapping[str, Any] | None = None,
         timeout: float | None = None,
     ) -> Completion:
         """Generate a completion; the parameters are `GenerateRequest`'s.  Replayed after
@@ -84,7 +85,7 @@ class Client(BaseClient):
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
             include_stop_str_in_output=include_stop_str_in_output, skip_special_tokens=skip_special_tokens,
             add_special_tokens=add_special_tokens, truncate_prompt_tokens=truncate_prompt_tokens,
-            prediction=prediction,
+            prediction=prediction, structured_output=structured_output,
         )
         self._check_features(request, timeout)
         message = request.to_proto()
@@ -122,6 +123,7 @@ class Client(BaseClient):
         add_special_tokens: bool | None = None,
         truncate_prompt_tokens: int | None = None,
         prediction: str | Sequence[int] | None = None,
+        structured_output: Mapping[str, Any] | None = None,
         timeout: float | None = None,
     ) -> CompletionStream:
         """Generate, chunk by chunk as the server verifies them: a `CompletionStream` to
@@ -138,7 +140,7 @@ class Client(BaseClient):
             request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
             include_stop_str_in_output=include_stop_str_in_output, skip_special_tokens=skip_special_tokens,
             add_special_tokens=add_special_tokens, truncate_prompt_tokens=truncate_prompt_tokens,
-            prediction=prediction,
+            prediction=prediction, structured_output=structured_output,
         )
         message = request.to_proto()
         return CompletionStream(

@@ -7,6 +7,7 @@ with `GenerateRequest.from_proto`, which refuses malformed parameters with a Val
 
 from __future__ import annotations
 
+import json
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +40,8 @@ def unpack_params(data: bytes) -> dict[str, Any]:
 # Request fields a server ignores (proto3) unless it knows them, and then answers another
 # request: those added after Generation's first release that had no `Info`.  A server lists
 # those it knows in `Info`; the SDK refuses to send one to a server that does not.
-GENERATION_FEATURES = ("bad_words", "add_special_tokens", "truncate_prompt_tokens", "prediction")
+GENERATION_FEATURES = ("bad_words", "add_special_tokens", "truncate_prompt_tokens", "prediction", "structured_output")
+STRUCTURED_KINDS = ("json_schema", "json_object", "regex", "choice")
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,10 @@ class GenerateRequest:
     context holds (vLLM's).  prediction: the completion expected, text or token ids (OpenAI's
     Predicted Outputs): drafted as chains wherever the completion follows it, so a right
     prediction makes long steps; the output follows the target's law all the same.
+    structured_output: what the completion must be (vLLM's guided decoding), a mapping with
+    one of {"json_schema": a schema (a dict or its JSON text)}, {"json_object": True},
+    {"regex": a regular expression}, {"choice": [strings]}; the output follows the target's
+    law restricted to it, exactly (`rayspec.engine.structured`).
     """
 
     prompt: str | tuple[int, ...]
@@ -101,6 +107,7 @@ class GenerateRequest:
     add_special_tokens: bool | None = None
     truncate_prompt_tokens: int | None = None
     prediction: str | tuple[int, ...] | None = None
+    structured_output: Mapping[str, Any] | None = None
 
     def __post_init__(self):
         # frozen: normalise through object.__setattr__ so that equal requests compare equal
@@ -124,6 +131,8 @@ class GenerateRequest:
                 object.__setattr__(self, name, tuple(operator.index(t) for t in getattr(self, name)))
             except TypeError:
                 raise TypeError(f"{name} must be a sequence of integer token ids") from None
+        if self.structured_output is not None:
+            object.__setattr__(self, "structured_output", _structured(self.structured_output))
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -131,7 +140,8 @@ class GenerateRequest:
         answer another request (add_special_tokens only when true: an older server's own
         tokenization has none)."""
         used = {"bad_words": bool(self.bad_words), "add_special_tokens": self.add_special_tokens is True,
-                "truncate_prompt_tokens": self.truncate_prompt_tokens is not None, "prediction": bool(self.prediction)}
+                "truncate_prompt_tokens": self.truncate_prompt_tokens is not None, "prediction": bool(self.prediction),
+                "structured_output": self.structured_output is not None}
         return tuple(feature for feature in GENERATION_FEATURES if used[feature])
 
     @property
@@ -167,6 +177,12 @@ class GenerateRequest:
             message.prediction = self.prediction
         elif self.prediction:
             message.prediction_ids.extend(self.prediction)
+        if self.structured_output is not None:
+            (kind, value), = self.structured_output.items()
+            if kind == "choice":
+                message.structured_output.choice.options.extend(value)
+            else:
+                setattr(message.structured_output, kind, value)
         # proto3 `optional`: unset means the default
         for name in ("temperature", "top_p", "repetition_penalty", "seed", "logprobs", "prompt_logprobs",
                      "skip_special_tokens", "add_special_tokens", "truncate_prompt_tokens"):
@@ -214,7 +230,37 @@ class GenerateRequest:
             add_special_tokens=optional("add_special_tokens"),
             truncate_prompt_tokens=optional("truncate_prompt_tokens"),
             prediction=tuple(message.prediction_ids) or message.prediction or None,
+            structured_output=_structured_of(message.structured_output) if message.HasField("structured_output")
+            else None,
         )
+
+
+def _structured(output: Mapping[str, Any]) -> dict[str, Any]:
+    """A structured output as one {kind: value} pair, a schema as its JSON text."""
+    if not isinstance(output, Mapping) or len(output) != 1 or next(iter(output)) not in STRUCTURED_KINDS:
+        raise TypeError(f"structured_output must be a mapping with one of {', '.join(STRUCTURED_KINDS)}, "
+                        f"got {output!r}")
+    (kind, value), = output.items()
+    if kind == "json_schema" and not isinstance(value, str):
+        value = json.dumps(value)
+    if kind == "choice":
+        if isinstance(value, str) or not all(isinstance(option, str) for option in value):
+            raise TypeError("structured_output choice must be a sequence of strings")
+        value = tuple(value)
+    if kind in ("json_schema", "regex") and not isinstance(value, str):
+        raise TypeError(f"structured_output {kind} must be a string")
+    if kind == "json_object" and value is not True:
+        raise TypeError("structured_output json_object must be True")
+    return {kind: value}
+
+
+def _structured_of(message: pb.StructuredOutput) -> dict[str, Any] | None:
+    kind = message.WhichOneof("kind")
+    if kind is None:
+        raise ValueError("structured_output names no kind: give json_schema, json_object, regex or choice")
+    if kind == "json_object" and not message.json_object:
+        raise ValueError("structured_output json_object must be true")
+    return {kind: tuple(message.choice.options) if kind == "choice" else getattr(message, kind)}
 
 
 def _prompt(prompt: str | Iterable[int], name: str = "prompt") -> str | tuple[int, ...]:

@@ -110,11 +110,11 @@ class WorkerActor(_Placed):
 
         self.role = role
         config = TargetConfig(**model) if role == "target" else DrafterConfig(**model)
-        loaded, _ = config.load(TARGET_PATH if role == "target" else DRAFTER_PATH)
+        loaded, tokenizer = config.load(TARGET_PATH if role == "target" else DRAFTER_PATH)
         if role == "target":
-            self.server, port = serve_target(LocalTarget(loaded), "0.0.0.0:0", model_id=model_id)
+            self.server, port = serve_target(LocalTarget(loaded, tokenizer), "0.0.0.0:0", model_id=model_id)
         else:
-            self.server, port = serve_drafter(LocalDrafter(loaded), "0.0.0.0:0")
+            self.server, port = serve_drafter(LocalDrafter(loaded, tokenizer), "0.0.0.0:0")
         self.address = advertised_address("0.0.0.0", port)
 
     def ready(self) -> str:

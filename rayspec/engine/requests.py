@@ -15,6 +15,7 @@ from rayspec.engine.engine import GenerationStats, SpeculativeEngine, StepStats
 from rayspec.engine.interfaces import TokenLogprobs, check_logprobs
 from rayspec.engine.policy import check_tree_spec
 from rayspec.engine.prediction import prediction_chain
+from rayspec.engine.structured import check_structured, compiled_index, structured_regex, vocabulary_of
 from rayspec.engine.text import TextAssembler, bad_words_token_ids, check_text
 from rayspec.verify.processing import SamplingParams
 
@@ -74,7 +75,8 @@ class GenerationRequest:
                  prompt_logprobs=None, prompt_only=False, presence_penalty=None, frequency_penalty=None,
                  repetition_penalty=None, logit_bias=None, min_p=None, min_tokens=None, stop_token_ids=None,
                  ignore_eos=None, include_stop_str_in_output=None, skip_special_tokens=None, allowed_token_ids=None,
-                 bad_words=None, add_special_tokens=None, truncate_prompt_tokens=None, prediction=None):
+                 bad_words=None, add_special_tokens=None, truncate_prompt_tokens=None, prediction=None,
+                 structured_output=None):
         """add_special_tokens: a text prompt is tokenized with the tokenizer's special tokens
         (a BOS, for Llama-style tokenizers), as vLLM's completions and HF's `encode` do
         (default True; chat prompts, whose template writes them, pass False).
@@ -91,7 +93,10 @@ class GenerationRequest:
         it rather than before (vLLM's); skip_special_tokens: special tokens have no text
         (default True, as in vLLM).  prediction: the completion expected, as text or token
         ids (OpenAI's Predicted Outputs), drafted where the completion follows it
-        (`rayspec.engine.prediction`)."""
+        (`rayspec.engine.prediction`).  structured_output: what the completion must be
+        (`rayspec.engine.structured.StructuredOutput`: a JSON schema, any JSON object, a
+        regular expression or a choice), compiled here so that a bad one is refused before
+        anything runs."""
         if (prompt is None) == (prompt_ids is None):
             raise ValueError("give exactly one of prompt (text) and prompt_ids (token ids)")
         context = engine.target.context_length
@@ -161,6 +166,10 @@ class GenerationRequest:
             raise ValueError("prediction must be text or a non-empty list of token ids")
         if prediction is not None:
             prediction_chain(tree or None)  # refuses a tree that is no chain, before anything runs
+        regex = structured_regex(structured_output)
+        if regex:
+            check_structured(regex, ignore_eos, engine.target.eos_token_ids)
+            compiled_index(regex, vocabulary_of(tokenizer, engine.target.vocab_size))
         self.seed = secrets.randbits(63) if seed is None else int(seed)
         self.request_id = request_id or uuid.uuid4().hex
         self.kwargs = dict(
@@ -178,6 +187,7 @@ class GenerationRequest:
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
             prediction=prediction,
+            structured_output=regex or None,
         )
         self.include_stop = bool(include_stop_str_in_output)
         self.engine, self.tokenizer = engine, tokenizer

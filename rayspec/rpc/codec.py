@@ -177,7 +177,8 @@ def encode_spec(spec: SequenceSpec) -> worker_pb2.SequenceSpec:
 # ignored them would only draft less well: verification corrects any draft law.)  A target
 # that lists "predicted_chain" verifies trees with a predicted chain (`Tree.predicted`); one
 # that does not would walk the chain as drafts and is never sent one.
-WORKER_FEATURES = ("penalties", "min_p", "min_tokens", "allowed_token_ids", "bad_words", "predicted_chain")
+WORKER_FEATURES = ("penalties", "min_p", "min_tokens", "allowed_token_ids", "bad_words", "predicted_chain",
+                   "structured_output")
 
 
 def check_worker_features(spec: SequenceSpec, features: frozenset[str], worker: str) -> None:
@@ -189,6 +190,7 @@ def check_worker_features(spec: SequenceSpec, features: frozenset[str], worker: 
         ("min_tokens", params.bans_stops, "min_tokens, and would ignore it"),
         ("allowed_token_ids", params.allowed_token_ids, "allowed_token_ids, and would ignore them"),
         ("bad_words", params.bad_words_ids, "bad_words, and would ignore them"),
+        ("structured_output", params.regex, "structured output, and would ignore it"),
     ]
     for feature, used, what in needed:
         if used and feature not in features:
@@ -201,7 +203,7 @@ def encode_params(params: SamplingParams) -> worker_pb2.SamplingParams:
         presence_penalty=params.presence_penalty, frequency_penalty=params.frequency_penalty,
         logit_bias=dict(params.logit_bias), min_p=params.min_p, min_tokens=params.min_tokens,
         stop_token_ids=params.stop_token_ids, allowed_token_ids=params.allowed_token_ids,
-        bad_words=[worker_pb2.TokenIds(ids=word) for word in params.bad_words_ids],
+        bad_words=[worker_pb2.TokenIds(ids=word) for word in params.bad_words_ids], regex=params.regex,
     )
     if params.repetition_penalty != 1:
         message.repetition_penalty = params.repetition_penalty
@@ -217,7 +219,7 @@ def decode_params(message: worker_pb2.SamplingParams) -> SamplingParams:
         logit_bias=dict(message.logit_bias),
         min_p=message.min_p, min_tokens=message.min_tokens, stop_token_ids=tuple(message.stop_token_ids),
         allowed_token_ids=tuple(message.allowed_token_ids),
-        bad_words_ids=tuple(tuple(word.ids) for word in message.bad_words),
+        bad_words_ids=tuple(tuple(word.ids) for word in message.bad_words), regex=message.regex,
     )
 
 

@@ -14,6 +14,7 @@ from rayspec.client.types import GENERATION_FEATURES, GenerateRequest, stop_reas
 from rayspec.engine import SpeculativeEngine
 from rayspec.engine.interfaces import TokenLogprobs
 from rayspec.engine.requests import GenerationRequest, Limits
+from rayspec.engine.structured import StructuredOutput
 from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, health_pb2_grpc
 from rayspec.rpc.server import HealthServicer, RequireKey, Servicer, rpc_errors, start_server
 
@@ -28,6 +29,8 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
         fields = dict(vars(GenerateRequest.from_proto(message)))
         prompt = fields.pop("prompt")
         fields["verifier_params"] = fields["verifier_params"] or None  # none given: the engine's own
+        if fields["structured_output"] is not None:
+            fields["structured_output"] = StructuredOutput(**fields["structured_output"])
         text, ids = (prompt, None) if isinstance(prompt, str) else (None, list(prompt))
         return GenerationRequest(self.engine, self.tokenizer, self.limits, prompt=text or None, prompt_ids=ids or None,
                                  **fields)

@@ -216,7 +216,7 @@ def main(argv=None) -> int:
         from rayspec.models import load_causal_lm
 
         default = TARGET_PATH if role == "target" else DRAFTER_PATH
-        return load_causal_lm(args.model or default, args.device, args.dtype)[0]
+        return load_causal_lm(args.model or default, args.device, args.dtype)  # (model, tokenizer)
 
     if args.role == "coordinator":
         from rayspec.rpc.coordinator import serve_generation_from_workers
@@ -225,17 +225,17 @@ def main(argv=None) -> int:
             parser.error("--role coordinator needs --target HOST:PORT or --target here")
         if args.target == args.drafter == "here":
             parser.error("--target here and --drafter here: --model names one model; run `rayspec serve` instead")
-        target = LocalTarget(load("target")) if args.target == "here" else args.target
-        drafter = LocalDrafter(load("drafter")) if args.drafter == "here" else args.drafter
+        target = LocalTarget(*load("target")) if args.target == "here" else args.target
+        drafter = LocalDrafter(*load("drafter")) if args.drafter == "here" else args.drafter
         tokenizer = args.tokenizer or (args.model if args.target == "here" else None)
         server, port = serve_generation_from_workers(
             address, target, drafter, verifier=args.verifier, tree=args.tree, verify_at=args.verify_at,
             tokenizer_path=tokenizer, api_key=os.environ.get("RAYSPEC_API_KEY") or None,
         )
     elif args.role == "target":
-        server, port = serve_target(LocalTarget(load("target")), address, model_id=str(args.model or "rayspec-demo-target"))
+        server, port = serve_target(LocalTarget(*load("target")), address, model_id=str(args.model or "rayspec-demo-target"))
     else:
-        server, port = serve_drafter(LocalDrafter(load("drafter")), address,
+        server, port = serve_drafter(LocalDrafter(*load("drafter")), address,
                                      model_id=str(args.model or "rayspec-demo-drafter"))
 
     print(f"READY {args.role} {args.host}:{port}", flush=True)

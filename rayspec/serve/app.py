@@ -67,7 +67,7 @@ class Coordinator:
 
         group = ray.util.get_current_placement_group()
         self.drafters, addresses = start_drafters(config, group, START_TIMEOUT)
-        target = LocalTarget(config.target.load(TARGET_PATH)[0])
+        target = LocalTarget(*config.target.load(TARGET_PATH))
         self.service = Service.from_config(config, target, addresses)
         self.generation, self._grpc_address = serve_generation_api(self.service, config)
 

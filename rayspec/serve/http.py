@@ -25,10 +25,13 @@ name each token "token_id:{id}"), `prompt_logprobs` (the prompt's tokens' log-pr
 ranks and texts in vLLM's shape: per choice on completions, in each choice's first chunk when
 streamed; beside the choices on a chat, not streamed), chat's `continue_final_message`,
 `add_generation_prompt` and `chat_template_kwargs`, OpenAI's `prediction` (Predicted Outputs:
-drafted where the completion follows it, `rayspec.engine.prediction`), and `rayspec: {verifier, tree,
-verifier_params}`.  Penalties and the bias change the target's law, and the output follows that
-law exactly.  Fields that would change the answer and that rayspec does not implement
-(`suffix`, `best_of` > 1, tools, structured output) are refused, never silently ignored; so
+drafted where the completion follows it, `rayspec.engine.prediction`), structured output
+(OpenAI's `response_format` json_object / json_schema, vLLM's `structured_outputs` and
+`guided_json`, `guided_regex`, `guided_choice`: `rayspec.engine.structured`), and
+`rayspec: {verifier, tree, verifier_params}`.  Penalties, the bias and structured output change
+the target's law, and the output follows that law exactly.  Fields that would change the
+answer and that rayspec does not implement (`suffix`, `best_of` > 1, tools, grammars) are
+refused, never silently ignored; so
 are unknown fields, as OpenAI does.  `user`, `metadata`, `store` and `service_tier` are
 accepted and ignored.
 
@@ -93,6 +96,7 @@ from rayspec.engine.engine import GenerationStats
 from rayspec.engine.interfaces import MAX_LOGPROBS, TokenLogprobs
 from rayspec.engine.policy import check_tree_spec
 from rayspec.engine.requests import GenerationRequest, StepText
+from rayspec.engine.structured import StructuredOutput
 from rayspec.engine.text import check_text
 from rayspec.rpc.remote import RemoteError
 from rayspec.rpc.server import key_refusal
@@ -162,6 +166,13 @@ class _GenerationBody(_Strict):
     return_tokens_as_token_ids: bool | None = None  # vLLM's: log-probabilities name tokens "token_id:{id}"
     prompt_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)  # vLLM's: the prompt's, with ranks
     prediction: dict[str, Any] | None = None  # OpenAI's Predicted Outputs: {"type": "content", "content": ...}
+    # structured output: OpenAI's response_format, vLLM's structured_outputs and guided_* fields
+    response_format: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
     ignore_eos: bool | None = None
     include_stop_str_in_output: bool | None = None
     skip_special_tokens: bool | None = None
@@ -189,8 +200,38 @@ class _GenerationBody(_Strict):
             include_stop_str_in_output=self.include_stop_str_in_output, skip_special_tokens=self.skip_special_tokens,
             verifier=options.verifier, tree=options.tree, verifier_params=options.verifier_params,
             logprobs=self.alternatives(), prompt_logprobs=self.prompt_alternatives(),
-            prediction=self.predicted_text(),
+            prediction=self.predicted_text(), structured_output=self.structured_output(),
         )
+
+    def structured_field(self) -> str:
+        """The field that gave the structured output."""
+        fields = ("response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice")
+        return next((field for field in fields if getattr(self, field) is not None), "response_format")
+
+    def structured_output(self) -> StructuredOutput | None:
+        """What the completion must be, from whichever one of OpenAI's `response_format`
+        ({"type": "json_object"} or {"type": "json_schema", "json_schema": {"schema": ...}}),
+        vLLM's `structured_outputs` ({"json" | "regex" | "choice" | "json_object": ...}) and
+        vLLM's older `guided_json`, `guided_regex`, `guided_choice` the request gives."""
+        given = {}
+        if self.response_format is not None:
+            given["response_format"] = _response_format(self.response_format, "response_format")
+        if self.structured_outputs is not None:
+            given["structured_outputs"] = _structured_outputs(self.structured_outputs)
+        for field, name in (("guided_json", "json_schema"), ("guided_regex", "regex"), ("guided_choice", "choice")):
+            if getattr(self, field) is not None:
+                given[field] = {name: getattr(self, field)}
+        if self.guided_grammar is not None:
+            raise _bad(GRAMMAR_UNSUPPORTED, "guided_grammar")
+        given = {field: kind for field, kind in given.items() if kind is not None}  # not response_format text
+        if len(given) > 1:
+            raise _bad(f"give one structured output, not {len(given)}: {', '.join(given)}", next(iter(given)))
+        for field, kind in given.items():
+            try:
+                return StructuredOutput(**kind)
+            except ValueError as error:
+                raise _bad(f"{field}: {error}", field) from None
+        return None
 
     def predicted_text(self) -> str | None:
         """The text of OpenAI's `prediction` ({"type": "content", "content": text or text
@@ -219,6 +260,42 @@ class _GenerationBody(_Strict):
     def prompt_alternatives(self) -> int | None:
         """The same for the prompt's tokens (what the target's prefill must report)."""
         return self.prompt_logprobs
+
+
+GRAMMAR_UNSUPPORTED = ("grammars (EBNF, Lark) are not supported; JSON schemas, json_object, regular expressions and "
+                       "choices are")
+
+
+def _response_format(value: dict, field: str) -> dict | None:
+    """The `StructuredOutput` fields of OpenAI's response_format (None for plain text)."""
+    kind = value.get("type")
+    if kind == "text" and set(value) == {"type"}:
+        return None
+    if kind == "json_object" and set(value) == {"type"}:
+        return {"json_object": True}
+    if kind == "json_schema" and set(value) == {"type", "json_schema"} and isinstance(value["json_schema"], dict):
+        spec = value["json_schema"]
+        if "schema" not in spec or set(spec) - {"name", "schema", "strict", "description"}:
+            raise _bad(f'{field}.json_schema must hold the schema: {{"name": ..., "schema": {{...}}, "strict": ...}}',
+                       field)
+        return {"json_schema": spec["schema"]}
+    raise _bad(f'{field} must be {{"type": "text"}}, {{"type": "json_object"}} or {{"type": "json_schema", '
+               f'"json_schema": {{"name": ..., "schema": {{...}}}}}}', field)
+
+
+def _structured_outputs(value: dict) -> dict:
+    """The `StructuredOutput` fields of vLLM's structured_outputs."""
+    if "grammar" in value:
+        raise _bad(GRAMMAR_UNSUPPORTED, "structured_outputs")
+    names = {"json": "json_schema", "regex": "regex", "choice": "choice", "json_object": "json_object"}
+    unknown = set(value) - set(names)
+    if unknown or len(value) != 1:
+        raise _bad("structured_outputs takes exactly one of json, regex, choice and json_object"
+                   + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else ""), "structured_outputs")
+    (key, spec), = value.items()
+    if key == "json_object" and spec is not True:
+        raise _bad("structured_outputs.json_object must be true", "structured_outputs")
+    return {names[key]: spec}
 
 
 def _check_tree(spec: str) -> None:
@@ -320,7 +397,6 @@ class ChatBody(_GenerationBody):
     functions: list[Any] | None = None
     function_call: Any = None
     parallel_tool_calls: bool | None = None
-    response_format: dict[str, Any] | None = None
     # vLLM's: the reply opened, or the last (assistant) message continued; template variables
     add_generation_prompt: bool = True
     continue_final_message: bool = False
@@ -340,8 +416,6 @@ class ChatBody(_GenerationBody):
                        "them too)", "prompt_logprobs")
         if self.tools or self.functions or self.tool_choice not in (None, "none") or self.function_call not in (None, "none"):
             raise _bad("tools and function calling are not supported", "tools")
-        if self.response_format and self.response_format.get("type") != "text":
-            raise _bad("response_format: only {\"type\": \"text\"} is supported", "response_format")
         if self.max_tokens and self.max_completion_tokens and self.max_tokens != self.max_completion_tokens:
             raise _bad("max_tokens and max_completion_tokens disagree; give one", "max_completion_tokens")
 
@@ -985,7 +1059,7 @@ def create_app(service: Service) -> FastAPI:
     def max_tokens_field(value: int | None) -> dict:
         return {} if value is None else {"max_tokens": value}
 
-    def choices(body: _GenerationBody, prompts: list[dict], **fields) -> list[GenerationRequest]:
+    async def choices(body: _GenerationBody, prompts: list[dict], **fields) -> list[GenerationRequest]:
         """One generation per prompt and choice (`n` per prompt, prompt by prompt), run side by
         side: a prompt's choice i is seeded with the request's seed + i — the completion a
         request with that prompt and seed gets — and unseeded choices draw a seed each."""
@@ -998,6 +1072,11 @@ def create_app(service: Service) -> FastAPI:
                        f"({limit}); send fewer prompts per request", "prompt")
         if seed is not None and seed + n > 2**63:
             raise _bad("seed + n - 1 must stay below 2^63: choice i is seeded with seed + i", "seed")
+        if fields.get("structured_output") is not None:
+            try:  # compiled off the event loop (a large schema takes seconds), once for all the choices
+                await run_in_threadpool(service.compile_structured, fields["structured_output"])
+            except ValueError as error:
+                raise _bad(str(error), body.structured_field()) from None
         requests = []
         for index, prompt in enumerate(prompts):
             try:
@@ -1017,7 +1096,7 @@ def create_app(service: Service) -> FastAPI:
         body.refuse_unsupported()
         prompt_only = bool(body.echo) and body.max_tokens == 0
         prompts = body.prompts()
-        requests = choices(
+        requests = await choices(
             body, prompts, max_tokens=None if prompt_only else body.max_tokens,
             default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS, **body.generation_fields(), prompt_only=prompt_only,
             add_special_tokens=body.add_special_tokens,
@@ -1040,7 +1119,7 @@ def create_app(service: Service) -> FastAPI:
         check_model(body.model)
         body.refuse_unsupported()
         prompt = body.prompt(service)
-        requests = choices(
+        requests = await choices(
             body, [{"prompt": prompt}], **max_tokens_field(body.max_completion_tokens or body.max_tokens),
             **body.generation_fields(), add_special_tokens=bool(body.add_special_tokens),  # the template writes them
         )

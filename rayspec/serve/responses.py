@@ -21,8 +21,10 @@ response.output_item.done, then response.completed (or response.incomplete).  A 
 after the first event is an `error` event.
 
 Nothing is stored (`store` is answered false): `previous_response_id`, `conversation`,
-`background`, tools, reasoning, structured `text.format`, `include` and `top_logprobs` are
-refused with a 400 naming the field, never ignored.
+`background`, tools, reasoning, `include` and `top_logprobs` are refused with a 400 naming
+the field, never ignored.  `text.format` may ask for structured output: `{"type":
+"json_object"}` or `{"type": "json_schema", "name": ..., "schema": {...}}`
+(`rayspec.engine.structured`).
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ import uuid
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.concurrency import run_in_threadpool
 from pydantic import Field
 
 from rayspec.engine.requests import GenerationRequest
+from rayspec.engine.structured import StructuredOutput
 from rayspec.engine.text import check_text
 from rayspec.serve.http import (
     RayspecOptions,
@@ -101,8 +105,6 @@ class ResponsesBody(_Strict):
              "tools: tools and function calling are not supported"),
             (self.reasoning and any(v is not None for v in self.reasoning.values()),
              "reasoning: reasoning options are not supported"),
-            (self.text and (self.text.get("format") or {"type": "text"}).get("type") != "text",
-             'text: only {"format": {"type": "text"}} is supported'),
             (self.include, "include: no extra output is supported (log-probabilities: /v1/chat/completions)"),
             (self.top_logprobs, "top_logprobs: log-probabilities are given by /v1/chat/completions"),
             (self.prompt, "prompt: stored prompt templates are not supported"),
@@ -111,6 +113,26 @@ class ResponsesBody(_Strict):
         for asked, message in refusals:
             if asked:
                 raise _bad(message, message.split(":")[0])
+
+    def text_format(self) -> dict:
+        return (self.text or {}).get("format") or {"type": "text"}
+
+    def structured_output(self) -> StructuredOutput | None:
+        """What `text.format` asks the text to be (None: free text)."""
+        format = self.text_format()
+        kind = format.get("type") if isinstance(format, dict) else None
+        try:
+            if kind == "text" and set(format) == {"type"}:
+                return None
+            if kind == "json_object" and set(format) == {"type"}:
+                return StructuredOutput(json_object=True)
+            if kind == "json_schema" and "schema" in format and not set(format) - {"type", "name", "schema", "strict",
+                                                                                     "description"}:
+                return StructuredOutput(json_schema=format["schema"])
+        except ValueError as error:
+            raise _bad(f"text.format: {error}", "text") from None
+        raise _bad('text.format must be {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", '
+                   '"name": ..., "schema": {...}}', "text")
 
     def messages(self) -> list[dict]:
         """The conversation as chat template messages: the instructions first, then the input."""
@@ -176,7 +198,7 @@ class _Answer:
             "model": self.service.model_id, "error": None, "incomplete_details": incomplete,
             "instructions": body.instructions,
             "max_output_tokens": body.max_output_tokens, "temperature": body.temperature, "top_p": body.top_p,
-            "parallel_tool_calls": False, "tool_choice": "none", "tools": [], "text": {"format": {"type": "text"}},
+            "parallel_tool_calls": False, "tool_choice": "none", "tools": [], "text": {"format": body.text_format()},
             "truncation": "disabled", "store": False, "metadata": body.metadata or {}, "background": False,
             "previous_response_id": None, "reasoning": None, "user": body.user,
             "output": [self.item(status, self.request.text)] if done else [], "usage": None,
@@ -229,11 +251,17 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
         if options.tree:
             _check_tree(options.tree)
         prompt = service.render_chat(body.messages())
+        structured = body.structured_output()
+        if structured is not None:
+            try:  # off the event loop: a large schema takes seconds to compile
+                await run_in_threadpool(service.compile_structured, structured)
+            except ValueError as error:
+                raise _bad(f"text.format: {error}", "text") from None
         request = service.request(
             prompt=prompt, add_special_tokens=False, max_tokens=body.max_output_tokens, temperature=body.temperature,
             top_p=body.top_p, top_k=body.top_k, min_p=body.min_p, repetition_penalty=body.repetition_penalty,
             seed=body.seed, stop=body.stop, verifier=options.verifier, tree=options.tree,
-            verifier_params=options.verifier_params,
+            verifier_params=options.verifier_params, structured_output=structured,
         )
         answer = _Answer(service, request, body)
         [steps] = _start(service, [request])

@@ -22,6 +22,7 @@ import grpc
 from rayspec.engine.engine import SpeculativeEngine
 from rayspec.engine.pool import DrafterPool
 from rayspec.engine.requests import GenerationRequest, Limits
+from rayspec.engine.structured import StructuredOutput, compiled_index, structured_regex, vocabulary_of
 from rayspec.models.threads import honour_torch_threads
 from rayspec.serve.config import LimitsConfig, ServiceConfig
 from rayspec.serve.metrics import Metrics
@@ -97,7 +98,7 @@ class Service:
         if isinstance(target, str):
             target = RemoteTarget(target, timeout=timeout, verify_at=config.verify_at)
         remote = [RemoteDrafter(address, target.vocab_size, timeout=timeout) for address in drafter_addresses]
-        drafters = remote + [LocalDrafter(d.load(DRAFTER_PATH)[0]) for d in config.coordinator_drafters]
+        drafters = remote + [LocalDrafter(*d.load(DRAFTER_PATH)) for d in config.coordinator_drafters]
         drafter = DrafterPool(drafters) if len(drafters) > 1 else drafters[0] if drafters else None
         demo = config.target.path is None
         tokenizer = AutoTokenizer.from_pretrained(str(TARGET_PATH if demo else config.target.path))
@@ -123,6 +124,11 @@ class Service:
         if default_max_tokens is not None:
             limits = dataclasses.replace(limits, default_max_tokens=min(default_max_tokens, limits.max_tokens))
         return GenerationRequest(self.engine, self.tokenizer, limits, **fields)
+
+    def compile_structured(self, output: StructuredOutput) -> None:
+        """Compile a structured output's automaton over the tokenizer's vocabulary (cached:
+        the requests that use it find it compiled); a bad one is a ValueError."""
+        compiled_index(structured_regex(output), vocabulary_of(self.tokenizer, self.engine.target.vocab_size))
 
     def measured_costs(self) -> dict | None:
         """The step costs its engine plans sequoia:auto trees from (`Costs.to_json`), None

@@ -143,3 +143,20 @@ def test_generate_never_writes_a_bad_word(capsys):
     assert " return" not in banned and "string of a" not in banned and "Return" in banned
     assert main(["generate", "--prompt", "x", "--bad-words", " ", "--threads", "1"]) == 2
     assert "bad_words: a word must have a character other than spaces" in capsys.readouterr().err
+
+
+def test_generate_follows_a_json_schema_or_a_choice_and_refuses_an_unenforced_schema(tmp_path, capsys):
+    schema = {"type": "object", "properties": {"debug": {"type": "boolean"}}, "required": ["debug"]}
+    (tmp_path / "schema.json").write_text(json.dumps(schema))
+    assert main(["generate", "--prompt", "config = ", "--json-schema", str(tmp_path / "schema.json"), "--seed", "1",
+                 "--max-new-tokens", "40", "--threads", "1"]) == 0
+    text = capsys.readouterr().out.splitlines()[0]
+    assert set(json.loads(text.removeprefix("config = "))) == {"debug"}
+    for seed in ("1", "2"):
+        assert main(["generate", "--prompt", "Weather:", "--choice", "sunny", "cold and wet", "--seed", seed,
+                     "--temperature", "1", "--threads", "1"]) == 0
+        assert capsys.readouterr().out.splitlines()[0] in ("Weather:sunny", "Weather:cold and wet")
+    bounded = json.dumps({"type": "object", "properties": {"port": {"type": "integer", "maximum": 9}}})
+    assert main(["generate", "--prompt", "x", "--json-schema", bounded, "--threads", "1"]) == 2
+    captured = capsys.readouterr()
+    assert "json_schema uses properties.port.maximum" in captured.err and captured.out == ""

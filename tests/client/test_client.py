@@ -546,6 +546,21 @@ def test_request_proto_round_trip_and_validation():
         GenerateRequest("hi", prediction=[5, "6"])
     with pytest.raises(ValueError, match="either prediction or prediction_ids"):
         GenerateRequest.from_proto(pb.GenerateRequest(prompt="a", prediction="x", prediction_ids=[1]))
+    for output in ({"json_schema": '{"type": "object"}'}, {"json_object": True}, {"regex": "[a-z]+"},
+                   {"choice": ("yes", "no")}):
+        structured = GenerateRequest("hi", structured_output=output)
+        assert GenerateRequest.from_proto(structured.to_proto()) == structured
+        assert structured.features == ("structured_output",)
+    assert GenerateRequest("hi", structured_output={"json_schema": {"type": "object"}}).structured_output == {
+        "json_schema": '{"type": "object"}'}  # a schema crosses as its JSON text
+    assert GenerateRequest("hi", structured_output={"choice": ["a"]}).structured_output == {"choice": ("a",)}
+    with pytest.raises(TypeError, match="structured_output must be a mapping with one of json_schema, json_object, "
+                                        "regex, choice"):
+        GenerateRequest("hi", structured_output={"regex": "a", "choice": ["a"]})
+    with pytest.raises(TypeError, match="structured_output choice must be a sequence of strings"):
+        GenerateRequest("hi", structured_output={"choice": "yes"})
+    with pytest.raises(ValueError, match="structured_output names no kind"):
+        GenerateRequest.from_proto(pb.GenerateRequest(prompt="a", structured_output=pb.StructuredOutput()))
 
 
 def test_penalties_and_a_bias_cross_as_set_and_unset_values():

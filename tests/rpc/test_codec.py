@@ -255,3 +255,16 @@ def test_a_predicted_chain_crosses_with_its_tree_and_a_malformed_one_is_refused(
     message = worker_pb2.Tree(parents=[-1, 0, 0, 1, 1], tokens=[1, 2, 3, 4, 5], predicted=1)
     with pytest.raises(codec.CodecError, match="bad tree: the predicted chain of 1 nodes ends at node 1, which has children"):
         codec.decode_tree(message, vocab_size=16)
+
+
+def test_a_structured_outputs_regex_crosses_and_an_older_target_is_refused_it():
+    params = SamplingParams(0.5, regex=r'\{"a": [0-9]+\}')
+    back = codec.decode_params(worker_pb2.SamplingParams.FromString(codec.encode_params(params).SerializeToString()))
+    assert back == params and back.regex == r'\{"a": [0-9]+\}' and back.uses_history
+    assert codec.decode_params(codec.encode_params(SamplingParams())).regex == ""
+    spec = SequenceSpec((1, 2), params, 3, "rrsw")
+    before = frozenset(set(codec.WORKER_FEATURES) - {"structured_output"})  # the release before it
+    with pytest.raises(RuntimeError, match=r"^the target worker at w:1 predates structured output, and would ignore "
+                                           r"it: upgrade it$"):
+        codec.check_worker_features(spec, before, "target worker at w:1")
+    codec.check_worker_features(spec, frozenset(codec.WORKER_FEATURES), "target worker at w:1")

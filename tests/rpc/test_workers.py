@@ -4,6 +4,7 @@ refused with INVALID_ARGUMENT and a message, and the workers keep serving."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -15,8 +16,10 @@ import pytest
 from rayspec.client import Client, TokenLogprob
 from rayspec.client.errors import InvalidRequestError
 from rayspec.client.types import GENERATION_FEATURES
+from rayspec.demo import DRAFTER_PATH, TARGET_PATH
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.engine.requests import GenerationRequest, Limits
+from rayspec.engine.structured import StructuredOutput
 from rayspec.models import load_causal_lm
 from rayspec.rpc.generated import (
     generation_pb2, generation_pb2_grpc, health_pb2, health_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc,
@@ -44,11 +47,25 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def demo_cluster(tmp_path_factory):
+    """Workers of the demo pair, whose target declares an EOS (structured output ends there)."""
+    tmp = tmp_path_factory.mktemp("demo_workers")
+    target = Worker(tmp / "target.log", "--role", "target")
+    drafter = Worker(tmp / "drafter.log", "--role", "drafter")
+    coordinator = Worker(tmp / "coordinator.log", "--role", "coordinator", "--target", target.address,
+                         "--drafter", drafter.address, "--verifier", "rrsw", "--tree", "kary:2x3",
+                         "--tokenizer", str(TARGET_PATH))
+    yield {"target": target, "drafter": drafter, "coordinator": coordinator}
+    for worker in (coordinator, drafter, target):
+        worker.stop()
+
+
+@pytest.fixture(scope="module")
 def local_engine_parts(cluster):
     target_path, drafter_path = cluster["paths"]
     target, tokenizer = load_causal_lm(target_path, "cpu", "float32")
     drafter, _ = load_causal_lm(drafter_path, "cpu", "float32")
-    return LocalTarget(target), LocalDrafter(drafter), tokenizer
+    return LocalTarget(target, tokenizer), LocalDrafter(drafter, tokenizer), tokenizer
 
 
 @pytest.mark.parametrize("verify_at", ["target", "coordinator"])
@@ -169,6 +186,40 @@ def test_allowed_token_ids_give_the_in_process_tokens(cluster, local_engine_part
         with pytest.raises(InvalidRequestError, match="allowed_token_ids names token 8192, outside the vocabulary of 8192"):
             client.generate(prompt, max_tokens=4, allowed_token_ids=[5, 8192])
     assert list(sdk.token_ids) == local.tokens
+
+
+@pytest.mark.parametrize("verify_at", ["target", "coordinator"])
+def test_structured_output_gives_the_in_process_tokens(demo_cluster, verify_at):
+    """Both workers compile the expression over their own tokenizers and restrict every
+    drafted path's laws to it: the in-process tokens through the engine, the SDK and the
+    coordinator, and a bad expression is INVALID_ARGUMENT."""
+    cluster = demo_cluster
+    target, tokenizer = load_causal_lm(TARGET_PATH, "cpu", "float32")
+    drafter, drafter_tokenizer = load_causal_lm(DRAFTER_PATH, "cpu", "float32")
+    local_engine = SpeculativeEngine(LocalTarget(target, tokenizer), LocalDrafter(drafter, drafter_tokenizer),
+                                     tree="kary:2x3")
+    remote_target = RemoteTarget(cluster["target"].address, verify_at=verify_at)
+    remote_engine = SpeculativeEngine(remote_target, RemoteDrafter(cluster["drafter"].address, remote_target.vocab_size),
+                                      tree="kary:2x3")
+    prompt, kwargs = tokenizer.encode("config = ", add_special_tokens=False), dict(max_new_tokens=40, temperature=0.8)
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10},
+                                               "on": {"type": "boolean"}}, "required": ["name", "on"]}
+    for seed in (4, 5):
+        local = local_engine.run(prompt, **kwargs, seed=seed, structured_output=StructuredOutput(json_schema=schema))
+        assert local.finish_reason == "stop" and set(json.loads(tokenizer.decode(local.tokens))) == {"name", "on"}
+        remote = remote_engine.run(prompt, **kwargs, seed=seed, structured_output=StructuredOutput(json_schema=schema))
+        assert (remote.tokens, remote.finish_reason) == (local.tokens, local.finish_reason)
+    choice = local_engine.run(prompt, **kwargs, seed=4, structured_output=StructuredOutput(choice=["on", "off"]))
+    with Client(cluster["coordinator"].address, timeout=60) as client:  # the coordinator's verifier: rrsw
+        sdk = client.generate(prompt, max_tokens=40, temperature=0.8, seed=4, structured_output={"json_schema": schema})
+        sdk_choice = client.generate(prompt, max_tokens=40, temperature=0.8, seed=4,
+                                     structured_output={"choice": ["on", "off"]})
+        with pytest.raises(InvalidRequestError, match=r"the regular expression '\(\(' cannot be used"):
+            client.generate(prompt, max_tokens=4, structured_output={"regex": "(("})
+    assert list(sdk.token_ids) == local_engine.run(prompt, **kwargs, seed=4,
+                                                   structured_output=StructuredOutput(json_schema=schema)).tokens
+    assert (list(sdk_choice.token_ids), sdk_choice.text) == (choice.tokens, tokenizer.decode(choice.tokens))
+    assert sdk_choice.text in ("on", "off")
 
 
 @pytest.mark.parametrize("verify_at", ["target", "coordinator"])
@@ -659,7 +710,7 @@ def test_a_target_worker_that_predates_penalties_is_refused_rather_than_sampling
     assert len(engine.run([1, 2, 3], max_new_tokens=4, seed=1).tokens) == 4  # nothing asked of it that it lacks
     stub = worker_pb2_grpc.TargetServiceStub(grpc.insecure_channel(cluster["target"].address))
     assert list(stub.Info(worker_pb2.InfoRequest(), timeout=10).features) == [
-        "penalties", "min_p", "min_tokens", "allowed_token_ids", "bad_words", "predicted_chain"]
+        "penalties", "min_p", "min_tokens", "allowed_token_ids", "bad_words", "predicted_chain", "structured_output"]
 
 
 @pytest.mark.parametrize("feature, asked", [

@@ -31,13 +31,14 @@ def parts():
 def reference(parts):
     """The in-process engine, unwrapped: what the service must reproduce."""
     target, drafter, tokenizer = parts
-    return SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), tokenizer=tokenizer, **SETTING)
+    return SpeculativeEngine(LocalTarget(target, tokenizer), LocalDrafter(drafter, tokenizer), tokenizer=tokenizer,
+                             **SETTING)
 
 
 @pytest.fixture(scope="module")
 def server(parts):
     target, drafter, tokenizer = parts
-    watched_target, watched_drafter = Watched(LocalTarget(target)), Watched(LocalDrafter(drafter))
+    watched_target, watched_drafter = Watched(LocalTarget(target, tokenizer)), Watched(LocalDrafter(drafter, tokenizer))
     engine = SpeculativeEngine(watched_target, watched_drafter, tokenizer=tokenizer, **SETTING)
     limits = LimitsConfig(default_max_tokens=24, max_tokens=256, max_concurrent_requests=2)
     service = Service(engine, tokenizer, MODEL, limits)

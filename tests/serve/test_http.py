@@ -27,6 +27,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from rayspec.demo import TARGET_PATH
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.engine.requests import GenerationRequest, Limits
+from rayspec.engine.structured import StructuredOutput
 from rayspec.rpc.generated import health_pb2_grpc
 from rayspec.rpc.remote import RemoteError
 from rayspec.rpc.server import HealthServicer, start_server
@@ -817,7 +818,27 @@ BAD_CHATS = [
      "top_logprobs"),
     ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 21}, 400,
      "top_logprobs: Input should be less than or equal to 20", "top_logprobs"),
-    ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}, 400, "response_format", "response_format"),
+    ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "xml"}}, 400,
+     'response_format must be {"type": "text"}, {"type": "json_object"} or {"type": "json_schema"', "response_format"),
+    ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {}}},
+     400, "response_format.json_schema must hold the schema", "response_format"),
+    ({"messages": [{"role": "user", "content": "hi"}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nothing"}}}},
+     400, "json_schema cannot be compiled: Unsupported type: nothing", "response_format"),
+    ({"messages": [{"role": "user", "content": "hi"}], "guided_regex": "((("}, 400,
+     "the regular expression '(((' cannot be used", "guided_regex"),
+    ({"messages": [{"role": "user", "content": "hi"}], "guided_choice": []}, 400,
+     "guided_choice: choice must be a non-empty list of non-empty strings", "guided_choice"),
+    ({"messages": [{"role": "user", "content": "hi"}], "guided_grammar": "root ::= 'a'"}, 400,
+     "grammars (EBNF, Lark) are not supported", "guided_grammar"),
+    ({"messages": [{"role": "user", "content": "hi"}], "structured_outputs": {"grammar": "root ::= 'a'"}}, 400,
+     "grammars (EBNF, Lark) are not supported", "structured_outputs"),
+    ({"messages": [{"role": "user", "content": "hi"}], "structured_outputs": {"json": {}, "regex": "a"}}, 400,
+     "structured_outputs takes exactly one of json, regex, choice and json_object", "structured_outputs"),
+    ({"messages": [{"role": "user", "content": "hi"}], "guided_regex": "a+", "guided_choice": ["a"]}, 400,
+     "give one structured output, not 2: guided_regex, guided_choice", "guided_regex"),
+    ({"messages": [{"role": "user", "content": "hi"}], "guided_choice": ["yes", "no"], "ignore_eos": True}, 400,
+     "ignore_eos cannot be combined with structured output", None),
     ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0}, 400, "max_completion_tokens", "max_completion_tokens"),
     ({"messages": [{"role": "user", "content": "hi"}], "frequency_penalty": -3}, 400,
      "frequency_penalty: Input should be greater than or equal to -2", "frequency_penalty"),
@@ -1205,3 +1226,52 @@ def test_chat_without_a_template_uses_the_fallback(parts, reference):
     prompt = service.render_chat([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
     assert prompt == "system: Be brief.\n\nuser: Hi\n\nassistant:"
     assert service.chat_template() == FALLBACK_CHAT_TEMPLATE  # what /tokenizer_info gives clients
+
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "on": {"type": "boolean"}},
+          "required": ["name", "on"]}
+
+
+def test_structured_output_through_the_openai_client(parts):
+    """OpenAI's response_format and vLLM's guided_* and structured_outputs fields: the text is
+    the in-process engine's under the same structured output, JSON that follows the schema, or
+    one of the choices, streamed or not."""
+    target, drafter, tokenizer = parts
+    local_target = LocalTarget(target, tokenizer)
+    local_target.eos_token_ids = (tokenizer.eos_token_id,)  # the tiny target declares none: a match ends there
+    engine = SpeculativeEngine(local_target, LocalDrafter(drafter, tokenizer), tokenizer=tokenizer, **SETTING)
+    service = Service(engine, tokenizer, MODEL, LimitsConfig(default_max_tokens=48, max_tokens=64))
+    ids = tokenizer.encode(PROMPT, add_special_tokens=False)
+    expected = engine.run(ids, max_new_tokens=48, temperature=0.8, seed=3,
+                          structured_output=StructuredOutput(json_schema=SCHEMA))
+    assert expected.finish_reason == "stop"
+    response_format = {"type": "json_schema", "json_schema": {"name": "switch", "schema": SCHEMA, "strict": True}}
+    with ServerThread(create_app(service)) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+        completion = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=48, temperature=0.8, seed=3,
+                                               extra_body={"response_format": response_format})
+        vllm_style = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=48, temperature=0.8, seed=3,
+                                               extra_body={"structured_outputs": {"json": SCHEMA}})
+        chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "a switch?"}],
+                                              max_tokens=48, seed=5, response_format=response_format)
+        streamed = "".join(
+            chunk.choices[0].delta.content or "" for chunk in client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "yes or no?"}], max_tokens=8, seed=5, stream=True,
+                extra_body={"guided_choice": ["yes", "no"]}) if chunk.choices)
+        regex = [client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, seed=seed,
+                                           extra_body={"guided_regex": "[0-9]{3}-[a-z]{2}"}).choices[0].text
+                 for seed in range(3)]
+        response = client.responses.create(model=MODEL, input="a switch?", max_output_tokens=48,
+                                           text={"format": {"type": "json_schema", "name": "switch", "schema": SCHEMA}},
+                                           extra_body={"seed": 5})
+        with pytest.raises(openai.BadRequestError, match="json_schema uses properties.n.maximum"):
+            client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, extra_body={"guided_json": {
+                "type": "object", "properties": {"n": {"type": "integer", "maximum": 3}}}})
+    assert completion.choices[0].text == vllm_style.choices[0].text == tokenizer.decode(expected.tokens)
+    assert completion.choices[0].finish_reason == "stop"
+    assert set(json.loads(completion.choices[0].text)) == {"name", "on"}
+    assert chat.choices[0].finish_reason == "stop" and set(json.loads(chat.choices[0].message.content)) == {"name", "on"}
+    assert streamed in ("yes", "no")
+    assert response.status == "completed" and response.text.format.type == "json_schema"
+    assert json.loads(response.output_text) == json.loads(chat.choices[0].message.content)  # the same conversation
+    assert all(len(text) == 6 and text[:3].isdigit() and text[3] == "-" and text[4:].isalpha() for text in regex)

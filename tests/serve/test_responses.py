@@ -84,7 +84,10 @@ def test_a_streamed_response_is_openais_event_sequence(client, http):
     ({"input": "hi", "tools": [{"type": "function", "name": "f"}]}, "tools and function calling", "tools"),
     ({"input": "hi", "tool_choice": "required"}, "tools and function calling", "tools"),
     ({"input": "hi", "reasoning": {"effort": "high"}}, "reasoning options", "reasoning"),
-    ({"input": "hi", "text": {"format": {"type": "json_object"}}}, 'only {"format": {"type": "text"}}', "text"),
+    ({"input": "hi", "text": {"format": {"type": "xml"}}}, 'text.format must be {"type": "text"}', "text"),
+    ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "n", "schema": {
+        "type": "object", "properties": {"n": {"type": "number", "minimum": 0}}}}}},
+     "text.format: json_schema uses properties.n.minimum", "text"),
     ({"input": "hi", "include": ["message.output_text.logprobs"]}, "no extra output", "include"),
     ({"input": "hi", "top_logprobs": 2}, "top_logprobs", "top_logprobs"),
     ({"input": "hi", "truncation": "auto"}, 'only "disabled"', "truncation"),
