@@ -277,6 +277,40 @@ def _shortened(regex: str, keep: int = 80) -> str:
     return repr(regex if len(regex) <= keep else regex[:keep] + "...")
 
 
+# Allowed-token rows kept across sequences (one automaton serves many requests, and the drafter
+# and the target of one process share them): at most this many bytes of them.
+MAX_CACHED_MASK_BYTES = 64 << 20
+
+
+class _MaskCache:
+    """Allowed-token rows by (expression, vocabulary, stop tokens, size, device, state), the
+    least recently used dropped first."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes, self.bytes = max_bytes, 0
+        self.rows: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key):
+        with self.lock:
+            row = self.rows.get(key)
+            if row is not None:
+                self.rows.move_to_end(key)
+            return row
+
+    def put(self, key, row: torch.Tensor) -> None:
+        with self.lock:
+            if key not in self.rows:
+                self.rows[key] = row
+                self.bytes += row.numel() * row.element_size()
+            while self.bytes > self.max_bytes and len(self.rows) > 1:
+                _, dropped = self.rows.popitem(last=False)
+                self.bytes -= dropped.numel() * dropped.element_size()
+
+
+_MASKS = _MaskCache(MAX_CACHED_MASK_BYTES)
+
+
 class GrammarCursor:
     """Where a sequence's completion stands in a regex's automaton, and the tokens allowed
     after any drafted path from there.
@@ -295,7 +329,8 @@ class GrammarCursor:
         self.device = device
         self.state = self.index.get_initial_state()
         self._next: dict[tuple[int, int], int | None] = {}
-        self._masks: dict[int | None, torch.Tensor] = {}
+        # the automaton by what it is compiled from, never by id(): an evicted one's id may be reused
+        self._key = (regex, vocabulary.fingerprint, tuple(self.stop_ids), self.vocab_size, str(device))
 
     def _step(self, state: int | None, token: int) -> int | None:
         if state is self._DEAD:
@@ -306,7 +341,8 @@ class GrammarCursor:
         return self._next[key]
 
     def _mask(self, state: int | None) -> torch.Tensor:
-        mask = self._masks.get(state)
+        key = (*self._key, state)
+        mask = _MASKS.get(key)
         if mask is None:
             if state is self._DEAD:
                 mask = torch.ones(self.vocab_size, dtype=torch.bool)
@@ -316,7 +352,8 @@ class GrammarCursor:
                     allowed += self.stop_ids  # any of the model's stop tokens ends a match
                 mask = torch.zeros(self.vocab_size, dtype=torch.bool)
                 mask[torch.tensor(allowed, dtype=torch.long)] = True
-            mask = self._masks[state] = mask.to(self.device)
+            mask = mask.to(self.device)
+            _MASKS.put(key, mask)
         return mask
 
     def advance(self, tokens: Sequence[int]) -> None:
