@@ -12,7 +12,8 @@
 Request fields: OpenAI's `model`, `prompt` / `messages`, `max_tokens` (chat: also
 `max_completion_tokens`), `temperature`, `top_p`, `presence_penalty`, `frequency_penalty`,
 `logit_bias` (token id strings to biases), `seed`, `stop`, `stream`,
-`stream_options.include_usage`, `logprobs` (chat: `logprobs` and `top_logprobs`, up to 20
+`stream_options.include_usage` (with vLLM's `continuous_usage_stats`: every chunk carries its
+choice's usage so far), `logprobs` (chat: `logprobs` and `top_logprobs`, up to 20
 alternatives), `n` and, for completions, `echo` (with `max_tokens: 0`, the prompt alone: with
 `logprobs`, it scores a text), plus vLLM's extensions `top_k`, `repetition_penalty`, `min_p`,
 `min_tokens`, `stop_token_ids`, `ignore_eos`, `allowed_token_ids`, `bad_words`,
@@ -68,6 +69,10 @@ are HTTP errors; a failure after them is a `data: {"error": ...}` event.  A clie
 disconnects stops its generation after the current step, and the worker sessions are
 released.
 
+Every response carries an `X-Request-Id` header (vLLM's, with --enable-request-id-headers):
+the request's own `X-Request-Id` when it sends a usable one (1-256 printable ASCII characters),
+else a fresh id.  A generation's response id is made of it (`cmpl-<id>`, `chatcmpl-<id>`).
+
 Errors have OpenAI's body `{"error": {"message", "type", "param", "code"}}`: 400 for bad
 input (malformed JSON, wrong types, unknown verifier, a prompt longer than the context, ...),
 401 without the service's API key (`ServiceConfig.api_key`), 404 for an unknown model or route,
@@ -83,6 +88,7 @@ import asyncio
 import json
 import logging
 import time
+import uuid
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
@@ -134,9 +140,10 @@ class RayspecOptions(_Strict):
     verifier_params: dict[str, Any] | None = None
 
 
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
+class StreamOptions(_Strict):
     include_usage: bool | None = None
+    continuous_usage_stats: bool | None = None  # vLLM's: every chunk carries its choice's usage so far
+    include_obfuscation: bool | None = None  # OpenAI's padding against side channels: accepted, none added
 
 
 class _GenerationBody(_Strict):
@@ -729,23 +736,29 @@ async def _merged(streams: list[StepStream]):
             task.cancel()
 
 
-async def _events(reply: _Reply, streams: list[StepStream], include_usage: bool):
+async def _events(reply: _Reply, streams: list[StepStream], include_usage: bool, continuous_usage: bool = False):
     """The server-sent events of a streamed answer, its choices' steps interleaved as they are
-    verified; the last choice to finish carries the `rayspec` object."""
-    extra = {"usage": None} if include_usage else {}
+    verified; the last choice to finish carries the `rayspec` object.  continuous_usage
+    (vLLM's continuous_usage_stats): each chunk carries its choice's usage so far."""
+
+    def extra(index: int) -> dict:
+        if continuous_usage:
+            return {"usage": usage([reply.requests[index]])}
+        return {"usage": None} if include_usage else {}
+
     try:
         for index in range(len(streams)):
             if (opening := reply.opening(index)) is not None:
-                yield _sse(reply.chunk(opening, **extra))
+                yield _sse(reply.chunk(opening, **extra(index)))
         running = len(streams)
         async for index, added in _merged(streams):
             if added is not None:
                 if (delta := reply.step_delta(index, added)) is not None:
-                    yield _sse(reply.chunk(delta, **extra))
+                    yield _sse(reply.chunk(delta, **extra(index)))
                 continue
             running -= 1
             figures = {} if running else {"rayspec": reply.figures()}
-            yield _sse(reply.chunk(reply.finish_delta(index), **figures, **extra))
+            yield _sse(reply.chunk(reply.finish_delta(index), **figures, **extra(index)))
         if include_usage:
             yield _sse(reply.usage_chunk())
     except Exception as error:  # the status line is sent: the error travels as an event
@@ -814,7 +827,7 @@ async def _drain(stream: StepStream) -> None:
         pass
 
 
-async def _answer(reply: _Reply, stream: bool, include_usage: bool) -> Response:
+async def _answer(reply: _Reply, stream: bool, include_usage: bool, continuous_usage: bool = False) -> Response:
     streams = _start(reply.service, reply.requests)
 
     def close() -> None:
@@ -833,7 +846,7 @@ async def _answer(reply: _Reply, stream: bool, include_usage: bool) -> Response:
         close()
         raise
     primed = [_Primed(first, s) if first is not None else s for first, s in zip(firsts, streams)]
-    return _EventStream(_events(reply, primed, include_usage), on_close=close)
+    return _EventStream(_events(reply, primed, include_usage, continuous_usage), on_close=close)
 
 
 # ---------------------------------------------------------------------------- errors
@@ -955,6 +968,36 @@ class _AnswerFailures:
             await JSONResponse(body, status_code=status)(scope, receive, send)
 
 
+MAX_REQUEST_ID_CHARS = 256
+
+
+class _RequestIds:
+    """ASGI middleware giving every request an id — the client's `X-Request-Id` header when it
+    sends a usable one (1-256 printable ASCII characters; another is replaced), else a fresh
+    one — and answering it in the response's `X-Request-Id`, as vLLM does with
+    --enable-request-id-headers.  Generations take it as their request id: it names them in the
+    logs and in their responses' ids (`cmpl-<id>`, `chatcmpl-<id>`)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        given = dict(scope["headers"]).get(b"x-request-id", b"")
+        usable = 0 < len(given) <= MAX_REQUEST_ID_CHARS and all(32 < byte < 127 for byte in given)
+        request_id = given.decode() if usable else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+
+        async def send_with_id(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []),
+                                                  (b"x-request-id", request_id.encode())]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
 class _CountResponses:
     """ASGI middleware counting answered requests by endpoint and status (streams included)."""
 
@@ -1037,6 +1080,7 @@ def create_app(service: Service) -> FastAPI:
     if service.api_key:  # outside the body limit: a request without the key is refused unread
         app.add_middleware(_RequireKey, key=service.api_key)
     app.add_middleware(_AnswerFailures)
+    app.add_middleware(_RequestIds)  # outside the refusals, so that they carry the id too
     app.add_middleware(_CountResponses, metrics=service.metrics)  # added last: outermost, it counts the 413s too
 
     async def answer_error(request: Request, error: Exception) -> JSONResponse:
@@ -1091,7 +1135,7 @@ def create_app(service: Service) -> FastAPI:
         return requests
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionBody):
+    async def completions(body: CompletionBody, http: Request):
         check_model(body.model)
         body.refuse_unsupported()
         prompt_only = bool(body.echo) and body.max_tokens == 0
@@ -1099,7 +1143,7 @@ def create_app(service: Service) -> FastAPI:
         requests = await choices(
             body, prompts, max_tokens=None if prompt_only else body.max_tokens,
             default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS, **body.generation_fields(), prompt_only=prompt_only,
-            add_special_tokens=body.add_special_tokens,
+            add_special_tokens=body.add_special_tokens, request_id=http.state.request_id,
         )
         echoes = None
         if body.echo:
@@ -1112,19 +1156,20 @@ def create_app(service: Service) -> FastAPI:
             ]
         reply = _CompletionReply(service, requests, body.n or 1, echoes, bool(body.return_tokens_as_token_ids),
                                  body.prompt_logprobs)
-        return await _answer(reply, bool(body.stream), _include_usage(body))
+        return await _answer(reply, bool(body.stream), **_usage_options(body))
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatBody):
+    async def chat_completions(body: ChatBody, http: Request):
         check_model(body.model)
         body.refuse_unsupported()
         prompt = body.prompt(service)
         requests = await choices(
             body, [{"prompt": prompt}], **max_tokens_field(body.max_completion_tokens or body.max_tokens),
             **body.generation_fields(), add_special_tokens=bool(body.add_special_tokens),  # the template writes them
+            request_id=http.state.request_id,
         )
         reply = _ChatReply(service, requests, body.n or 1, bool(body.return_tokens_as_token_ids), body.prompt_logprobs)
-        return await _answer(reply, bool(body.stream), _include_usage(body))
+        return await _answer(reply, bool(body.stream), **_usage_options(body))
 
     @app.post("/tokenize")
     async def tokenize(body: TokenizeBody):
@@ -1199,5 +1244,9 @@ def create_app(service: Service) -> FastAPI:
     return app
 
 
-def _include_usage(body: _GenerationBody) -> bool:
-    return bool(body.stream and body.stream_options and body.stream_options.include_usage)
+def _usage_options(body: _GenerationBody) -> dict:
+    """Whether a stream ends with a usage chunk (`include_usage`) and, with it, whether every
+    chunk carries its choice's usage so far (vLLM's `continuous_usage_stats`)."""
+    options = body.stream_options
+    include = bool(body.stream and options and options.include_usage)
+    return {"include_usage": include, "continuous_usage": include and bool(options.continuous_usage_stats)}

@@ -34,7 +34,7 @@ import time
 import uuid
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import Field
 
@@ -244,7 +244,7 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
     """`POST /v1/responses` on `app`; `check_model` answers 404 for a model not served."""
 
     @app.post("/v1/responses")
-    async def responses(body: ResponsesBody):
+    async def responses(body: ResponsesBody, http: Request):
         check_model(body.model)
         body.refuse_unsupported()
         options = body.rayspec or RayspecOptions()
@@ -261,7 +261,7 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
             prompt=prompt, add_special_tokens=False, max_tokens=body.max_output_tokens, temperature=body.temperature,
             top_p=body.top_p, top_k=body.top_k, min_p=body.min_p, repetition_penalty=body.repetition_penalty,
             seed=body.seed, stop=body.stop, verifier=options.verifier, tree=options.tree,
-            verifier_params=options.verifier_params, structured_output=structured,
+            verifier_params=options.verifier_params, structured_output=structured, request_id=http.state.request_id,
         )
         answer = _Answer(service, request, body)
         [steps] = _start(service, [request])

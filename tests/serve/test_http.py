@@ -1275,3 +1275,43 @@ def test_structured_output_through_the_openai_client(parts):
     assert response.status == "completed" and response.text.format.type == "json_schema"
     assert json.loads(response.output_text) == json.loads(chat.choices[0].message.content)  # the same conversation
     assert all(len(text) == 6 and text[:3].isdigit() and text[3] == "-" and text[4:].isalpha() for text in regex)
+
+
+def test_request_ids_are_echoed_and_name_the_response(http):
+    body = {"prompt": PROMPT, "max_tokens": 4, "seed": 1}
+    given = http.post("/v1/completions", json=body, headers={"X-Request-Id": "trace-42"})
+    assert given.headers["x-request-id"] == "trace-42" and given.json()["id"] == "cmpl-trace-42"
+    chat = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+                     headers={"X-Request-Id": "trace-43"})
+    assert chat.headers["x-request-id"] == "trace-43" and chat.json()["id"] == "chatcmpl-trace-43"
+    fresh = [http.post("/v1/completions", json=body) for _ in range(2)]
+    ids = [response.headers["x-request-id"] for response in fresh]
+    assert ids[0] != ids[1] and [r.json()["id"] for r in fresh] == [f"cmpl-{i}" for i in ids]
+    unusable = http.post("/v1/completions", json=body, headers={"X-Request-Id": "x" * 257})
+    assert len(unusable.headers["x-request-id"]) == 32 and unusable.json()["id"].endswith(unusable.headers["x-request-id"])
+    refused = http.post("/v1/completions", json={**body, "max_tokens": -1}, headers={"X-Request-Id": "bad-1"})
+    assert refused.status_code == 400 and refused.headers["x-request-id"] == "bad-1"  # errors carry it too
+    assert http.get("/health").headers["x-request-id"]
+
+
+def test_continuous_usage_stats_give_every_chunk_its_choices_usage_so_far(http, parts, reference):
+    body = {"prompt": PROMPT, "max_tokens": 12, "seed": 3, "n": 2, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    with http.stream("POST", "/v1/completions", json=body) as response:
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
+    prompt_tokens = len(parts[2].encode(PROMPT))
+    final = events[-1]["usage"]
+    assert events[-1]["choices"] == [] and final["completion_tokens"] == 24 and final["prompt_tokens"] == prompt_tokens
+    chunks = events[:-1]
+    assert chunks and all(chunk["usage"]["prompt_tokens"] == prompt_tokens for chunk in chunks)
+    for index in (0, 1):
+        counts = [chunk["usage"]["completion_tokens"] for chunk in chunks if chunk["choices"][0]["index"] == index]
+        assert counts == sorted(counts) and counts[-1] == 12 and len(set(counts)) > 1  # grows step by step
+        for chunk in chunks:
+            assert chunk["usage"]["total_tokens"] == prompt_tokens + chunk["usage"]["completion_tokens"]
+    plain = {**body, "stream_options": {"include_usage": True}}
+    with http.stream("POST", "/v1/completions", json=plain) as response:
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
+    assert all(event["usage"] is None for event in events[:-1]) and events[-1]["usage"]["completion_tokens"] == 24
+    unknown = http.post("/v1/completions", json={**body, "stream_options": {"include_usages": True}})
+    assert unknown.status_code == 400 and "include_usages" in unknown.json()["error"]["message"]
