@@ -44,16 +44,22 @@ MAX_MATCH = 8
 DEFAULT_LOOKAHEAD = 8  # drafted tokens per step: `chain:8`, unless the request gives a chain
 
 
+def check_prediction(prediction: Sequence[int], vocab_size: int) -> list[int]:
+    """A prediction's token ids, refused when empty or outside the vocabulary."""
+    tokens = [int(t) for t in prediction]
+    if not tokens:
+        raise ValueError("the prediction must hold at least one token")
+    outside = [t for t in tokens if not 0 <= t < vocab_size]
+    if outside:
+        raise ValueError(f"prediction token ids out of the vocabulary [0, {vocab_size}): {outside[:5]}")
+    return tokens
+
+
 class Prediction:
     """Where one completion stands in its prediction, and the chain to draft from there."""
 
     def __init__(self, prediction: Sequence[int], spec: SequenceSpec, vocab_size: int):
-        self.prediction = [int(t) for t in prediction]
-        if not self.prediction:
-            raise ValueError("the prediction must hold at least one token")
-        outside = [t for t in self.prediction if not 0 <= t < vocab_size]
-        if outside:
-            raise ValueError(f"prediction token ids out of the vocabulary [0, {vocab_size}): {outside[:5]}")
+        self.prediction = check_prediction(prediction, vocab_size)
         self.vocab_size = vocab_size
         self.ships_q = verifier_class(spec.verifier).needs_draft_probs
         self.last = spec.prompt_ids[-1]  # the tree's root: the last committed token

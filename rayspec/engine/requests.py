@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from rayspec.engine.engine import GenerationStats, SpeculativeEngine, StepStats
 from rayspec.engine.interfaces import TokenLogprobs, check_logprobs
 from rayspec.engine.policy import check_tree_spec
-from rayspec.engine.prediction import prediction_chain
+from rayspec.engine.prediction import check_prediction, prediction_chain
 from rayspec.engine.structured import check_structured, compiled_index, structured_regex, vocabulary_of
 from rayspec.engine.text import TextAssembler, bad_words_token_ids, check_text
 from rayspec.verify.processing import SamplingParams
@@ -166,6 +166,7 @@ class GenerationRequest:
             raise ValueError("prediction must be text or a non-empty list of token ids")
         if prediction is not None:
             prediction_chain(tree or None)  # refuses a tree that is no chain, before anything runs
+            check_prediction(prediction, engine.target.vocab_size)
         regex = structured_regex(structured_output)
         if regex:
             check_structured(regex, ignore_eos, engine.target.eos_token_ids)

@@ -318,6 +318,10 @@ def test_a_prediction_through_the_sdk_gives_the_in_process_tokens_in_its_steps(c
                 reply = client.generate(ids, max_tokens=30, temperature=temperature, seed=9, prediction=prediction)
                 assert list(reply.token_ids) == local.tokens
                 assert reply.usage.steps == len(local.stats.steps)
+        with pytest.raises(InvalidRequestError, match=r"prediction token ids out of the vocabulary \[0, 8192\): \[9000\]"):
+            next(iter(client.stream(ids, max_tokens=4, prediction=[5, 9000])))
+    with pytest.raises(ValueError, match="prediction token ids out of the vocabulary"):  # refused as it is built
+        GenerationRequest(engine, tokenizer, Limits(), prompt_ids=ids, prediction=[5, 9000])
     assert local.tokens != greedy.tokens  # T = 0.7: a sample, not the prediction
     exact = engine.run(ids, max_new_tokens=30, temperature=0.0, seed=9, prediction=greedy.tokens)
     assert exact.tokens == greedy.tokens and len(exact.stats.steps) == 4 < len(greedy.stats.steps)  # chains of 8
