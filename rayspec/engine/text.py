@@ -71,6 +71,7 @@ class IncrementalDecoder:
         self._settled = ""  # text of ids[context:read]
         self._pending = ""  # text of ids[read:], which may still change
         self._whole = False  # fallen back to decoding the whole completion
+        self._peeked: tuple[list[int], str | None] | None = None  # the last peek's ids and tail, for a push of them
 
     @property
     def text(self) -> str:
@@ -83,8 +84,10 @@ class IncrementalDecoder:
 
     def push(self, ids: Sequence[int]) -> str:
         """Add tokens; return the whole text."""
-        self._ids += [int(t) for t in ids]
-        tail = self._tail(self._ids[self._window:])
+        ids = [int(t) for t in ids]
+        peeked, self._peeked = self._peeked, None
+        self._ids += ids
+        tail = peeked[1] if peeked is not None and peeked[0] == ids else self._tail(self._ids[self._window:])
         if tail is None:
             self._settled, self._pending = "", self._whole_text(self._ids)
         elif tail and not tail.endswith(REPLACEMENT):
@@ -102,6 +105,7 @@ class IncrementalDecoder:
         """The text `push(ids)` would give, leaving the decoder as it is."""
         extra = [int(t) for t in ids]
         tail = self._tail(self._ids[self._window:] + extra)
+        self._peeked = (extra, tail)  # a push of the same tokens next reuses the window's decoding
         return self._whole_text(self._ids + extra) if tail is None else self._settled + tail
 
     def _tail(self, window_ids: list[int]) -> str | None:

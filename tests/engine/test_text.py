@@ -378,3 +378,29 @@ def test_a_stop_token_past_max_tokens_does_not_stop_the_completion_the_length_do
     engine = SpeculativeEngine(_StepTarget([[7, 8, 9, 10]]), None)
     out = engine.run([5], max_new_tokens=max_tokens, stop=[9])
     assert (out.tokens, out.finish_reason, out.stop_reason) == expected
+
+
+def test_a_stop_finder_decodes_a_step_without_a_stop_once(demo_tokenizer):
+    """The search peeks at the step's text, and taking the tokens in reuses that decoding:
+    a window's decode per step, and the new window's head when the text settles."""
+
+    class Counting:
+        def __init__(self, tokenizer):
+            self.tokenizer, self.decodes = tokenizer, 0
+
+        def decode(self, *args, **kwargs):
+            self.decodes += 1
+            return self.tokenizer.decode(*args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self.tokenizer, name)
+
+    counting = Counting(demo_tokenizer)
+    ids = demo_tokenizer.encode("def add(a, b):\n    return a + b\n\nprint(add(2, 3))", add_special_tokens=False)
+    finder = StopFinder(counting, ["zzz"], [1, 2, 3])
+    counting.decodes = 0
+    steps = [ids[i:i + 3] for i in range(0, len(ids), 3)]
+    for step in steps:
+        assert finder.cut(step) is None
+    assert counting.decodes <= 2 * len(steps)  # it was 3 per step: the peek's decoding was done again
+    assert finder.decoder.text == demo_tokenizer.decode(ids)
