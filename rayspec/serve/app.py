@@ -106,7 +106,7 @@ class Coordinator:
     def __serve_build_asgi_app__(self):
         from rayspec.serve.http import create_app
 
-        return create_app(self.service)
+        return create_app(self.service, answer_request_ids=False)  # Ray Serve's proxy answers X-Request-Id
 
     def __del__(self):
         if getattr(self, "generation", None) is not None:

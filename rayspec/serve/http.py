@@ -978,8 +978,8 @@ class _RequestIds:
     --enable-request-id-headers.  Generations take it as their request id: it names them in the
     logs and in their responses' ids (`cmpl-<id>`, `chatcmpl-<id>`)."""
 
-    def __init__(self, app):
-        self.app = app
+    def __init__(self, app, answer: bool = True):
+        self.app, self.answer = app, answer
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -990,7 +990,7 @@ class _RequestIds:
         scope.setdefault("state", {})["request_id"] = request_id
 
         async def send_with_id(message):
-            if message["type"] == "http.response.start":
+            if self.answer and message["type"] == "http.response.start":
                 message = {**message, "headers": [*message.get("headers", []),
                                                   (b"x-request-id", request_id.encode())]}
             await send(message)
@@ -1073,14 +1073,17 @@ class _LimitBodies:
 # ---------------------------------------------------------------------------- the app
 
 
-def create_app(service: Service) -> FastAPI:
+def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
+    """The app over `service`.  answer_request_ids: write the `X-Request-Id` response header
+    (False behind Ray Serve, whose proxy writes it: the id it hands the app, the client's own
+    or one it made)."""
     app = FastAPI(title="rayspec", summary="Tree speculative decoding, OpenAI-compatible")
     app.state.service = service
     app.add_middleware(_LimitBodies, limit=service.limits.max_request_bytes)
     if service.api_key:  # outside the body limit: a request without the key is refused unread
         app.add_middleware(_RequireKey, key=service.api_key)
     app.add_middleware(_AnswerFailures)
-    app.add_middleware(_RequestIds)  # outside the refusals, so that they carry the id too
+    app.add_middleware(_RequestIds, answer=answer_request_ids)  # outside the refusals: they carry the id too
     app.add_middleware(_CountResponses, metrics=service.metrics)  # added last: outermost, it counts the 413s too
 
     async def answer_error(request: Request, error: Exception) -> JSONResponse:

@@ -124,7 +124,10 @@ def test_errors_health_and_metrics_through_serve(http):
     assert bad.status_code == 400 and "unknown verifier" in bad.json()["error"]["message"]
     malformed = http.post("/v1/completions", content="{", headers={"Content-Type": "application/json"})
     assert malformed.status_code == 400 and malformed.json()["error"]["type"] == "invalid_request_error"
-    assert http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 8}).status_code == 200
+    ok = http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 8}, headers={"X-Request-Id": "trace-7"})
+    # one X-Request-Id (Ray Serve's proxy writes it; the app does not write a second), naming the completion
+    assert ok.status_code == 200 and ok.headers.get_list("x-request-id") == ["trace-7"]
+    assert ok.json()["id"] == "cmpl-trace-7"
     health = http.get("/health")
     assert health.status_code == 200 and len(health.json()["workers"]) == 2
     assert set(health.json()["workers"].values()) == {"SERVING"}
