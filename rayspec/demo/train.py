@@ -48,8 +48,10 @@ DRAFTER_ARCH = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=2,
 # Messages become Python comments; the assistant's turn is code.  A later issue's chat endpoint
 # renders requests with the model's own template.
 CHAT_TEMPLATE = (
+    "{% if tools %}# tools: {{ tools | tojson }}\n{% endif %}"
     "{% for m in messages %}"
-    "{% if m['role'] == 'assistant' %}# assistant:\n{{ m['content'] }}\n"
+    "{% if m['role'] == 'assistant' %}# assistant:\n{{ m['content'] }}"
+    "{% if m['tool_calls'] %}{{ m['tool_calls'] | tojson }}{% endif %}{{ '\\n' }}"
     "{% else %}# {{ m['role'] }}: {{ m['content'] | replace('\\n', '\\n# ') }}\n{% endif %}"
     "{% endfor %}"
     "{% if add_generation_prompt %}# assistant:\n{% endif %}"

@@ -28,11 +28,12 @@ streamed; beside the choices on a chat, not streamed), chat's `continue_final_me
 `add_generation_prompt` and `chat_template_kwargs`, OpenAI's `prediction` (Predicted Outputs:
 drafted where the completion follows it, `rayspec.engine.prediction`), structured output
 (OpenAI's `response_format` json_object / json_schema, vLLM's `structured_outputs` and
-`guided_json`, `guided_regex`, `guided_choice`: `rayspec.engine.structured`), and
-`rayspec: {verifier, tree, verifier_params}`.  Penalties, the bias and structured output change
-the target's law, and the output follows that law exactly.  Fields that would change the
-answer and that rayspec does not implement (`suffix`, `best_of` > 1, tools, grammars) are
-refused, never silently ignored; so
+`guided_json`, `guided_regex`, `guided_choice`: `rayspec.engine.structured`), chat's `tools`
+with `tool_choice` "required", a named function or "none" (`rayspec.serve.tools`; "auto" is
+refused), and `rayspec: {verifier, tree, verifier_params}`.  Penalties, the bias and structured
+output change the target's law, and the output follows that law exactly.  Fields that would
+change the answer and that rayspec does not implement (`suffix`, `best_of` > 1, tool_choice
+"auto", grammars) are refused, never silently ignored; so
 are unknown fields, as OpenAI does.  `user`, `metadata`, `store` and `service_tier` are
 accepted and ignored.
 
@@ -89,7 +90,7 @@ import json
 import logging
 import time
 import uuid
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -108,6 +109,7 @@ from rayspec.rpc.remote import RemoteError
 from rayspec.rpc.server import key_refusal
 from rayspec.serve.metrics import CONTENT_TYPE
 from rayspec.serve.service import ChatRenderError, Overloaded, Service, StepStream
+from rayspec.serve.tools import ToolCalling, ToolError
 from rayspec.verify.processing import MAX_PRESENCE_OR_FREQUENCY_PENALTY as PENALTY_BOUND
 
 log = logging.getLogger("rayspec.serve")
@@ -210,10 +212,11 @@ class _GenerationBody(_Strict):
             prediction=self.predicted_text(), structured_output=self.structured_output(),
         )
 
+    STRUCTURED_FIELDS: ClassVar[tuple[str, ...]] = ("response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice")
+
     def structured_field(self) -> str:
         """The field that gave the structured output."""
-        fields = ("response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice")
-        return next((field for field in fields if getattr(self, field) is not None), "response_format")
+        return next((field for field in self.STRUCTURED_FIELDS if getattr(self, field) is not None), "response_format")
 
     def structured_output(self) -> StructuredOutput | None:
         """What the completion must be, from whichever one of OpenAI's `response_format`
@@ -376,9 +379,11 @@ def _joined_text(content) -> str | None:
 
 class Message(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")  # e.g. `refusal: null` from clients
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Any = None
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # an assistant's calls, given back in the conversation
+    tool_call_id: str | None = None  # a tool message: the call it answers
 
     @field_validator("content")
     @classmethod
@@ -391,7 +396,12 @@ class Message(BaseModel):
         return check_text(text, "the content")
 
     def as_template_input(self) -> dict:
-        return {"role": self.role, "content": self.content}
+        message = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = self.tool_calls
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message
 
 
 class ChatBody(_GenerationBody):
@@ -410,9 +420,31 @@ class ChatBody(_GenerationBody):
     chat_template_kwargs: dict[str, Any] | None = None
 
     def prompt(self, service: Service) -> str:
-        """The conversation rendered by the model's chat template, as this request asks."""
+        """The conversation rendered by the model's chat template, as this request asks (the
+        tools shown to it)."""
         return _render(service, self.messages, self.add_generation_prompt, self.continue_final_message,
-                       self.chat_template_kwargs)
+                       self.chat_template_kwargs, self.tools)
+
+    def tool_calling(self) -> ToolCalling | None:
+        """How the reply calls the tools (`rayspec.serve.tools`), None for a text reply."""
+        try:
+            return ToolCalling.of(self.tools, self.tool_choice, self.parallel_tool_calls)
+        except ToolError as error:
+            raise _bad(str(error), error.field) from None
+
+    def generation_fields(self) -> dict:
+        fields = super().generation_fields()
+        calling = self.tool_calling()
+        if calling is not None:
+            if fields["structured_output"] is not None:
+                raise _bad(f"tool_choice {'required' if calling.mode == 'required' else 'naming a function'} makes "
+                           f"the reply JSON already: give no {self.structured_field()} with it", "tool_choice")
+            fields["structured_output"] = calling.structured_output()
+        return fields
+
+    def structured_field(self) -> str:
+        given = any(getattr(self, field) is not None for field in self.STRUCTURED_FIELDS)
+        return super().structured_field() if given or not self.tools else "tools"
 
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
@@ -421,8 +453,11 @@ class ChatBody(_GenerationBody):
         if self.prompt_logprobs is not None and self.stream:
             raise _bad("prompt_logprobs: a chat gives them in its non-streamed response only (completions stream "
                        "them too)", "prompt_logprobs")
-        if self.tools or self.functions or self.tool_choice not in (None, "none") or self.function_call not in (None, "none"):
-            raise _bad("tools and function calling are not supported", "tools")
+        if self.functions or self.function_call not in (None, "none"):
+            raise _bad("functions and function_call (deprecated by OpenAI) are not supported: give tools and "
+                       "tool_choice", "functions")
+        if self.logprobs and self.tool_calling() is not None:
+            raise _bad("logprobs are not given with tool calls", "logprobs")
         if self.max_tokens and self.max_completion_tokens and self.max_tokens != self.max_completion_tokens:
             raise _bad("max_tokens and max_completion_tokens disagree; give one", "max_completion_tokens")
 
@@ -431,10 +466,10 @@ class ChatBody(_GenerationBody):
 
 
 def _render(service: Service, messages: list[Message], add_generation_prompt: bool, continue_final_message: bool,
-            template_kwargs: dict | None) -> str:
+            template_kwargs: dict | None, tools: list | None = None) -> str:
     try:
         return service.render_chat([m.as_template_input() for m in messages], add_generation_prompt,
-                                   continue_final_message, template_kwargs)
+                                   continue_final_message, template_kwargs, tools)
     except ChatRenderError as error:
         raise _bad(str(error), error.field) from None
 
@@ -677,10 +712,52 @@ class _ChatReply(_Reply):
     object, chunk_object = "chat.completion", "chat.completion.chunk"
     prefix = "chatcmpl"
 
+    def __init__(self, *args, tool_calling: ToolCalling | None = None, **kwargs):
+        """tool_calling: the reply's text is tool calls (`rayspec.serve.tools`), answered as
+        `tool_calls`."""
+        super().__init__(*args, **kwargs)
+        self.tool_calling = tool_calling
+        self.call_ids = [None if tool_calling is None else tool_calling.new_call_id() for _ in self.requests]
+        self.call_opened = [False] * len(self.requests)  # a streamed named call's first delta sent
+
     def choice(self, index: int, text: str, logprobs: dict | None, finish_reason: str | None,
                stop_reason: str | int | None = None) -> dict:
-        return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
-                "finish_reason": finish_reason, "stop_reason": stop_reason}
+        message = {"role": "assistant", "content": text}
+        if self.tool_calling is not None:
+            calls = self.tool_calling.calls(text)
+            if calls is not None:  # else cut short before a whole list of calls: the text as it is
+                if self.tool_calling.mode == "named":
+                    calls[0]["id"] = self.call_ids[index]
+                message = {"role": "assistant", "content": None, "tool_calls": calls}
+            finish_reason = self.tool_calling.finish_reason(finish_reason)
+        return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish_reason,
+                "stop_reason": stop_reason}
+
+    def step_delta(self, index: int, added: StepText) -> dict | None:
+        calling = self.tool_calling
+        if calling is None:
+            return super().step_delta(index, added)
+        if calling.mode == "required" or not added.text:  # a list of calls is sent whole, as it ends
+            return None
+        call = {"index": 0, "function": {"arguments": added.text}}
+        if not self.call_opened[index]:
+            self.call_opened[index] = True
+            call = {"index": 0, "id": self.call_ids[index], "type": "function",
+                    "function": {"name": calling.function, "arguments": added.text}}
+        return {"index": index, "delta": {"tool_calls": [call]}, "logprobs": None, "finish_reason": None}
+
+    def finish_delta(self, index: int) -> dict:
+        calling = self.tool_calling
+        if calling is None:
+            return super().finish_delta(index)
+        request = self.requests[index]
+        delta = {}
+        if calling.mode == "required":
+            calls = calling.calls(request.text)
+            delta = ({"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]} if calls is not None
+                     else {"content": request.text} if request.text else {})
+        return {"index": index, "delta": delta, "logprobs": None,
+                "finish_reason": calling.finish_reason(request.finish_reason), "stop_reason": request.stop_reason}
 
     def delta(self, index: int, text: str, logprobs: dict | None, finish_reason: str | None,
               stop_reason: str | int | None = None) -> dict:
@@ -1171,7 +1248,8 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
             **body.generation_fields(), add_special_tokens=bool(body.add_special_tokens),  # the template writes them
             request_id=http.state.request_id,
         )
-        reply = _ChatReply(service, requests, body.n or 1, bool(body.return_tokens_as_token_ids), body.prompt_logprobs)
+        reply = _ChatReply(service, requests, body.n or 1, bool(body.return_tokens_as_token_ids), body.prompt_logprobs,
+                           tool_calling=body.tool_calling())
         return await _answer(reply, bool(body.stream), **_usage_options(body))
 
     @app.post("/tokenize")

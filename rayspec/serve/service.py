@@ -30,7 +30,9 @@ from rayspec.serve.metrics import Metrics
 # For tokenizers without a chat template of their own: one "role: content" paragraph per
 # message, then "assistant:" to open the reply.
 FALLBACK_CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n\n{% endfor %}"
+    "{% if tools %}tools: {{ tools | tojson }}\n\n{% endif %}"
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}"
+    "{% if message['tool_calls'] %}{{ message['tool_calls'] | tojson }}{% endif %}{{ '\\n\\n' }}{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}"
 )
 HEALTH_TIMEOUT = 2.0
@@ -142,12 +144,14 @@ class Service:
         return getattr(self.tokenizer, "chat_template", None) or FALLBACK_CHAT_TEMPLATE
 
     def render_chat(self, messages: list[dict], add_generation_prompt: bool = True,
-                    continue_final_message: bool = False, template_kwargs: dict | None = None) -> str:
+                    continue_final_message: bool = False, template_kwargs: dict | None = None,
+                    tools: list[dict] | None = None) -> str:
         """The prompt text of a conversation, by the tokenizer's chat template (or the
         fallback): opened for the assistant's reply (`add_generation_prompt`), or with its last
         message left open for the model to continue (`continue_final_message`, vLLM's and HF's:
         a reply prefilled by the client); `template_kwargs` are further variables of the
-        template (vLLM's `chat_template_kwargs`, e.g. `enable_thinking`).  ChatRenderError when
+        template (vLLM's `chat_template_kwargs`, e.g. `enable_thinking`); `tools`: OpenAI's tool
+        definitions, for the template to show the model.  ChatRenderError when
         the template refuses the conversation or the variables name the renderer's own options."""
         from jinja2 import TemplateError
 
@@ -163,7 +167,7 @@ class Service:
             return self.tokenizer.apply_chat_template(
                 messages, chat_template=None if own else FALLBACK_CHAT_TEMPLATE, tokenize=False,
                 add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
-                **template_kwargs,
+                tools=tools or None, **template_kwargs,
             )
         except (TemplateError, ValueError) as error:  # templates refuse conversations they cannot render
             raise ChatRenderError(f"the model's chat template refused these messages: {error}", "messages") from error

@@ -12,6 +12,7 @@ failures are 503.  The target and drafter are wrapped in `Watched`
 from __future__ import annotations
 
 import json
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -1315,3 +1316,75 @@ def test_continuous_usage_stats_give_every_chunk_its_choices_usage_so_far(http, 
     assert all(event["usage"] is None for event in events[:-1]) and events[-1]["usage"]["completion_tokens"] == 24
     unknown = http.post("/v1/completions", json={**body, "stream_options": {"include_usages": True}})
     assert unknown.status_code == 400 and "include_usages" in unknown.json()["error"]["message"]
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
+                                                    "unit": {"enum": ["C", "F"]}},
+                   "required": ["city", "unit"], "additionalProperties": False}}}
+CLOCK = {"type": "function", "function": {"name": "now"}}
+
+
+def test_tool_calls_by_name_or_required_through_the_openai_client(parts):
+    """tool_choice naming a function: the reply is its arguments, JSON of its schema, the
+    in-process engine's text under that schema; "required": a list of calls among the tools;
+    both streamed or not, and a conversation carrying calls and their results renders."""
+    target, drafter, tokenizer = parts
+    local_target = LocalTarget(target, tokenizer)
+    local_target.eos_token_ids = (tokenizer.eos_token_id,)
+    engine = SpeculativeEngine(local_target, LocalDrafter(drafter, tokenizer), tokenizer=tokenizer, **SETTING)
+    service = Service(engine, tokenizer, MODEL, LimitsConfig(default_max_tokens=64, max_tokens=96))
+    messages = [{"role": "user", "content": "weather in Paris?"}]
+    prompt = service.render_chat(messages, tools=[WEATHER, CLOCK])
+    assert prompt.startswith("# tools: [{\"type\": \"function\"") and "get_weather" in prompt
+    expected = engine.run(tokenizer.encode(prompt, add_special_tokens=False), max_new_tokens=64, seed=3,
+                          structured_output=StructuredOutput(json_schema=WEATHER["function"]["parameters"]))
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    with ServerThread(create_app(service)) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+        called = client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER, CLOCK],
+                                                tool_choice=named, max_tokens=64, seed=3)
+        streamed = list(client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER, CLOCK],
+                                                       tool_choice=named, max_tokens=64, seed=3, stream=True))
+        required = [client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER, CLOCK],
+                                                   tool_choice="required", max_tokens=96, seed=seed)
+                    for seed in range(3)]
+        required_streamed = list(client.chat.completions.create(
+            model=MODEL, messages=messages, tools=[WEATHER, CLOCK], tool_choice="required", max_tokens=96, seed=0,
+            stream=True, parallel_tool_calls=False))
+        call = called.choices[0].message.tool_calls[0]
+        follow_up = client.chat.completions.create(model=MODEL, max_tokens=8, seed=1, messages=[
+            *messages, {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+            {"role": "tool", "tool_call_id": call.id, "content": "18 degrees"}])
+        for wrong, message, param in [
+            ({"tools": [WEATHER]}, 'tool_choice "auto" (the default when tools are given) needs a parser', "tool_choice"),
+            ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "fly"}}},
+             "tool_choice names the function 'fly', which tools do not define", "tool_choice"),
+            ({"tool_choice": "required"}, "tool_choice needs tools", "tool_choice"),
+            ({"tools": [{"type": "function"}], "tool_choice": "required"}, "tools[0] must be", "tools"),
+            ({"tools": [WEATHER], "tool_choice": "required", "response_format": {"type": "json_object"}},
+             "tool_choice required makes the reply JSON already", "tool_choice"),
+            ({"tools": [WEATHER], "tool_choice": "required", "logprobs": True}, "logprobs are not given with tool calls",
+             "logprobs"),
+        ]:
+            with pytest.raises(openai.BadRequestError, match=re.escape(message)) as refused:
+                client.chat.completions.create(model=MODEL, messages=messages, max_tokens=8, **wrong)
+            assert refused.value.body["param"] == param
+    choice = called.choices[0]
+    assert choice.finish_reason == "stop" and choice.message.content is None
+    assert call.type == "function" and call.function.name == "get_weather" and call.id.startswith("call_")
+    assert call.function.arguments == tokenizer.decode(expected.tokens)
+    assert set(json.loads(call.function.arguments)) == {"city", "unit"}
+    deltas = [chunk.choices[0].delta.tool_calls for chunk in streamed if chunk.choices and chunk.choices[0].delta.tool_calls]
+    assert deltas[0][0].function.name == "get_weather" and deltas[0][0].id and len(deltas) > 1
+    assert "".join(d[0].function.arguments for d in deltas) == call.function.arguments
+    assert [c.choices[0].finish_reason for c in streamed if c.choices and c.choices[0].finish_reason] == ["stop"]
+    for reply in required:
+        assert reply.choices[0].finish_reason == "tool_calls" and reply.choices[0].message.tool_calls
+        for made in reply.choices[0].message.tool_calls:
+            arguments = json.loads(made.function.arguments)
+            assert (made.function.name, set(arguments)) in (("get_weather", {"city", "unit"}), ("now", set()))
+    last = [c.choices[0] for c in required_streamed if c.choices and c.choices[0].finish_reason]
+    assert last[0].finish_reason == "tool_calls" and len(last[0].delta.tool_calls) == 1  # parallel_tool_calls false
+    assert follow_up.choices[0].message.content is not None
