@@ -351,7 +351,7 @@ class _LocalModel:
     def vocabulary(self, spec: SequenceSpec) -> GrammarVocabulary | None:
         if not spec.params.regex or self.tokenizer is None:
             return None
-        return vocabulary_of(self.tokenizer, self.vocab_size)
+        return vocabulary_of(self.tokenizer)
 
 
 class LocalTarget(_LocalModel):

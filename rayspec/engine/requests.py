@@ -170,7 +170,7 @@ class GenerationRequest:
         regex = structured_regex(structured_output)
         if regex:
             check_structured(regex, ignore_eos, engine.target.eos_token_ids)
-            compiled_index(regex, vocabulary_of(tokenizer, engine.target.vocab_size))
+            compiled_index(regex, vocabulary_of(tokenizer))
         self.seed = secrets.randbits(63) if seed is None else int(seed)
         self.request_id = request_id or uuid.uuid4().hex
         self.kwargs = dict(

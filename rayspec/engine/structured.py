@@ -180,19 +180,23 @@ _SENTENCEPIECE_BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
 def token_bytes(tokenizer) -> dict[int, bytes]:
-    """The bytes each ordinary token adds to the text (special tokens have none here): from
-    byte-level BPE's stand-in characters, or SentencePiece's pieces ("▁" a space, "<0xNN>" a
-    byte)."""
+    """The bytes each ordinary token adds to the text (special tokens have none here): an added
+    token's own text, else from byte-level BPE's stand-in characters, or SentencePiece's
+    pieces ("▁" a space, "<0xNN>" a byte)."""
     special = set(tokenizer.all_special_ids)
+    added = {token: text for text, token in getattr(tokenizer, "get_added_vocab", dict)().items()}
     size = len(tokenizer)
     pieces = tokenizer.convert_ids_to_tokens(list(range(size)))
     alphabet = _byte_level_alphabet()
-    byte_level = all(c in alphabet for piece in pieces if piece for c in piece)
+    byte_level = all(c in alphabet for token, piece in enumerate(pieces) if piece and token not in added
+                     for c in piece)
     table = {}
     for token, piece in enumerate(pieces):
         if token in special or not piece:
             continue
-        if byte_level:
+        if token in added:  # written as it reads, not in the model's byte alphabet
+            table[token] = added[token].encode("utf-8")
+        elif byte_level:
             table[token] = bytes(alphabet[c] for c in piece)
         elif match := _SENTENCEPIECE_BYTE.fullmatch(piece):
             table[token] = bytes([int(match.group(1), 16)])
@@ -209,13 +213,12 @@ class GrammarVocabulary:
     token the automaton ends on, and a fingerprint naming the table (two tokenizers with the
     same one share compiled automata)."""
 
-    def __init__(self, tokenizer, vocab_size: int | None = None):
+    def __init__(self, tokenizer):
         self.bytes_of = token_bytes(tokenizer)
         eos = tokenizer.eos_token_id
         if eos is None:
             raise ValueError("structured output needs the tokenizer's EOS token: this tokenizer has none")
         self.eos_token_id = int(eos)
-        self.vocab_size = int(vocab_size or len(tokenizer))
         digest = hashlib.sha256(repr((self.eos_token_id, sorted(self.bytes_of.items()))).encode())
         self.fingerprint = digest.hexdigest()
         self._outlines = None
@@ -232,16 +235,16 @@ class GrammarVocabulary:
         return self._outlines
 
 
-_VOCABULARIES: dict[tuple[int, int], tuple[object, GrammarVocabulary]] = {}
+_VOCABULARIES: dict[int, tuple[object, GrammarVocabulary]] = {}
 
 
-def vocabulary_of(tokenizer, vocab_size: int | None = None) -> GrammarVocabulary:
-    """The tokenizer's `GrammarVocabulary`, built once per tokenizer object and size."""
-    key = (id(tokenizer), vocab_size or 0)
+def vocabulary_of(tokenizer) -> GrammarVocabulary:
+    """The tokenizer's `GrammarVocabulary`, built once per tokenizer object (held with it, so
+    that its id is not reused)."""
     with _INDEXES_LOCK:
-        held = _VOCABULARIES.get(key)
+        held = _VOCABULARIES.get(id(tokenizer))
         if held is None or held[0] is not tokenizer:
-            held = _VOCABULARIES[key] = (tokenizer, GrammarVocabulary(tokenizer, vocab_size))
+            held = _VOCABULARIES[id(tokenizer)] = (tokenizer, GrammarVocabulary(tokenizer))
     return held[1]
 
 
@@ -325,7 +328,10 @@ class GrammarCursor:
                  device=None):
         self.index = compiled_index(regex, vocabulary)
         self.vocab_size = int(vocab_size)
-        self.stop_ids = sorted({vocabulary.eos_token_id, *map(int, eos_token_ids)})
+        # A match ends at a token the engine stops on: the model's EOS ids (its tokenizer's may
+        # differ, as Llama 3's instruct models' do), the tokenizer's only for a model with none.
+        self.grammar_eos = vocabulary.eos_token_id
+        self.stop_ids = sorted(set(map(int, eos_token_ids))) or [vocabulary.eos_token_id]
         self.device = device
         self.state = self.index.get_initial_state()
         self._next: dict[tuple[int, int], int | None] = {}
@@ -347,9 +353,10 @@ class GrammarCursor:
             if state is self._DEAD:
                 mask = torch.ones(self.vocab_size, dtype=torch.bool)
             else:
-                allowed = [t for t in self.index.get_allowed_tokens(state) if t < self.vocab_size]
+                allowed = [t for t in self.index.get_allowed_tokens(state) if t < self.vocab_size and
+                           t != self.grammar_eos]
                 if self.index.is_final_state(state):
-                    allowed += self.stop_ids  # any of the model's stop tokens ends a match
+                    allowed += self.stop_ids
                 mask = torch.zeros(self.vocab_size, dtype=torch.bool)
                 mask[torch.tensor(allowed, dtype=torch.long)] = True
             mask = mask.to(self.device)

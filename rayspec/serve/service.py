@@ -130,7 +130,7 @@ class Service:
     def compile_structured(self, output: StructuredOutput) -> None:
         """Compile a structured output's automaton over the tokenizer's vocabulary (cached:
         the requests that use it find it compiled); a bad one is a ValueError."""
-        compiled_index(structured_regex(output), vocabulary_of(self.tokenizer, self.engine.target.vocab_size))
+        compiled_index(structured_regex(output), vocabulary_of(self.tokenizer))
 
     def measured_costs(self) -> dict | None:
         """The step costs its engine plans sequoia:auto trees from (`Costs.to_json`), None

@@ -59,6 +59,37 @@ class _PieceTokenizer:
         return [self.pieces[i] for i in ids]
 
 
+def test_an_added_token_reads_as_its_text_and_leaves_the_byte_alphabet_alone():
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
+    tokenizer.add_tokens(["<call▁é>"])
+    [added] = tokenizer.encode("<call▁é>", add_special_tokens=False)
+    table = token_bytes(tokenizer)
+    assert table[added] == "<call▁é>".encode()
+    ids = tokenizer.encode("naïve café", add_special_tokens=False)
+    assert b"".join(table[t] for t in ids) == "naïve café".encode()  # still read as byte-level BPE
+
+
+def test_a_match_ends_at_the_models_eos_where_it_differs_from_the_tokenizers(tokenizer):
+    vocabulary = vocabulary_of(tokenizer)
+    cursor = GrammarCursor("(cat|dog)", vocabulary, len(tokenizer), [5])
+    [whole] = cursor.masks([tokenizer.encode("cat", add_special_tokens=False)])
+    assert set(whole.nonzero().flatten().tolist()) == {5}  # the engine stops on 5, not on the tokenizer's 0
+    [start] = cursor.masks([[]])
+    assert not bool(start[0]) and not bool(start[5])
+
+
+def test_choices_with_punctuation_are_matched_literally(tokenizer):
+    choices = ['say "hi", ok?', "a+b=(c)*[d]", "50% {x} | y^z $ \\ ."]
+    cursor = GrammarCursor(StructuredOutput(choice=choices).to_regex(), vocabulary_of(tokenizer), len(tokenizer),
+                           [EOS])
+    for choice in choices:
+        ids = tokenizer.encode(choice, add_special_tokens=False)
+        masks = cursor.masks([ids[:i] for i in range(len(ids) + 1)])
+        assert all(bool(mask[token]) for mask, token in zip(masks, ids)) and bool(masks[-1][EOS])
+    [other] = cursor.masks([tokenizer.encode("a+b=(c)*[e", add_special_tokens=False)])
+    assert bool(other.all())  # a text no choice begins with leads nowhere
+
+
 def test_token_bytes_read_sentencepiece_pieces():
     assert token_bytes(_PieceTokenizer()) == {1: b" the", 2: b"\n", 3: "é".encode(), 4: b"\xc3", 5: b"x"}
 
@@ -72,7 +103,7 @@ def _allowed_by_brute_force(table: dict[int, bytes], done: bytes, vocab_size: in
 
 
 def test_the_cursors_masks_are_the_tokens_that_keep_a_choice_possible(tokenizer):
-    vocabulary = vocabulary_of(tokenizer, len(tokenizer))
+    vocabulary = vocabulary_of(tokenizer)
     regex = StructuredOutput(choice=CHOICES).to_regex()
     cursor = GrammarCursor(regex, vocabulary, len(tokenizer), [EOS])
     table = token_bytes(tokenizer)
@@ -133,7 +164,7 @@ def _constrained_law(model, cursor_factory, prompt, temperature=1.0) -> dict[tup
 def test_constrained_speculative_sampling_follows_the_constrained_law(tokenizer, tiny_pair, verifier, tree):
     target, drafter = tiny_pair
     output = StructuredOutput(choice=CHOICES)
-    vocabulary = vocabulary_of(tokenizer, len(tokenizer))
+    vocabulary = vocabulary_of(tokenizer)
     law = _constrained_law(target, lambda: GrammarCursor(output.to_regex(), vocabulary, len(tokenizer), [EOS]), PROMPT)
     assert abs(sum(law.values()) - 1) < 1e-4 and len(law) >= 4
     engine = SpeculativeEngine(LocalTarget(target, tokenizer), LocalDrafter(drafter, tokenizer), verifier=verifier,
@@ -152,7 +183,7 @@ def test_constrained_speculative_sampling_follows_the_constrained_law(tokenizer,
 def test_greedy_is_the_constrained_argmax(tokenizer, tiny_pair):
     target, drafter = tiny_pair
     output = StructuredOutput(regex=r"[a-z]{2,6}( [a-z]{2,6}){2}\.")
-    vocabulary = vocabulary_of(tokenizer, len(tokenizer))
+    vocabulary = vocabulary_of(tokenizer)
     cursor = GrammarCursor(output.to_regex(), vocabulary, len(tokenizer), [EOS])
     expected = []
     while True:
@@ -239,7 +270,7 @@ def test_bad_structured_outputs_are_refused_with_a_message(tokenizer, tiny_pair,
         StructuredOutput(json_schema=bounded).to_regex()
     with pytest.raises(ValueError, match="json_schema cannot be compiled: Unsupported type: nothing"):
         StructuredOutput(json_schema={"type": "nothing"}).to_regex()
-    vocabulary = vocabulary_of(tokenizer, len(tokenizer))
+    vocabulary = vocabulary_of(tokenizer)
     with pytest.raises(ValueError, match=r"the regular expression '\(\(\(' cannot be used"):
         compiled_index("(((", vocabulary)
     engine, _ = demo_engine
