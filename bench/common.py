@@ -28,7 +28,8 @@ def load_demo(device=None):
     target_model, tokenizer = load_causal_lm(TARGET_PATH, device)
     drafter_model, _ = load_causal_lm(DRAFTER_PATH, device)
     prompts = [tokenizer.encode(p, add_special_tokens=False) for p in load_prompts()]
-    return LocalTarget(target_model, tokenizer), LocalDrafter(drafter_model, tokenizer), target_model, drafter_model, tokenizer, prompts
+    return (LocalTarget(target_model, tokenizer), LocalDrafter(drafter_model, tokenizer), target_model, drafter_model,
+            tokenizer, prompts)
 
 
 def machine(device: str) -> dict:

@@ -233,7 +233,8 @@ def main(argv=None) -> int:
             tokenizer_path=tokenizer, api_key=os.environ.get("RAYSPEC_API_KEY") or None,
         )
     elif args.role == "target":
-        server, port = serve_target(LocalTarget(*load("target")), address, model_id=str(args.model or "rayspec-demo-target"))
+        server, port = serve_target(LocalTarget(*load("target")), address,
+                                    model_id=str(args.model or "rayspec-demo-target"))
     else:
         server, port = serve_drafter(LocalDrafter(*load("drafter")), address,
                                      model_id=str(args.model or "rayspec-demo-drafter"))

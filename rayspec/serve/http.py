@@ -212,11 +212,13 @@ class _GenerationBody(_Strict):
             prediction=self.predicted_text(), structured_output=self.structured_output(),
         )
 
-    STRUCTURED_FIELDS: ClassVar[tuple[str, ...]] = ("response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice")
+    STRUCTURED_FIELDS: ClassVar[tuple[str, ...]] = (
+        "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice")
 
     def structured_field(self) -> str:
         """The field that gave the structured output."""
-        return next((field for field in self.STRUCTURED_FIELDS if getattr(self, field) is not None), "response_format")
+        given = (field for field in self.STRUCTURED_FIELDS if getattr(self, field) is not None)
+        return next(given, "response_format")
 
     def structured_output(self) -> StructuredOutput | None:
         """What the completion must be, from whichever one of OpenAI's `response_format`
