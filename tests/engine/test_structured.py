@@ -283,3 +283,18 @@ def test_bad_structured_outputs_are_refused_with_a_message(tokenizer, tiny_pair,
     with pytest.raises(ValueError, match="structured output ends the completion at the model's EOS token, and this "
                                          "target declares none"):
         no_eos.run(PROMPT, max_new_tokens=4, structured_output="a+")
+
+
+def test_min_tokens_cannot_hold_open_a_completion_the_expression_has_closed(demo_engine):
+    """min_tokens bans EOS from the first tokens; where the expression allows only EOS, the ban
+    is lifted (`SamplingParams`), so the completion ends at its match."""
+    engine, tokenizer = demo_engine
+    prompt = tokenizer.encode("Answer:", add_special_tokens=False)
+    for seed in range(3):
+        result = engine.run(prompt, max_new_tokens=12, temperature=1.0, seed=seed, min_tokens=8,
+                            structured_output=StructuredOutput(choice=["yes", "no"]))
+        assert result.finish_reason == "stop" and tokenizer.decode(result.tokens) in ("yes", "no")
+    eager = dict(max_new_tokens=12, temperature=0, logit_bias={EOS: 100.0}, structured_output=r"[a-c]{1,6}")
+    assert len(engine.run(prompt, **eager).tokens) == 1  # EOS as soon as the expression allows it
+    held = engine.run(prompt, min_tokens=3, **eager)
+    assert held.finish_reason == "stop" and len(held.tokens) == 3  # the ban holds where the expression goes on
