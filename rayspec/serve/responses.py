@@ -21,10 +21,13 @@ response.output_item.done, then response.completed (or response.incomplete).  A 
 after the first event is an `error` event.
 
 Nothing is stored (`store` is answered false): `previous_response_id`, `conversation`,
-`background`, tools, reasoning, `include` and `top_logprobs` are refused with a 400 naming
+`background`, `max_tool_calls`, reasoning, `include` and `top_logprobs` are refused with a 400 naming
 the field, never ignored.  `text.format` may ask for structured output: `{"type":
 "json_object"}` or `{"type": "json_schema", "name": ..., "schema": {...}}`
-(`rayspec.engine.structured`).
+(`rayspec.engine.structured`).  Function tools with `tool_choice` "required" or
+`{"type": "function", "name": ...}` answer with `function_call` items (`rayspec.serve.tools`;
+"auto" is refused), and the input may carry earlier `function_call` and
+`function_call_output` items.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from rayspec.serve.http import (
     speculation_figures,
 )
 from rayspec.serve.service import Service
+from rayspec.serve.tools import ToolCalling, ToolError
 
 ROLES = ("system", "developer", "user", "assistant")
 
@@ -101,8 +105,7 @@ class ResponsesBody(_Strict):
                                         "as input"),
             (self.conversation, "conversation: conversations are not stored; send the whole conversation as input"),
             (self.background, "background: responses run in the foreground only"),
-            (self.tools or self.tool_choice not in (None, "none", "auto") or self.max_tool_calls,
-             "tools: tools and function calling are not supported"),
+            (self.max_tool_calls, "max_tool_calls: not supported (parallel_tool_calls: false makes one call)"),
             (self.reasoning and any(v is not None for v in self.reasoning.values()),
              "reasoning: reasoning options are not supported"),
             (self.include, "include: no extra output is supported (log-probabilities: /v1/chat/completions)"),
@@ -113,6 +116,29 @@ class ResponsesBody(_Strict):
         for asked, message in refusals:
             if asked:
                 raise _bad(message, message.split(":")[0])
+
+    def chat_tools(self) -> list[dict] | None:
+        """The tools in the chat API's shape ({"type": "function", "function": {...}}): the
+        Responses API writes a function's fields beside its type."""
+        if not self.tools:
+            return None
+        shaped = []
+        for index, tool in enumerate(self.tools):
+            if not isinstance(tool, dict) or tool.get("type") != "function":
+                kind = tool.get("type") if isinstance(tool, dict) else type(tool).__name__
+                raise _bad(f"tools[{index}]: only function tools are supported, not {kind!r}", "tools")
+            shaped.append({"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}})
+        return shaped
+
+    def tool_calling(self) -> ToolCalling | None:
+        """How the answer calls the tools (`rayspec.serve.tools`), None for a text answer."""
+        choice = self.tool_choice
+        if isinstance(choice, dict) and choice.get("type") == "function" and "name" in choice:
+            choice = {"type": "function", "function": {"name": choice["name"]}}
+        try:
+            return ToolCalling.of(self.chat_tools(), choice, self.parallel_tool_calls)
+        except ToolError as error:
+            raise _bad(str(error), error.field) from None
 
     def text_format(self) -> dict:
         return (self.text or {}).get("format") or {"type": "text"}
@@ -146,10 +172,21 @@ class ResponsesBody(_Strict):
 
 
 def _message(item, where: str) -> dict:
-    """One input item as a chat message; a 400 for anything but a text message."""
-    if not isinstance(item, dict) or item.get("type", "message") != "message":
-        kind = item.get("type") if isinstance(item, dict) else type(item).__name__
-        raise _bad(f"{where}: only messages are supported as input items, not {kind!r}", "input")
+    """One input item as a chat message: a text message, a function call the model made, or
+    its output; a 400 for anything else."""
+    kind = item.get("type", "message") if isinstance(item, dict) else type(item).__name__
+    needs = {"function_call": ("call_id", "name", "arguments"), "function_call_output": ("call_id", "output")}
+    if kind in needs and not all(isinstance(item.get(key), str) for key in needs[kind]):
+        raise _bad(f"{where}: a {kind} item needs {' and '.join(needs[kind])} as strings", "input")
+    if kind == "function_call":
+        call = {"id": item["call_id"], "type": "function",
+                "function": {"name": item["name"], "arguments": item["arguments"]}}
+        return {"role": "assistant", "content": "", "tool_calls": [call]}
+    if kind == "function_call_output":
+        return {"role": "tool", "tool_call_id": item["call_id"], "content": check_text(item["output"], where)}
+    if kind != "message":
+        raise _bad(f"{where}: only messages, function_call and function_call_output items are supported as input, "
+                   f"not {kind!r}", "input")
     role, content = item.get("role"), item.get("content")
     if role not in ROLES:
         raise _bad(f"{where}.role must be one of {', '.join(ROLES)}, got {role!r}", "input")
@@ -170,10 +207,13 @@ def _message(item, where: str) -> dict:
 class _Answer:
     """The Response object of one generation, and its streamed events."""
 
-    def __init__(self, service: Service, request: GenerationRequest, body: ResponsesBody):
-        self.service, self.request, self.body = service, request, body
+    def __init__(self, service: Service, request: GenerationRequest, body: ResponsesBody,
+                 calling: ToolCalling | None = None):
+        """calling: the answer is tool calls (`rayspec.serve.tools`): function_call items."""
+        self.service, self.request, self.body, self.calling = service, request, body, calling
         self.id = f"resp_{uuid.uuid4().hex}"
-        self.item_id = f"msg_{uuid.uuid4().hex}"
+        self.item_id = f"{'fc' if calling is not None and calling.mode == 'named' else 'msg'}_{uuid.uuid4().hex}"
+        self.call_id = None if calling is None else calling.new_call_id()
         self.created = int(time.time())
         self.sequence = 0
 
@@ -189,6 +229,24 @@ class _Answer:
         content = [] if text is None else [self.part(text)]
         return {"id": self.item_id, "type": "message", "status": status, "role": "assistant", "content": content}
 
+    def function_call(self, status: str, name: str, arguments: str, call_id: str, item_id: str) -> dict:
+        return {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
+                "arguments": arguments}
+
+    def output(self, status: str) -> list[dict]:
+        """The finished answer's items: a message, or its function calls (a list of calls cut
+        short before it closed is given as the text it is)."""
+        text = self.request.text
+        if self.calling is None:
+            return [self.item(status, text)]
+        if self.calling.mode == "named":
+            return [self.function_call(status, self.calling.function, text, self.call_id, self.item_id)]
+        calls = self.calling.calls(text)
+        if calls is None:
+            return [self.item(status, text)]
+        return [self.function_call(status, call["function"]["name"], call["function"]["arguments"], call["id"],
+                                   f"fc_{uuid.uuid4().hex}") for call in calls]
+
     def response(self, done: bool) -> dict:
         """The Response object: in progress (no output yet), or finished with its output."""
         body = self.body
@@ -198,10 +256,12 @@ class _Answer:
             "model": self.service.model_id, "error": None, "incomplete_details": incomplete,
             "instructions": body.instructions,
             "max_output_tokens": body.max_output_tokens, "temperature": body.temperature, "top_p": body.top_p,
-            "parallel_tool_calls": False, "tool_choice": "none", "tools": [], "text": {"format": body.text_format()},
+            "parallel_tool_calls": body.parallel_tool_calls is not False,
+            "tool_choice": body.tool_choice if body.tool_choice is not None else "auto" if body.tools else "none",
+            "tools": body.tools or [], "text": {"format": body.text_format()},
             "truncation": "disabled", "store": False, "metadata": body.metadata or {}, "background": False,
             "previous_response_id": None, "reasoning": None, "user": body.user,
-            "output": [self.item(status, self.request.text)] if done else [], "usage": None,
+            "output": self.output(status) if done else [], "usage": None,
         }
         if done:
             counts = self.request.usage()
@@ -223,6 +283,10 @@ class _Answer:
         try:
             yield self.event("response.created", response=self.response(done=False))
             yield self.event("response.in_progress", response=self.response(done=False))
+            if self.calling is not None:
+                async for event in self.call_events(steps):
+                    yield event
+                return
             yield self.event("response.output_item.added", output_index=0, item=self.item("in_progress", None))
             yield self.event("response.content_part.added", **place, part=self.part(""))
             async for added in steps:
@@ -239,6 +303,28 @@ class _Answer:
             yield self.event("error", code=error["code"] or error["type"], message=error["message"],
                              param=error["param"])
 
+    async def call_events(self, steps):
+        """A named call's arguments stream as they are verified; a list of calls, whole as it
+        ends (then each call's item is added and done at once)."""
+        named = self.calling.mode == "named"
+        if named:
+            opened = self.function_call("in_progress", self.calling.function, "", self.call_id, self.item_id)
+            yield self.event("response.output_item.added", output_index=0, item=opened)
+        async for added in steps:
+            if named and added.text:
+                yield self.event("response.function_call_arguments.delta", item_id=self.item_id, output_index=0,
+                                 delta=added.text)
+        finished = self.response(done=True)
+        for index, item in enumerate(finished["output"]):
+            if not named:
+                opened = {**item, "status": "in_progress"}
+                yield self.event("response.output_item.added", output_index=index, item=opened)
+            if item["type"] == "function_call":
+                yield self.event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                                 arguments=item["arguments"])
+            yield self.event("response.output_item.done", output_index=index, item=item)
+        yield self.event(f"response.{finished['status']}", response=finished)
+
 
 def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
     """`POST /v1/responses` on `app`; `check_model` answers 404 for a model not served."""
@@ -250,8 +336,14 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
         options = body.rayspec or RayspecOptions()
         if options.tree:
             _check_tree(options.tree)
-        prompt = service.render_chat(body.messages())
+        calling = body.tool_calling()
+        prompt = service.render_chat(body.messages(), tools=body.chat_tools())
         structured = body.structured_output()
+        if calling is not None:
+            if structured is not None:
+                raise _bad("a tool_choice that calls tools makes the answer JSON already: give no text.format with it",
+                           "tool_choice")
+            structured = calling.structured_output()
         if structured is not None:
             try:  # off the event loop: a large schema takes seconds to compile
                 await run_in_threadpool(service.compile_structured, structured)
@@ -263,7 +355,7 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
             seed=body.seed, stop=body.stop, verifier=options.verifier, tree=options.tree,
             verifier_params=options.verifier_params, structured_output=structured, request_id=http.state.request_id,
         )
-        answer = _Answer(service, request, body)
+        answer = _Answer(service, request, body, calling)
         [steps] = _start(service, [request])
         if not body.stream:
             try:

@@ -1388,3 +1388,45 @@ def test_tool_calls_by_name_or_required_through_the_openai_client(parts):
     last = [c.choices[0] for c in required_streamed if c.choices and c.choices[0].finish_reason]
     assert last[0].finish_reason == "tool_calls" and len(last[0].delta.tool_calls) == 1  # parallel_tool_calls false
     assert follow_up.choices[0].message.content is not None
+
+
+def test_function_calls_through_the_responses_api(parts):
+    """The Responses API's function tools: a named call's arguments (the chat endpoint's, for the
+    same conversation and seed), streamed as argument deltas; required calls as function_call
+    items; and a conversation carrying a call and its output."""
+    target, drafter, tokenizer = parts
+    local_target = LocalTarget(target, tokenizer)
+    local_target.eos_token_ids = (tokenizer.eos_token_id,)
+    engine = SpeculativeEngine(local_target, LocalDrafter(drafter, tokenizer), tokenizer=tokenizer, **SETTING)
+    service = Service(engine, tokenizer, MODEL, LimitsConfig(default_max_tokens=64, max_tokens=96))
+    flat = [{"type": "function", **WEATHER["function"]}, {"type": "function", "name": "now"}]
+    named = {"type": "function", "name": "get_weather"}
+    with ServerThread(create_app(service)) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+        chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "weather?"}],
+                                              tools=[WEATHER, CLOCK], max_tokens=64, seed=3,
+                                              tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        response = client.responses.create(model=MODEL, input="weather?", tools=flat, tool_choice=named,
+                                           max_output_tokens=64, extra_body={"seed": 3})
+        events = list(client.responses.create(model=MODEL, input="weather?", tools=flat, tool_choice=named,
+                                              max_output_tokens=64, stream=True, extra_body={"seed": 3}))
+        required = client.responses.create(model=MODEL, input="weather?", tools=flat, tool_choice="required",
+                                           max_output_tokens=96, extra_body={"seed": 1})
+        [call] = response.output
+        follow_up = client.responses.create(model=MODEL, max_output_tokens=8, extra_body={"seed": 1}, input=[
+            {"role": "user", "content": "weather?"},
+            {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+            {"type": "function_call_output", "call_id": call.call_id, "output": "18 degrees"}])
+    assert call.type == "function_call" and call.name == "get_weather" and call.status == "completed"
+    assert call.arguments == chat.choices[0].message.tool_calls[0].function.arguments
+    assert response.status == "completed" and response.tool_choice.name == "get_weather"
+    kinds = [event.type for event in events]
+    assert kinds[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
+    assert kinds[-3:] == ["response.function_call_arguments.done", "response.output_item.done", "response.completed"]
+    deltas = [event.delta for event in events if event.type == "response.function_call_arguments.delta"]
+    assert len(deltas) > 1 and "".join(deltas) == call.arguments
+    assert required.status == "completed" and required.output
+    for item in required.output:
+        assert item.type == "function_call" and item.name in ("get_weather", "now") and json.loads(item.arguments) \
+            is not None
+    assert follow_up.output[0].type == "message"
