@@ -9,9 +9,15 @@ Skipped where there is no CUDA (CI); run on a GPU machine with `pytest tests/tes
   decoding (the tree forward, the tree mask and the cache's commit and rollback on a GPU).
 * Workers as plain processes on CUDA give the in-process engine's tokens for the same seed,
   with the verifier at the target and at the coordinator.
+* Structured output on CUDA (the allowed-token masks live on the device): the CPU engine's
+  tokens for the same seed, and JSON that follows its schema (needs outlines-core there:
+  carry its wheel, which has no dependencies).
 """
 
 from __future__ import annotations
+
+import importlib.util
+import json
 
 import pytest
 import torch
@@ -76,7 +82,7 @@ def demo_on_cuda():
     target, tokenizer = load_causal_lm(TARGET_PATH, device="cuda", dtype="float32")
     drafter, _ = load_causal_lm(DRAFTER_PATH, device="cuda", dtype="float32")
     prompts = [tokenizer.encode(text, add_special_tokens=False) for text in load_prompts(4)]
-    return LocalTarget(target), LocalDrafter(drafter), prompts
+    return LocalTarget(target, tokenizer), LocalDrafter(drafter, tokenizer), prompts
 
 
 @pytest.fixture(scope="module")
@@ -123,3 +129,25 @@ def test_workers_on_cuda_give_the_in_process_tokens(demo_on_cuda, workers_on_cud
             assert remote.run(prompt, max_new_tokens=40, temperature=0.8, seed=100 + i).tokens == expected
     finally:
         remote_target.close()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("outlines_core") is None, reason="needs outlines-core")
+@pytest.mark.parametrize("name, tree", [("rrsw", "kary:2x3"), ("gumbel", "kary:2x3"), ("greedy", "kary:2x3")])
+def test_structured_output_on_cuda_gives_the_cpu_tokens(demo_on_cuda, name, tree):
+    from rayspec.engine.structured import StructuredOutput
+
+    target, drafter, prompts = demo_on_cuda
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                               "on": {"type": "boolean"}}, "required": ["name", "on"]}
+    on_cpu = [load_causal_lm(path, device="cpu", dtype="float32") for path in (TARGET_PATH, DRAFTER_PATH)]
+    cpu = SpeculativeEngine(LocalTarget(*on_cpu[0]), LocalDrafter(*on_cpu[1]), verifier=name, tree=tree)
+    cuda = SpeculativeEngine(target, drafter, verifier=name, tree=tree)
+    tokenizer = on_cpu[0][1]
+    for i, prompt in enumerate(prompts):
+        kwargs = dict(max_new_tokens=48, temperature=0 if name == "greedy" else 0.8, seed=i,
+                      structured_output=StructuredOutput(json_schema=schema))
+        expected = cpu.run(prompt, **kwargs)
+        got = cuda.run(prompt, **kwargs)
+        assert (got.tokens, got.finish_reason) == (expected.tokens, expected.finish_reason)
+        if got.finish_reason == "stop":
+            assert set(json.loads(tokenizer.decode(got.tokens))) == {"name", "on"}
