@@ -11,14 +11,19 @@ time spent building masks (`GrammarCursor.masks`) is measured apart.
     python bench/structured_bench.py [--prompts 8] [--tokens 96] [--rounds 1]
 
 Writes bench/results/structured_bench.{json,md}.  The arms decode each prompt one after the
-other, each first in turn; tokens/s is total tokens over total decoding time.
+other, each first in turn; tokens/s is total tokens over total decoding time.  Last, the time
+to compile each expression over synthetic vocabularies of 8k to 128k tokens (every string of
+1, 2, 3... characters of a code-like alphabet, in order): no large tokenizer is on this
+machine, and real tokens are longer, so these sizes are indicative only.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
+import string
 import sys
 import time
 
@@ -68,6 +73,29 @@ class MaskClock:
 
     def __exit__(self, *_):
         GrammarCursor.masks = self._masks
+
+
+SYNTHETIC_SIZES = (8192, 32768, 131072)
+SYNTHETIC_ALPHABET = string.ascii_letters + string.digits + " _.,:;{}[]()\"'-+=*/\\\n"
+
+
+def synthetic_compile_seconds() -> dict[int, dict[str, float]]:
+    """Seconds to compile each structured output's expression over synthetic vocabularies."""
+    from outlines_core import Index, Vocabulary
+
+    seconds = {}
+    for size in SYNTHETIC_SIZES:
+        strings = itertools.chain.from_iterable(itertools.product(SYNTHETIC_ALPHABET, repeat=n)
+                                                for n in itertools.count(1))
+        tokens = {"".join(s).encode(): [i + 1] for i, s in zip(range(size - 1), strings)}
+        vocabulary = Vocabulary(0, tokens)
+        seconds[size] = {}
+        for name, output in OUTPUTS.items():
+            if output is not None:
+                start = time.perf_counter()
+                Index(output.to_regex(), vocabulary)
+                seconds[size][name] = time.perf_counter() - start
+    return seconds
 
 
 def main() -> int:
@@ -129,9 +157,11 @@ def main() -> int:
                 "mask_share": total["mask_seconds"] / total["seconds"],
                 "completions": len(prompts) * args.rounds, "stopped": total["stopped"], "valid": total["valid"],
             })
+    synthetic = synthetic_compile_seconds()
     result = {"setting": {"verifier": "rrsw", "tree": "sequoia:auto", "prompts": args.prompts, "tokens": args.tokens,
                           "rounds": args.rounds, "schema": SCHEMA, "regex": OUTPUTS["regex"].regex,
-                          "compile_seconds": compile_seconds, **machine("cpu")}, "rows": rows}
+                          "compile_seconds": compile_seconds, **machine("cpu")}, "rows": rows,
+              "synthetic_compile_seconds": synthetic}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "structured_bench.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
@@ -159,6 +189,13 @@ def main() -> int:
         "the first step.  Compile seconds per output "
         "(both engines, first request, cached after): "
         + ", ".join(f"{name} {seconds:.2f}" for name, seconds in compile_seconds.items()) + ".",
+        "",
+        "## Compiling an expression over synthetic vocabularies (indicative: tokens of 1-3 characters)",
+        "",
+        "| vocabulary | " + " | ".join(synthetic[SYNTHETIC_SIZES[0]]) + " |",
+        "|---|" + "---|" * len(synthetic[SYNTHETIC_SIZES[0]]),
+        *[f"| {size:,} tokens | " + " | ".join(f"{s:.2f} s" for s in seconds.values()) + " |"
+          for size, seconds in synthetic.items()],
     ]
     (RESULTS / "structured_bench.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
