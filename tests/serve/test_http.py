@@ -1430,3 +1430,26 @@ def test_function_calls_through_the_responses_api(parts):
         assert item.type == "function_call" and item.name in ("get_weather", "now") and json.loads(item.arguments) \
             is not None
     assert follow_up.output[0].type == "message"
+
+
+def test_concurrent_structured_requests_each_get_their_sequential_text(parts):
+    """Requests with different expressions, run side by side over one engine, share the
+    compiled automata and the cached allowed-token rows: each still gets exactly the text it
+    gets alone."""
+    target, drafter, tokenizer = parts
+    local_target = LocalTarget(target, tokenizer)
+    local_target.eos_token_ids = (tokenizer.eos_token_id,)
+    engine = SpeculativeEngine(local_target, LocalDrafter(drafter, tokenizer), tokenizer=tokenizer, **SETTING)
+    service = Service(engine, tokenizer, MODEL,
+                      LimitsConfig(default_max_tokens=40, max_tokens=64, max_concurrent_requests=8))
+    shapes = [{"guided_regex": "[a-f]{3,9}"}, {"guided_choice": ["alpha", "beta", "gamma delta"]},
+              {"guided_json": SCHEMA}, {"guided_regex": "[0-9]{2}(-[0-9]{2}){1,3}"}]
+    bodies = [{"prompt": PROMPT, "max_tokens": 40, "temperature": 0.9, "seed": seed, **shape}
+              for seed in range(4) for shape in shapes]
+    with ServerThread(create_app(service)) as server, httpx.Client(base_url=server.url, timeout=120) as http:
+        alone = [http.post("/v1/completions", json=body).json()["choices"][0]["text"] for body in bodies]
+        with ThreadPoolExecutor(8) as pool:
+            together = list(pool.map(lambda body: http.post("/v1/completions", json=body).json(), bodies))
+    assert [reply["choices"][0]["text"] for reply in together] == alone
+    assert {reply["choices"][0]["finish_reason"] for reply in together} == {"stop"}
+    assert all(text in ("alpha", "beta", "gamma delta") for text in alone[1::4])
