@@ -34,8 +34,8 @@ refused), and `rayspec: {verifier, tree, verifier_params}`.  Penalties, the bias
 output change the target's law, and the output follows that law exactly.  Fields that would
 change the answer and that rayspec does not implement (`suffix`, `best_of` > 1, tool_choice
 "auto", grammars) are refused, never silently ignored; so
-are unknown fields, as OpenAI does.  `user`, `metadata`, `store` and `service_tier` are
-accepted and ignored.
+are unknown fields, as OpenAI does.  `user`, `metadata`, `store`, `service_tier`,
+`safety_identifier` and `prompt_cache_key` are accepted and ignored (they change no answer).
 
 Log-probabilities are the target's raw law at each token's position — the log-softmax of its
 logits, before temperature, top-k and top-p — as OpenAI and vLLM report them, whatever the
@@ -189,6 +189,8 @@ class _GenerationBody(_Strict):
     metadata: dict[str, Any] | None = None
     store: bool | None = None
     service_tier: str | None = None
+    safety_identifier: str | None = None  # OpenAI's user id for abuse monitoring
+    prompt_cache_key: str | None = None  # OpenAI's hint for its prompt cache
     rayspec: RayspecOptions | None = None
 
     def refuse_unsupported(self) -> None:

@@ -874,8 +874,12 @@ def test_the_server_keeps_serving_after_bad_input_and_harmless_fields_pass(http)
     for body in ("{", json.dumps({"prompt": "x", "rayspec": {"verifier": "nope"}}), json.dumps({"prompt": [7] * 600})):
         assert http.post("/v1/completions", content=body, headers={"Content-Type": "application/json"}).status_code == 400
     harmless = {"prompt": "x", "max_tokens": 4, "user": "u1", "presence_penalty": 0, "frequency_penalty": 0.0,
-                "n": 1, "best_of": 1, "logprobs": None, "echo": False, "logit_bias": {}, "stream_options": None}
+                "n": 1, "best_of": 1, "logprobs": None, "echo": False, "logit_bias": {}, "stream_options": None,
+                "safety_identifier": "s1", "prompt_cache_key": "k1"}
     assert http.post("/v1/completions", json=harmless).status_code == 200
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "safety_identifier": "s1",
+            "prompt_cache_key": "k1", "service_tier": "auto", "store": False, "metadata": {"a": "b"}}
+    assert http.post("/v1/chat/completions", json=chat).status_code == 200
     unknown_route = http.post("/v1/embeddings", json={})
     assert unknown_route.status_code == 404 and "/v1/embeddings" in unknown_route.json()["error"]["message"]
 
