@@ -135,7 +135,7 @@ def test_a_regex_mask_is_applied_and_lifts_the_other_bans_where_they_leave_nothi
         logits_to_probs(logits, params, history=RowHistory(*history[:5]))
 
 
-def _constrained_law(model, cursor_factory, prompt, temperature=1.0) -> dict[tuple[int, ...], float]:
+def constrained_law(model, cursor_factory, prompt, temperature=1.0) -> dict[tuple[int, ...], float]:
     """Every completion's probability under constrained autoregressive sampling, enumerated:
     at each prefix, the target's softmax restricted to the tokens the expression allows."""
     law = {}
@@ -165,7 +165,7 @@ def test_constrained_speculative_sampling_follows_the_constrained_law(tokenizer,
     target, drafter = tiny_pair
     output = StructuredOutput(choice=CHOICES)
     vocabulary = vocabulary_of(tokenizer)
-    law = _constrained_law(target, lambda: GrammarCursor(output.to_regex(), vocabulary, len(tokenizer), [EOS]), PROMPT)
+    law = constrained_law(target, lambda: GrammarCursor(output.to_regex(), vocabulary, len(tokenizer), [EOS]), PROMPT)
     assert abs(sum(law.values()) - 1) < 1e-4 and len(law) >= 4
     engine = SpeculativeEngine(LocalTarget(target, tokenizer), LocalDrafter(drafter, tokenizer), verifier=verifier,
                                tree=tree)
