@@ -209,30 +209,24 @@ _INDEXES_LOCK = threading.Lock()
 
 
 class GrammarVocabulary:
-    """A tokenizer's vocabulary as structured output reads it: each token's bytes, the stop
-    token the automaton ends on, and a fingerprint naming the table (two tokenizers with the
-    same one share compiled automata)."""
+    """A tokenizer's vocabulary as structured output reads it: the stop token the automaton
+    ends on, the tokens' bytes as outlines-core takes them (`outlines`), and a fingerprint
+    naming the table (two tokenizers with the same one share compiled automata)."""
 
     def __init__(self, tokenizer):
-        self.bytes_of = token_bytes(tokenizer)
+        from outlines_core import Vocabulary
+
+        bytes_of = token_bytes(tokenizer)
         eos = tokenizer.eos_token_id
         if eos is None:
             raise ValueError("structured output needs the tokenizer's EOS token: this tokenizer has none")
         self.eos_token_id = int(eos)
-        digest = hashlib.sha256(repr((self.eos_token_id, sorted(self.bytes_of.items()))).encode())
-        self.fingerprint = digest.hexdigest()
-        self._outlines = None
-
-    def outlines(self):
-        if self._outlines is None:
-            from outlines_core import Vocabulary
-
-            by_bytes: dict[bytes, list[int]] = {}
-            for token, text in self.bytes_of.items():
-                if token != self.eos_token_id:
-                    by_bytes.setdefault(text, []).append(token)
-            self._outlines = Vocabulary(self.eos_token_id, by_bytes)
-        return self._outlines
+        self.fingerprint = hashlib.sha256(repr((self.eos_token_id, sorted(bytes_of.items()))).encode()).hexdigest()
+        by_bytes: dict[bytes, list[int]] = {}
+        for token, text in bytes_of.items():
+            if token != self.eos_token_id:
+                by_bytes.setdefault(text, []).append(token)
+        self.outlines = Vocabulary(self.eos_token_id, by_bytes)
 
 
 _VOCABULARIES: dict[int, tuple[object, GrammarVocabulary]] = {}
@@ -250,6 +244,10 @@ def vocabulary_of(tokenizer) -> GrammarVocabulary:
 
 _INDEXES: OrderedDict[tuple[str, str], object] = OrderedDict()
 MAX_CACHED_INDEXES = 32
+# One lock per automaton being compiled: requests that ask for the same new expression at once
+# (a batch job's clients, one schema) wait for one compilation — seconds over a large
+# vocabulary — instead of each running its own; different expressions compile side by side.
+_COMPILING: dict[tuple[str, str], threading.Lock] = {}
 
 
 def compiled_index(regex: str, vocabulary: GrammarVocabulary):
@@ -261,18 +259,32 @@ def compiled_index(regex: str, vocabulary: GrammarVocabulary):
         if key in _INDEXES:
             _INDEXES.move_to_end(key)
             return _INDEXES[key]
+        compiling = _COMPILING.setdefault(key, threading.Lock())
+    with compiling:
+        with _INDEXES_LOCK:
+            if key in _INDEXES:  # compiled while this call waited
+                return _INDEXES[key]
+        try:
+            index = _compile(regex, vocabulary)
+            with _INDEXES_LOCK:
+                _INDEXES[key] = index
+                while len(_INDEXES) > MAX_CACHED_INDEXES:
+                    _INDEXES.popitem(last=False)
+        finally:
+            with _INDEXES_LOCK:
+                _COMPILING.pop(key, None)
+    return index
+
+
+def _compile(regex: str, vocabulary: GrammarVocabulary):
     from outlines_core import Index
 
     try:
-        index = Index(regex, vocabulary.outlines())
+        index = Index(regex, vocabulary.outlines)
     except (ValueError, TypeError) as error:
         raise ValueError(f"the regular expression {_shortened(regex)} cannot be used: {error}") from None
     if not index.get_allowed_tokens(index.get_initial_state()):
         raise ValueError(f"no text of this vocabulary matches the regular expression {_shortened(regex)}")
-    with _INDEXES_LOCK:
-        _INDEXES[key] = index
-        while len(_INDEXES) > MAX_CACHED_INDEXES:
-            _INDEXES.popitem(last=False)
     return index
 
 

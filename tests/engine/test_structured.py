@@ -298,3 +298,29 @@ def test_min_tokens_cannot_hold_open_a_completion_the_expression_has_closed(demo
     assert len(engine.run(prompt, **eager).tokens) == 1  # EOS as soon as the expression allows it
     held = engine.run(prompt, min_tokens=3, **eager)
     assert held.finish_reason == "stop" and len(held.tokens) == 3  # the ban holds where the expression goes on
+
+
+def test_an_expression_asked_for_at_once_by_several_requests_is_compiled_once(tokenizer, monkeypatch):
+    import threading
+    import time
+
+    from rayspec.engine import structured
+
+    compiled, compile_once = [], structured._compile
+
+    def slow_compile(regex, vocabulary):
+        compiled.append(regex)
+        time.sleep(0.2)  # long enough for every thread to ask while the first compiles
+        return compile_once(regex, vocabulary)
+
+    monkeypatch.setattr(structured, "_compile", slow_compile)
+    vocabulary = vocabulary_of(tokenizer)
+    indexes = []
+    threads = [threading.Thread(target=lambda regex=regex: indexes.append(compiled_index(regex, vocabulary)))
+               for regex in ["(cat|dog)+ [0-9]{1,5}"] * 4 + ["(cow|hen)+ [0-9]{1,5}"] * 2]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(compiled) == ["(cat|dog)+ [0-9]{1,5}", "(cow|hen)+ [0-9]{1,5}"]  # once each, not six times
+    assert len({id(index) for index in indexes}) == 2
