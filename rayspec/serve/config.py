@@ -12,6 +12,7 @@
     adaptive_trees: true              # Sequoia trees re-plan from the acceptance served
     graft_predictions: auto           # T > 0: a prediction's chain beside the drafter's tree: auto | always | never
     verify_at: target                 # where the verifier runs: target | coordinator
+    tool_call_parser: auto            # reads tool_choice "auto" replies: auto | hermes | mistral | json | none
     placement:
       strategy: PACK                  # PACK (one node if it fits) | STRICT_SPREAD (distinct nodes)
       target_resources: {}            # extra Ray resources for the target, e.g. {rayspec_target: 1}
@@ -49,6 +50,11 @@ process, the fewest bytes for every verifier (`verify_at` does not apply).  The 
 reserves the target's GPU and owns the placement group, and starts the drafter workers in
 its other bundles.  It is what `service_bench`'s "target in coordinator" arm measures.
 
+`tool_call_parser` reads the tool calls out of a `tool_choice: "auto"` reply
+(`rayspec.serve.tool_parsers`): `auto` takes hermes or mistral when the model's chat template
+writes their markers and json (Llama 3's syntax, and the fallback template's) otherwise; name
+one where the template teaches another, or `none` to refuse "auto" with a 400.
+
 Reproducibility: a seed gives the same tokens for the same tree.  Adaptive Sequoia trees may
 re-plan between two requests, and a different tree draws different drafts, so the same seed
 can then give a different (equally distributed) sample — except with the coupling verifiers
@@ -72,6 +78,7 @@ from rayspec.engine.engine import check_setting
 from rayspec.engine.policy import parse_sequoia
 from rayspec.engine.prediction import check_graft_mode
 from rayspec.engine.trees import parse_tree_spec
+from rayspec.serve.tool_parsers import check_parser_setting
 from rayspec.verify import get_verifier
 
 API_KEY_VARIABLE = "RAYSPEC_API_KEY"
@@ -159,6 +166,7 @@ class ServiceConfig:
     adaptive_trees: bool = True  # Sequoia trees re-plan from served acceptance (see the module doc)
     graft_predictions: str = "auto"  # `SpeculativeEngine`'s: where a prediction's chain goes above T = 0
     verify_at: str = "target"
+    tool_call_parser: str = "auto"  # `rayspec.serve.tool_parsers`: auto picks by the chat template
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     http: Endpoint = field(default_factory=Endpoint)
     grpc: Endpoint = field(default_factory=lambda: Endpoint(port=9000))
@@ -171,6 +179,7 @@ class ServiceConfig:
         if self.placement.strategy not in ("PACK", "STRICT_PACK", "SPREAD", "STRICT_SPREAD"):
             raise ValueError(f"placement.strategy must be PACK, STRICT_PACK, SPREAD or STRICT_SPREAD, got {self.placement.strategy!r}")
         check_graft_mode(self.graft_predictions)
+        check_parser_setting(self.tool_call_parser)
         if self.verify_at not in ("target", "coordinator"):
             raise ValueError(f"verify_at must be target or coordinator, got {self.verify_at!r}")
         if self.target.where not in ("worker", "coordinator"):

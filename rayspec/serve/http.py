@@ -29,11 +29,12 @@ streamed; beside the choices on a chat, not streamed), chat's `continue_final_me
 drafted where the completion follows it, `rayspec.engine.prediction`), structured output
 (OpenAI's `response_format` json_object / json_schema, vLLM's `structured_outputs` and
 `guided_json`, `guided_regex`, `guided_choice`: `rayspec.engine.structured`), chat's `tools`
-with `tool_choice` "required", a named function or "none" (`rayspec.serve.tools`; "auto" is
-refused), and `rayspec: {verifier, tree, verifier_params}`.  Penalties, the bias and structured
+with `tool_choice` "auto" (the calls read out of a free reply by the service's tool-call
+parser), "required", a named function or "none" (`rayspec.serve.tools`), and `rayspec:
+{verifier, tree, verifier_params}`.  Penalties, the bias and structured
 output change the target's law, and the output follows that law exactly.  Fields that would
-change the answer and that rayspec does not implement (`suffix`, `best_of` > 1, tool_choice
-"auto", grammars) are refused, never silently ignored; so
+change the answer and that rayspec does not implement (`suffix`, `best_of` > 1, grammars) are
+refused, never silently ignored; so
 are unknown fields, as OpenAI does.  `user`, `metadata`, `store`, `service_tier`,
 `safety_identifier` and `prompt_cache_key` are accepted and ignored (they change no answer).
 
@@ -439,16 +440,18 @@ class ChatBody(_GenerationBody):
     def generation_fields(self) -> dict:
         fields = super().generation_fields()
         calling = self.tool_calling()
-        if calling is not None:
+        forced = None if calling is None else calling.structured_output()
+        if forced is not None:
             if fields["structured_output"] is not None:
                 raise _bad(f"tool_choice {'required' if calling.mode == 'required' else 'naming a function'} makes "
                            f"the reply JSON already: give no {self.structured_field()} with it", "tool_choice")
-            fields["structured_output"] = calling.structured_output()
+            fields["structured_output"] = forced
         return fields
 
     def structured_field(self) -> str:
         given = any(getattr(self, field) is not None for field in self.STRUCTURED_FIELDS)
-        return super().structured_field() if given or not self.tools else "tools"
+        calling = None if given else self.tool_calling()
+        return "tools" if calling is not None and calling.mode != "auto" else super().structured_field()
 
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
@@ -467,6 +470,15 @@ class ChatBody(_GenerationBody):
 
     def alternatives(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
+
+
+def tool_calling_read_by_service(calling: ToolCalling | None, service: Service) -> ToolCalling | None:
+    """A request's tool calling, an auto choice's reply read by the service's parser; a 400
+    when the service has none."""
+    try:
+        return None if calling is None else calling.read_by(service.tool_parser)
+    except ToolError as error:
+        raise _bad(str(error), error.field) from None
 
 
 def _render(service: Service, messages: list[Message], add_generation_prompt: bool, continue_final_message: bool,
@@ -723,11 +735,19 @@ class _ChatReply(_Reply):
         self.tool_calling = tool_calling
         self.call_ids = [None if tool_calling is None else tool_calling.new_call_id() for _ in self.requests]
         self.call_opened = [False] * len(self.requests)  # a streamed named call's first delta sent
+        auto = tool_calling is not None and tool_calling.mode == "auto"
+        self.readers = [tool_calling.reader() for _ in self.requests] if auto else None
+        self.calls_sent = [0] * len(self.requests)  # a streamed auto reply's
 
     def choice(self, index: int, text: str, logprobs: dict | None, finish_reason: str | None,
                stop_reason: str | int | None = None) -> dict:
         message = {"role": "assistant", "content": text}
-        if self.tool_calling is not None:
+        if self.readers is not None:
+            content, calls = self.tool_calling.read(text)
+            if calls:
+                message = {"role": "assistant", "content": content, "tool_calls": calls}
+            finish_reason = self.tool_calling.finish_reason(finish_reason, called=bool(calls))
+        elif self.tool_calling is not None:
             calls = self.tool_calling.calls(text)
             if calls is not None:  # else cut short before a whole list of calls: the text as it is
                 if self.tool_calling.mode == "named":
@@ -741,6 +761,9 @@ class _ChatReply(_Reply):
         calling = self.tool_calling
         if calling is None:
             return super().step_delta(index, added)
+        if self.readers is not None:
+            delta = self.pieces_delta(index, self.readers[index].push(added.text))
+            return {"index": index, "delta": delta, "logprobs": None, "finish_reason": None} if delta else None
         if calling.mode == "required" or not added.text:  # a list of calls is sent whole, as it ends
             return None
         call = {"index": 0, "function": {"arguments": added.text}}
@@ -755,6 +778,10 @@ class _ChatReply(_Reply):
         if calling is None:
             return super().finish_delta(index)
         request = self.requests[index]
+        if self.readers is not None:
+            delta = self.pieces_delta(index, self.readers[index].finish())
+            return {"index": index, "delta": delta, "logprobs": None, "stop_reason": request.stop_reason,
+                    "finish_reason": calling.finish_reason(request.finish_reason, called=self.calls_sent[index] > 0)}
         delta = {}
         if calling.mode == "required":
             calls = calling.calls(request.text)
@@ -762,6 +789,19 @@ class _ChatReply(_Reply):
                      else {"content": request.text} if request.text else {})
         return {"index": index, "delta": delta, "logprobs": None,
                 "finish_reason": calling.finish_reason(request.finish_reason), "stop_reason": request.stop_reason}
+
+    def pieces_delta(self, index: int, pieces: list) -> dict:
+        """The delta of an auto reply's newly read content and calls (the calls numbered on
+        from those sent before)."""
+        delta = {}
+        for piece in pieces:
+            if isinstance(piece, str):
+                delta["content"] = delta.get("content", "") + piece
+                continue
+            call = {"index": self.calls_sent[index], **self.tool_calling.parsed_call(piece)}
+            delta.setdefault("tool_calls", []).append(call)
+            self.calls_sent[index] += 1
+        return delta
 
     def delta(self, index: int, text: str, logprobs: dict | None, finish_reason: str | None,
               stop_reason: str | int | None = None) -> dict:
@@ -1247,13 +1287,17 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
         check_model(body.model)
         body.refuse_unsupported()
         prompt = body.prompt(service)
+        calling = tool_calling_read_by_service(body.tool_calling(), service)
+        fields = body.generation_fields()
+        if calling is not None:
+            fields["skip_special_tokens"] = calling.skip_special_tokens(fields["skip_special_tokens"])
         requests = await choices(
             body, [{"prompt": prompt}], **max_tokens_field(body.max_completion_tokens or body.max_tokens),
-            **body.generation_fields(), add_special_tokens=bool(body.add_special_tokens),  # the template writes them
+            **fields, add_special_tokens=bool(body.add_special_tokens),  # the template writes them
             request_id=http.state.request_id,
         )
         reply = _ChatReply(service, requests, body.n or 1, bool(body.return_tokens_as_token_ids), body.prompt_logprobs,
-                           tool_calling=body.tool_calling())
+                           tool_calling=calling)
         return await _answer(reply, bool(body.stream), **_usage_options(body))
 
     @app.post("/tokenize")

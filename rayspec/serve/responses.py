@@ -25,8 +25,10 @@ Nothing is stored (`store` is answered false): `previous_response_id`, `conversa
 the field, never ignored.  `text.format` may ask for structured output: `{"type":
 "json_object"}` or `{"type": "json_schema", "name": ..., "schema": {...}}`
 (`rayspec.engine.structured`).  Function tools with `tool_choice` "required" or
-`{"type": "function", "name": ...}` answer with `function_call` items (`rayspec.serve.tools`;
-"auto" is refused), and the input may carry earlier `function_call` and
+`{"type": "function", "name": ...}` answer with `function_call` items (`rayspec.serve.tools`);
+with "auto" (the default when tools are given) the model answers freely and the service's
+tool-call parser splits its reply into `message` and `function_call` items, in the order
+written, each streamed as soon as it is read.  The input may carry earlier `function_call` and
 `function_call_output` items.
 """
 
@@ -54,6 +56,7 @@ from rayspec.serve.http import (
     _Strict,
     error_body,
     speculation_figures,
+    tool_calling_read_by_service,
 )
 from rayspec.serve.service import Service
 from rayspec.serve.tools import ToolCalling, ToolError
@@ -216,6 +219,16 @@ class _Answer:
         self.call_id = None if calling is None else calling.new_call_id()
         self.created = int(time.time())
         self.sequence = 0
+        self.read: list[dict] | None = None  # an auto answer's items as streamed: message texts and calls
+
+    def item_of(self, piece) -> dict:
+        """A read piece of an auto answer (`rayspec.serve.tool_parsers`) as the item it makes,
+        its status left to `output`."""
+        if isinstance(piece, str):
+            return self.item("in_progress", piece, f"msg_{uuid.uuid4().hex}")
+        call = self.calling.parsed_call(piece)
+        return self.function_call("in_progress", piece.name, call["function"]["arguments"], call["id"],
+                                  f"fc_{uuid.uuid4().hex}")
 
     def _status(self) -> tuple[str, dict | None]:
         if self.request.finish_reason == "length":
@@ -225,9 +238,10 @@ class _Answer:
     def part(self, text: str) -> dict:
         return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
-    def item(self, status: str, text: str | None) -> dict:
+    def item(self, status: str, text: str | None, item_id: str | None = None) -> dict:
         content = [] if text is None else [self.part(text)]
-        return {"id": self.item_id, "type": "message", "status": status, "role": "assistant", "content": content}
+        return {"id": item_id or self.item_id, "type": "message", "status": status, "role": "assistant",
+                "content": content}
 
     def function_call(self, status: str, name: str, arguments: str, call_id: str, item_id: str) -> dict:
         return {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
@@ -239,6 +253,12 @@ class _Answer:
         text = self.request.text
         if self.calling is None:
             return [self.item(status, text)]
+        if self.calling.mode == "auto":
+            if self.read is None:
+                self.read = [self.item_of(piece) for piece in self.calling.read_pieces(text)]
+            items = self.read or [self.item("in_progress", "")]
+            # each item but the last was whole when the next began; the last ends as the answer does
+            return [{**item, "status": "completed"} for item in items[:-1]] + [{**items[-1], "status": status}]
         if self.calling.mode == "named":
             return [self.function_call(status, self.calling.function, text, self.call_id, self.item_id)]
         calls = self.calling.calls(text)
@@ -284,7 +304,8 @@ class _Answer:
             yield self.event("response.created", response=self.response(done=False))
             yield self.event("response.in_progress", response=self.response(done=False))
             if self.calling is not None:
-                async for event in self.call_events(steps):
+                events = self.read_events(steps) if self.calling.mode == "auto" else self.call_events(steps)
+                async for event in events:
                     yield event
                 return
             yield self.event("response.output_item.added", output_index=0, item=self.item("in_progress", None))
@@ -302,6 +323,60 @@ class _Answer:
             error = error_body(failure)[1]["error"]
             yield self.event("error", code=error["code"] or error["type"], message=error["message"],
                              param=error["param"])
+
+    async def read_events(self, steps):
+        """An auto answer's items, each streamed as the reader gives it: a message's text as
+        deltas while it grows, a call whole (added, its arguments, done)."""
+        reader, self.read = self.calling.reader(), []
+        open_text = None  # the text of the message being streamed, the last item
+
+        def close(status: str):
+            item, index = {**self.read[-1], "status": status}, len(self.read) - 1
+            place = {"item_id": item["id"], "output_index": index}
+            if item["type"] == "message":
+                yield self.event("response.output_text.done", **place, content_index=0, text=open_text, logprobs=[])
+                yield self.event("response.content_part.done", **place, content_index=0, part=self.part(open_text))
+            else:
+                yield self.event("response.function_call_arguments.done", **place, arguments=item["arguments"])
+            yield self.event("response.output_item.done", output_index=index, item=item)
+
+        def pieces_events(pieces):
+            nonlocal open_text
+            for piece in pieces:
+                if isinstance(piece, str) and open_text is not None:  # the open message grows
+                    open_text += piece
+                    self.read[-1] = {**self.read[-1], "content": [self.part(open_text)]}
+                else:
+                    if self.read:
+                        yield from close("completed")
+                    self.read.append(self.item_of(piece))
+                    item, index = self.read[-1], len(self.read) - 1
+                    opened = {**item, "content": []} if isinstance(piece, str) else {**item, "arguments": ""}
+                    yield self.event("response.output_item.added", output_index=index, item=opened)
+                    if not isinstance(piece, str):
+                        yield self.event("response.function_call_arguments.delta", item_id=item["id"],
+                                         output_index=index, delta=item["arguments"])
+                        open_text = None
+                        continue
+                    open_text = piece
+                    yield self.event("response.content_part.added", item_id=item["id"], output_index=index,
+                                     content_index=0, part=self.part(""))
+                if piece:
+                    yield self.event("response.output_text.delta", item_id=self.read[-1]["id"],
+                                     output_index=len(self.read) - 1, content_index=0, delta=piece, logprobs=[])
+
+        async for added in steps:
+            for event in pieces_events(reader.push(added.text)):
+                yield event
+        for event in pieces_events(reader.finish()):
+            yield event
+        if not self.read:  # nothing at all: an empty message, as a text answer gives
+            for event in pieces_events([""]):
+                yield event
+        finished = self.response(done=True)
+        for event in close(finished["output"][-1]["status"]):
+            yield event
+        yield self.event(f"response.{finished['status']}", response=finished)
 
     async def call_events(self, steps):
         """A named call's arguments stream as they are verified; a list of calls, whole as it
@@ -336,14 +411,15 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
         options = body.rayspec or RayspecOptions()
         if options.tree:
             _check_tree(options.tree)
-        calling = body.tool_calling()
+        calling = tool_calling_read_by_service(body.tool_calling(), service)
         prompt = service.render_chat(body.messages(), tools=body.chat_tools())
         structured = body.structured_output()
-        if calling is not None:
+        forced = None if calling is None else calling.structured_output()
+        if forced is not None:
             if structured is not None:
                 raise _bad("a tool_choice that calls tools makes the answer JSON already: give no text.format with it",
                            "tool_choice")
-            structured = calling.structured_output()
+            structured = forced
         if structured is not None:
             try:  # off the event loop: a large schema takes seconds to compile
                 await run_in_threadpool(service.compile_structured, structured)
@@ -354,6 +430,7 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
             top_p=body.top_p, top_k=body.top_k, min_p=body.min_p, repetition_penalty=body.repetition_penalty,
             seed=body.seed, stop=body.stop, verifier=options.verifier, tree=options.tree,
             verifier_params=options.verifier_params, structured_output=structured, request_id=http.state.request_id,
+            skip_special_tokens=None if calling is None else calling.skip_special_tokens(None),
         )
         answer = _Answer(service, request, body, calling)
         [steps] = _start(service, [request])

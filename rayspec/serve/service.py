@@ -26,13 +26,18 @@ from rayspec.engine.structured import StructuredOutput, compiled_index, structur
 from rayspec.models.threads import honour_torch_threads
 from rayspec.serve.config import LimitsConfig, ServiceConfig
 from rayspec.serve.metrics import Metrics
+from rayspec.serve.tool_parsers import tool_call_parser as tool_call_parser_for
 
 # For tokenizers without a chat template of their own: one "role: content" paragraph per
-# message, then "assistant:" to open the reply.
+# message, then "assistant:" to open the reply; tools, and calls made, in the json tool-call
+# parser's syntax.
 FALLBACK_CHAT_TEMPLATE = (
-    "{% if tools %}tools: {{ tools | tojson }}\n\n{% endif %}"
+    "{% if tools %}tools: {{ tools | tojson }}\n"
+    "To call tools, answer with nothing but a JSON list of calls: [{\"name\": ..., \"arguments\": {...}}]\n\n"
+    "{% endif %}"
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}"
-    "{% if message['tool_calls'] %}{{ message['tool_calls'] | tojson }}{% endif %}{{ '\\n\\n' }}{% endfor %}"
+    "{% if message['tool_calls'] %}{{ message['tool_calls'] | map(attribute='function') | list | tojson }}{% endif %}"
+    "{{ '\\n\\n' }}{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}"
 )
 HEALTH_TIMEOUT = 2.0
@@ -65,10 +70,12 @@ class Service:
 
     def __init__(self, engine: SpeculativeEngine, tokenizer, model_id: str, limits: LimitsConfig | None = None,
                  metrics: Metrics | None = None, workers: Mapping[str, grpc.Channel] | None = None,
-                 api_key: str | None = None):
-        """api_key: the key clients must send (`ServiceConfig.api_key`); None: none."""
+                 api_key: str | None = None, tool_call_parser: str = "auto"):
+        """api_key: the key clients must send (`ServiceConfig.api_key`); None: none.
+        tool_call_parser: how `tool_choice: "auto"` replies are read (`rayspec.serve.tool_parsers`)."""
         self.engine, self.tokenizer, self.model_id = engine, tokenizer, model_id
         self.api_key = api_key
+        self.tool_parser = tool_call_parser_for(tool_call_parser, self.chat_template())
         self.limits = limits or LimitsConfig()
         self.metrics = metrics or Metrics()
         self.workers = dict(workers or {})
@@ -115,7 +122,7 @@ class Service:
             workers = {f"target {target.address}": target.channel, **workers}
             handles.insert(0, target)
         service = cls(engine, tokenizer, config.model_id, config.limits, workers=workers,
-                      api_key=config.resolved_api_key)
+                      api_key=config.resolved_api_key, tool_call_parser=config.tool_call_parser)
         service._handles = handles
         return service
 

@@ -6,18 +6,20 @@ Both are constrained decoding (`rayspec.engine.structured`), so the speculative 
 follows the target's constrained law exactly, and the answer's `tool_calls` always parse.
 
 `tool_choice: "auto"` (OpenAI's default when tools are given) lets the model choose between
-text and calls, which needs a parser of the model's own tool-call syntax: not implemented,
-refused with a 400.  `"none"`: the tools are shown to the chat template and the reply is
-text.
+text and calls: its reply is generated unconstrained, and the service's tool-call parser
+(`rayspec.serve.tool_parsers`, the syntax of the model's chat template) reads the calls out of
+it.  `"none"`: the tools are shown to the chat template and the reply is text.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from dataclasses import dataclass
 
 from rayspec.engine.structured import StructuredOutput
+from rayspec.serve.tool_parsers import ParsedCall, Piece, ToolCallParser, ToolCallStream, read_pieces, read_tool_calls
 
 # The arguments of a tool that declares no parameters: none, `{}`.
 NO_PARAMETERS = {"type": "object", "properties": {}}
@@ -54,13 +56,15 @@ def _functions(tools) -> dict[str, dict]:
 
 @dataclass(frozen=True)
 class ToolCalling:
-    """How the reply calls tools: "named" (`function`'s arguments) or "required" (a list of
-    calls among `functions`; at most one when `parallel` is false)."""
+    """How the reply calls tools: "named" (`function`'s arguments), "required" (a list of
+    calls among `functions`) or "auto" (text, calls among `functions`, or both, read by
+    `parser`); at most one call when `parallel` is false."""
 
     mode: str
     functions: dict[str, dict]
     function: str | None = None
     parallel: bool = True
+    parser: ToolCallParser | None = None
 
     @classmethod
     def of(cls, tools, tool_choice, parallel_tool_calls: bool | None) -> ToolCalling | None:
@@ -72,12 +76,8 @@ class ToolCalling:
         functions = _functions(tools)
         if tool_choice == "none":
             return None
-        if tool_choice in (None, "auto"):
-            raise ToolError('tool_choice "auto" (the default when tools are given) needs a parser of the model\'s own '
-                            'tool-call syntax, which rayspec does not have: give "required", a named function '
-                            '({"type": "function", "function": {"name": ...}}) or "none"', "tool_choice")
-        if tool_choice == "required":
-            return cls("required", functions, parallel=parallel_tool_calls is not False)
+        if tool_choice in (None, "auto", "required"):
+            return cls(tool_choice or "auto", functions, parallel=parallel_tool_calls is not False)
         name = tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else None
         if not (isinstance(tool_choice, dict) and tool_choice.get("type") == "function" and isinstance(name, str)):
             raise ToolError('tool_choice must be "none", "auto", "required" or {"type": "function", "function": '
@@ -86,8 +86,28 @@ class ToolCalling:
             raise ToolError(f"tool_choice names the function {name!r}, which tools do not define", "tool_choice")
         return cls("named", functions, function=name)
 
-    def structured_output(self) -> StructuredOutput:
-        """What the reply's text must be."""
+    def read_by(self, parser: ToolCallParser | None) -> ToolCalling:
+        """This calling, its reply read by the service's `parser` when the model chooses
+        (auto); a ToolError when the service has none."""
+        if self.mode != "auto":
+            return self
+        if parser is None:
+            raise ToolError('tool_choice "auto" (the default when tools are given) needs a tool-call parser, and this '
+                            'service runs with tool_call_parser: none: give "required", a named function '
+                            '({"type": "function", "function": {"name": ...}}) or "none"', "tool_choice")
+        return dataclasses.replace(self, parser=parser)
+
+    def skip_special_tokens(self, requested: bool | None) -> bool | None:
+        """The request's skip_special_tokens, false by default when the parser's marker is a
+        special token that decoding would otherwise drop."""
+        if requested is None and self.parser is not None and self.parser.needs_special_tokens:
+            return False
+        return requested
+
+    def structured_output(self) -> StructuredOutput | None:
+        """What the reply's text must be: None for auto, whose text is free."""
+        if self.mode == "auto":
+            return None
         if self.mode == "named":
             return StructuredOutput(json_schema=self.functions[self.function])
         call = {"anyOf": [
@@ -116,9 +136,26 @@ class ToolCalling:
         return {"id": call_id or self.new_call_id(), "type": "function",
                 "function": {"name": name, "arguments": arguments}}
 
-    def finish_reason(self, generation_finish: str) -> str:
-        """OpenAI's: "stop" for a call forced by name, "tool_calls" for required calls, and
-        "length" for a reply cut short."""
+    def parsed_call(self, parsed: ParsedCall) -> dict:
+        """The OpenAI call of one an auto reply made."""
+        return self.call(parsed.name, json.dumps(parsed.arguments, ensure_ascii=False))
+
+    def reader(self) -> ToolCallStream:
+        """An auto reply's calls, read as its text streams."""
+        return ToolCallStream(self.parser, set(self.functions), self.parallel)
+
+    def read_pieces(self, text: str) -> list[Piece]:
+        """A whole auto reply's content and calls, in order."""
+        return read_pieces(self.parser, text, set(self.functions), self.parallel)
+
+    def read(self, text: str) -> tuple[str | None, list[dict]]:
+        """A whole auto reply's content (None when it only calls) and calls."""
+        content, calls = read_tool_calls(self.parser, text, set(self.functions), self.parallel)
+        return content, [self.parsed_call(call) for call in calls]
+
+    def finish_reason(self, generation_finish: str, called: bool = True) -> str:
+        """OpenAI's: "stop" for a call forced by name, "tool_calls" for required calls and for
+        an auto reply that `called`, and "length" for a reply cut short."""
         if generation_finish != "stop":
             return generation_finish
-        return "stop" if self.mode == "named" else "tool_calls"
+        return "tool_calls" if self.mode == "required" or (self.mode == "auto" and called) else "stop"

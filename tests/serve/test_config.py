@@ -39,6 +39,14 @@ def test_bad_limits_are_refused_with_a_message(limits, message):
     assert message in str(raised.value)
 
 
+def test_tool_call_parser_names_a_parser_auto_or_none():
+    assert ServiceConfig.from_dict({}).tool_call_parser == "auto"
+    assert ServiceConfig.from_dict({"tool_call_parser": "hermes"}).tool_call_parser == "hermes"
+    with pytest.raises(ValueError, match="tool_call_parser must be one of auto, hermes, mistral, json, llama3_json, "
+                                         "none, got 'pythonic'"):
+        ServiceConfig.from_dict({"tool_call_parser": "pythonic"})
+
+
 def test_graft_predictions_takes_the_engines_modes():
     assert ServiceConfig.from_dict({}).graft_predictions == "auto"
     assert ServiceConfig.from_dict({"graft_predictions": "always"}).graft_predictions == "always"

@@ -35,6 +35,7 @@ from rayspec.rpc.server import HealthServicer, start_server
 from rayspec.serve.config import LimitsConfig
 from rayspec.serve.http import create_app
 from rayspec.serve.service import FALLBACK_CHAT_TEMPLATE, Service
+from rayspec.serve.tool_parsers import read_tool_calls
 from tests.loopback import ServerThread
 from tests.serve.served import MODEL, PROMPT, SETTING, chat_prompt, eventually, expected
 
@@ -1231,6 +1232,19 @@ def test_chat_without_a_template_uses_the_fallback(parts, reference):
     prompt = service.render_chat([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
     assert prompt == "system: Be brief.\n\nuser: Hi\n\nassistant:"
     assert service.chat_template() == FALLBACK_CHAT_TEMPLATE  # what /tokenizer_info gives clients
+    assert service.tool_parser.name == "json"
+    call = {"id": "call_1", "type": "function", "function": {"name": "now", "arguments": '{"tz": "UTC"}'}}
+    with_tools = service.render_chat([{"role": "user", "content": "Time?"},
+                                      {"role": "assistant", "content": "", "tool_calls": [call]},
+                                      {"role": "tool", "tool_call_id": "call_1", "content": "noon"}],
+                                     tools=[{"type": "function", "function": {"name": "now"}}])
+    assert with_tools.startswith('tools: [{"type": "function", "function": {"name": "now"}}]\nTo call tools, answer '
+                                 'with nothing but a JSON list of calls: [{"name": ..., "arguments": {...}}]\n\n')
+    written = with_tools.split("assistant: ")[1].split("\n\n")[0]
+    assert written == '[{"name": "now", "arguments": "{\\"tz\\": \\"UTC\\"}"}]'
+    # what the template shows as a call made, the json parser reads back as that call
+    content, [read] = read_tool_calls(service.tool_parser, written, {"now"})
+    assert content is None and (read.name, read.arguments) == ("now", {"tz": "UTC"})
 
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "on": {"type": "boolean"}},
@@ -1362,7 +1376,6 @@ def test_tool_calls_by_name_or_required_through_the_openai_client(parts):
             *messages, {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
             {"role": "tool", "tool_call_id": call.id, "content": "18 degrees"}])
         for wrong, message, param in [
-            ({"tools": [WEATHER]}, 'tool_choice "auto" (the default when tools are given) needs a parser', "tool_choice"),
             ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "fly"}}},
              "tool_choice names the function 'fly', which tools do not define", "tool_choice"),
             ({"tool_choice": "required"}, "tool_choice needs tools", "tool_choice"),
@@ -1392,6 +1405,179 @@ def test_tool_calls_by_name_or_required_through_the_openai_client(parts):
     last = [c.choices[0] for c in required_streamed if c.choices and c.choices[0].finish_reason]
     assert last[0].finish_reason == "tool_calls" and len(last[0].delta.tool_calls) == 1  # parallel_tool_calls false
     assert follow_up.choices[0].message.content is not None
+
+
+def _tool_service(parts, tool_call_parser: str = "auto") -> tuple[Service, SpeculativeEngine]:
+    target, drafter, tokenizer = parts
+    local_target = LocalTarget(target, tokenizer)
+    local_target.eos_token_ids = (tokenizer.eos_token_id,)
+    engine = SpeculativeEngine(local_target, LocalDrafter(drafter, tokenizer), tokenizer=tokenizer, **SETTING)
+    service = Service(engine, tokenizer, MODEL, LimitsConfig(default_max_tokens=64, max_tokens=96),
+                      tool_call_parser=tool_call_parser)
+    return service, engine
+
+
+# What a model answering in each syntax writes, forced by a regular expression: the tiny random
+# pair has no tool syntax of its own.
+JSON_CALL = r'\[\{"name": "get_weather", "arguments": \{"city": "(Paris|Rome)", "unit": "C"\}\}\]'
+HERMES_REPLY = r'On it\.\n<tool_call>\{"name": "now"\}</tool_call>\n<tool_call>\{"name": "get_weather", "arguments": ' \
+               r'\{"city": "Rome"\}\}</tool_call>'
+
+
+def test_auto_tool_choice_answers_text_or_calls_through_the_openai_client(parts):
+    """tool_choice "auto" (the default with tools): a reply without calls is the in-process
+    engine's text, a reply in the model's call syntax (the demo template's: json) comes back as
+    tool_calls, streamed or not; hermes' content before its calls streams as content first."""
+    service, engine = _tool_service(parts)
+    tokenizer = parts[2]
+    assert service.tool_parser.name == "json"  # the demo template writes no marker of its own
+    messages = [{"role": "user", "content": "weather in Paris?"}]
+    prompt_ids = tokenizer.encode(service.render_chat(messages, tools=[WEATHER, CLOCK]), add_special_tokens=False)
+    free = engine.run(prompt_ids, max_new_tokens=24, seed=3)
+    hermes_service, _ = _tool_service(parts, "hermes")
+    base = dict(model=MODEL, messages=messages, tools=[WEATHER, CLOCK], max_tokens=96, seed=3)
+    with ServerThread(create_app(service)) as server, ServerThread(create_app(hermes_service)) as hermes_server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+        text = client.chat.completions.create(**{**base, "max_tokens": 24})
+        called = client.chat.completions.create(**base, extra_body={"guided_regex": JSON_CALL})
+        called_streamed = list(client.chat.completions.create(**base, stream=True, tool_choice="auto",
+                                                              extra_body={"guided_regex": JSON_CALL}))
+        hermes = openai.OpenAI(base_url=f"{hermes_server.url}/v1", api_key="x", max_retries=0)
+        mixed = hermes.chat.completions.create(**base, extra_body={"guided_regex": HERMES_REPLY})
+        mixed_streamed = list(hermes.chat.completions.create(**base, stream=True,
+                                                             extra_body={"guided_regex": HERMES_REPLY}))
+        single = hermes.chat.completions.create(**base, parallel_tool_calls=False,
+                                                extra_body={"guided_regex": HERMES_REPLY})
+    assert text.choices[0].message.content == tokenizer.decode(free.tokens) and not text.choices[0].message.tool_calls
+    assert text.choices[0].finish_reason == ("stop" if free.finish_reason == "eos" else "length")
+    [call] = called.choices[0].message.tool_calls
+    assert called.choices[0].finish_reason == "tool_calls" and called.choices[0].message.content is None
+    assert call.function.name == "get_weather" and call.id.startswith("call_")
+    assert json.loads(call.function.arguments) in ({"city": "Paris", "unit": "C"}, {"city": "Rome", "unit": "C"})
+    streamed_calls = [c.choices[0].delta.tool_calls for c in called_streamed
+                      if c.choices and c.choices[0].delta.tool_calls]
+    assert len(streamed_calls) == 1 and streamed_calls[0][0].function.arguments == call.function.arguments
+    assert [c.choices[0].finish_reason for c in called_streamed if c.choices[0].finish_reason] == ["tool_calls"]
+    message = mixed.choices[0].message
+    assert message.content == "On it." and [c.function.name for c in message.tool_calls] == ["now", "get_weather"]
+    assert mixed.choices[0].finish_reason == "tool_calls"
+    assert [json.loads(c.function.arguments) for c in message.tool_calls] == [{}, {"city": "Rome"}]
+    deltas = [c.choices[0].delta for c in mixed_streamed if c.choices]
+    content_at = [i for i, d in enumerate(deltas) if d.content]
+    calls_at = [i for i, d in enumerate(deltas) if d.tool_calls]
+    assert content_at and calls_at and max(content_at) < min(calls_at)  # the content streamed before the calls
+    assert "".join(d.content or "" for d in deltas) == message.content
+    assert [(c.index, c.function.name) for d in deltas for c in d.tool_calls or []] == [(0, "now"), (1, "get_weather")]
+    assert [c.function.name for c in single.choices[0].message.tool_calls] == ["now"]
+
+
+def test_auto_tool_choice_is_refused_by_a_service_without_a_parser(parts):
+    service, _ = _tool_service(parts, "none")
+    with ServerThread(create_app(service)) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+        with pytest.raises(openai.BadRequestError, match='needs a tool-call parser, and this service runs with '
+                                                         'tool_call_parser: none') as refused:
+            client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], tools=[WEATHER],
+                                           max_tokens=4)
+        assert refused.value.body["param"] == "tool_choice"
+        # nothing else changed: a named call still works
+        named = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                               tools=[CLOCK], tool_choice={"type": "function",
+                                                                           "function": {"name": "now"}}, max_tokens=8)
+    assert json.loads(named.choices[0].message.tool_calls[0].function.arguments) == {}
+
+
+def test_auto_tool_choice_through_the_responses_api(parts):
+    """The Responses API's default tool_choice with tools, auto: a text answer is one message
+    item (the chat endpoint's text); a reply in the call syntax gives function_call items,
+    streamed as the typed events a named call streams."""
+    service, _ = _tool_service(parts)
+    flat = [{"type": "function", **WEATHER["function"]}, {"type": "function", "name": "now"}]
+    one_call = {"type": "array", "minItems": 1, "maxItems": 1, "items": {
+        "type": "object", "required": ["name", "arguments"], "additionalProperties": False, "properties": {
+            "name": {"const": "get_weather"},
+            "arguments": {"type": "object", "properties": {"city": {"enum": ["Rome", "Oslo"]}}, "required": ["city"],
+                          "additionalProperties": False}}}}
+    forced = {"format": {"type": "json_schema", "name": "call", "schema": one_call}}
+    with ServerThread(create_app(service)) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+        chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "weather?"}],
+                                              tools=[WEATHER, CLOCK], max_tokens=24, seed=3)
+        text = client.responses.create(model=MODEL, input="weather?", tools=flat, max_output_tokens=24,
+                                       extra_body={"seed": 3})
+        called = client.responses.create(model=MODEL, input="weather?", tools=flat, max_output_tokens=64, text=forced,
+                                         extra_body={"seed": 3})
+        events = list(client.responses.create(model=MODEL, input="weather?", tools=flat, max_output_tokens=64,
+                                              text=forced, stream=True, extra_body={"seed": 3}))
+    assert text.tool_choice == "auto" and [item.type for item in text.output] == ["message"]
+    assert text.output[0].content[0].text == chat.choices[0].message.content
+    [call] = called.output
+    assert call.type == "function_call" and call.name == "get_weather" and call.status == "completed"
+    assert json.loads(call.arguments) in ({"city": "Rome"}, {"city": "Oslo"}) and call.call_id.startswith("call_")
+    assert [event.type for event in events] == [
+        "response.created", "response.in_progress", "response.output_item.added",
+        "response.function_call_arguments.delta", "response.function_call_arguments.done",
+        "response.output_item.done", "response.completed"]
+    assert events[3].delta == events[4].arguments == call.arguments
+    assert events[-1].response.output[0].id == events[2].item.id == events[5].item.id
+
+
+def test_responses_auto_streams_a_message_then_each_call_as_it_is_read(parts):
+    """A hermes reply with content and two calls, through the Responses events: the message
+    item streams its text and is done before the first call's item is added; the finished
+    response lists the items streamed, in order, with their ids."""
+    import asyncio
+
+    from rayspec.serve.http import _start, tool_calling_read_by_service
+    from rayspec.serve.responses import ResponsesBody, _Answer
+
+    service, _ = _tool_service(parts, "hermes")
+    body = ResponsesBody(input="weather?", tools=[{"type": "function", **WEATHER["function"]},
+                                                  {"type": "function", "name": "now"}], stream=True)
+    calling = tool_calling_read_by_service(body.tool_calling(), service)
+    prompt = service.render_chat(body.messages(), tools=body.chat_tools())
+
+    def answer_events(stream: bool) -> tuple[list[dict], dict]:
+        request = service.request(prompt=prompt, add_special_tokens=False, max_tokens=96, seed=3,
+                                  structured_output=StructuredOutput(regex=HERMES_REPLY))
+        answer = _Answer(service, request, body, calling)
+
+        async def run():
+            [steps] = _start(service, [request])
+            try:
+                if not stream:
+                    async for _ in steps:
+                        pass
+                    return []
+                return [json.loads(event.split("\ndata: ")[1]) async for event in answer.events(steps)]
+            finally:
+                steps.close()
+        events = asyncio.run(run())
+        return events, answer.response(done=True)
+
+    events, streamed = answer_events(stream=True)
+    kinds = [(event["type"], event.get("output_index")) for event in events]
+    assert kinds[:5] == [("response.created", None), ("response.in_progress", None),
+                         ("response.output_item.added", 0), ("response.content_part.added", 0),
+                         ("response.output_text.delta", 0)]
+    assert kinds[-12:] == [
+        ("response.output_text.done", 0), ("response.content_part.done", 0), ("response.output_item.done", 0),
+        ("response.output_item.added", 1), ("response.function_call_arguments.delta", 1),
+        ("response.function_call_arguments.done", 1), ("response.output_item.done", 1),
+        ("response.output_item.added", 2), ("response.function_call_arguments.delta", 2),
+        ("response.function_call_arguments.done", 2), ("response.output_item.done", 2), ("response.completed", None)]
+    assert {kind for kind, _ in kinds[5:-12]} <= {"response.output_text.delta"}  # the message's text, streaming
+    done = [event["item"] for event in events if event["type"] == "response.output_item.done"]
+    final = events[-1]["response"]
+    assert events[-1]["type"] == "response.completed" and final["output"] == done
+    assert [(item["type"], item.get("name")) for item in done] == [("message", None), ("function_call", "now"),
+                                                                   ("function_call", "get_weather")]
+    assert done[0]["content"][0]["text"] == "On it." == "".join(
+        event["delta"] for event in events if event["type"] == "response.output_text.delta")
+    assert json.loads(done[2]["arguments"]) == {"city": "Rome"} and done[1]["arguments"] == "{}"
+    _, whole = answer_events(stream=False)
+    assert [(item["type"], item.get("name"), item.get("arguments"), item["status"]) for item in whole["output"]] == [
+        (item["type"], item.get("name"), item.get("arguments"), item["status"]) for item in final["output"]]
 
 
 def test_function_calls_through_the_responses_api(parts):

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from rayspec.serve.tool_parsers import HermesParser, MistralParser
 from rayspec.serve.tools import NO_PARAMETERS, ToolCalling, ToolError
 
 SEARCH = {"type": "function", "function": {"name": "search", "parameters": {
@@ -29,8 +30,6 @@ def test_tool_choice_picks_the_calling_or_text():
 
 
 @pytest.mark.parametrize("tools, choice, message, field", [
-    ([SEARCH], "auto", 'tool_choice "auto" (the default when tools are given) needs a parser', "tool_choice"),
-    ([SEARCH], None, 'tool_choice "auto"', "tool_choice"),
     (None, "required", "tool_choice needs tools", "tool_choice"),
     ([SEARCH, SEARCH], "required", "tools[1].function.name must be a non-empty string, different", "tools"),
     ([{"type": "retrieval"}], "required", "tools[0] must be", "tools"),
@@ -57,3 +56,23 @@ def test_calls_are_read_back_from_the_text():
     assert len({c["id"] for c in calls}) == 2
     assert required.calls('[{"name": "now", "param') is None  # cut by max_tokens: no calls to give
     assert required.finish_reason("stop") == "tool_calls"
+
+
+def test_auto_reads_the_calls_out_of_a_free_reply():
+    for choice in (None, "auto"):
+        auto = ToolCalling.of([SEARCH, CLOCK], choice, None)
+        assert auto.mode == "auto" and auto.structured_output() is None  # the text is free
+    with pytest.raises(ToolError, match='tool_choice "auto" .* needs a tool-call parser, and this service runs with '
+                                        'tool_call_parser: none') as refused:
+        auto.read_by(None)
+    assert refused.value.field == "tool_choice"
+    hermes = auto.read_by(HermesParser())
+    content, calls = hermes.read('Searching. <tool_call>{"name": "search", "arguments": {"query": "é"}}</tool_call>')
+    assert content == "Searching." and len(calls) == 1 and calls[0]["id"].startswith("call_")
+    assert calls[0]["function"] == {"name": "search", "arguments": '{"query": "é"}'}
+    assert hermes.finish_reason("stop", called=True) == "tool_calls"
+    assert hermes.finish_reason("stop", called=False) == "stop" and hermes.finish_reason("length") == "length"
+    assert hermes.read("just text") == ("just text", [])
+    assert hermes.skip_special_tokens(None) is None  # hermes' markers are ordinary text
+    mistral = auto.read_by(MistralParser())
+    assert mistral.skip_special_tokens(None) is False and mistral.skip_special_tokens(True) is True

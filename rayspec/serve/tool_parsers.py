@@ -1,0 +1,290 @@
+"""Tool calls read out of a model's free text, for `tool_choice: "auto"` (vLLM's
+`--tool-call-parser`): the model chooses between answering and calling, in the syntax its chat
+template taught it, and the reply separates the two.
+
+Parsers, by the syntax they read:
+- `hermes` — `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks anywhere in the
+  text (Hermes, Qwen 2.5 and 3, and the models trained on their templates);
+- `mistral` — `[TOOL_CALLS]` and a JSON list of `{"name", "arguments"}` (or v11's
+  `[TOOL_CALLS]name[ARGS]{...}`) ending the text; the marker is a special token, so requests
+  read by it keep special tokens in their text;
+- `json` (also `llama3_json`) — a text that is, whole, a JSON call `{"name": ...,
+  "parameters" or "arguments": {...}}`, several separated by `;` (Llama 3.1 to 3.3, after an
+  optional `<|python_tag|>`), or a JSON list of them: the shape `tool_choice: "required"`
+  generates, and what the fallback chat template asks a model without a template for.
+`auto` picks hermes or mistral when the chat template writes their marker, json otherwise.
+
+A call whose name is not one of the request's tools, or whose JSON does not parse, stays
+text: nothing the model wrote is lost.  Content is the text outside the calls; whitespace
+only between or around calls is dropped.  With `parallel_tool_calls: false`, calls after the
+first are dropped (OpenAI's "at most one call").
+
+Streaming: `ToolCallStream` gives each piece of text as soon as no continuation can make it
+part of a call (a hermes reply streams its content and holds back only what may be the start
+of `<tool_call>`; a json reply that opens with `{` or `[` is held to the end), and each call
+once whole.  The pieces of any chunking of a text join to its one-shot reading.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import ClassVar, Union
+
+
+@dataclass(frozen=True)
+class ParsedCall:
+    """A call as the model wrote it: `text` is its source, given back as text if `name` is not
+    one of the request's tools."""
+
+    name: str
+    arguments: dict
+    text: str
+
+
+Piece = Union[str, ParsedCall]
+
+
+def _call(value, text: str) -> ParsedCall | None:
+    """A call from a decoded JSON value: an object with a string `name` and an object of
+    `arguments` (or Llama's `parameters`; a JSON string of one is accepted, as some models
+    write it), or None."""
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+        return None
+    arguments = value.get("arguments", value.get("parameters", {}))
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return None
+    return ParsedCall(value["name"], arguments, text) if isinstance(arguments, dict) else None
+
+
+def _calls(value, text: str) -> list[ParsedCall] | None:
+    """One call, or a non-empty list of them, from a decoded JSON value; None otherwise."""
+    values = value if isinstance(value, list) else [value]
+    calls = [_call(v, text if len(values) == 1 else json.dumps(v, ensure_ascii=False)) for v in values]
+    return calls if calls and None not in calls else None
+
+
+def _held_back(text: str, marker: str) -> int:
+    """How many characters ending `text` may be the start of `marker`."""
+    for size in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-size:]):
+            return size
+    return 0
+
+
+class ToolCallParser:
+    """Splits a text into content and calls.  `split(text, start, final)` reads `text[start:]`,
+    `start` being where the previous reading of a shorter text of the same reply stopped, and
+    returns its pieces and where this reading stops: what comes after may still become part of
+    a call.  `final`: the text is whole, read it all."""
+
+    name: ClassVar[str]
+    needs_special_tokens: ClassVar[bool] = False  # its marker is a special token, which decoding would drop
+
+    def split(self, text: str, start: int, final: bool) -> tuple[list[Piece], int]:
+        raise NotImplementedError
+
+
+class HermesParser(ToolCallParser):
+    """`<tool_call>{...}</tool_call>` blocks, anywhere in the text."""
+
+    name = "hermes"
+    OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+    def split(self, text: str, start: int, final: bool) -> tuple[list[Piece], int]:
+        pieces: list[Piece] = []
+        at = start
+        while True:
+            opened = text.find(self.OPEN, at)
+            if opened < 0:
+                end = len(text) if final else len(text) - _held_back(text[at:], self.OPEN)
+                if end > at:
+                    pieces.append(text[at:end])
+                return pieces, max(at, end)
+            if opened > at:
+                pieces.append(text[at:opened])
+            body_start = opened + len(self.OPEN)
+            closed = text.find(self.CLOSE, body_start)
+            if closed < 0 and not final:
+                return pieces, opened
+            end = len(text) if closed < 0 else closed + len(self.CLOSE)
+            pieces.append(self._block(text[opened:end], text[body_start:closed if closed >= 0 else end]))
+            at = end
+
+    @staticmethod
+    def _block(source: str, body: str) -> Piece:
+        try:
+            call = _call(json.loads(body), source)
+        except json.JSONDecodeError:
+            call = None
+        return source if call is None else call
+
+
+class MistralParser(ToolCallParser):
+    """`[TOOL_CALLS]` then the calls, to the end of the text."""
+
+    name = "mistral"
+    needs_special_tokens = True
+    MARKER, ARGS = "[TOOL_CALLS]", "[ARGS]"
+
+    def split(self, text: str, start: int, final: bool) -> tuple[list[Piece], int]:
+        marked = text.find(self.MARKER, start)
+        if marked < 0:
+            end = len(text) if final else len(text) - _held_back(text[start:], self.MARKER)
+            return ([text[start:end]] if end > start else []), max(start, end)
+        pieces: list[Piece] = [text[start:marked]] if marked > start else []
+        if not final:
+            return pieces, marked
+        calls = self._calls(text[marked:])
+        return pieces + (calls or [text[marked:]]), len(text)
+
+    def _calls(self, source: str) -> list[ParsedCall] | None:
+        calls = []
+        for part in source.split(self.MARKER)[1:]:
+            part = part.strip()
+            try:
+                if self.ARGS in part and not part.startswith(("[", "{")):  # v11: name[ARGS]{...}
+                    name, arguments = part.split(self.ARGS, 1)
+                    found = _calls({"name": name.strip(), "arguments": json.loads(arguments)}, self.MARKER + part)
+                else:
+                    found = _calls(json.loads(part), self.MARKER + part)
+            except json.JSONDecodeError:
+                return None
+            if found is None:
+                return None
+            calls += found
+        return calls or None
+
+
+class JsonParser(ToolCallParser):
+    """A text that is, whole, one or more JSON calls (`;`-separated, or a list)."""
+
+    name = "json"
+    PYTHON_TAG = "<|python_tag|>"
+
+    def split(self, text: str, start: int, final: bool) -> tuple[list[Piece], int]:
+        if start > 0:  # decided at the start: a text that did not open as a call is content
+            return ([text[start:]] if len(text) > start else []), len(text)
+        opening = text.lstrip()
+        undecided = not opening or self.PYTHON_TAG.startswith(opening)
+        if not final and (undecided or opening.startswith(("{", "[", self.PYTHON_TAG))):
+            return [], 0
+        if opening.startswith(("{", "[", self.PYTHON_TAG)):
+            calls = self._calls(opening.removeprefix(self.PYTHON_TAG))
+            if calls is not None:
+                return calls, len(text)
+        return ([text] if text else []), len(text)
+
+    @staticmethod
+    def _calls(source: str) -> list[ParsedCall] | None:
+        decoder, calls, at = json.JSONDecoder(), [], 0
+        while True:
+            while at < len(source) and (source[at].isspace() or source[at] == ";"):
+                at += 1
+            if at == len(source):
+                return calls or None
+            try:
+                value, end = decoder.raw_decode(source, at)
+            except json.JSONDecodeError:
+                return None
+            found = _calls(value, source[at:end])
+            if found is None:
+                return None
+            calls += found
+            at = end
+
+
+PARSERS: dict[str, type[ToolCallParser]] = {
+    "hermes": HermesParser, "mistral": MistralParser, "json": JsonParser, "llama3_json": JsonParser,
+}
+SETTINGS = ("auto", *PARSERS, "none")
+
+
+def check_parser_setting(setting: str) -> None:
+    """ValueError unless `setting` names a parser, `auto` or `none`."""
+    if setting not in SETTINGS:
+        raise ValueError(f"tool_call_parser must be one of {', '.join(SETTINGS)}, got {setting!r}")
+
+
+def tool_call_parser(setting: str, chat_template: str | dict) -> ToolCallParser | None:
+    """The parser a service reads `tool_choice: "auto"` replies with: the one `setting` names,
+    None for `none` (auto is then refused), or for `auto` the one whose marker the chat
+    template writes (a dict of named templates: any of them), json when it writes none."""
+    check_parser_setting(setting)
+    if setting == "none":
+        return None
+    if setting == "auto":
+        template = " ".join(chat_template.values()) if isinstance(chat_template, dict) else chat_template
+        markers = {HermesParser.OPEN: "hermes", MistralParser.MARKER: "mistral"}
+        setting = next((name for marker, name in markers.items() if marker in template), "json")
+    return PARSERS[setting]()
+
+
+class ToolCallStream:
+    """One reply's text read as it grows: `push` each new piece of text, then `finish`; each
+    gives the content and calls decided since the last (content pieces joined)."""
+
+    def __init__(self, parser: ToolCallParser, names: set[str], parallel: bool = True):
+        self.parser, self.names, self.parallel = parser, names, parallel
+        self.text, self.read = "", 0
+        self.held = ""  # whitespace ending the content so far: dropped if a call follows
+        self.calls = 0
+
+    def push(self, text: str) -> list[Piece]:
+        self.text += text
+        return self._advance(final=False)
+
+    def finish(self) -> list[Piece]:
+        return self._advance(final=True)
+
+    def _advance(self, final: bool) -> list[Piece]:
+        pieces, self.read = self.parser.split(self.text, self.read, final)
+        out: list[Piece] = []
+        for piece in pieces:
+            if isinstance(piece, ParsedCall) and piece.name not in self.names:
+                piece = piece.text
+            if isinstance(piece, str):
+                text = self.held + piece
+                kept = text.rstrip()
+                self.held = text[len(kept):]
+                if kept:
+                    out.append(kept)
+                continue
+            self.held = ""
+            if self.parallel or not self.calls:
+                out.append(piece)
+            self.calls += 1
+        if final:
+            if self.held and not self.calls:
+                out.append(self.held)
+            self.held = ""
+        return _joined(out)
+
+
+def _joined(pieces: list[Piece]) -> list[Piece]:
+    """Adjacent content pieces as one."""
+    out: list[Piece] = []
+    for piece in pieces:
+        if isinstance(piece, str) and out and isinstance(out[-1], str):
+            out[-1] += piece
+        else:
+            out.append(piece)
+    return out
+
+
+def read_pieces(parser: ToolCallParser, text: str, names: set[str], parallel: bool = True) -> list[Piece]:
+    """A whole reply's content and calls, in order."""
+    stream = ToolCallStream(parser, names, parallel)
+    return _joined(stream.push(text) + stream.finish())
+
+
+def read_tool_calls(parser: ToolCallParser, text: str, names: set[str],
+                    parallel: bool = True) -> tuple[str | None, list[ParsedCall]]:
+    """A whole reply's content (None when it has calls and no other text) and calls."""
+    pieces = read_pieces(parser, text, names, parallel)
+    calls = [piece for piece in pieces if isinstance(piece, ParsedCall)]
+    content = "".join(piece for piece in pieces if isinstance(piece, str))
+    return (content or None) if calls else content, calls
