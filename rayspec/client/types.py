@@ -286,6 +286,7 @@ class Usage:
     accepted_draft_tokens: int = 0
     rejected_draft_tokens: int = 0
     steps: int = 0
+    cached_prompt_tokens: int = 0  # the prompt's tokens the target did not compute again (prefix cache)
 
     @classmethod
     def from_proto(cls, message: pb.Usage) -> Usage:
@@ -295,6 +296,7 @@ class Usage:
             accepted_draft_tokens=message.accepted_draft_tokens,
             rejected_draft_tokens=message.rejected_draft_tokens,
             steps=message.steps,
+            cached_prompt_tokens=message.cached_prompt_tokens,
         )
 
     def to_proto(self) -> pb.Usage:
@@ -304,6 +306,7 @@ class Usage:
             accepted_draft_tokens=self.accepted_draft_tokens,
             rejected_draft_tokens=self.rejected_draft_tokens,
             steps=self.steps,
+            cached_prompt_tokens=self.cached_prompt_tokens,
         )
 
 

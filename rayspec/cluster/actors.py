@@ -112,9 +112,11 @@ class WorkerActor(_Placed):
         config = TargetConfig(**model) if role == "target" else DrafterConfig(**model)
         loaded, tokenizer = config.load(TARGET_PATH if role == "target" else DRAFTER_PATH)
         if role == "target":
-            self.server, port = serve_target(LocalTarget(loaded, tokenizer), "0.0.0.0:0", model_id=model_id)
+            target = LocalTarget(loaded, tokenizer, prefix_cache_mb=config.prefix_cache_mb)
+            self.server, port = serve_target(target, "0.0.0.0:0", model_id=model_id)
         else:
-            self.server, port = serve_drafter(LocalDrafter(loaded, tokenizer), "0.0.0.0:0")
+            drafter = LocalDrafter(loaded, tokenizer, prefix_cache_mb=config.prefix_cache_mb)
+            self.server, port = serve_drafter(drafter, "0.0.0.0:0")
         self.address = advertised_address("0.0.0.0", port)
 
     def ready(self) -> str:

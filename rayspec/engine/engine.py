@@ -99,6 +99,7 @@ class GenerationStats:
     steps: list[StepStats] = field(default_factory=list)
     tokens: int = 0
     seconds: float = 0.0
+    cached_prompt_tokens: int = 0  # the target's prompt rows taken from its prefix cache
 
     @property
     def tokens_per_step(self) -> float:
@@ -351,6 +352,7 @@ class SpeculativeEngine:
                                    step_cost_model(costs, verifier, self.target.vocab_size))
         with ExitStack() as sessions:
             target = sessions.enter_context(_closing(self.target.open(spec)))
+            stats.cached_prompt_tokens = getattr(target, "cached_tokens", 0)
             prompt_chunk_logprobs = _prompt_logprobs(target, spec)
             drafting = sessions.enter_context(ExitStack())  # the drafter's session
             drafter = None  # opened at the first step that drafts

@@ -5,6 +5,10 @@ over its own KV cache; the target scores the whole tree in one forward and verif
 Both commit only the accepted path's keys and values (`TreeLM.keep`).  The same classes run
 inside the gRPC workers of `rayspec.rpc`, so remote and local decoding are one code path.
 
+Both sides start a sequence's cache from the longest prefix of its prompt that an earlier
+sequence over the same model computed (`rayspec.models.prefix_cache`), and leave their own
+rows there when they close.
+
 Concurrent sequences over one model compute one at a time (`compute`, a lock per model):
 forwards in parallel on one device only slow each other down, and on CPU their threads
 fight over the GIL between operators, which stretches every request's latency tail.
@@ -23,6 +27,7 @@ from rayspec.engine.interfaces import (
     Draft, Outcome, SequenceSpec, SessionClosedError, TokenLogprobs, stream_generator,
 )
 from rayspec.engine.structured import GrammarCursor, GrammarVocabulary, vocabulary_of
+from rayspec.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB, PrefixCache
 from rayspec.models.tree_lm import TreeLM
 from rayspec.tree.dynamic import DynamicPlan, select_dynamic_tree
 from rayspec.tree.structure import DraftTree, TreeShape, root_path
@@ -45,9 +50,12 @@ class _Session:
     """What both sides keep per sequence: the tokens, the cache, the verifier, randomness."""
 
     def __init__(self, model, spec: SequenceSpec, stream: str, compute: threading.RLock,
-                 vocabulary: GrammarVocabulary | None = None, eos_token_ids: tuple[int, ...] = ()):
+                 vocabulary: GrammarVocabulary | None = None, eos_token_ids: tuple[int, ...] = (),
+                 prefix_cache: PrefixCache | None = None):
         self.compute = compute  # the model's: one computation at a time over all its sequences
         self.lm = TreeLM(model)
+        self.prefix_cache = prefix_cache if self.lm.reuses_prefixes else None
+        self.cached_tokens = 0  # prompt tokens whose rows came from the prefix cache
         self.tokens = list(spec.prompt_ids)
         self.params = spec.params
         self.seed = spec.seed
@@ -64,6 +72,21 @@ class _Session:
                 raise ValueError("structured output needs the model's tokenizer, and this model was loaded without one")
             self.grammar = GrammarCursor(spec.params.regex, vocabulary, vocab_size, eos_token_ids, self.lm.device)
         self.untempered_params = replace(self.params, temperature=1.0, top_p=1.0, top_k=0, min_p=0.0)
+
+    def prefill_prompt(self, tokens: list[int], last: int | None, reuse: bool = True) -> torch.Tensor:
+        """Prefill the sequence's first `tokens` into the empty cache: from the end of the
+        longest prefix of them the prefix cache holds (never the last token, whose logits are
+        wanted), and leave their rows there for later sequences; `prefill`'s logits."""
+        start = 0
+        if self.prefix_cache is not None and reuse:
+            start, rows = self.prefix_cache.lookup(tokens[:-1])
+            if rows is not None:
+                self.lm.start_from(rows)
+        self.cached_tokens = start
+        logits = self.lm.prefill(tokens[start:], last=last)
+        if self.prefix_cache is not None:
+            self.prefix_cache.store(tokens, self.lm.committed_rows())
+        return logits
 
     def advance(self, tokens: list[int]) -> None:
         """Commit emitted tokens to the sequence."""
@@ -103,8 +126,11 @@ class _Session:
 
     def close(self) -> None:
         """Drop the cache, after any computation in flight on this model: a worker may be told
-        to release a session (its client left) while it still computes that session's step."""
+        to release a session (its client left) while it still computes that session's step.
+        Its committed rows go to the prefix cache: a conversation's next turn starts there."""
         with self.compute:
+            if self.lm is not None and self.prefix_cache is not None and self.lm.committed:
+                self.prefix_cache.store(self.tokens[: self.lm.committed], self.lm.committed_rows())
             self.lm = None
 
     def check_open(self) -> None:
@@ -116,16 +142,19 @@ class _Session:
 
 class LocalTargetSession(_Session):
     def __init__(self, model, spec: SequenceSpec, compute: threading.RLock,
-                 vocabulary: GrammarVocabulary | None = None, eos_token_ids: tuple[int, ...] = ()):
-        super().__init__(model, spec, "verify", compute, vocabulary, eos_token_ids)
+                 vocabulary: GrammarVocabulary | None = None, eos_token_ids: tuple[int, ...] = (),
+                 prefix_cache: PrefixCache | None = None):
+        super().__init__(model, spec, "verify", compute, vocabulary, eos_token_ids, prefix_cache)
         self.logprobs = spec.logprobs
         self.scored_logits = None  # the last scored tree's logits, kept for `commit` when logprobs are asked
         self.prompt_logprobs = None
         if len(self.tokens) > 1:
             with compute:
                 # The last prompt token is the first step's root; the rows are needed only to
-                # report the prompt's log-probabilities.
-                logits = self.lm.prefill(self.tokens[:-1], last=None if spec.prompt_logprobs is not None else 1)
+                # report the prompt's log-probabilities (which a cached prefix would not give).
+                scores_prompt = spec.prompt_logprobs is not None
+                logits = self.prefill_prompt(self.tokens[:-1], last=None if scores_prompt else 1,
+                                             reuse=not scores_prompt)
             if spec.prompt_logprobs is not None:  # row i is the law of prompt token i + 1
                 self.prompt_logprobs = TokenLogprobs.of(logits, self.tokens[1:], spec.prompt_logprobs)
         elif spec.prompt_logprobs is not None:
@@ -197,8 +226,9 @@ class LocalTargetSession(_Session):
 
 class LocalDrafterSession(_Session):
     def __init__(self, model, spec: SequenceSpec, compute: threading.RLock,
-                 vocabulary: GrammarVocabulary | None = None, eos_token_ids: tuple[int, ...] = ()):
-        super().__init__(model, spec, "draft", compute, vocabulary, eos_token_ids)
+                 vocabulary: GrammarVocabulary | None = None, eos_token_ids: tuple[int, ...] = (),
+                 prefix_cache: PrefixCache | None = None):
+        super().__init__(model, spec, "draft", compute, vocabulary, eos_token_ids, prefix_cache)
         self.slots: dict[int, int] = {}  # node of the last tree -> its cache row
 
     def commit(self, previous: Outcome) -> None:
@@ -242,7 +272,10 @@ class LocalDrafterSession(_Session):
             self.commit(previous)
         self.slots = {}
         pending = self.tokens[self.lm.committed :]
-        root_logits = self.lm.prefill(pending, last=1)  # the root is now committed
+        if self.lm.committed:
+            root_logits = self.lm.prefill(pending, last=1)  # the root is now committed
+        else:
+            root_logits = self.prefill_prompt(pending, last=1)
         if isinstance(shape, DynamicPlan):
             tree = self._draft_dynamic(shape, root_logits)
             return Draft(tree, None, time.perf_counter() - start)
@@ -337,11 +370,13 @@ def _path_tokens(node: int, parents, tokens) -> list[int]:
 
 
 class _LocalModel:
-    """What both sides' models keep: the model, its sizes, its lock, and its tokenizer's
-    vocabulary for structured output (built at the first request that needs it)."""
+    """What both sides' models keep: the model, its sizes, its lock, its tokenizer's
+    vocabulary for structured output (built at the first request that needs it), and the
+    prefix cache of its sequences' rows (`prefix_cache_mb`; 0: none)."""
 
-    def __init__(self, model, tokenizer=None):
+    def __init__(self, model, tokenizer=None, prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB):
         self.model = model
+        self.prefix_cache = PrefixCache(int(prefix_cache_mb * 2**20)) if prefix_cache_mb else None
         self.tokenizer = tokenizer
         self.vocab_size = int(model.config.vocab_size)
         self.context_length = model_context_length(model)
@@ -357,16 +392,18 @@ class _LocalModel:
 class LocalTarget(_LocalModel):
     """A target model in this process (tokenizer: needed for structured output only)."""
 
-    def __init__(self, model, tokenizer=None):
-        super().__init__(model, tokenizer)
+    def __init__(self, model, tokenizer=None, prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB):
+        super().__init__(model, tokenizer, prefix_cache_mb)
         self.verifies_predictions = True  # trees with a predicted chain (`TreeShape.predicted`)
 
     def open(self, spec: SequenceSpec) -> LocalTargetSession:
-        return LocalTargetSession(self.model, spec, self.compute, self.vocabulary(spec), self.eos_token_ids)
+        return LocalTargetSession(self.model, spec, self.compute, self.vocabulary(spec), self.eos_token_ids,
+                                  self.prefix_cache)
 
 
 class LocalDrafter(_LocalModel):
     """A drafter model in this process (tokenizer: needed for structured output only)."""
 
     def open(self, spec: SequenceSpec) -> LocalDrafterSession:
-        return LocalDrafterSession(self.model, spec, self.compute, self.vocabulary(spec), self.eos_token_ids)
+        return LocalDrafterSession(self.model, spec, self.compute, self.vocabulary(spec), self.eos_token_ids,
+                                   self.prefix_cache)

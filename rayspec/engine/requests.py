@@ -55,6 +55,7 @@ def usage_of(stats: GenerationStats, prompt_tokens: int) -> dict:
         "accepted_draft_tokens": accepted,
         "rejected_draft_tokens": drafted - accepted,
         "steps": len(stats.steps),
+        "cached_prompt_tokens": stats.cached_prompt_tokens,
     }
 
 

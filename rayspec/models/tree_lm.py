@@ -179,6 +179,27 @@ class TreeLM:
                 layer.keys, layer.values = layer.keys[..., :end, :], layer.values[..., :end, :]
         self.committed = end
 
+    @property
+    def reuses_prefixes(self) -> bool:
+        """Whether rows computed elsewhere can start this cache (`start_from`): every layer a
+        plain growing one (sliding-window and other layers keep rows by rules of their own)."""
+        return all(type(layer) is GrowingLayer for layer in self.cache.layers)
+
+    def committed_rows(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Views of each layer's committed keys and values (rows the cache never writes again)."""
+        return [(layer.keys[..., : self.committed, :], layer.values[..., : self.committed, :])
+                for layer in self.cache.layers]
+
+    @torch.inference_mode()
+    def start_from(self, rows: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Begin the empty cache with the committed rows of a prefix computed before (copied:
+        the cache writes on after them)."""
+        if self.cached:
+            raise ValueError("a cache starts from a prefix only when empty")
+        for layer, (keys, values) in zip(self.cache.layers, rows, strict=True):
+            layer.update(keys.to(self.device), values.to(self.device))
+        self.committed = self.cached
+
     def prefill(self, tokens, last: int | None = None) -> torch.Tensor:
         """Append and commit a causal chain of tokens; returns its logits [n, V], or its last
         `last` tokens' [last, V]."""

@@ -230,6 +230,7 @@ class RemoteTarget:
         reply = call(self.stub.Open, worker_pb2.OpenRequest(session_id=session_id, spec=codec.encode_spec(spec)),
                      self.timeout)
         session = RemoteTargetSession(self, session_id, spec)
+        session.cached_tokens = reply.cached_tokens
         if spec.prompt_logprobs is not None and reply.HasField("prompt_logprobs"):
             try:
                 session.prompt_logprobs = codec.decode_logprobs(reply.prompt_logprobs, len(spec.prompt_ids) - 1,
@@ -285,6 +286,7 @@ class RemoteTargetSession(_RemoteSession):
                          f"target {target.address}", target.streams, session_id)
         self.target = target
         self.prompt_logprobs = None  # set by `RemoteTarget.open` from the Open reply, when asked for
+        self.cached_tokens = 0  # likewise: the prompt's rows the worker took from its prefix cache
         if target.verify_at == "coordinator":
             self.verifier = get_verifier(spec.verifier, **spec.verifier_params)
             self.generator = stream_generator(spec.seed, "verify")  # the target side's stream

@@ -25,6 +25,7 @@ import torch
 
 from rayspec.engine.interfaces import Draft
 from rayspec.engine.local import LocalDrafter, LocalTarget
+from rayspec.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB
 from rayspec.models.threads import pin_process_to_cpus
 from rayspec.rpc import codec
 from rayspec.rpc.generated import health_pb2_grpc, worker_pb2, worker_pb2_grpc
@@ -65,7 +66,7 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
         spec = codec.decode_spec(request.spec)
         _open_checks(spec, self.target.vocab_size, self.target.context_length)
         session = self.open_session(request.session_id, lambda: self.target.open(spec))  # prefills, holding the model
-        reply = worker_pb2.OpenReply()
+        reply = worker_pb2.OpenReply(cached_tokens=session.cached_tokens)
         if session.prompt_logprobs is not None:
             codec.encode_logprobs(session.prompt_logprobs, reply.prompt_logprobs)
         return reply
@@ -188,6 +189,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--prefix-cache-mb", type=float, default=DEFAULT_PREFIX_CACHE_MB,
+                        help="the model's prefix cache of prompt keys and values, in MB (0: none)")
     parser.add_argument("--cpus", default=None, help="keep this process on these CPUs, e.g. 0-3 or 2,3 "
                         "(default: wherever Linux schedules it)")
     parser.add_argument("--target", help="coordinator: the target worker's host:port, or 'here' to run the "
@@ -225,18 +228,20 @@ def main(argv=None) -> int:
             parser.error("--role coordinator needs --target HOST:PORT or --target here")
         if args.target == args.drafter == "here":
             parser.error("--target here and --drafter here: --model names one model; run `rayspec serve` instead")
-        target = LocalTarget(*load("target")) if args.target == "here" else args.target
-        drafter = LocalDrafter(*load("drafter")) if args.drafter == "here" else args.drafter
+        target = LocalTarget(*load("target"), prefix_cache_mb=args.prefix_cache_mb) if args.target == "here" \
+            else args.target
+        drafter = LocalDrafter(*load("drafter"), prefix_cache_mb=args.prefix_cache_mb) if args.drafter == "here" \
+            else args.drafter
         tokenizer = args.tokenizer or (args.model if args.target == "here" else None)
         server, port = serve_generation_from_workers(
             address, target, drafter, verifier=args.verifier, tree=args.tree, verify_at=args.verify_at,
             tokenizer_path=tokenizer, api_key=os.environ.get("RAYSPEC_API_KEY") or None,
         )
     elif args.role == "target":
-        server, port = serve_target(LocalTarget(*load("target")), address,
+        server, port = serve_target(LocalTarget(*load("target"), prefix_cache_mb=args.prefix_cache_mb), address,
                                     model_id=str(args.model or "rayspec-demo-target"))
     else:
-        server, port = serve_drafter(LocalDrafter(*load("drafter")), address,
+        server, port = serve_drafter(LocalDrafter(*load("drafter"), prefix_cache_mb=args.prefix_cache_mb), address,
                                      model_id=str(args.model or "rayspec-demo-drafter"))
 
     print(f"READY {args.role} {args.host}:{port}", flush=True)

@@ -67,7 +67,7 @@ class Coordinator:
 
         group = ray.util.get_current_placement_group()
         self.drafters, addresses = start_drafters(config, group, START_TIMEOUT)
-        target = LocalTarget(*config.target.load(TARGET_PATH))
+        target = LocalTarget(*config.target.load(TARGET_PATH), prefix_cache_mb=config.target.prefix_cache_mb)
         self.service = Service.from_config(config, target, addresses)
         self.generation, self._grpc_address = serve_generation_api(self.service, config)
 

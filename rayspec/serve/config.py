@@ -3,8 +3,10 @@
     rayspec serve config.yaml
 
     model_id: rayspec-demo            # the name clients pass as `model`
-    target:   {path: null, device: auto, dtype: auto, num_gpus: auto, threads: null, cpus: null, where: worker}
-    drafters: [{path: null, device: auto, dtype: auto, num_gpus: auto, threads: null, cpus: null, where: worker}]
+    target:   {path: null, device: auto, dtype: auto, num_gpus: auto, threads: null, cpus: null, where: worker,
+               prefix_cache_mb: 1024}
+    drafters: [{path: null, device: auto, dtype: auto, num_gpus: auto, threads: null, cpus: null, where: worker,
+                prefix_cache_mb: 1024}]
     verifier: rrsw                    # the default; requests may choose another
     verifier_params: {}
     acceptance_dir: null              # measured acceptance vectors (null: the demo pair's)
@@ -28,6 +30,12 @@ With an API key, every HTTP request but `/health` and `/metrics` needs `Authoriz
 so does every gRPC Generation call but the health service (UNAUTHENTICATED otherwise: the SDK's
 `api_key`).  Give it in the `RAYSPEC_API_KEY` environment variable rather than in a file you
 share; the worker's own gRPC ports carry no key, so keep them inside the cluster's network.
+
+`prefix_cache_mb` bounds each model's automatic prefix cache (`rayspec.models.prefix_cache`):
+the keys and values of the sequences it has read, on its device, so that a prompt sharing a
+prefix with an earlier one (a system prompt, a conversation's earlier turns) is prefilled from
+where that prefix ends; `usage.prompt_tokens_details.cached_tokens` counts the target's.  0
+turns it off.
 
 A null model path is the shipped demo pair.  `num_gpus: auto` is 1 when the cluster has
 GPUs and 0 otherwise.  `cpus` ("0-3", "8,9") pins the process that computes with the model
@@ -78,6 +86,7 @@ from rayspec.engine.engine import check_setting
 from rayspec.engine.policy import parse_sequoia
 from rayspec.engine.prediction import check_graft_mode
 from rayspec.engine.trees import parse_tree_spec
+from rayspec.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB
 from rayspec.serve.tool_parsers import check_parser_setting
 from rayspec.verify import get_verifier
 
@@ -92,8 +101,12 @@ class ModelConfig:
     num_gpus: float | str = "auto"
     threads: int | None = None
     cpus: str | None = None  # taskset-style CPU list the computing process keeps to
+    prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB  # the model's prefix cache; 0: none
 
     def __post_init__(self):
+        size = self.prefix_cache_mb
+        if isinstance(size, bool) or not isinstance(size, (int, float)) or size < 0:
+            raise ValueError(f"prefix_cache_mb must be a number of megabytes, 0 or more, got {self.prefix_cache_mb!r}")
         if self.cpus is not None:
             from rayspec.models.threads import parse_cpu_list
 

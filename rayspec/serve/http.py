@@ -521,6 +521,7 @@ def usage(requests: list[GenerationRequest], per_prompt: int = 1) -> dict:
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": sum(c["cached_prompt_tokens"] for c in counts[::per_prompt])},
         "completion_tokens_details": {
             "accepted_prediction_tokens": sum(c["accepted_draft_tokens"] for c in counts),
             "rejected_prediction_tokens": sum(c["rejected_draft_tokens"] for c in counts),

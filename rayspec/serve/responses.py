@@ -286,7 +286,8 @@ class _Answer:
         if done:
             counts = self.request.usage()
             head["usage"] = {
-                "input_tokens": counts["prompt_tokens"], "input_tokens_details": {"cached_tokens": 0},
+                "input_tokens": counts["prompt_tokens"],
+                "input_tokens_details": {"cached_tokens": counts["cached_prompt_tokens"]},
                 "output_tokens": counts["completion_tokens"], "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": counts["prompt_tokens"] + counts["completion_tokens"],
             }

@@ -107,7 +107,8 @@ class Service:
         if isinstance(target, str):
             target = RemoteTarget(target, timeout=timeout, verify_at=config.verify_at)
         remote = [RemoteDrafter(address, target.vocab_size, timeout=timeout) for address in drafter_addresses]
-        drafters = remote + [LocalDrafter(*d.load(DRAFTER_PATH)) for d in config.coordinator_drafters]
+        drafters = remote + [LocalDrafter(*d.load(DRAFTER_PATH), prefix_cache_mb=d.prefix_cache_mb)
+                             for d in config.coordinator_drafters]
         drafter = DrafterPool(drafters) if len(drafters) > 1 else drafters[0] if drafters else None
         demo = config.target.path is None
         tokenizer = AutoTokenizer.from_pretrained(str(TARGET_PATH if demo else config.target.path))

@@ -8,6 +8,7 @@ import json
 import os
 import threading
 import time
+from dataclasses import replace
 
 import grpc
 import msgpack
@@ -18,7 +19,9 @@ from rayspec.client.errors import InvalidRequestError
 from rayspec.client.types import GENERATION_FEATURES
 from rayspec.demo import DRAFTER_PATH, TARGET_PATH
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.engine.interfaces import SequenceSpec
 from rayspec.engine.requests import GenerationRequest, Limits
+from rayspec.verify.processing import SamplingParams
 from rayspec.engine.structured import StructuredOutput
 from rayspec.models import load_causal_lm
 from rayspec.rpc.generated import (
@@ -269,6 +272,19 @@ def test_remote_decoding_to_the_end_of_the_context_gives_the_in_process_tokens(c
     assert (remote.tokens, remote.finish_reason) == (local.tokens, local.finish_reason)
     assert len(prompt) + len(remote.tokens) == remote_target.context_length and remote.finish_reason == "length"
     assert remote.stats.steps[0].drafted and not remote.stats.steps[-1].drafted
+
+
+def test_a_target_worker_reports_the_prompt_tokens_its_prefix_cache_gave(cluster):
+    target = RemoteTarget(cluster["target"].address)
+    prompt = [(7 * i) % 60 + 1 for i in range(40)]
+    spec = SequenceSpec(tuple(prompt), SamplingParams(), seed=0, verifier="rrsw", verifier_params={})
+    try:
+        opened = [target.open(replace(spec, prompt_ids=tuple(prompt + tail))) for tail in ([61], [62, 63])]
+        for session in opened:
+            session.close()
+        assert [session.cached_tokens for session in opened] == [0, 40]  # the 40 tokens the prompts share
+    finally:
+        target.close()
 
 
 def test_token_only_verifiers_ship_far_fewer_bytes(cluster):

@@ -49,6 +49,7 @@ class _WatchedSession:
     def __init__(self, owner: Watched, inner):
         self.owner, self.inner, self.closed = owner, inner, False
         self.prompt_logprobs = getattr(inner, "prompt_logprobs", None)  # a target's, when asked for
+        self.cached_tokens = getattr(inner, "cached_tokens", 0)
 
     def draft(self, shape, previous):
         self.owner.step()

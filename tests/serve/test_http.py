@@ -78,6 +78,7 @@ def test_completion_is_the_in_process_engine_output(http, parts, reference):
     prompt_tokens = len(tokenizer.encode(PROMPT, add_special_tokens=False))
     assert body["usage"] == {
         "prompt_tokens": prompt_tokens, "completion_tokens": 30, "total_tokens": prompt_tokens + 30,
+        "prompt_tokens_details": {"cached_tokens": 0},  # the module's first request: nothing cached yet
         "completion_tokens_details": {"accepted_prediction_tokens": accepted, "rejected_prediction_tokens": drafted - accepted},
     }
     figures = body["rayspec"]
@@ -1469,6 +1470,26 @@ def test_auto_tool_choice_answers_text_or_calls_through_the_openai_client(parts)
     assert "".join(d.content or "" for d in deltas) == message.content
     assert [(c.index, c.function.name) for d in deltas for c in d.tool_calls or []] == [(0, "now"), (1, "get_weather")]
     assert [c.function.name for c in single.choices[0].message.tool_calls] == ["now"]
+
+
+def test_usage_counts_the_prompt_tokens_read_from_the_prefix_cache(parts):
+    """OpenAI's usage.prompt_tokens_details.cached_tokens (and the Responses API's
+    input_tokens_details): 0 for a new prompt, the shared system prompt's tokens for a second
+    conversation that opens with it."""
+    service, _ = _tool_service(parts)
+    system = {"role": "system", "content": "You answer questions about the weather, briefly and precisely. " * 4}
+    with ServerThread(create_app(service)) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+        first = client.chat.completions.create(model=MODEL, messages=[system, {"role": "user", "content": "Paris?"}],
+                                               max_tokens=4, seed=1)
+        second = client.chat.completions.create(model=MODEL, messages=[system, {"role": "user", "content": "Oslo?"}],
+                                                max_tokens=4, seed=1)
+        answer = client.responses.create(model=MODEL, instructions=system["content"], input="Rome?",
+                                         max_output_tokens=4)
+    shared = len(parts[2].encode(service.render_chat([system]), add_special_tokens=False))
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert shared - 4 <= second.usage.prompt_tokens_details.cached_tokens < second.usage.prompt_tokens
+    assert answer.usage.input_tokens_details.cached_tokens == second.usage.prompt_tokens_details.cached_tokens
 
 
 def test_auto_tool_choice_is_refused_by_a_service_without_a_parser(parts):
