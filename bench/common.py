@@ -28,7 +28,11 @@ def load_demo(device=None):
     target_model, tokenizer = load_causal_lm(TARGET_PATH, device)
     drafter_model, _ = load_causal_lm(DRAFTER_PATH, device)
     prompts = [tokenizer.encode(p, add_special_tokens=False) for p in load_prompts()]
-    return (LocalTarget(target_model, tokenizer), LocalDrafter(drafter_model, tokenizer), target_model, drafter_model,
+    # No prefix cache (`prefix_cache_bench.py` measures it): the benches decode each prompt in
+    # several arms, and a cache would hand every arm after the first its prefill.
+    return (LocalTarget(target_model, tokenizer, prefix_cache_mb=0), LocalDrafter(drafter_model, tokenizer,
+                                                                                   prefix_cache_mb=0),
+            target_model, drafter_model,
             tokenizer, prompts)
 
 

@@ -59,10 +59,11 @@ def main() -> int:
 
     target, tokenizer = load_causal_lm(TARGET_PATH, "cpu", "float32")
     drafter, _ = load_causal_lm(DRAFTER_PATH, "cpu", "float32")
-    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), tokenizer=tokenizer, **SETTING)
+    engine = SpeculativeEngine(LocalTarget(target, prefix_cache_mb=0), LocalDrafter(drafter, prefix_cache_mb=0),
+                               tokenizer=tokenizer, **SETTING)
     http = TestClient(create_app(Service(engine, tokenizer, "demo")))
-    target_server, target_port = serve_target(LocalTarget(target), "127.0.0.1:0")
-    drafter_server, drafter_port = serve_drafter(LocalDrafter(drafter), "127.0.0.1:0")
+    target_server, target_port = serve_target(LocalTarget(target, prefix_cache_mb=0), "127.0.0.1:0")
+    drafter_server, drafter_port = serve_drafter(LocalDrafter(drafter, prefix_cache_mb=0), "127.0.0.1:0")
     remote_target = RemoteTarget(f"127.0.0.1:{target_port}")
     remote = SpeculativeEngine(remote_target, RemoteDrafter(f"127.0.0.1:{drafter_port}", remote_target.vocab_size),
                                tokenizer=tokenizer, **SETTING)

@@ -357,13 +357,13 @@ def scaled_targets(args, drafter, drafter_workers: dict, prompts, logs: Path, pl
         hidden, layers = (int(n) for n in size.split("x"))
         path = random_target(hidden, layers, logs, args.device)
         model, _ = load_causal_lm(path, args.device)
-        workers = {"stream": Worker(logs / f"target-{size}.log", "--role", "target", "--model", str(path),
+        workers = {"stream": Worker(logs / f"target-{size}.log", "--role", "target", "--prefix-cache-mb", "0", "--model", str(path),
                                     "--device", args.device, threads=args.threads)}
         try:
             if plan:
-                workers["pinned"] = Worker(logs / f"target-{size}-pinned.log", "--role", "target", "--model", str(path),
+                workers["pinned"] = Worker(logs / f"target-{size}-pinned.log", "--role", "target", "--prefix-cache-mb", "0", "--model", str(path),
                                            threads=args.threads, cpus=plan["target"])
-            handles = {"local": (LocalTarget(model), drafter)}
+            handles = {"local": (LocalTarget(model, prefix_cache_mb=0), drafter)}
             for kind, worker in workers.items():
                 remote = RemoteTarget(worker.address)
                 handles[kind] = (remote, RemoteDrafter(drafter_workers[kind].address, remote.vocab_size))
@@ -562,14 +562,14 @@ def in_process_vs_distributed(args, save=lambda parts: None) -> dict:
     arms = pinned_only_with(plan, (name for name in ARMS if on_cpu or not name.endswith(AWAKE)))
     device = ("--device", args.device)
     workers = [
-        Worker(logs / "target.log", "--role", "target", "--model", str(TARGET_PATH), *device, threads=args.threads),
-        Worker(logs / "drafter.log", "--role", "drafter", "--model", str(DRAFTER_PATH), *device, threads=args.threads),
+        Worker(logs / "target.log", "--role", "target", "--prefix-cache-mb", "0", "--model", str(TARGET_PATH), *device, threads=args.threads),
+        Worker(logs / "drafter.log", "--role", "drafter", "--prefix-cache-mb", "0", "--model", str(DRAFTER_PATH), *device, threads=args.threads),
     ]
     if plan:  # the same pair again, each process kept to its CPU
         workers += [
-            Worker(logs / "target-pinned.log", "--role", "target", "--model", str(TARGET_PATH), threads=args.threads,
+            Worker(logs / "target-pinned.log", "--role", "target", "--prefix-cache-mb", "0", "--model", str(TARGET_PATH), threads=args.threads,
                    cpus=plan["target"]),
-            Worker(logs / "drafter-pinned.log", "--role", "drafter", "--model", str(DRAFTER_PATH), threads=args.threads,
+            Worker(logs / "drafter-pinned.log", "--role", "drafter", "--prefix-cache-mb", "0", "--model", str(DRAFTER_PATH), threads=args.threads,
                    cpus=plan["drafter"]),
         ]
     try:
