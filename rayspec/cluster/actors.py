@@ -105,18 +105,15 @@ class WorkerActor(_Placed):
 
     def __init__(self, role: str, model: dict, model_id: str = "target"):
         from rayspec.demo import DRAFTER_PATH, TARGET_PATH
-        from rayspec.engine.local import LocalDrafter, LocalTarget
         from rayspec.rpc.worker import serve_drafter, serve_target
 
         self.role = role
         config = TargetConfig(**model) if role == "target" else DrafterConfig(**model)
-        loaded, tokenizer = config.load(TARGET_PATH if role == "target" else DRAFTER_PATH)
+        handle = config.local(TARGET_PATH if role == "target" else DRAFTER_PATH)
         if role == "target":
-            target = LocalTarget(loaded, tokenizer, prefix_cache_mb=config.prefix_cache_mb)
-            self.server, port = serve_target(target, "0.0.0.0:0", model_id=model_id)
+            self.server, port = serve_target(handle, "0.0.0.0:0", model_id=model_id)
         else:
-            drafter = LocalDrafter(loaded, tokenizer, prefix_cache_mb=config.prefix_cache_mb)
-            self.server, port = serve_drafter(drafter, "0.0.0.0:0")
+            self.server, port = serve_drafter(handle, "0.0.0.0:0")
         self.address = advertised_address("0.0.0.0", port)
 
     def ready(self) -> str:

@@ -214,12 +214,14 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     address = f"{args.host}:{args.port}"
 
-    def load(role: str):
+    def local(role: str) -> LocalTarget | LocalDrafter:
+        """The in-process handle of `role`'s model, as the flags give it."""
         from rayspec.demo import DRAFTER_PATH, TARGET_PATH
         from rayspec.models import load_causal_lm
 
-        default = TARGET_PATH if role == "target" else DRAFTER_PATH
-        return load_causal_lm(args.model or default, args.device, args.dtype)  # (model, tokenizer)
+        default, handle = (TARGET_PATH, LocalTarget) if role == "target" else (DRAFTER_PATH, LocalDrafter)
+        model, tokenizer = load_causal_lm(args.model or default, args.device, args.dtype)
+        return handle(model, tokenizer, prefix_cache_mb=args.prefix_cache_mb)
 
     if args.role == "coordinator":
         from rayspec.rpc.coordinator import serve_generation_from_workers
@@ -228,21 +230,17 @@ def main(argv=None) -> int:
             parser.error("--role coordinator needs --target HOST:PORT or --target here")
         if args.target == args.drafter == "here":
             parser.error("--target here and --drafter here: --model names one model; run `rayspec serve` instead")
-        target = LocalTarget(*load("target"), prefix_cache_mb=args.prefix_cache_mb) if args.target == "here" \
-            else args.target
-        drafter = LocalDrafter(*load("drafter"), prefix_cache_mb=args.prefix_cache_mb) if args.drafter == "here" \
-            else args.drafter
+        target = local("target") if args.target == "here" else args.target
+        drafter = local("drafter") if args.drafter == "here" else args.drafter
         tokenizer = args.tokenizer or (args.model if args.target == "here" else None)
         server, port = serve_generation_from_workers(
             address, target, drafter, verifier=args.verifier, tree=args.tree, verify_at=args.verify_at,
             tokenizer_path=tokenizer, api_key=os.environ.get("RAYSPEC_API_KEY") or None,
         )
     elif args.role == "target":
-        server, port = serve_target(LocalTarget(*load("target"), prefix_cache_mb=args.prefix_cache_mb), address,
-                                    model_id=str(args.model or "rayspec-demo-target"))
+        server, port = serve_target(local("target"), address, model_id=str(args.model or "rayspec-demo-target"))
     else:
-        server, port = serve_drafter(LocalDrafter(*load("drafter"), prefix_cache_mb=args.prefix_cache_mb), address,
-                                     model_id=str(args.model or "rayspec-demo-drafter"))
+        server, port = serve_drafter(local("drafter"), address, model_id=str(args.model or "rayspec-demo-drafter"))
 
     print(f"READY {args.role} {args.host}:{port}", flush=True)
     stop = threading.Event()

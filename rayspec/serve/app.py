@@ -63,11 +63,10 @@ class Coordinator:
             return
         from rayspec.cluster.actors import serve_generation_api, start_drafters
         from rayspec.demo import TARGET_PATH
-        from rayspec.engine.local import LocalTarget
 
         group = ray.util.get_current_placement_group()
         self.drafters, addresses = start_drafters(config, group, START_TIMEOUT)
-        target = LocalTarget(*config.target.load(TARGET_PATH), prefix_cache_mb=config.target.prefix_cache_mb)
+        target = config.target.local(TARGET_PATH)
         self.service = Service.from_config(config, target, addresses)
         self.generation, self._grpc_address = serve_generation_api(self.service, config)
 

@@ -126,15 +126,26 @@ class ModelConfig:
             torch.set_num_threads(self.threads)
         return load_causal_lm(self.path or default_path, self.device, self.dtype)
 
+    _handle = ""  # the `rayspec.engine.local` class serving this model in a process
+
+    def local(self, default_path):
+        """This model's in-process handle (`LocalTarget` or `LocalDrafter`), loaded as `load`
+        loads it, with its prefix cache."""
+        from rayspec.engine import local
+
+        return getattr(local, self._handle)(*self.load(default_path), prefix_cache_mb=self.prefix_cache_mb)
+
 
 @dataclass
 class TargetConfig(ModelConfig):
     where: str = "worker"  # worker | coordinator (see the module doc)
+    _handle = "LocalTarget"
 
 
 @dataclass
 class DrafterConfig(ModelConfig):
     where: str = "worker"  # worker | coordinator (see the module doc)
+    _handle = "LocalDrafter"
 
 
 @dataclass

@@ -26,7 +26,7 @@ from rayspec.engine.structured import StructuredOutput, compiled_index, structur
 from rayspec.models.threads import honour_torch_threads
 from rayspec.serve.config import LimitsConfig, ServiceConfig
 from rayspec.serve.metrics import Metrics
-from rayspec.serve.tool_parsers import tool_call_parser as tool_call_parser_for
+from rayspec.serve.tool_parsers import pick_parser
 
 # For tokenizers without a chat template of their own: one "role: content" paragraph per
 # message, then "assistant:" to open the reply; tools, and calls made, in the json tool-call
@@ -75,7 +75,7 @@ class Service:
         tool_call_parser: how `tool_choice: "auto"` replies are read (`rayspec.serve.tool_parsers`)."""
         self.engine, self.tokenizer, self.model_id = engine, tokenizer, model_id
         self.api_key = api_key
-        self.tool_parser = tool_call_parser_for(tool_call_parser, self.chat_template())
+        self.tool_parser = pick_parser(tool_call_parser, self.chat_template())
         self.limits = limits or LimitsConfig()
         self.metrics = metrics or Metrics()
         self.workers = dict(workers or {})
@@ -100,15 +100,13 @@ class Service:
         from transformers import AutoTokenizer
 
         from rayspec.demo import DEMO_DIR, DRAFTER_PATH, TARGET_PATH
-        from rayspec.engine.local import LocalDrafter
         from rayspec.rpc.remote import DEFAULT_TIMEOUT, RemoteDrafter, RemoteTarget
 
         timeout = timeout or DEFAULT_TIMEOUT
         if isinstance(target, str):
             target = RemoteTarget(target, timeout=timeout, verify_at=config.verify_at)
         remote = [RemoteDrafter(address, target.vocab_size, timeout=timeout) for address in drafter_addresses]
-        drafters = remote + [LocalDrafter(*d.load(DRAFTER_PATH), prefix_cache_mb=d.prefix_cache_mb)
-                             for d in config.coordinator_drafters]
+        drafters = remote + [d.local(DRAFTER_PATH) for d in config.coordinator_drafters]
         drafter = DrafterPool(drafters) if len(drafters) > 1 else drafters[0] if drafters else None
         demo = config.target.path is None
         tokenizer = AutoTokenizer.from_pretrained(str(TARGET_PATH if demo else config.target.path))

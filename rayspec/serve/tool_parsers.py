@@ -209,7 +209,7 @@ def check_parser_setting(setting: str) -> None:
         raise ValueError(f"tool_call_parser must be one of {', '.join(SETTINGS)}, got {setting!r}")
 
 
-def tool_call_parser(setting: str, chat_template: str | dict) -> ToolCallParser | None:
+def pick_parser(setting: str, chat_template: str | dict) -> ToolCallParser | None:
     """The parser a service reads `tool_choice: "auto"` replies with: the one `setting` names,
     None for `none` (auto is then refused), or for `auto` the one whose marker the chat
     template writes (a dict of named templates: any of them), json when it writes none."""

@@ -15,9 +15,9 @@ from rayspec.serve.tool_parsers import (
     ParsedCall,
     ToolCallStream,
     check_parser_setting,
+    pick_parser,
     read_pieces,
     read_tool_calls,
-    tool_call_parser,
 )
 
 NAMES = {"get_weather", "now"}
@@ -72,11 +72,11 @@ def test_parallel_false_keeps_the_first_call():
 
 
 def test_the_chat_template_picks_the_parser():
-    assert tool_call_parser("auto", "{% for t in tools %}<tool_call>{% endfor %}").name == "hermes"
-    assert tool_call_parser("auto", {"default": "x", "tool_use": "[TOOL_CALLS] {{ calls }}"}).name == "mistral"
-    assert tool_call_parser("auto", "{{ messages }}").name == "json"
-    assert tool_call_parser("llama3_json", "<tool_call>").name == "json"
-    assert tool_call_parser("none", "<tool_call>") is None
+    assert pick_parser("auto", "{% for t in tools %}<tool_call>{% endfor %}").name == "hermes"
+    assert pick_parser("auto", {"default": "x", "tool_use": "[TOOL_CALLS] {{ calls }}"}).name == "mistral"
+    assert pick_parser("auto", "{{ messages }}").name == "json"
+    assert pick_parser("llama3_json", "<tool_call>").name == "json"
+    assert pick_parser("none", "<tool_call>") is None
     with pytest.raises(ValueError, match="tool_call_parser must be one of auto, hermes, mistral, json, llama3_json, "
                                          "none, got 'qwen'"):
         check_parser_setting("qwen")
