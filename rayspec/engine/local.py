@@ -9,9 +9,11 @@ Both sides start a sequence's cache from the longest prefix of its prompt that a
 sequence over the same model computed (`rayspec.models.prefix_cache`), and leave their own
 rows there when they close.
 
-Concurrent sequences over one model compute one at a time (`compute`, a lock per model):
-forwards in parallel on one device only slow each other down, and on CPU their threads
-fight over the GIL between operators, which stretches every request's latency tail.
+Concurrent sequences over one model share its forwards (`rayspec.models.batching`): one
+forward runs at a time on the model, and the calls that wait for it meanwhile go together as
+the next, padded to one batch.  Everything else a step does (sampling, the verifier's walk,
+commits) runs in each sequence's own thread, under a lock of the session's (`busy`), which a
+close waits for.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from rayspec.engine.interfaces import (
     Draft, Outcome, SequenceSpec, SessionClosedError, TokenLogprobs, stream_generator,
 )
 from rayspec.engine.structured import GrammarCursor, GrammarVocabulary, vocabulary_of
+from rayspec.models.batching import DEFAULT_MAX_BATCH_SEQUENCES, DEFAULT_MAX_BATCH_TOKENS, ForwardBatcher
 from rayspec.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB, PrefixCache
 from rayspec.models.tree_lm import TreeLM
 from rayspec.tree.dynamic import DynamicPlan, select_dynamic_tree
@@ -49,11 +52,11 @@ def model_eos_ids(model) -> tuple[int, ...]:
 class _Session:
     """What both sides keep per sequence: the tokens, the cache, the verifier, randomness."""
 
-    def __init__(self, model, spec: SequenceSpec, stream: str, compute: threading.RLock,
+    def __init__(self, model, spec: SequenceSpec, stream: str, batcher: ForwardBatcher | None = None,
                  vocabulary: GrammarVocabulary | None = None, eos_token_ids: tuple[int, ...] = (),
                  prefix_cache: PrefixCache | None = None):
-        self.compute = compute  # the model's: one computation at a time over all its sequences
-        self.lm = TreeLM(model)
+        self.busy = threading.RLock()  # held while a call computes on this sequence
+        self.lm = TreeLM(model, batcher)
         self.prefix_cache = prefix_cache if self.lm.reuses_prefixes else None
         self.cached_tokens = 0  # prompt tokens whose rows came from the prefix cache
         self.tokens = list(spec.prompt_ids)
@@ -128,28 +131,28 @@ class _Session:
         """Drop the cache, after any computation in flight on this model: a worker may be told
         to release a session (its client left) while it still computes that session's step.
         Its committed rows go to the prefix cache: a conversation's next turn starts there."""
-        with self.compute:
+        with self.busy:
             if self.lm is not None and self.prefix_cache is not None and self.lm.committed:
                 self.prefix_cache.store(self.tokens[: self.lm.committed], self.lm.committed_rows())
             self.lm = None
 
     def check_open(self) -> None:
         """Refuse a call that waited for the model while the session was closed (called under
-        `compute`)."""
+        `busy`)."""
         if self.lm is None:
             raise SessionClosedError("the session was released or expired while this call waited for the model")
 
 
 class LocalTargetSession(_Session):
-    def __init__(self, model, spec: SequenceSpec, compute: threading.RLock,
+    def __init__(self, model, spec: SequenceSpec, batcher: ForwardBatcher | None = None,
                  vocabulary: GrammarVocabulary | None = None, eos_token_ids: tuple[int, ...] = (),
                  prefix_cache: PrefixCache | None = None):
-        super().__init__(model, spec, "verify", compute, vocabulary, eos_token_ids, prefix_cache)
+        super().__init__(model, spec, "verify", batcher, vocabulary, eos_token_ids, prefix_cache)
         self.logprobs = spec.logprobs
         self.scored_logits = None  # the last scored tree's logits, kept for `commit` when logprobs are asked
         self.prompt_logprobs = None
         if len(self.tokens) > 1:
-            with compute:
+            with self.busy:
                 # The last prompt token is the first step's root; the rows are needed only to
                 # report the prompt's log-probabilities (which a cached prefix would not give).
                 scores_prompt = spec.prompt_logprobs is not None
@@ -204,8 +207,8 @@ class LocalTargetSession(_Session):
     def verify(self, draft: Draft) -> Outcome:
         """Score, verify and commit one tree; a step that fails leaves the session as it was
         (a worker answers the error and keeps the session open for the next step)."""
-        q_rows = draft.q_rows  # decoded (a remote draft's) before taking the model
-        with self.compute:
+        q_rows = draft.q_rows  # decoded (a remote draft's) before taking the session
+        with self.busy:
             self.check_open()
             drawn = self.generator.get_state()
             try:
@@ -225,10 +228,10 @@ class LocalTargetSession(_Session):
 
 
 class LocalDrafterSession(_Session):
-    def __init__(self, model, spec: SequenceSpec, compute: threading.RLock,
+    def __init__(self, model, spec: SequenceSpec, batcher: ForwardBatcher | None = None,
                  vocabulary: GrammarVocabulary | None = None, eos_token_ids: tuple[int, ...] = (),
                  prefix_cache: PrefixCache | None = None):
-        super().__init__(model, spec, "draft", compute, vocabulary, eos_token_ids, prefix_cache)
+        super().__init__(model, spec, "draft", batcher, vocabulary, eos_token_ids, prefix_cache)
         self.slots: dict[int, int] = {}  # node of the last tree -> its cache row
 
     def commit(self, previous: Outcome) -> None:
@@ -254,7 +257,7 @@ class LocalDrafterSession(_Session):
         return q, q, divisors
 
     def draft(self, shape: TreeShape | DynamicPlan, previous: Outcome | None) -> Draft:
-        with self.compute:
+        with self.busy:
             self.check_open()
             return self._draft(shape, previous)
 
@@ -370,18 +373,22 @@ def _path_tokens(node: int, parents, tokens) -> list[int]:
 
 
 class _LocalModel:
-    """What both sides' models keep: the model, its sizes, its lock, its tokenizer's
-    vocabulary for structured output (built at the first request that needs it), and the
-    prefix cache of its sequences' rows (`prefix_cache_mb`; 0: none)."""
+    """What both sides' models keep: the model, its sizes, the batcher of its forwards
+    (`max_batch_sequences` calls and `max_batch_tokens` query rows at most; 1 sequence: each
+    forward alone), its tokenizer's vocabulary for structured output (built at the first
+    request that needs it), and the prefix cache of its sequences' rows (`prefix_cache_mb`;
+    0: none)."""
 
-    def __init__(self, model, tokenizer=None, prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB):
+    def __init__(self, model, tokenizer=None, prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB,
+                 max_batch_sequences: int = DEFAULT_MAX_BATCH_SEQUENCES,
+                 max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS):
         self.model = model
+        self.batcher = ForwardBatcher(max_batch_sequences, max_batch_tokens)
         self.prefix_cache = PrefixCache(int(prefix_cache_mb * 2**20)) if prefix_cache_mb else None
         self.tokenizer = tokenizer
         self.vocab_size = int(model.config.vocab_size)
         self.context_length = model_context_length(model)
         self.eos_token_ids = model_eos_ids(model)
-        self.compute = threading.RLock()
 
     def vocabulary(self, spec: SequenceSpec) -> GrammarVocabulary | None:
         if not spec.params.regex or self.tokenizer is None:
@@ -392,12 +399,12 @@ class _LocalModel:
 class LocalTarget(_LocalModel):
     """A target model in this process (tokenizer: needed for structured output only)."""
 
-    def __init__(self, model, tokenizer=None, prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB):
-        super().__init__(model, tokenizer, prefix_cache_mb)
+    def __init__(self, model, tokenizer=None, **options):
+        super().__init__(model, tokenizer, **options)
         self.verifies_predictions = True  # trees with a predicted chain (`TreeShape.predicted`)
 
     def open(self, spec: SequenceSpec) -> LocalTargetSession:
-        return LocalTargetSession(self.model, spec, self.compute, self.vocabulary(spec), self.eos_token_ids,
+        return LocalTargetSession(self.model, spec, self.batcher, self.vocabulary(spec), self.eos_token_ids,
                                   self.prefix_cache)
 
 
@@ -405,5 +412,5 @@ class LocalDrafter(_LocalModel):
     """A drafter model in this process (tokenizer: needed for structured output only)."""
 
     def open(self, spec: SequenceSpec) -> LocalDrafterSession:
-        return LocalDrafterSession(self.model, spec, self.compute, self.vocabulary(spec), self.eos_token_ids,
+        return LocalDrafterSession(self.model, spec, self.batcher, self.vocabulary(spec), self.eos_token_ids,
                                    self.prefix_cache)

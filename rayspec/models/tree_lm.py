@@ -110,27 +110,43 @@ def _regrown(cached: torch.Tensor, new: torch.Tensor, rows: int) -> torch.Tensor
 class TreeLM:
     """A causal LM with the KV cache of one sequence; tree-masked forwards and compaction."""
 
-    def __init__(self, model):
+    def __init__(self, model, batcher=None):
         self.model = model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         leave_cudnn_attention_out(self.device)
-        self.cache = DynamicCache(config=model.config)
+        # The model's `rayspec.models.batching.ForwardBatcher`, shared by its sequences; None:
+        # every forward runs at once, alone.
+        self.batcher = batcher
+        self.cache = self.new_cache()
         # Sliding-window and other special layers keep their own update rules.
         self.cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in self.cache.layers]
         self.committed = 0  # cache rows of committed tokens (a prefix of the cache)
+        accepted = inspect.signature(model.forward).parameters
         # HF causal LMs project only the last positions onto the vocabulary when told to: a
         # prefill that needs one row spares an [n, V] product and its memory (2 GB of float32
         # for 4k tokens at V = 128k).
-        self.keeps_last_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.keeps_last_logits = "logits_to_keep" in accepted
+        # transformers 5.24 renamed `past_key_values` to `cache` (the old name goes in 5.40).
+        self.cache_argument = "cache" if "cache" in accepted else "past_key_values"
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.model.config)
 
     @property
     def cached(self) -> int:
         """Rows in the cache: committed tokens plus the nodes appended this step."""
         return self.cache.get_seq_length()
 
-    @torch.inference_mode()
     def forward(self, tokens, parents, offsets, visible_slots=None, last: int | None = None) -> torch.Tensor:
+        """`forward_alone`, through the model's batcher when it has one: then this call may
+        share its forward with other sequences' (`rayspec.models.batching`)."""
+        if self.batcher is None:
+            return self.forward_alone(tokens, parents, offsets, visible_slots, last)
+        return self.batcher.forward(self, tokens, parents, offsets, visible_slots, last)
+
+    @torch.inference_mode()
+    def forward_alone(self, tokens, parents, offsets, visible_slots=None, last: int | None = None) -> torch.Tensor:
         """Append n nodes and return their logits [n, V] (float32), or the last `last` nodes'
         only when given (all n of them if the model cannot skip the others).
 
@@ -153,8 +169,8 @@ class TreeLM:
             input_ids=tokens,
             attention_mask=mask.view(1, 1, n, -1),
             position_ids=(self.committed + offsets).view(1, n),
-            past_key_values=self.cache,
             use_cache=True,
+            **{self.cache_argument: self.cache},
             **keep,
         )
         logits = out.logits[0]
@@ -178,6 +194,15 @@ class TreeLM:
                     layer.values[..., self.committed : end, :] = layer.values.index_select(-2, source)
                 layer.keys, layer.values = layer.keys[..., :end, :], layer.values[..., :end, :]
         self.committed = end
+
+    def truncate(self, rows: int) -> None:
+        """Cut every layer back to its first `rows` rows (at least the committed ones): what a
+        failed batched forward does to undo the rows it wrote into some layers."""
+        if rows < self.committed:
+            raise ValueError(f"truncating to {rows} rows would drop committed ones ({self.committed})")
+        for layer in self.cache.layers:
+            if layer.is_initialized and layer.get_seq_length() > rows:
+                layer.keys, layer.values = layer.keys[..., :rows, :], layer.values[..., :rows, :]
 
     @property
     def reuses_prefixes(self) -> bool:

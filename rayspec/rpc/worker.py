@@ -90,7 +90,7 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
         session = self.session(request.session_id)
         tree = codec.decode_tree(request.tree, self.target.vocab_size)
         reply = worker_pb2.ScoreReply() if reply is None else reply
-        with self.target.compute:
+        with session.busy:
             session.check_open()
             started = time.perf_counter()
             p_rows = session.score(tree)
@@ -105,7 +105,7 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
     def Commit(self, request, context, reply=None):
         session = self.session(request.session_id)
         outcome = codec.decode_outcome(request.outcome, self.target.vocab_size)
-        with self.target.compute:
+        with session.busy:
             session.check_open()
             logprobs = session.commit(outcome.tokens, outcome.path)
         reply = worker_pb2.CommitReply() if reply is None else reply
@@ -147,7 +147,7 @@ class DrafterServicer(Servicer, worker_pb2_grpc.DrafterServiceServicer):
     def Commit(self, request, context, reply=None):
         session = self.session(request.session_id)
         outcome = codec.decode_outcome(request.outcome, self.drafter.vocab_size)
-        with self.drafter.compute:
+        with session.busy:
             session.check_open()
             session.commit(outcome)
         return worker_pb2.CommitReply() if reply is None else reply

@@ -307,28 +307,6 @@ class _OverlapProbe:
                 self.running -= 1
 
 
-def test_concurrent_sequences_compute_one_at_a_time_per_model_and_keep_their_tokens():
-    target_model = tiny_llama(seed=3)
-    drafter_model = noisy_copy(target_model, seed=4)
-    engine = SpeculativeEngine(LocalTarget(target_model), LocalDrafter(drafter_model), verifier="rrsw",
-                               tree="kary:2x2")
-    prompts = [[1 + i, 7, 20 + i] for i in range(4)]
-    alone = [engine.run(prompt, max_new_tokens=12, temperature=0.8, seed=i).tokens for i, prompt in enumerate(prompts)]
-    probes = _OverlapProbe(target_model), _OverlapProbe(drafter_model)
-    together = [None] * len(prompts)
-
-    def decode(i):
-        together[i] = engine.run(prompts[i], max_new_tokens=12, temperature=0.8, seed=i).tokens
-
-    threads = [threading.Thread(target=decode, args=(i,)) for i in range(len(prompts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert together == alone
-    assert [probe.most for probe in probes] == [1, 1]
-
-
 def test_closing_a_session_waits_for_its_step_in_flight():
     target_model = tiny_llama(seed=5)
     drafter_model = noisy_copy(target_model, seed=6)

@@ -105,11 +105,11 @@ def test_a_call_whose_session_closes_while_it_waits_for_the_model_gets_not_found
             session_id=f"closing-{method}", outcome=worker_pb2.Outcome(tokens=[3])), timeout=30),
     }[method]
     statuses = []
-    with target.compute:  # the model is busy: the call waits for it
+    with session.busy:  # the session computes: the call waits for it
         waiting = threading.Thread(target=lambda: statuses.append(_status(waiting_call)))
         waiting.start()
         time.sleep(0.5)
-        session.close()  # as Release does: it holds the model (re-entrant here) and drops the cache
+        session.close()  # as Release does: it holds the session (re-entrant here) and drops the cache
     waiting.join(30)
     assert statuses == [(grpc.StatusCode.NOT_FOUND,
                          "the session was released or expired while this call waited for the model")]
