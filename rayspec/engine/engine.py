@@ -70,6 +70,8 @@ class StepStats:
     wall: float
     wire_bytes: int = 0
     emitted: int = 0
+    target_batch: int = 0  # sequences that shared the target's forward (0: not said)
+    drafter_batch: float = 0.0  # sequences per forward of the drafter's for this tree (0: none)
 
     @property
     def accepted_in_completion(self) -> int:
@@ -428,6 +430,8 @@ class SpeculativeEngine:
                     wall=time.perf_counter() - step_start,
                     wire_bytes=draft.wire_bytes + outcome.wire_bytes,
                     emitted=len(new),
+                    target_batch=outcome.batch_size,
+                    drafter_batch=draft.batch_size,
                 )
                 stats.steps.append(step)
                 stats.tokens = len(produced)

@@ -80,6 +80,7 @@ class Draft:
     # [I] float32 when q_rows came from `rayspec.verify.processing.half_precision`: they
     # then cross a wire as float16 values and these divisors, exactly.
     q_divisors: torch.Tensor | None = None
+    batch_size: float = 0.0  # sequences per forward of the drafter's for it, on average (0: none, or not said)
 
 
 @dataclass
@@ -139,6 +140,7 @@ class Outcome:
     verify_seconds: float = 0.0  # the verifier's walk
     wire_bytes: int = 0  # bytes that crossed a process boundary to get it (0 in-process)
     logprobs: TokenLogprobs | None = None  # of `tokens`, when the sequence asked for them
+    batch_size: int = 0  # sequences that shared the target's forward (1: alone; 0: not said)
 
     def then(self, later: "Outcome") -> "Outcome":
         """This outcome followed by a later step's that drafted nothing (a 1-node tree): what

@@ -213,6 +213,7 @@ class LocalTargetSession(_Session):
             drawn = self.generator.get_state()
             try:
                 start = time.perf_counter()
+                self.lm.batch_sizes.clear()
                 p_rows = self.score(draft.tree)
                 scored = time.perf_counter()
                 q_rows = None if q_rows is None else q_rows.to(p_rows.device)
@@ -224,7 +225,8 @@ class LocalTargetSession(_Session):
                 self.scored_logits = None
                 raise
             logprobs = self.commit(verdict.tokens, verdict.path)
-        return Outcome(verdict.tokens, verdict.path, verdict.ranks, scored - start, verified - scored, logprobs=logprobs)
+        return Outcome(verdict.tokens, verdict.path, verdict.ranks, scored - start, verified - scored, logprobs=logprobs,
+                       batch_size=self.lm.batch_sizes[-1])
 
 
 class LocalDrafterSession(_Session):
@@ -259,7 +261,11 @@ class LocalDrafterSession(_Session):
     def draft(self, shape: TreeShape | DynamicPlan, previous: Outcome | None) -> Draft:
         with self.busy:
             self.check_open()
-            return self._draft(shape, previous)
+            self.lm.batch_sizes.clear()
+            draft = self._draft(shape, previous)
+            sizes = self.lm.batch_sizes
+            draft.batch_size = sum(sizes) / len(sizes) if sizes else 0.0
+            return draft
 
     def _draft(self, shape: TreeShape | DynamicPlan, previous: Outcome | None) -> Draft:
         start = time.perf_counter()

@@ -61,6 +61,7 @@ class _Call:
     logits: torch.Tensor | None = None
     error: BaseException | None = None
     done: bool = False
+    batch_size: int = 1  # calls in the forward that computed it
 
     @property
     def width(self) -> int:
@@ -108,8 +109,10 @@ class ForwardBatcher:
         """Calls queued for the next forward."""
         return len(self._queue)
 
-    def forward(self, lm, tokens, parents, offsets, visible_slots=None, last: int | None = None) -> torch.Tensor:
-        """`lm.forward_alone(...)`'s logits, computed alone or beside other sequences' calls."""
+    def forward(self, lm, tokens, parents, offsets, visible_slots=None,
+                last: int | None = None) -> tuple[torch.Tensor, int]:
+        """(`lm.forward_alone(...)`'s logits, how many sequences their forward carried),
+        computed alone or beside other sequences' calls."""
         call = _Call(lm, list(tokens), list(parents), list(offsets), visible_slots, last)
         with self._changed:
             self._queue.append(call)
@@ -129,7 +132,7 @@ class ForwardBatcher:
                     self._changed.notify_all()
         if call.error is not None:
             raise call.error
-        return call.logits
+        return call.logits, call.batch_size
 
     def _take(self) -> list[_Call]:
         """The queue's head and the calls after it that fit the limits (called holding the
@@ -154,7 +157,7 @@ class ForwardBatcher:
             before = [call.lm.cached for call in batch]
             try:
                 for call, logits in zip(batch, forward_batch(batch), strict=True):
-                    call.logits = logits
+                    call.logits, call.batch_size = logits, len(batch)
             except Exception:  # noqa: BLE001 — undone, then each call alone below
                 log.warning("a batched forward of %d sequences failed; running them one by one", len(batch),
                             exc_info=True)

@@ -122,6 +122,7 @@ class TreeLM:
         # Sliding-window and other special layers keep their own update rules.
         self.cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in self.cache.layers]
         self.committed = 0  # cache rows of committed tokens (a prefix of the cache)
+        self.batch_sizes: list[int] = []  # sequences in each forward since `batch_sizes` was last emptied
         accepted = inspect.signature(model.forward).parameters
         # HF causal LMs project only the last positions onto the vocabulary when told to: a
         # prefill that needs one row spares an [n, V] product and its memory (2 GB of float32
@@ -142,8 +143,11 @@ class TreeLM:
         """`forward_alone`, through the model's batcher when it has one: then this call may
         share its forward with other sequences' (`rayspec.models.batching`)."""
         if self.batcher is None:
+            self.batch_sizes.append(1)
             return self.forward_alone(tokens, parents, offsets, visible_slots, last)
-        return self.batcher.forward(self, tokens, parents, offsets, visible_slots, last)
+        logits, size = self.batcher.forward(self, tokens, parents, offsets, visible_slots, last)
+        self.batch_sizes.append(size)
+        return logits
 
     @torch.inference_mode()
     def forward_alone(self, tokens, parents, offsets, visible_slots=None, last: int | None = None) -> torch.Tensor:

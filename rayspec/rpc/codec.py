@@ -301,7 +301,7 @@ def decode_tree(message: worker_pb2.Tree, vocab_size: int, max_nodes: int = 4096
 def encode_outcome(outcome: Outcome) -> worker_pb2.Outcome:
     message = worker_pb2.Outcome(
         tokens=outcome.tokens, path=outcome.path, ranks=outcome.ranks,
-        score_seconds=outcome.score_seconds, verify_seconds=outcome.verify_seconds,
+        score_seconds=outcome.score_seconds, verify_seconds=outcome.verify_seconds, batch_size=outcome.batch_size,
     )
     if outcome.logprobs is not None:
         encode_logprobs(outcome.logprobs, message.logprobs)
@@ -350,13 +350,15 @@ def decode_outcome(message: worker_pb2.Outcome, vocab_size: int) -> Outcome:
     if min(path, default=1) < 1:
         raise CodecError("an outcome's path holds tree nodes below the root (indices >= 1)")
     logprobs = decode_logprobs(message.logprobs, len(tokens), vocab_size) if message.HasField("logprobs") else None
-    return Outcome(tokens, path, list(message.ranks), message.score_seconds, message.verify_seconds, logprobs=logprobs)
+    return Outcome(tokens, path, list(message.ranks), message.score_seconds, message.verify_seconds, logprobs=logprobs,
+                   batch_size=message.batch_size)
 
 
 def encode_draft(draft: Draft, out: worker_pb2.DraftReply | None = None) -> worker_pb2.DraftReply:
     out = worker_pb2.DraftReply() if out is None else out
     out.tree.CopyFrom(encode_tree(draft.tree))
     out.seconds = draft.seconds
+    out.batch_size = draft.batch_size
     if draft.q_rows is not None:
         encode_rows(draft.q_rows, out.q_rows, draft.q_divisors)
     return out

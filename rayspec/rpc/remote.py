@@ -318,7 +318,8 @@ class RemoteTargetSession(_RemoteSession):
             p_rows = codec.decode_rows(reply.p_rows, size, self.target.vocab_size, "p rows")
         randomness = KeyedNoise(self.seed, self.length) if self.verifier.drafter_invariant else self.generator
         verdict = self.verifier.verify_tree(draft.tree, p_rows, draft.q_rows, randomness)
-        outcome = Outcome(verdict.tokens, verdict.path, verdict.ranks, score_seconds=reply.seconds)
+        outcome = Outcome(verdict.tokens, verdict.path, verdict.ranks, score_seconds=reply.seconds,
+                          batch_size=reply.batch_size)
         message, commit = self._new("commit")
         commit.outcome.CopyFrom(codec.encode_outcome(outcome))
         committed, commit_bytes = self._step(message)
@@ -375,7 +376,7 @@ class ReceivedDraft(Draft):
 
     def __init__(self, reply: worker_pb2.DraftReply, vocab_size: int, wire_bytes: int):
         self.tree = codec.decode_tree(reply.tree, vocab_size)
-        self.seconds, self.wire_bytes = reply.seconds, wire_bytes
+        self.seconds, self.wire_bytes, self.batch_size = reply.seconds, wire_bytes, reply.batch_size
         self.q_message = reply.q_rows if reply.HasField("q_rows") else None
         self._vocab_size = vocab_size
         self._q_rows = None

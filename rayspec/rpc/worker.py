@@ -25,6 +25,7 @@ import torch
 
 from rayspec.engine.interfaces import Draft
 from rayspec.engine.local import LocalDrafter, LocalTarget
+from rayspec.models.batching import DEFAULT_MAX_BATCH_SEQUENCES, DEFAULT_MAX_BATCH_TOKENS, check_batch_limits
 from rayspec.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB
 from rayspec.models.threads import pin_process_to_cpus
 from rayspec.rpc import codec
@@ -93,7 +94,9 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
         with session.busy:
             session.check_open()
             started = time.perf_counter()
+            session.lm.batch_sizes.clear()
             p_rows = session.score(tree)
+            reply.batch_size = session.lm.batch_sizes[-1]
             if session.verifier.token_only:
                 reply.node_tokens[:] = session.node_samples(tree, p_rows).tolist()
             else:
@@ -191,6 +194,10 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--prefix-cache-mb", type=float, default=DEFAULT_PREFIX_CACHE_MB,
                         help="the model's prefix cache of prompt keys and values, in MB (0: none)")
+    parser.add_argument("--max-batch-sequences", type=int, default=DEFAULT_MAX_BATCH_SEQUENCES,
+                        help="concurrent sequences one forward may carry (1: no cross-request batching)")
+    parser.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS,
+                        help="query rows of one batched forward (sequences x the widest one's tokens)")
     parser.add_argument("--cpus", default=None, help="keep this process on these CPUs, e.g. 0-3 or 2,3 "
                         "(default: wherever Linux schedules it)")
     parser.add_argument("--target", help="coordinator: the target worker's host:port, or 'here' to run the "
@@ -210,6 +217,10 @@ def main(argv=None) -> int:
             pin_process_to_cpus(args.cpus)
         except ValueError as error:
             parser.error(str(error))
+    try:
+        check_batch_limits(args.max_batch_sequences, args.max_batch_tokens)
+    except ValueError as error:
+        parser.error(str(error))
     if args.threads:
         torch.set_num_threads(args.threads)
     address = f"{args.host}:{args.port}"
@@ -221,7 +232,8 @@ def main(argv=None) -> int:
 
         default, handle = (TARGET_PATH, LocalTarget) if role == "target" else (DRAFTER_PATH, LocalDrafter)
         model, tokenizer = load_causal_lm(args.model or default, args.device, args.dtype)
-        return handle(model, tokenizer, prefix_cache_mb=args.prefix_cache_mb)
+        return handle(model, tokenizer, prefix_cache_mb=args.prefix_cache_mb,
+                      max_batch_sequences=args.max_batch_sequences, max_batch_tokens=args.max_batch_tokens)
 
     if args.role == "coordinator":
         from rayspec.rpc.coordinator import serve_generation_from_workers

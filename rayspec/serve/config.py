@@ -4,9 +4,9 @@
 
     model_id: rayspec-demo            # the name clients pass as `model`
     target:   {path: null, device: auto, dtype: auto, num_gpus: auto, threads: null, cpus: null, where: worker,
-               prefix_cache_mb: 1024}
+               prefix_cache_mb: 1024, max_batch_sequences: 16, max_batch_tokens: 256}
     drafters: [{path: null, device: auto, dtype: auto, num_gpus: auto, threads: null, cpus: null, where: worker,
-                prefix_cache_mb: 1024}]
+                prefix_cache_mb: 1024, max_batch_sequences: 16, max_batch_tokens: 256}]
     verifier: rrsw                    # the default; requests may choose another
     verifier_params: {}
     acceptance_dir: null              # measured acceptance vectors (null: the demo pair's)
@@ -36,6 +36,13 @@ the keys and values of the sequences it has read, on its device, so that a promp
 prefix with an earlier one (a system prompt, a conversation's earlier turns) is prefilled from
 where that prefix ends; `usage.prompt_tokens_details.cached_tokens` counts the target's.  0
 turns it off.
+
+`max_batch_sequences` and `max_batch_tokens` bound each model's cross-request batching
+(`rayspec.models.batching`): the forwards that concurrent requests' sequences wait for while
+the model computes run together as its next forward, up to that many sequences and that many
+query rows (sequences x the widest one's tokens: a long prefill runs alone).  A request alone
+is never held back to wait for company.  `max_batch_sequences: 1` turns batching off.  On a
+GPU, raise both (a forward of 64 sequences of 16-node trees costs little more than one).
 
 A null model path is the shipped demo pair.  `num_gpus: auto` is 1 when the cluster has
 GPUs and 0 otherwise.  `cpus` ("0-3", "8,9") pins the process that computes with the model
@@ -70,7 +77,11 @@ can then give a different (equally distributed) sample — except with the coupl
 or a static tree when byte-for-byte repeats matter more than adapting.  Repeats also need
 the same arithmetic: the same device, dtype and torch thread count (a CPU matmul sums in a
 different order on a different number of threads, and a 1e-6 change of a probability flips a
-sample whose uniform fell that close to a boundary).
+sample whose uniform fell that close to a boundary).  For the same reason the prefix cache and
+cross-request batching keep a seed's law but not always its bits: a request that reuses
+cached rows, or whose forwards are batched with others' (which depends on timing), computes
+in forwards of other shapes.  Set `prefix_cache_mb: 0` and `max_batch_sequences: 1` on both
+models for byte-for-byte repeats under concurrent load.
 """
 
 from __future__ import annotations
@@ -86,6 +97,7 @@ from rayspec.engine.engine import check_setting
 from rayspec.engine.policy import parse_sequoia
 from rayspec.engine.prediction import check_graft_mode
 from rayspec.engine.trees import parse_tree_spec
+from rayspec.models.batching import DEFAULT_MAX_BATCH_SEQUENCES, DEFAULT_MAX_BATCH_TOKENS, check_batch_limits
 from rayspec.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB
 from rayspec.serve.tool_parsers import check_parser_setting
 from rayspec.verify import get_verifier
@@ -102,11 +114,14 @@ class ModelConfig:
     threads: int | None = None
     cpus: str | None = None  # taskset-style CPU list the computing process keeps to
     prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB  # the model's prefix cache; 0: none
+    max_batch_sequences: int = DEFAULT_MAX_BATCH_SEQUENCES  # sequences per forward; 1: no batching
+    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS  # query rows of a batched forward
 
     def __post_init__(self):
         size = self.prefix_cache_mb
         if isinstance(size, bool) or not isinstance(size, (int, float)) or size < 0:
             raise ValueError(f"prefix_cache_mb must be a number of megabytes, 0 or more, got {self.prefix_cache_mb!r}")
+        check_batch_limits(self.max_batch_sequences, self.max_batch_tokens)
         if self.cpus is not None:
             from rayspec.models.threads import parse_cpu_list
 
@@ -130,10 +145,12 @@ class ModelConfig:
 
     def local(self, default_path):
         """This model's in-process handle (`LocalTarget` or `LocalDrafter`), loaded as `load`
-        loads it, with its prefix cache."""
+        loads it, with its prefix cache and batching limits."""
         from rayspec.engine import local
 
-        return getattr(local, self._handle)(*self.load(default_path), prefix_cache_mb=self.prefix_cache_mb)
+        return getattr(local, self._handle)(*self.load(default_path), prefix_cache_mb=self.prefix_cache_mb,
+                                            max_batch_sequences=self.max_batch_sequences,
+                                            max_batch_tokens=self.max_batch_tokens)
 
 
 @dataclass

@@ -4,7 +4,8 @@ A private `CollectorRegistry` keeps two services in one process (tests, several 
 applications) from colliding, and keeps Ray's and Python's default collectors out of the
 service's `/metrics`.  Per verification step: tokens emitted (the acceptance length),
 visits and descents at every tree depth, seconds per phase, bytes that crossed a process
-boundary.  Per generation, as vLLM's serving metrics: time to first token, the gaps between
+boundary, and how many sequences shared each model's forwards (cross-request batching).  Per
+generation, as vLLM's serving metrics: time to first token, the gaps between
 its steps that emit tokens (a stream's inter-chunk latency), time per output token, its
 length in seconds, tokens per second, prompt tokens, and how it ended.  Per HTTP request: the
 count by endpoint and status.
@@ -84,6 +85,12 @@ class Metrics:
             "Generations ended, by how: stop (EOS, a stop string or token), length, abort (the client went away, "
             "or it failed).", ["reason"], registry=r,
         )
+        self.batch_size = Histogram(
+            "rayspec_forward_batch_size",
+            "Per verification step: sequences that shared the target's forward, and the mean over the drafter's "
+            "forwards for its tree (cross-request batching; 1: alone).",
+            ["model"], buckets=(1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64), registry=r,
+        )
         for phase in _PHASES:  # every phase is exported from the start, at zero
             self.phase_seconds.labels(phase)
 
@@ -99,6 +106,10 @@ class Metrics:
         for phase, field in _PHASES.items():
             self.phase_seconds.labels(phase).inc(getattr(step, field))
         self.step_bytes.observe(step.wire_bytes)
+        if step.target_batch:  # 0: a worker that does not say
+            self.batch_size.labels("target").observe(step.target_batch)
+        if step.drafter_batch:  # 0: nothing drafted (or not said)
+            self.batch_size.labels("drafter").observe(step.drafter_batch)
 
     def observe_chunk(self, seconds: float, first: bool) -> None:
         """A step that emitted tokens, `seconds` after the generation's start (`first`) or

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from rayspec.engine.interfaces import Outcome, SequenceSpec, TokenLogprobs
+from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec, TokenLogprobs
 from rayspec.rpc import codec
 from rayspec.rpc.generated import tensor_pb2, worker_pb2
 from rayspec.tree.structure import DraftTree, TreeShape
@@ -102,6 +102,16 @@ def test_verifier_params_must_be_a_msgpack_map():
     with pytest.raises(codec.CodecError, match="expected a msgpack map"):
         codec.decode_msgpack_map(msgpack.packb([1, 2]), "verifier_params")
     assert codec.decode_msgpack_map(msgpack.packb({"kl_budget": 0.1}), "x") == {"kl_budget": 0.1}
+
+
+def test_the_batch_sizes_a_step_reports_cross():
+    from rayspec.rpc.remote import ReceivedDraft
+
+    assert codec.decode_outcome(codec.encode_outcome(Outcome([4, 7], [1], [1], batch_size=6)), 50).batch_size == 6
+    assert codec.decode_outcome(codec.encode_outcome(Outcome([4], [], [0])), 50).batch_size == 0  # not said
+    tree = DraftTree(TreeShape.chain(1), torch.tensor([3, 4]))
+    received = ReceivedDraft(codec.encode_draft(Draft(tree, None, batch_size=2.5)), 50, wire_bytes=0)
+    assert received.batch_size == 2.5
 
 
 def test_an_outcome_with_log_probabilities_round_trips_exactly():

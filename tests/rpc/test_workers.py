@@ -226,6 +226,32 @@ def test_structured_output_gives_the_in_process_tokens(demo_cluster, verify_at):
 
 
 @pytest.mark.parametrize("verify_at", ["target", "coordinator"])
+def test_concurrent_sequences_share_the_workers_forwards_and_keep_their_greedy_tokens(demo_cluster, verify_at):
+    """Eight sequences at once over one target worker and one drafter worker: their forwards
+    are batched in the workers (each step says how many sequences shared its target's
+    forward), and every sequence still decodes the target's greedy tokens."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    target, tokenizer = load_causal_lm(TARGET_PATH, "cpu", "float32")
+    prompts = [tokenizer.encode(text, add_special_tokens=False) for text in
+               ("def add(a, b):", "import os\n", "class Point:", "for i in range(", "# sort a list\n",
+                "with open(path) as f:", "x = [", "if __name__ == ")]
+    alone = SpeculativeEngine(LocalTarget(target, tokenizer))
+    expected = [alone.run(p, max_new_tokens=24, temperature=0).tokens for p in prompts]
+    remote_target = RemoteTarget(demo_cluster["target"].address, verify_at=verify_at)
+    engine = SpeculativeEngine(remote_target, RemoteDrafter(demo_cluster["drafter"].address, remote_target.vocab_size),
+                               tree="kary:2x3")
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        outs = list(pool.map(lambda p: engine.run(p, max_new_tokens=24, temperature=0), prompts))
+    assert [out.tokens for out in outs] == expected
+    steps = [step for out in outs for step in out.stats.steps]
+    assert all(step.target_batch >= 1 for step in steps)
+    assert max(step.target_batch for step in steps) >= 3, sorted(step.target_batch for step in steps)
+    assert max(step.drafter_batch for step in steps) > 1
+    remote_target.close()
+
+
+@pytest.mark.parametrize("verify_at", ["target", "coordinator"])
 def test_bad_words_give_the_in_process_tokens(cluster, local_engine_parts, verify_at):
     """Bad words of two tokens change the laws of drafted nodes whose paths end in a word's
     first token: the workers ban them there themselves.  Through the SDK, the coordinator
@@ -714,6 +740,11 @@ def test_a_worker_asked_for_cpus_it_cannot_have_refuses_to_start_with_a_message(
         Worker(tmp_path / "bad.log", "--role", "drafter", "--cpus", f"0-{missing}")
     with pytest.raises(RuntimeError, match="cpus must be a list like '0-3,8'"):
         Worker(tmp_path / "bad2.log", "--role", "drafter", "--cpus", "first")
+
+
+def test_a_worker_asked_for_no_batch_refuses_to_start_with_a_message(tmp_path):
+    with pytest.raises(RuntimeError, match="max_batch_sequences must be a whole number, 1 or more, got 0"):
+        Worker(tmp_path / "bad.log", "--role", "target", "--max-batch-sequences", "0")
 
 
 def test_a_target_worker_that_predates_penalties_is_refused_rather_than_sampling_the_plain_law(cluster):

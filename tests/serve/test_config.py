@@ -21,6 +21,8 @@ def test_drafters_in_the_coordinator_get_no_bundle():
     ({"where": "coordinator", "num_gpus": 1}, "drafters[0] runs in the coordinator, which reserves no GPU"),
     ({"placement": "coordinator"}, "unknown key(s) in config.drafters[0]: placement"),
     ({"cpus": "2-0"}, "cpus: the range '2-0' runs backwards"),
+    ({"max_batch_sequences": 0}, "max_batch_sequences must be a whole number, 1 or more, got 0"),
+    ({"max_batch_tokens": "many"}, "max_batch_tokens must be a whole number, 1 or more, got 'many'"),
 ])
 def test_bad_drafter_settings_are_refused_with_a_message(drafter, message):
     with pytest.raises(ValueError) as raised:
@@ -52,3 +54,11 @@ def test_graft_predictions_takes_the_engines_modes():
     assert ServiceConfig.from_dict({"graft_predictions": "always"}).graft_predictions == "always"
     with pytest.raises(ValueError, match="graft_predictions must be one of auto, always, never, got 'yes'"):
         ServiceConfig.from_dict({"graft_predictions": "yes"})
+
+
+def test_a_models_batching_limits_reach_its_batcher():
+    from rayspec.demo import DRAFTER_PATH
+
+    config = ServiceConfig.from_dict({"drafters": [{"max_batch_sequences": 4, "max_batch_tokens": 64}]})
+    batcher = config.drafters[0].local(DRAFTER_PATH).batcher
+    assert (batcher.max_sequences, batcher.max_tokens) == (4, 64)

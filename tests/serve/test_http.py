@@ -1039,6 +1039,11 @@ def test_metrics_are_exported_and_count_requests(http):
     assert grew("rayspec_step_wire_bytes_count") == figures["steps"]  # 0 bytes each, in-process
     assert grew("rayspec_depth_visits_total", [("depth", "0")]) == figures["steps"]
     assert grew("rayspec_phase_seconds_total", [("phase", "score")]) > 0
+    # a request alone: each of its steps' target forwards, and its drafter's, carried it alone
+    assert grew("rayspec_forward_batch_size_count", [("model", "target")]) == figures["steps"]
+    assert grew("rayspec_forward_batch_size_sum", [("model", "target")]) == figures["steps"]
+    drafted = grew("rayspec_forward_batch_size_count", [("model", "drafter")])
+    assert 0 < drafted <= figures["steps"] and grew("rayspec_forward_batch_size_sum", [("model", "drafter")]) == drafted
     assert grew("rayspec_http_requests_total", [("endpoint", "/v1/completions"), ("status", "200")]) == 1
     assert grew("rayspec_http_requests_total", [("endpoint", "/v1/completions"), ("status", "400")]) == 1
     assert after[("rayspec_generations_in_flight", ())] == 0

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from rayspec.rpc.generated import tensor_pb2 as rayspec_dot_v1_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17rayspec/v1/worker.proto\x12\nrayspec.v1\x1a\x17rayspec/v1/tensor.proto\"\xaf\x03\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x18\n\x10presence_penalty\x18\x04 \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x05 \x01(\x02\x12\x1f\n\x12repetition_penalty\x18\x06 \x01(\x02H\x00\x88\x01\x01\x12=\n\nlogit_bias\x18\x07 \x03(\x0b\x32).rayspec.v1.SamplingParams.LogitBiasEntry\x12\r\n\x05min_p\x18\x08 \x01(\x02\x12\x12\n\nmin_tokens\x18\t \x01(\x05\x12\x16\n\x0estop_token_ids\x18\n \x03(\x05\x12\x19\n\x11\x61llowed_token_ids\x18\x0b \x03(\x05\x12\'\n\tbad_words\x18\x0c \x03(\x0b\x32\x14.rayspec.v1.TokenIds\x12\r\n\x05regex\x18\r \x01(\t\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\x15\n\x13_repetition_penalty\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xdd\x01\n\x0cSequenceSpec\x12\x12\n\nprompt_ids\x18\x01 \x03(\x05\x12*\n\x06params\x18\x02 \x01(\x0b\x32\x1a.rayspec.v1.SamplingParams\x12\x0c\n\x04seed\x18\x03 \x01(\x03\x12\x10\n\x08verifier\x18\x04 \x01(\t\x12\x17\n\x0fverifier_params\x18\x05 \x01(\x0c\x12\x15\n\x08logprobs\x18\x06 \x01(\x05H\x00\x88\x01\x01\x12\x1c\n\x0fprompt_logprobs\x18\x07 \x01(\x05H\x01\x88\x01\x01\x42\x0b\n\t_logprobsB\x12\n\x10_prompt_logprobs\"I\n\x0bOpenRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12&\n\x04spec\x18\x02 \x01(\x0b\x32\x18.rayspec.v1.SequenceSpec\"V\n\tOpenReply\x12\x32\n\x0fprompt_logprobs\x18\x01 \x01(\x0b\x32\x19.rayspec.v1.TokenLogprobs\x12\x15\n\rcached_tokens\x18\x02 \x01(\r\"$\n\x0eReleaseRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x0e\n\x0cReleaseReply\":\n\x04Tree\x12\x0f\n\x07parents\x18\x01 \x03(\x05\x12\x0e\n\x06tokens\x18\x02 \x03(\x05\x12\x11\n\tpredicted\x18\x03 \x01(\r\"`\n\rTokenLogprobs\x12\x0e\n\x06\x63hosen\x18\x01 \x03(\x02\x12\x0b\n\x03top\x18\x02 \x01(\x05\x12\x0f\n\x07top_ids\x18\x03 \x03(\x05\x12\x12\n\ntop_values\x18\x04 \x03(\x02\x12\r\n\x05ranks\x18\x05 \x03(\x05\"\x92\x01\n\x07Outcome\x12\x0e\n\x06tokens\x18\x01 \x03(\x05\x12\x0c\n\x04path\x18\x02 \x03(\x05\x12\r\n\x05ranks\x18\x03 \x03(\x05\x12\x15\n\rscore_seconds\x18\x04 \x01(\x01\x12\x16\n\x0everify_seconds\x18\x05 \x01(\x01\x12+\n\x08logprobs\x18\x06 \x01(\x0b\x32\x19.rayspec.v1.TokenLogprobs\";\n\x0b\x44ynamicPlan\x12\x0e\n\x06\x62udget\x18\x01 \x01(\x05\x12\r\n\x05\x64\x65pth\x18\x02 \x01(\x05\x12\r\n\x05top_k\x18\x03 \x01(\x05\"\xa0\x01\n\x0c\x44raftRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12!\n\x05shape\x18\x02 \x01(\x0b\x32\x10.rayspec.v1.TreeH\x00\x12*\n\x07\x64ynamic\x18\x04 \x01(\x0b\x32\x17.rayspec.v1.DynamicPlanH\x00\x12%\n\x08previous\x18\x03 \x01(\x0b\x32\x13.rayspec.v1.OutcomeB\x06\n\x04plan\"j\n\nDraftReply\x12\x1e\n\x04tree\x18\x01 \x01(\x0b\x32\x10.rayspec.v1.Tree\x12+\n\x06q_rows\x18\x02 \x01(\x0b\x32\x1b.rayspec.v1.ProbabilityRows\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\"I\n\rCommitRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12$\n\x07outcome\x18\x02 \x01(\x0b\x32\x13.rayspec.v1.Outcome\":\n\x0b\x43ommitReply\x12+\n\x08logprobs\x18\x01 \x01(\x0b\x32\x19.rayspec.v1.TokenLogprobs\"*\n\tCallError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"m\n\x0b\x44rafterCall\x12)\n\x05\x64raft\x18\x01 \x01(\x0b\x32\x18.rayspec.v1.DraftRequestH\x00\x12+\n\x06\x63ommit\x18\x02 \x01(\x0b\x32\x19.rayspec.v1.CommitRequestH\x00\x42\x06\n\x04\x63\x61ll\"\x95\x01\n\rDrafterResult\x12\'\n\x05\x64raft\x18\x01 \x01(\x0b\x32\x16.rayspec.v1.DraftReplyH\x00\x12)\n\x06\x63ommit\x18\x02 \x01(\x0b\x32\x17.rayspec.v1.CommitReplyH\x00\x12&\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x15.rayspec.v1.CallErrorH\x00\x42\x08\n\x06result\"\x83\x01\n\nWorkerInfo\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x12\n\nvocab_size\x18\x02 \x01(\x03\x12\x16\n\x0e\x63ontext_length\x18\x03 \x01(\x03\x12\x15\n\reos_token_ids\x18\x04 \x03(\x05\x12\x0e\n\x06\x64\x65vice\x18\x05 \x01(\t\x12\x10\n\x08\x66\x65\x61tures\x18\x06 \x03(\t\"\r\n\x0bInfoRequest\"\x87\x01\n\rVerifyRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1e\n\x04tree\x18\x02 \x01(\x0b\x32\x10.rayspec.v1.Tree\x12+\n\x06q_rows\x18\x03 \x01(\x0b\x32\x1b.rayspec.v1.ProbabilityRows\x12\x15\n\rdraft_seconds\x18\x04 \x01(\x01\"3\n\x0bVerifyReply\x12$\n\x07outcome\x18\x01 \x01(\x0b\x32\x13.rayspec.v1.Outcome\"B\n\x0cScoreRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1e\n\x04tree\x18\x02 \x01(\x0b\x32\x10.rayspec.v1.Tree\"_\n\nScoreReply\x12+\n\x06p_rows\x18\x01 \x01(\x0b\x32\x1b.rayspec.v1.ProbabilityRows\x12\x13\n\x0bnode_tokens\x18\x02 \x03(\x05\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\"\x99\x01\n\nTargetCall\x12+\n\x06verify\x18\x01 \x01(\x0b\x32\x19.rayspec.v1.VerifyRequestH\x00\x12)\n\x05score\x18\x02 \x01(\x0b\x32\x18.rayspec.v1.ScoreRequestH\x00\x12+\n\x06\x63ommit\x18\x03 \x01(\x0b\x32\x19.rayspec.v1.CommitRequestH\x00\x42\x06\n\x04\x63\x61ll\"\xbf\x01\n\x0cTargetResult\x12)\n\x06verify\x18\x01 \x01(\x0b\x32\x17.rayspec.v1.VerifyReplyH\x00\x12\'\n\x05score\x18\x02 \x01(\x0b\x32\x16.rayspec.v1.ScoreReplyH\x00\x12)\n\x06\x63ommit\x18\x03 \x01(\x0b\x32\x17.rayspec.v1.CommitReplyH\x00\x12&\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x15.rayspec.v1.CallErrorH\x00\x42\x08\n\x06result2\xfc\x02\n\x0e\x44rafterService\x12\x37\n\x04Info\x12\x17.rayspec.v1.InfoRequest\x1a\x16.rayspec.v1.WorkerInfo\x12\x36\n\x04Open\x12\x17.rayspec.v1.OpenRequest\x1a\x15.rayspec.v1.OpenReply\x12\x39\n\x05\x44raft\x12\x18.rayspec.v1.DraftRequest\x1a\x16.rayspec.v1.DraftReply\x12<\n\x06\x43ommit\x12\x19.rayspec.v1.CommitRequest\x1a\x17.rayspec.v1.CommitReply\x12?\n\x07Release\x12\x1a.rayspec.v1.ReleaseRequest\x1a\x18.rayspec.v1.ReleaseReply\x12?\n\x05Steps\x12\x17.rayspec.v1.DrafterCall\x1a\x19.rayspec.v1.DrafterResult(\x01\x30\x01\x32\xb7\x03\n\rTargetService\x12\x37\n\x04Info\x12\x17.rayspec.v1.InfoRequest\x1a\x16.rayspec.v1.WorkerInfo\x12\x36\n\x04Open\x12\x17.rayspec.v1.OpenRequest\x1a\x15.rayspec.v1.OpenReply\x12<\n\x06Verify\x12\x19.rayspec.v1.VerifyRequest\x1a\x17.rayspec.v1.VerifyReply\x12\x39\n\x05Score\x12\x18.rayspec.v1.ScoreRequest\x1a\x16.rayspec.v1.ScoreReply\x12<\n\x06\x43ommit\x12\x19.rayspec.v1.CommitRequest\x1a\x17.rayspec.v1.CommitReply\x12?\n\x07Release\x12\x1a.rayspec.v1.ReleaseRequest\x1a\x18.rayspec.v1.ReleaseReply\x12=\n\x05Steps\x12\x16.rayspec.v1.TargetCall\x1a\x18.rayspec.v1.TargetResult(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17rayspec/v1/worker.proto\x12\nrayspec.v1\x1a\x17rayspec/v1/tensor.proto\"\xaf\x03\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x18\n\x10presence_penalty\x18\x04 \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x05 \x01(\x02\x12\x1f\n\x12repetition_penalty\x18\x06 \x01(\x02H\x00\x88\x01\x01\x12=\n\nlogit_bias\x18\x07 \x03(\x0b\x32).rayspec.v1.SamplingParams.LogitBiasEntry\x12\r\n\x05min_p\x18\x08 \x01(\x02\x12\x12\n\nmin_tokens\x18\t \x01(\x05\x12\x16\n\x0estop_token_ids\x18\n \x03(\x05\x12\x19\n\x11\x61llowed_token_ids\x18\x0b \x03(\x05\x12\'\n\tbad_words\x18\x0c \x03(\x0b\x32\x14.rayspec.v1.TokenIds\x12\r\n\x05regex\x18\r \x01(\t\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\x15\n\x13_repetition_penalty\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xdd\x01\n\x0cSequenceSpec\x12\x12\n\nprompt_ids\x18\x01 \x03(\x05\x12*\n\x06params\x18\x02 \x01(\x0b\x32\x1a.rayspec.v1.SamplingParams\x12\x0c\n\x04seed\x18\x03 \x01(\x03\x12\x10\n\x08verifier\x18\x04 \x01(\t\x12\x17\n\x0fverifier_params\x18\x05 \x01(\x0c\x12\x15\n\x08logprobs\x18\x06 \x01(\x05H\x00\x88\x01\x01\x12\x1c\n\x0fprompt_logprobs\x18\x07 \x01(\x05H\x01\x88\x01\x01\x42\x0b\n\t_logprobsB\x12\n\x10_prompt_logprobs\"I\n\x0bOpenRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12&\n\x04spec\x18\x02 \x01(\x0b\x32\x18.rayspec.v1.SequenceSpec\"V\n\tOpenReply\x12\x32\n\x0fprompt_logprobs\x18\x01 \x01(\x0b\x32\x19.rayspec.v1.TokenLogprobs\x12\x15\n\rcached_tokens\x18\x02 \x01(\r\"$\n\x0eReleaseRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x0e\n\x0cReleaseReply\":\n\x04Tree\x12\x0f\n\x07parents\x18\x01 \x03(\x05\x12\x0e\n\x06tokens\x18\x02 \x03(\x05\x12\x11\n\tpredicted\x18\x03 \x01(\r\"`\n\rTokenLogprobs\x12\x0e\n\x06\x63hosen\x18\x01 \x03(\x02\x12\x0b\n\x03top\x18\x02 \x01(\x05\x12\x0f\n\x07top_ids\x18\x03 \x03(\x05\x12\x12\n\ntop_values\x18\x04 \x03(\x02\x12\r\n\x05ranks\x18\x05 \x03(\x05\"\xa6\x01\n\x07Outcome\x12\x0e\n\x06tokens\x18\x01 \x03(\x05\x12\x0c\n\x04path\x18\x02 \x03(\x05\x12\r\n\x05ranks\x18\x03 \x03(\x05\x12\x15\n\rscore_seconds\x18\x04 \x01(\x01\x12\x16\n\x0everify_seconds\x18\x05 \x01(\x01\x12+\n\x08logprobs\x18\x06 \x01(\x0b\x32\x19.rayspec.v1.TokenLogprobs\x12\x12\n\nbatch_size\x18\x07 \x01(\r\";\n\x0b\x44ynamicPlan\x12\x0e\n\x06\x62udget\x18\x01 \x01(\x05\x12\r\n\x05\x64\x65pth\x18\x02 \x01(\x05\x12\r\n\x05top_k\x18\x03 \x01(\x05\"\xa0\x01\n\x0c\x44raftRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12!\n\x05shape\x18\x02 \x01(\x0b\x32\x10.rayspec.v1.TreeH\x00\x12*\n\x07\x64ynamic\x18\x04 \x01(\x0b\x32\x17.rayspec.v1.DynamicPlanH\x00\x12%\n\x08previous\x18\x03 \x01(\x0b\x32\x13.rayspec.v1.OutcomeB\x06\n\x04plan\"~\n\nDraftReply\x12\x1e\n\x04tree\x18\x01 \x01(\x0b\x32\x10.rayspec.v1.Tree\x12+\n\x06q_rows\x18\x02 \x01(\x0b\x32\x1b.rayspec.v1.ProbabilityRows\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\x12\x12\n\nbatch_size\x18\x04 \x01(\x01\"I\n\rCommitRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12$\n\x07outcome\x18\x02 \x01(\x0b\x32\x13.rayspec.v1.Outcome\":\n\x0b\x43ommitReply\x12+\n\x08logprobs\x18\x01 \x01(\x0b\x32\x19.rayspec.v1.TokenLogprobs\"*\n\tCallError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"m\n\x0b\x44rafterCall\x12)\n\x05\x64raft\x18\x01 \x01(\x0b\x32\x18.rayspec.v1.DraftRequestH\x00\x12+\n\x06\x63ommit\x18\x02 \x01(\x0b\x32\x19.rayspec.v1.CommitRequestH\x00\x42\x06\n\x04\x63\x61ll\"\x95\x01\n\rDrafterResult\x12\'\n\x05\x64raft\x18\x01 \x01(\x0b\x32\x16.rayspec.v1.DraftReplyH\x00\x12)\n\x06\x63ommit\x18\x02 \x01(\x0b\x32\x17.rayspec.v1.CommitReplyH\x00\x12&\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x15.rayspec.v1.CallErrorH\x00\x42\x08\n\x06result\"\x83\x01\n\nWorkerInfo\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x12\n\nvocab_size\x18\x02 \x01(\x03\x12\x16\n\x0e\x63ontext_length\x18\x03 \x01(\x03\x12\x15\n\reos_token_ids\x18\x04 \x03(\x05\x12\x0e\n\x06\x64\x65vice\x18\x05 \x01(\t\x12\x10\n\x08\x66\x65\x61tures\x18\x06 \x03(\t\"\r\n\x0bInfoRequest\"\x87\x01\n\rVerifyRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1e\n\x04tree\x18\x02 \x01(\x0b\x32\x10.rayspec.v1.Tree\x12+\n\x06q_rows\x18\x03 \x01(\x0b\x32\x1b.rayspec.v1.ProbabilityRows\x12\x15\n\rdraft_seconds\x18\x04 \x01(\x01\"3\n\x0bVerifyReply\x12$\n\x07outcome\x18\x01 \x01(\x0b\x32\x13.rayspec.v1.Outcome\"B\n\x0cScoreRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1e\n\x04tree\x18\x02 \x01(\x0b\x32\x10.rayspec.v1.Tree\"s\n\nScoreReply\x12+\n\x06p_rows\x18\x01 \x01(\x0b\x32\x1b.rayspec.v1.ProbabilityRows\x12\x13\n\x0bnode_tokens\x18\x02 \x03(\x05\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\x12\x12\n\nbatch_size\x18\x04 \x01(\r\"\x99\x01\n\nTargetCall\x12+\n\x06verify\x18\x01 \x01(\x0b\x32\x19.rayspec.v1.VerifyRequestH\x00\x12)\n\x05score\x18\x02 \x01(\x0b\x32\x18.rayspec.v1.ScoreRequestH\x00\x12+\n\x06\x63ommit\x18\x03 \x01(\x0b\x32\x19.rayspec.v1.CommitRequestH\x00\x42\x06\n\x04\x63\x61ll\"\xbf\x01\n\x0cTargetResult\x12)\n\x06verify\x18\x01 \x01(\x0b\x32\x17.rayspec.v1.VerifyReplyH\x00\x12\'\n\x05score\x18\x02 \x01(\x0b\x32\x16.rayspec.v1.ScoreReplyH\x00\x12)\n\x06\x63ommit\x18\x03 \x01(\x0b\x32\x17.rayspec.v1.CommitReplyH\x00\x12&\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x15.rayspec.v1.CallErrorH\x00\x42\x08\n\x06result2\xfc\x02\n\x0e\x44rafterService\x12\x37\n\x04Info\x12\x17.rayspec.v1.InfoRequest\x1a\x16.rayspec.v1.WorkerInfo\x12\x36\n\x04Open\x12\x17.rayspec.v1.OpenRequest\x1a\x15.rayspec.v1.OpenReply\x12\x39\n\x05\x44raft\x12\x18.rayspec.v1.DraftRequest\x1a\x16.rayspec.v1.DraftReply\x12<\n\x06\x43ommit\x12\x19.rayspec.v1.CommitRequest\x1a\x17.rayspec.v1.CommitReply\x12?\n\x07Release\x12\x1a.rayspec.v1.ReleaseRequest\x1a\x18.rayspec.v1.ReleaseReply\x12?\n\x05Steps\x12\x17.rayspec.v1.DrafterCall\x1a\x19.rayspec.v1.DrafterResult(\x01\x30\x01\x32\xb7\x03\n\rTargetService\x12\x37\n\x04Info\x12\x17.rayspec.v1.InfoRequest\x1a\x16.rayspec.v1.WorkerInfo\x12\x36\n\x04Open\x12\x17.rayspec.v1.OpenRequest\x1a\x15.rayspec.v1.OpenReply\x12<\n\x06Verify\x12\x19.rayspec.v1.VerifyRequest\x1a\x17.rayspec.v1.VerifyReply\x12\x39\n\x05Score\x12\x18.rayspec.v1.ScoreRequest\x1a\x16.rayspec.v1.ScoreReply\x12<\n\x06\x43ommit\x12\x19.rayspec.v1.CommitRequest\x1a\x17.rayspec.v1.CommitReply\x12?\n\x07Release\x12\x1a.rayspec.v1.ReleaseRequest\x1a\x18.rayspec.v1.ReleaseReply\x12=\n\x05Steps\x12\x16.rayspec.v1.TargetCall\x1a\x18.rayspec.v1.TargetResult(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -55,41 +55,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOKENLOGPROBS']._serialized_start=1024
   _globals['_TOKENLOGPROBS']._serialized_end=1120
   _globals['_OUTCOME']._serialized_start=1123
-  _globals['_OUTCOME']._serialized_end=1269
-  _globals['_DYNAMICPLAN']._serialized_start=1271
-  _globals['_DYNAMICPLAN']._serialized_end=1330
-  _globals['_DRAFTREQUEST']._serialized_start=1333
-  _globals['_DRAFTREQUEST']._serialized_end=1493
-  _globals['_DRAFTREPLY']._serialized_start=1495
-  _globals['_DRAFTREPLY']._serialized_end=1601
-  _globals['_COMMITREQUEST']._serialized_start=1603
-  _globals['_COMMITREQUEST']._serialized_end=1676
-  _globals['_COMMITREPLY']._serialized_start=1678
-  _globals['_COMMITREPLY']._serialized_end=1736
-  _globals['_CALLERROR']._serialized_start=1738
-  _globals['_CALLERROR']._serialized_end=1780
-  _globals['_DRAFTERCALL']._serialized_start=1782
-  _globals['_DRAFTERCALL']._serialized_end=1891
-  _globals['_DRAFTERRESULT']._serialized_start=1894
-  _globals['_DRAFTERRESULT']._serialized_end=2043
-  _globals['_WORKERINFO']._serialized_start=2046
-  _globals['_WORKERINFO']._serialized_end=2177
-  _globals['_INFOREQUEST']._serialized_start=2179
-  _globals['_INFOREQUEST']._serialized_end=2192
-  _globals['_VERIFYREQUEST']._serialized_start=2195
-  _globals['_VERIFYREQUEST']._serialized_end=2330
-  _globals['_VERIFYREPLY']._serialized_start=2332
-  _globals['_VERIFYREPLY']._serialized_end=2383
-  _globals['_SCOREREQUEST']._serialized_start=2385
-  _globals['_SCOREREQUEST']._serialized_end=2451
-  _globals['_SCOREREPLY']._serialized_start=2453
-  _globals['_SCOREREPLY']._serialized_end=2548
-  _globals['_TARGETCALL']._serialized_start=2551
-  _globals['_TARGETCALL']._serialized_end=2704
-  _globals['_TARGETRESULT']._serialized_start=2707
-  _globals['_TARGETRESULT']._serialized_end=2898
-  _globals['_DRAFTERSERVICE']._serialized_start=2901
-  _globals['_DRAFTERSERVICE']._serialized_end=3281
-  _globals['_TARGETSERVICE']._serialized_start=3284
-  _globals['_TARGETSERVICE']._serialized_end=3723
+  _globals['_OUTCOME']._serialized_end=1289
+  _globals['_DYNAMICPLAN']._serialized_start=1291
+  _globals['_DYNAMICPLAN']._serialized_end=1350
+  _globals['_DRAFTREQUEST']._serialized_start=1353
+  _globals['_DRAFTREQUEST']._serialized_end=1513
+  _globals['_DRAFTREPLY']._serialized_start=1515
+  _globals['_DRAFTREPLY']._serialized_end=1641
+  _globals['_COMMITREQUEST']._serialized_start=1643
+  _globals['_COMMITREQUEST']._serialized_end=1716
+  _globals['_COMMITREPLY']._serialized_start=1718
+  _globals['_COMMITREPLY']._serialized_end=1776
+  _globals['_CALLERROR']._serialized_start=1778
+  _globals['_CALLERROR']._serialized_end=1820
+  _globals['_DRAFTERCALL']._serialized_start=1822
+  _globals['_DRAFTERCALL']._serialized_end=1931
+  _globals['_DRAFTERRESULT']._serialized_start=1934
+  _globals['_DRAFTERRESULT']._serialized_end=2083
+  _globals['_WORKERINFO']._serialized_start=2086
+  _globals['_WORKERINFO']._serialized_end=2217
+  _globals['_INFOREQUEST']._serialized_start=2219
+  _globals['_INFOREQUEST']._serialized_end=2232
+  _globals['_VERIFYREQUEST']._serialized_start=2235
+  _globals['_VERIFYREQUEST']._serialized_end=2370
+  _globals['_VERIFYREPLY']._serialized_start=2372
+  _globals['_VERIFYREPLY']._serialized_end=2423
+  _globals['_SCOREREQUEST']._serialized_start=2425
+  _globals['_SCOREREQUEST']._serialized_end=2491
+  _globals['_SCOREREPLY']._serialized_start=2493
+  _globals['_SCOREREPLY']._serialized_end=2608
+  _globals['_TARGETCALL']._serialized_start=2611
+  _globals['_TARGETCALL']._serialized_end=2764
+  _globals['_TARGETRESULT']._serialized_start=2767
+  _globals['_TARGETRESULT']._serialized_end=2958
+  _globals['_DRAFTERSERVICE']._serialized_start=2961
+  _globals['_DRAFTERSERVICE']._serialized_end=3341
+  _globals['_TARGETSERVICE']._serialized_start=3344
+  _globals['_TARGETSERVICE']._serialized_end=3783
 # @@protoc_insertion_point(module_scope)
