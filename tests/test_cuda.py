@@ -12,6 +12,8 @@ Skipped where there is no CUDA (CI); run on a GPU machine with `pytest tests/tes
 * Structured output on CUDA (the allowed-token masks live on the device): the CPU engine's
   tokens for the same seed, and JSON that follows its schema (needs outlines-core there:
   carry its wheel, which has no dependencies).
+* Cross-request batching on CUDA: a padded forward gives each sequence the logits it gets
+  alone, and concurrent greedy generations, whose forwards are batched, the target's tokens.
 """
 
 from __future__ import annotations
@@ -102,6 +104,40 @@ def test_temperature_zero_on_cuda_equals_target_greedy(demo_on_cuda, greedy_on_c
         assert out.tokens == reference, f"{name} on CUDA diverged from target greedy on prompt {prompt[:8]}..."
         steps += len(out.stats.steps)
     assert steps < 0.8 * sum(map(len, greedy_on_cuda)), f"{name}: the drafter never helped ({steps} steps)"
+
+
+def test_a_batched_forward_on_cuda_gives_each_sequence_its_logits_alone(demo_on_cuda):
+    from rayspec.models.batching import _Call, forward_batch
+    from rayspec.models.tree_lm import TreeLM
+    from rayspec.tree.structure import TreeShape
+
+    target, _, prompts = demo_on_cuda
+    shapes = [TreeShape.kary(2, 3), TreeShape.chain(4), TreeShape.kary(3, 2), TreeShape.chain(1)]
+
+    def sequences():
+        lms = [TreeLM(target.model) for _ in prompts]
+        for lm, prompt in zip(lms, prompts):
+            lm.prefill(prompt[:-1])
+        return lms
+
+    calls = [dict(tokens=[prompt[-1]] + [(7 * i + 3) % 8000 for i in range(1, shape.size)], parents=list(shape.parents),
+                  offsets=list(shape.depth)) for prompt, shape in zip(prompts, shapes)]
+    alone = [lm.forward_alone(**call) for lm, call in zip(sequences(), calls)]
+    batched = forward_batch([_Call(lm, **call) for lm, call in zip(sequences(), calls)])
+    for i, (a, b) in enumerate(zip(alone, batched)):
+        assert b.device.type == "cuda" and float((a - b).abs().max()) < 1e-3, f"sequence {i}"
+
+
+def test_concurrent_greedy_generations_on_cuda_are_batched_and_give_target_greedy(demo_on_cuda, greedy_on_cuda):
+    from concurrent.futures import ThreadPoolExecutor
+
+    target, drafter, prompts = demo_on_cuda
+    engine = SpeculativeEngine(target, drafter, verifier="rrsw", tree="kary:2x3")
+    work = [prompt for prompt in prompts for _ in range(4)]
+    with ThreadPoolExecutor(len(work)) as pool:
+        outs = list(pool.map(lambda prompt: engine.run(prompt, max_new_tokens=32, temperature=0), work))
+    assert [out.tokens for out in outs] == [reference for reference in greedy_on_cuda for _ in range(4)]
+    assert max(step.target_batch for out in outs for step in out.stats.steps) >= 2
 
 
 @pytest.fixture(scope="module")

@@ -24,8 +24,9 @@ prefix cache (`rayspec.models.prefix_cache`).
 
 Batched: plain growing caches (`TreeLM.reuses_prefixes`; sliding-window layers keep rows by
 rules of their own, and such a model's calls run alone) and calls whose padded batch stays
-within `max_tokens` query rows (so a long prefill runs alone instead of padding a batch of
-three-node trees to its length).  A batch that fails (memory, say) is undone — each cache cut
+within `max_tokens` query rows, at most half of them padding (so a long prefill runs alone
+or nearly, instead of padding a batch of small trees to its length: on a CPU a padding row
+costs what a real one does).  A batch that fails (memory, say) is undone — each cache cut
 back to what it held — and each of its calls is run alone, so that one call's failure is
 never another request's.
 """
@@ -46,6 +47,8 @@ DEFAULT_MAX_BATCH_SEQUENCES = 16
 # Query rows of one padded batch (sequences x widest call): sixteen 16-node trees, or a
 # 256-token prefill alone.  A GPU serves more; a CPU's forward grows with every row.
 DEFAULT_MAX_BATCH_TOKENS = 256
+# The most of a batch's query rows that may be padding (calls narrower than the widest).
+MAX_PADDING = 0.5
 
 
 @dataclass
@@ -140,14 +143,15 @@ class ForwardBatcher:
         batch = [self._queue.popleft()]
         if not _batchable(batch[0]):
             return batch
-        width = batch[0].width
+        width = rows = batch[0].width
         while self._queue and len(batch) < self.max_sequences:
             following = self._queue[0]
-            wider = max(width, following.width)
-            if not _batchable(following) or wider * (len(batch) + 1) > self.max_tokens:
+            wider, padded = max(width, following.width), max(width, following.width) * (len(batch) + 1)
+            if (not _batchable(following) or padded > self.max_tokens
+                    or padded - rows - following.width > MAX_PADDING * padded):
                 break
             batch.append(self._queue.popleft())
-            width = wider
+            width, rows = wider, rows + following.width
         return batch
 
     def _run(self, batch: list[_Call]) -> None:

@@ -173,6 +173,18 @@ def test_batches_keep_arrival_order_within_the_sequence_and_token_limits(model):
     assert [tuple(r.shape) for r in results] == [(n + 1, VOCAB) for n in lengths]
 
 
+def test_a_batch_is_at_most_half_padding(model):
+    """A 22-token prefill and 4-node chains queue behind a held call: the prefill takes one
+    chain along (44 rows, 18 of them padding), not two (66 rows, 36 of them padding)."""
+    batcher = ForwardBatcher(max_sequences=16, max_tokens=256)
+    lengths = [3, 21, 3, 3, 3]
+    lms = [_sequence(model, 4 + i, i, batcher) for i in range(len(lengths))]
+    calls = [_tree_call(TreeShape.chain(n), i) for i, n in enumerate(lengths)]
+    results, gate = _forward_concurrently(batcher, lms, calls, model)
+    assert gate.sizes == [1, 2, 2]
+    assert [tuple(r.shape) for r in results] == [(n + 1, VOCAB) for n in lengths]
+
+
 def test_with_one_sequence_a_batch_each_call_runs_alone(model):
     batcher = ForwardBatcher(max_sequences=1)
     lms, calls = _built(model)
