@@ -44,7 +44,9 @@ left out there.  `--parts` picks parts of 1 and 2; each is written as soon as it
 3. Load: `rayspec serve` (Ray Serve HTTP + the gRPC coordinator) under locust at 1, 4 and 16
    users of streaming requests: time to first token and inter-chunk latency, p50 and p99;
    with `--target-where worker coordinator`, once with the target in a worker of its own
-   (the default) and once inside the HTTP coordinator (`target: {where: coordinator}`).
+   (the default) and once inside the HTTP coordinator (`target: {where: coordinator}`); with
+   `--batching on off`, once with cross-request batching (the default) and once without
+   (`max_batch_sequences: 1` on both models).
 Writes bench/results/service_bench.{json,md} (`--out`).
 """
 
@@ -490,13 +492,15 @@ def transport_floor(step_ms: float, calls: int = 200) -> dict:
     return floor
 
 
-def locust_sweep(users, seconds, max_tokens, target_where="worker"):
-    """`rayspec serve` (its defaults, but the target's `where`) under locust: streaming HTTP and
-    gRPC users; TTFT and inter-chunk percentiles."""
+def locust_sweep(users, seconds, max_tokens, target_where="worker", batching="on"):
+    """`rayspec serve` (its defaults, but the target's `where` and, with batching "off", one
+    sequence per forward) under locust: streaming HTTP and gRPC users; TTFT and inter-chunk
+    percentiles, requests per second."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    log = open(RESULTS / f"service_bench_serve_{target_where}.log", "w")  # one per placement
+    log = open(RESULTS / f"service_bench_serve_{target_where}_{batching}.log", "w")  # one per configuration
     config = Path(tempfile.mkdtemp()) / "serve.yaml"
-    config.write_text(f"target: {{where: {target_where}}}\n")
+    alone = ", max_batch_sequences: 1" if batching == "off" else ""
+    config.write_text(f"target: {{where: {target_where}{alone}}}\n" + (f"drafters: [{{{alone[2:]}}}]\n" if alone else ""))
     serve = subprocess.Popen([sys.executable, "-m", "rayspec.cli", "serve", str(config)], cwd=ROOT, env=env,
                              stdout=subprocess.PIPE, stderr=log, text=True)
     try:
@@ -519,8 +523,9 @@ def locust_sweep(users, seconds, max_tokens, target_where="worker"):
                         cwd=ROOT, env={**env, "RAYSPEC_GRPC": "127.0.0.1:9000", "RAYSPEC_MAX_TOKENS": str(max_tokens)},
                         capture_output=True, text=True, timeout=seconds + 120,
                     )
-                    rows.append({"target": target_where, "users": count, "client": user_class, **read_locust(prefix)})
-                    print(f"  locust ({target_where} target): {user_class} x {count}", flush=True)
+                    rows.append({"target": target_where, "batching": batching, "users": count, "client": user_class,
+                                 **read_locust(prefix)})
+                    print(f"  locust ({target_where} target, batching {batching}): {user_class} x {count}", flush=True)
         return rows
     finally:
         serve.send_signal(signal.SIGINT)
@@ -533,7 +538,7 @@ def locust_sweep(users, seconds, max_tokens, target_where="worker"):
 
 def read_locust(prefix: Path) -> dict:
     stats = Path(f"{prefix}_stats.csv")
-    out = {"requests": 0, "failures": 0}
+    out = {"requests": 0, "failures": 0, "requests/s": 0.0}
     if not stats.exists():
         return out
     for row in csv.DictReader(stats.open()):
@@ -546,6 +551,7 @@ def read_locust(prefix: Path) -> dict:
         else:
             out["requests"] += int(row["Request Count"])
             out["failures"] += int(row["Failure Count"])
+            out["requests/s"] += float(row["Requests/s"] or 0)
     return out
 
 
@@ -639,6 +645,8 @@ def main():
     parser.add_argument("--only-locust", action="store_true", help="the load part alone")
     parser.add_argument("--target-where", nargs="+", default=["worker"], choices=["worker", "coordinator"],
                         help="locust: `rayspec serve` once per target placement, one after the other")
+    parser.add_argument("--batching", nargs="+", default=["on"], choices=["on", "off"],
+                        help="locust: `rayspec serve` once per setting of cross-request batching")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of every process")
     parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS,
                         help="which parts of the in-process vs distributed comparison to run")
@@ -664,7 +672,8 @@ def main():
     if not args.only_locust:
         save(in_process_vs_distributed(args, save))
     if not args.skip_locust:
-        result["locust"] = [row for where in args.target_where for row in locust_sweep(args.users, args.locust_seconds, 64, where)]
+        result["locust"] = [row for where in args.target_where for batching in args.batching
+                            for row in locust_sweep(args.users, args.locust_seconds, 64, where, batching)]
         save()
     print(out.with_suffix(".md").read_text())
 
@@ -774,10 +783,11 @@ def write_markdown(path, result):
             lines.append(f"| {r['verifier']} | {r['bytes_per_step_verify_at_target']:.0f} | {r['bytes_per_step_verify_at_coordinator']:.0f} |")
     if result.get("locust"):
         lines += ["", "## Load: `rayspec serve` under locust, streaming requests of 64 tokens", "",
-                  "| target | client | users | requests | failures | TTFT p50 ms | TTFT p99 ms | inter-chunk p50 ms | inter-chunk p99 ms | tokens/s per request p50 |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| target | batching | client | users | requests | requests/s | failures | TTFT p50 ms | TTFT p99 ms | inter-chunk p50 ms | inter-chunk p99 ms | tokens/s per request p50 |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in result["locust"]:
-            lines.append(f"| {r.get('target', 'worker')} | {r['client']} | {r['users']} | {r['requests']} | {r['failures']} | {r.get('TTFT ms p50', 0):.0f} | "
+            lines.append(f"| {r.get('target', 'worker')} | {r.get('batching', 'none')} | {r['client']} | {r['users']} | {r['requests']} "
+                         f"| {r.get('requests/s', 0):.2f} | {r['failures']} | {r.get('TTFT ms p50', 0):.0f} | "
                          f"{r.get('TTFT ms p99', 0):.0f} | {r.get('inter-chunk ms p50', 0):.0f} | {r.get('inter-chunk ms p99', 0):.0f} | "
                          f"{r.get('tokens/s p50', 0):.1f} |")
     path.write_text("\n".join(lines) + "\n")

@@ -131,6 +131,8 @@ class ForwardBatcher:
                 with self._changed:
                     self._running = False
                     for member in batch:
+                        if member.logits is None and member.error is None:  # `_run` itself broke off
+                            member.error = RuntimeError("the model's forward was abandoned before this call ran")
                         member.done = True
                     self._changed.notify_all()
         if call.error is not None:
@@ -146,7 +148,8 @@ class ForwardBatcher:
         width = rows = batch[0].width
         while self._queue and len(batch) < self.max_sequences:
             following = self._queue[0]
-            wider, padded = max(width, following.width), max(width, following.width) * (len(batch) + 1)
+            wider = max(width, following.width)
+            padded = wider * (len(batch) + 1)
             if (not _batchable(following) or padded > self.max_tokens
                     or padded - rows - following.width > MAX_PADDING * padded):
                 break

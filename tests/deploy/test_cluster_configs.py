@@ -141,6 +141,8 @@ def test_service_config_loads_with_rayspec_serve_s_parser():
     config = pytest.importorskip("rayspec.serve.config")
     loaded = config.ServiceConfig.from_yaml(CLUSTERS / "service.yaml")
     assert loaded.placement.strategy == "STRICT_SPREAD"
+    for model in (loaded.target, *loaded.drafters):  # GPU batches, above the CPU defaults
+        assert (model.max_batch_sequences, model.max_batch_tokens) == (64, 2048)
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -118,9 +118,10 @@ class _Gate:
         self.released.set()
 
 
-def _forward_concurrently(batcher, lms, calls, model, **gate):
+def _forward_concurrently(batcher, lms, calls, model, before_opening=lambda: None, **gate):
     """The first call forwards alone, held by a gate; the others are made one after another
-    while it runs, each once the one before is queued.  Returns (results, the gate)."""
+    while it runs, each once the one before is queued; then `before_opening()`, and the gate
+    opens.  Returns (results, the gate)."""
     gate = _Gate(model, **gate)
     results: list = [None] * len(lms)
 
@@ -139,6 +140,7 @@ def _forward_concurrently(batcher, lms, calls, model, **gate):
         while batcher.waiting < i and time.monotonic() < deadline:
             time.sleep(0.001)
         assert batcher.waiting == i
+    before_opening()
     gate.open()
     for thread in threads:
         thread.join(30)
@@ -234,6 +236,22 @@ def test_a_call_that_fails_fails_alone_and_its_batch_goes_on(model):
     assert lms[2].cached == 5 + 2  # nothing of the failed call stays in its cache
     assert [r.shape for i, r in enumerate(results) if i != 2] == [(3, VOCAB)] * 3
     assert batcher.stats.failed_batches == 1
+
+
+def test_calls_of_a_forward_that_broke_off_get_an_error_not_nothing(model):
+    batcher = ForwardBatcher()
+    lms = [_sequence(model, 5 + i, i, batcher) for i in range(4)]
+    calls = [_tree_call(TreeShape.kary(2, 1), i) for i in range(4)]
+
+    def break_the_next_forward():
+        def broken(batch):
+            raise RuntimeError("the leader broke off")
+        batcher._run = broken
+
+    results, _ = _forward_concurrently(batcher, lms, calls, model, before_opening=break_the_next_forward)
+    assert isinstance(results[0], torch.Tensor)  # the held call, run before the break
+    assert str(results[1]) == "the leader broke off"
+    assert [str(r) for r in results[2:]] == ["the model's forward was abandoned before this call ran"] * 2
 
 
 @pytest.mark.parametrize("limits, message", [
