@@ -29,7 +29,9 @@ from rayspec.engine.interfaces import (
     Draft, Outcome, SequenceSpec, SessionClosedError, TokenLogprobs, stream_generator,
 )
 from rayspec.engine.structured import GrammarCursor, GrammarVocabulary, vocabulary_of
-from rayspec.models.batching import DEFAULT_MAX_BATCH_SEQUENCES, DEFAULT_MAX_BATCH_TOKENS, ForwardBatcher
+from rayspec.models.batching import (
+    DEFAULT_MAX_BATCH_SEQUENCES, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PREFILL_CHUNK, ForwardBatcher,
+)
 from rayspec.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB, PrefixCache
 from rayspec.models.tree_lm import TreeLM
 from rayspec.tree.dynamic import DynamicPlan, select_dynamic_tree
@@ -381,15 +383,16 @@ def _path_tokens(node: int, parents, tokens) -> list[int]:
 class _LocalModel:
     """What both sides' models keep: the model, its sizes, the batcher of its forwards
     (`max_batch_sequences` calls and `max_batch_tokens` query rows at most; 1 sequence: each
-    forward alone), its tokenizer's vocabulary for structured output (built at the first
+    forward alone; prefills in chunks of `prefill_chunk_tokens`, 0: whole), its tokenizer's vocabulary for structured output (built at the first
     request that needs it), and the prefix cache of its sequences' rows (`prefix_cache_mb`;
     0: none)."""
 
     def __init__(self, model, tokenizer=None, prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB,
                  max_batch_sequences: int = DEFAULT_MAX_BATCH_SEQUENCES,
-                 max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS):
+                 max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+                 prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK):
         self.model = model
-        self.batcher = ForwardBatcher(max_batch_sequences, max_batch_tokens)
+        self.batcher = ForwardBatcher(max_batch_sequences, max_batch_tokens, prefill_chunk_tokens)
         self.prefix_cache = PrefixCache(int(prefix_cache_mb * 2**20)) if prefix_cache_mb else None
         self.tokenizer = tokenizer
         self.vocab_size = int(model.config.vocab_size)

@@ -29,6 +29,12 @@ or nearly, instead of padding a batch of small trees to its length: on a CPU a p
 costs what a real one does).  A batch that fails (memory, say) is undone — each cache cut
 back to what it held — and each of its calls is run alone, so that one call's failure is
 never another request's.
+
+Chunked prefill (`prefill_chunk`, off by default): a prefill longer than that many tokens goes
+in chunks, each committed before the next, and the forwards other sequences queued meanwhile
+run between two chunks.  It bounds how long a long prompt stalls the sequences that are
+decoding, at the price of that prompt's time to first token: each chunk waits for a forward
+of theirs (measured on the demo pair, `bench/results/prefill_chunk_bench.md`).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ DEFAULT_MAX_BATCH_SEQUENCES = 16
 DEFAULT_MAX_BATCH_TOKENS = 256
 # The most of a batch's query rows that may be padding (calls narrower than the widest).
 MAX_PADDING = 0.5
+DEFAULT_PREFILL_CHUNK = 0  # tokens per prefill chunk; 0: a prefill goes in one forward
 
 
 @dataclass
@@ -96,12 +103,13 @@ class ForwardBatcher:
     """One model's forwards, one at a time, concurrent sequences' calls batched (module doc).
 
     max_sequences: the most calls in one forward (1: no batching, each call alone, as before
-    batching existed).  max_tokens: the most query rows of a padded batch (calls x widest)."""
+    batching existed).  max_tokens: the most query rows of a padded batch (calls x widest).
+    prefill_chunk: tokens per chunk of a prefill (`TreeLM.prefill`; 0: no chunks)."""
 
     def __init__(self, max_sequences: int = DEFAULT_MAX_BATCH_SEQUENCES,
-                 max_tokens: int = DEFAULT_MAX_BATCH_TOKENS):
-        check_batch_limits(max_sequences, max_tokens)
-        self.max_sequences, self.max_tokens = int(max_sequences), int(max_tokens)
+                 max_tokens: int = DEFAULT_MAX_BATCH_TOKENS, prefill_chunk: int = DEFAULT_PREFILL_CHUNK):
+        check_batch_limits(max_sequences, max_tokens, prefill_chunk)
+        self.max_sequences, self.max_tokens, self.prefill_chunk = int(max_sequences), int(max_tokens), int(prefill_chunk)
         self._changed = threading.Condition()
         self._queue: deque[_Call] = deque()
         self._running = False
@@ -179,10 +187,11 @@ class ForwardBatcher:
         self.stats.sizes[len(batch)] = self.stats.sizes.get(len(batch), 0) + 1
 
 
-def check_batch_limits(max_sequences, max_tokens) -> None:
-    for name, value in (("max_batch_sequences", max_sequences), ("max_batch_tokens", max_tokens)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a whole number, 1 or more, got {value!r}")
+def check_batch_limits(max_sequences, max_tokens, prefill_chunk=DEFAULT_PREFILL_CHUNK) -> None:
+    for name, value, least in (("max_batch_sequences", max_sequences, 1), ("max_batch_tokens", max_tokens, 1),
+                               ("prefill_chunk_tokens", prefill_chunk, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be a whole number, {least} or more, got {value!r}")
 
 
 def _batchable(call: _Call) -> bool:

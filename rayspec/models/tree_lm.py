@@ -231,8 +231,23 @@ class TreeLM:
 
     def prefill(self, tokens, last: int | None = None) -> torch.Tensor:
         """Append and commit a causal chain of tokens; returns its logits [n, V], or its last
-        `last` tokens' [last, V]."""
-        n = len(tokens)
-        logits = self.forward(tokens, list(range(-1, n - 1)), list(range(n)), last=last)
-        self.keep(range(self.committed, self.committed + n))
-        return logits
+        `last` tokens' [last, V].
+
+        With a batcher whose `prefill_chunk` is set, a longer chain goes in chunks of that many
+        tokens, each committed before the next (chunked prefill): the model serves the forwards
+        other sequences queued meanwhile between two chunks, so a long prompt delays their
+        steps by a chunk's forward at a time rather than by its whole prefill.  The chunks are
+        a function of the prompt alone, so a seed's tokens do not depend on the load."""
+        tokens = list(tokens)
+        chunk = self.batcher.prefill_chunk if self.batcher is not None else 0
+        size = chunk if chunk and tokens else max(len(tokens), 1)
+        kept = []
+        for start in range(0, max(len(tokens), 1), size):
+            piece = tokens[start : start + size]
+            n = len(piece)
+            # of a chunk before the last, only rows that `last` may still reach
+            rows = None if last is None else min(last, n)
+            kept.append(self.forward(piece, list(range(-1, n - 1)), list(range(n)), last=rows))
+            self.keep(range(self.committed, self.committed + n))
+        logits = kept[0] if len(kept) == 1 else torch.cat(kept)
+        return logits if last is None else logits[-last:]

@@ -25,7 +25,9 @@ import torch
 
 from rayspec.engine.interfaces import Draft
 from rayspec.engine.local import LocalDrafter, LocalTarget
-from rayspec.models.batching import DEFAULT_MAX_BATCH_SEQUENCES, DEFAULT_MAX_BATCH_TOKENS, check_batch_limits
+from rayspec.models.batching import (
+    DEFAULT_MAX_BATCH_SEQUENCES, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PREFILL_CHUNK, check_batch_limits,
+)
 from rayspec.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB
 from rayspec.models.threads import pin_process_to_cpus
 from rayspec.rpc import codec
@@ -198,6 +200,9 @@ def main(argv=None) -> int:
                         help="concurrent sequences one forward may carry (1: no cross-request batching)")
     parser.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS,
                         help="query rows of one batched forward (sequences x the widest one's tokens)")
+    parser.add_argument("--prefill-chunk-tokens", type=int, default=DEFAULT_PREFILL_CHUNK,
+                        help="prefill longer prompts in chunks of this many tokens, other sequences' forwards "
+                        "in between (0: whole)")
     parser.add_argument("--cpus", default=None, help="keep this process on these CPUs, e.g. 0-3 or 2,3 "
                         "(default: wherever Linux schedules it)")
     parser.add_argument("--target", help="coordinator: the target worker's host:port, or 'here' to run the "
@@ -218,7 +223,7 @@ def main(argv=None) -> int:
         except ValueError as error:
             parser.error(str(error))
     try:
-        check_batch_limits(args.max_batch_sequences, args.max_batch_tokens)
+        check_batch_limits(args.max_batch_sequences, args.max_batch_tokens, args.prefill_chunk_tokens)
     except ValueError as error:
         parser.error(str(error))
     if args.threads:
@@ -233,7 +238,8 @@ def main(argv=None) -> int:
         default, handle = (TARGET_PATH, LocalTarget) if role == "target" else (DRAFTER_PATH, LocalDrafter)
         model, tokenizer = load_causal_lm(args.model or default, args.device, args.dtype)
         return handle(model, tokenizer, prefix_cache_mb=args.prefix_cache_mb,
-                      max_batch_sequences=args.max_batch_sequences, max_batch_tokens=args.max_batch_tokens)
+                      max_batch_sequences=args.max_batch_sequences, max_batch_tokens=args.max_batch_tokens,
+                      prefill_chunk_tokens=args.prefill_chunk_tokens)
 
     if args.role == "coordinator":
         from rayspec.rpc.coordinator import serve_generation_from_workers

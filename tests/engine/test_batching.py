@@ -114,3 +114,13 @@ def test_one_forward_runs_at_a_time_on_a_model_however_many_sequences_share_it()
                                for i in range(8)])
     assert most == 1
     assert local_target.batcher.stats.mean_batch > 1
+
+
+def test_a_prompt_of_several_prefill_chunks_decodes_the_targets_greedy_tokens():
+    target = tiny_llama(vocab=64, seed=0)
+    drafter = noisy_copy(target, noise=0.05)
+    prompt = [(7 * i + 3) % 64 for i in range(45)]
+    reference = SpeculativeEngine(LocalTarget(target)).run(prompt, max_new_tokens=16, temperature=0).tokens
+    engine = SpeculativeEngine(LocalTarget(target, prefill_chunk_tokens=8),
+                               LocalDrafter(drafter, prefill_chunk_tokens=8), verifier="rrsw", tree="kary:2x2")
+    assert engine.run(prompt, max_new_tokens=16, temperature=0).tokens == reference

@@ -92,12 +92,14 @@ class _Gate:
 
     def __init__(self, model, fail_batches: bool = False):
         self.sizes: list[int] = []
+        self.shapes: list[tuple[int, int]] = []  # (sequences, widest call's tokens) of each forward
         self.entered, self.released = threading.Event(), threading.Event()
         inner = model.forward
 
         @functools.wraps(inner)  # keeps the signature TreeLM reads its arguments' names from
         def forward(*args, **kwargs):
             self.sizes.append(kwargs["input_ids"].shape[0])
+            self.shapes.append(tuple(kwargs["input_ids"].shape))
             self.entered.set()
             self.released.wait(10)
             return inner(*args, **kwargs)
@@ -254,9 +256,52 @@ def test_calls_of_a_forward_that_broke_off_get_an_error_not_nothing(model):
     assert [str(r) for r in results[2:]] == ["the model's forward was abandoned before this call ran"] * 2
 
 
+@pytest.mark.parametrize("last", [None, 1, 3])
+def test_a_long_prefill_goes_in_chunks_and_gives_the_logits_of_one_forward(model, last):
+    prompt = torch.randint(VOCAB, (30,), generator=torch.Generator().manual_seed(5)).tolist()
+    whole = TreeLM(model)
+    expected = whole.prefill(prompt, last=last)
+    assert TreeLM(model, ForwardBatcher(max_tokens=8)).prefill(prompt, last=last).shape == expected.shape
+    chunked = TreeLM(model, ForwardBatcher(prefill_chunk=8))
+    widths = []
+    inner = chunked.forward_alone
+    chunked.forward_alone = lambda tokens, *args, **kwargs: widths.append(len(tokens)) or inner(tokens, *args, **kwargs)
+    got = chunked.prefill(prompt, last=last)
+    assert widths == [8, 8, 8, 6]
+    assert got.shape == expected.shape == (30 if last is None else last, VOCAB)
+    assert float((got - expected).abs().max()) <= TOLERANCE
+    assert chunked.committed == chunked.cached == whole.committed == 30
+    for mine, theirs in zip(_cache_rows(chunked), _cache_rows(whole)):
+        assert float((mine - theirs).abs().max()) <= TOLERANCE
+
+
+def test_other_sequences_forwards_run_between_the_chunks_of_a_long_prefill(model):
+    """A 30-token prefill in chunks of 8 (its first held by a gate) and a 3-node tree queued
+    behind that first chunk: the tree is computed next — alone, or beside the second chunk —
+    and the prefill's last chunk after it; whole, the prefill would have gone first."""
+    batcher = ForwardBatcher(prefill_chunk=8)
+    prefilling, other = TreeLM(model, batcher), _sequence(model, 6, 1, batcher)
+    gate = _Gate(model)
+    threads = [threading.Thread(target=lambda: prefilling.prefill(list(range(30)), last=1)),
+               threading.Thread(target=lambda: other.forward(**_tree_call(TreeShape.kary(2, 1), 1)))]
+    threads[0].start()
+    assert gate.entered.wait(10)
+    threads[1].start()
+    deadline = time.monotonic() + 10
+    while batcher.waiting < 1 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    gate.open()
+    for thread in threads:
+        thread.join(30)
+    assert gate.shapes[0] == (1, 8) and gate.shapes[1] in [(1, 3), (2, 8)]
+    assert gate.shapes[2:] in ([(1, 8), (1, 8), (1, 6)], [(1, 8), (1, 6)])
+    assert prefilling.committed == 30 and other.cached == 6 + 3
+
+
 @pytest.mark.parametrize("limits, message", [
     (dict(max_sequences=0), "max_batch_sequences must be a whole number, 1 or more, got 0"),
     (dict(max_tokens=2.5), "max_batch_tokens must be a whole number, 1 or more, got 2.5"),
+    (dict(prefill_chunk=-1), "prefill_chunk_tokens must be a whole number, 0 or more, got -1"),
     (dict(max_sequences=True), "max_batch_sequences must be a whole number"),
 ])
 def test_bad_limits_are_refused(limits, message):

@@ -23,6 +23,7 @@ def test_drafters_in_the_coordinator_get_no_bundle():
     ({"cpus": "2-0"}, "cpus: the range '2-0' runs backwards"),
     ({"max_batch_sequences": 0}, "max_batch_sequences must be a whole number, 1 or more, got 0"),
     ({"max_batch_tokens": "many"}, "max_batch_tokens must be a whole number, 1 or more, got 'many'"),
+    ({"prefill_chunk_tokens": -8}, "prefill_chunk_tokens must be a whole number, 0 or more, got -8"),
 ])
 def test_bad_drafter_settings_are_refused_with_a_message(drafter, message):
     with pytest.raises(ValueError) as raised:
@@ -59,6 +60,7 @@ def test_graft_predictions_takes_the_engines_modes():
 def test_a_models_batching_limits_reach_its_batcher():
     from rayspec.demo import DRAFTER_PATH
 
-    config = ServiceConfig.from_dict({"drafters": [{"max_batch_sequences": 4, "max_batch_tokens": 64}]})
+    config = ServiceConfig.from_dict({"drafters": [{"max_batch_sequences": 4, "max_batch_tokens": 64,
+                                                    "prefill_chunk_tokens": 128}]})
     batcher = config.drafters[0].local(DRAFTER_PATH).batcher
-    assert (batcher.max_sequences, batcher.max_tokens) == (4, 64)
+    assert (batcher.max_sequences, batcher.max_tokens, batcher.prefill_chunk) == (4, 64, 128)
