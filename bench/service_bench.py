@@ -500,7 +500,8 @@ def locust_sweep(users, seconds, max_tokens, target_where="worker", batching="on
     log = open(RESULTS / f"service_bench_serve_{target_where}_{batching}.log", "w")  # one per configuration
     config = Path(tempfile.mkdtemp()) / "serve.yaml"
     alone = ", max_batch_sequences: 1" if batching == "off" else ""
-    config.write_text(f"target: {{where: {target_where}{alone}}}\n" + (f"drafters: [{{{alone[2:]}}}]\n" if alone else ""))
+    drafters = f"drafters: [{{{alone[2:]}}}]\n" if alone else ""
+    config.write_text(f"target: {{where: {target_where}{alone}}}\n" + drafters)
     serve = subprocess.Popen([sys.executable, "-m", "rayspec.cli", "serve", str(config)], cwd=ROOT, env=env,
                              stdout=subprocess.PIPE, stderr=log, text=True)
     try:
@@ -786,8 +787,8 @@ def write_markdown(path, result):
                   "| target | batching | client | users | requests | requests/s | failures | TTFT p50 ms | TTFT p99 ms | inter-chunk p50 ms | inter-chunk p99 ms | tokens/s per request p50 |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in result["locust"]:
-            lines.append(f"| {r.get('target', 'worker')} | {r.get('batching', 'none')} | {r['client']} | {r['users']} | {r['requests']} "
-                         f"| {r.get('requests/s', 0):.2f} | {r['failures']} | {r.get('TTFT ms p50', 0):.0f} | "
+            lines.append(f"| {r.get('target', 'worker')} | {r.get('batching', 'none')} | {r['client']} | {r['users']} "
+                         f"| {r['requests']} | {r.get('requests/s', 0):.2f} | {r['failures']} | {r.get('TTFT ms p50', 0):.0f} | "
                          f"{r.get('TTFT ms p99', 0):.0f} | {r.get('inter-chunk ms p50', 0):.0f} | {r.get('inter-chunk ms p99', 0):.0f} | "
                          f"{r.get('tokens/s p50', 0):.1f} |")
     path.write_text("\n".join(lines) + "\n")

@@ -227,8 +227,8 @@ class LocalTargetSession(_Session):
                 self.scored_logits = None
                 raise
             logprobs = self.commit(verdict.tokens, verdict.path)
-        return Outcome(verdict.tokens, verdict.path, verdict.ranks, scored - start, verified - scored, logprobs=logprobs,
-                       batch_size=self.lm.batch_sizes[-1])
+        return Outcome(verdict.tokens, verdict.path, verdict.ranks, scored - start, verified - scored,
+                       logprobs=logprobs, batch_size=self.lm.batch_sizes[-1])
 
 
 class LocalDrafterSession(_Session):
@@ -382,10 +382,10 @@ def _path_tokens(node: int, parents, tokens) -> list[int]:
 
 class _LocalModel:
     """What both sides' models keep: the model, its sizes, the batcher of its forwards
-    (`max_batch_sequences` calls and `max_batch_tokens` query rows at most; 1 sequence: each
-    forward alone; prefills in chunks of `prefill_chunk_tokens`, 0: whole), its tokenizer's vocabulary for structured output (built at the first
-    request that needs it), and the prefix cache of its sequences' rows (`prefix_cache_mb`;
-    0: none)."""
+    (`max_batch_sequences` calls and `max_batch_tokens` query rows at most, 1 sequence: each
+    forward alone; prefills in chunks of `prefill_chunk_tokens`, 0: whole), its tokenizer's
+    vocabulary for structured output (built at the first request that needs it), and the
+    prefix cache of its sequences' rows (`prefix_cache_mb`; 0: none)."""
 
     def __init__(self, model, tokenizer=None, prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB,
                  max_batch_sequences: int = DEFAULT_MAX_BATCH_SEQUENCES,

@@ -109,7 +109,8 @@ class ForwardBatcher:
     def __init__(self, max_sequences: int = DEFAULT_MAX_BATCH_SEQUENCES,
                  max_tokens: int = DEFAULT_MAX_BATCH_TOKENS, prefill_chunk: int = DEFAULT_PREFILL_CHUNK):
         check_batch_limits(max_sequences, max_tokens, prefill_chunk)
-        self.max_sequences, self.max_tokens, self.prefill_chunk = int(max_sequences), int(max_tokens), int(prefill_chunk)
+        self.max_sequences, self.max_tokens = int(max_sequences), int(max_tokens)
+        self.prefill_chunk = int(prefill_chunk)
         self._changed = threading.Condition()
         self._queue: deque[_Call] = deque()
         self._running = False

@@ -5,9 +5,9 @@ applications) from colliding, and keeps Ray's and Python's default collectors ou
 service's `/metrics`.  Per verification step: tokens emitted (the acceptance length),
 visits and descents at every tree depth, seconds per phase, bytes that crossed a process
 boundary, and how many sequences shared each model's forwards (cross-request batching).  Per
-generation, as vLLM's serving metrics: time to first token, the gaps between
-its steps that emit tokens (a stream's inter-chunk latency), time per output token, its
-length in seconds, tokens per second, prompt tokens, and how it ended.  Per HTTP request: the
+generation, as vLLM's serving metrics: time to first token, the gaps between its steps that
+emit tokens (a stream's inter-chunk latency), time per output token, its length in seconds,
+tokens per second, prompt tokens, and how it ended.  Per HTTP request: the
 count by endpoint and status.
 
 Phases follow `StepStats`: draft (the drafter's compute), score (the target's forward),
