@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers.cache_utils import DynamicLayer
 
+from rayspec.models.tree_lm import visible_beyond_prefix
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BATCH_SEQUENCES = 16
@@ -203,8 +205,6 @@ def _batchable(call: _Call) -> bool:
 def forward_batch(calls: list[_Call]) -> list[torch.Tensor]:
     """Each call's logits (as `TreeLM.forward_alone` returns them, float32), from one forward
     over all of them: tokens padded to the widest call, caches to the longest (module doc)."""
-    from rayspec.models.tree_lm import visible_beyond_prefix
-
     first = calls[0].lm
     model, device, dtype = first.model, first.device, first.dtype
     widths = [call.width for call in calls]
