@@ -179,9 +179,8 @@ class ForwardBatcher:
             except Exception:  # noqa: BLE001 — undone, then each call alone below
                 log.warning("a batched forward of %d sequences failed; running them one by one", len(batch),
                             exc_info=True)
-                for call, rows in zip(batch, before):
+                for call, rows in zip(batch, before):  # logits are set only once the whole batch returned
                     call.lm.truncate(rows)
-                    call.logits = None
                 self.stats.failed_batches += 1
                 for call in batch:
                     call.run_alone()
