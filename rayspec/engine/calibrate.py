@@ -8,14 +8,20 @@ deployment adds — gRPC and the network for remote workers.
   * target: star trees (a root and n - 1 children) of n = 1, 2, 4, ... nodes, verified with
     `greedy` (its walk is negligible next to the forward);
   * drafter: w parallel chains of depth 1 and of depth 3 — the difference is two levels
-    that each expand w nodes.
+    that each expand w nodes;
+  * under load (`CostModel.under_load`): B = `LOAD_SEQUENCES` sessions of each model step at
+    once (one thread each, as concurrent requests do), their forwards batched by the model's
+    batcher: the round's time beyond one call of all B sessions' rows is the part of a call
+    that batching does not share, per other sequence.
 Each figure is a median over repeats (these machines are noisy).
 """
 
 from __future__ import annotations
 
 import statistics
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -29,17 +35,26 @@ TARGET_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 DRAFT_WIDTHS = (1, 2, 4, 8, 16, 32)
 
 
+LOAD_SEQUENCES = 8
+
+
 @dataclass(frozen=True)
 class Costs:
     target: MeasuredTimes  # seconds to verify an n-node tree
     draft_level: MeasuredTimes  # seconds per drafted level expanding w nodes
     draft_base: float  # seconds of a draft call besides its levels (prefill, transport)
+    # Seconds each further concurrent sequence adds to a target call and to a drafted level
+    # beyond its rows: what batching does not share (0: not measured, load costs rows only).
+    target_per_sequence: float = 0.0
+    draft_per_sequence: float = 0.0
 
     def to_json(self) -> dict:
         return {
             "target_seconds": dict(zip(self.target.sizes, self.target.seconds)),
             "draft_level_seconds": dict(zip(self.draft_level.sizes, self.draft_level.seconds)),
             "draft_base_seconds": self.draft_base,
+            "target_per_sequence_seconds": self.target_per_sequence,
+            "draft_per_sequence_seconds": self.draft_per_sequence,
         }
 
     @classmethod
@@ -48,10 +63,14 @@ class Costs:
             MeasuredTimes.from_dict(data["target_seconds"]),
             MeasuredTimes.from_dict(data["draft_level_seconds"]),
             float(data["draft_base_seconds"]),
+            float(data.get("target_per_sequence_seconds", 0.0)),  # absent from older coordinators' costs
+            float(data.get("draft_per_sequence_seconds", 0.0)),
         )
 
     def draft_seconds(self, width: int) -> float:
-        return self.draft_level(min(max(width, self.draft_level.sizes[0]), self.draft_level.sizes[-1]))
+        """Seconds of a drafted level expanding `width` nodes (beyond the widest measured,
+        `MeasuredTimes.extrapolated`)."""
+        return self.draft_level.extrapolated(max(width, self.draft_level.sizes[0]))
 
 
 def _star(n: int) -> TreeShape:
@@ -98,46 +117,93 @@ def _median_seconds(run, repeats: int) -> float:
     return statistics.median(times[1:])  # the first call warms up
 
 
-def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS, repeats: int = 5) -> Costs:
+def _concurrent_seconds(calls: list, repeats: int) -> float:
+    """Median seconds from releasing every call of `calls` at once (a thread each) to the last
+    one's end."""
+    times = []
+    with ThreadPoolExecutor(len(calls)) as pool:
+        for _ in range(repeats + 1):
+            start = threading.Barrier(len(calls) + 1)
+
+            def released(call):
+                start.wait()
+                call()
+
+            running = [pool.submit(released, call) for call in calls]
+            start.wait()
+            began = time.perf_counter()
+            for future in running:
+                future.result()
+            times.append(time.perf_counter() - began)
+    return statistics.median(times[1:])  # the first round warms up
+
+
+def _per_sequence(round_seconds: float, batched_seconds: float, sequences: int) -> float:
+    return max((round_seconds - batched_seconds) / (sequences - 1), 0.0)
+
+
+def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS, repeats: int = 5,
+                  load_sequences: int = LOAD_SEQUENCES) -> Costs:
+    """The costs of the module docstring; `load_sequences` < 2 leaves the load terms 0."""
     generator = torch.Generator().manual_seed(0)
     sizes = [n for n in sizes if n < target.context_length // 4]
+    loaded = load_sequences >= 2
 
-    verifying = _Stepper(target, _spec(target.vocab_size))
-
-    def verify(n: int) -> None:
-        verifying.room(n)
+    def verify(stepper: _Stepper, n: int) -> None:
+        stepper.room(n)
         tokens = torch.randint(target.vocab_size, (n,), generator=generator)
-        tokens[0] = verifying.last
-        outcome = verifying.session.verify(Draft(DraftTree(_star(n), tokens), None))
-        verifying.last, verifying.length = outcome.tokens[-1], verifying.length + len(outcome.tokens)
+        tokens[0] = stepper.last
+        outcome = stepper.session.verify(Draft(DraftTree(_star(n), tokens), None))
+        stepper.last, stepper.length = outcome.tokens[-1], stepper.length + len(outcome.tokens)
 
+    verifying = [_Stepper(target, _spec(target.vocab_size)) for _ in range(max(load_sequences, 1))]
     try:
-        target_times = MeasuredTimes(tuple(sizes), tuple(_median_seconds(lambda: verify(n), repeats) for n in sizes))
+        target_times = MeasuredTimes(tuple(sizes), tuple(_median_seconds(lambda: verify(verifying[0], n), repeats)
+                                                         for n in sizes))
+        target_per_sequence = 0.0
+        if loaded:
+            for stepper in verifying:
+                stepper.room(1)  # each session's prefill, before the timed rounds
+            round_seconds = _concurrent_seconds([lambda s=s: verify(s, 1) for s in verifying], repeats)
+            target_per_sequence = _per_sequence(round_seconds, target_times.extrapolated(load_sequences),
+                                                load_sequences)
     finally:
-        verifying.close()
+        for stepper in verifying:
+            stepper.close()
     if drafter is None:
-        return Costs(target_times, MeasuredTimes((1,), (0.0,)), 0.0)
+        return Costs(target_times, MeasuredTimes((1,), (0.0,)), 0.0, target_per_sequence)
 
-    drafting = _Stepper(drafter, _spec(drafter.vocab_size))  # drafters know the target's context length
+    # drafters know the target's context length
+    drafting = [_Stepper(drafter, _spec(drafter.vocab_size)) for _ in range(max(load_sequences, 1))]
 
-    def draft(shape: TreeShape) -> None:
+    def draft(stepper: _Stepper, shape: TreeShape) -> None:
         # Steady state: commit one emitted token (nothing accepted), then draft.
-        fresh = drafting.session is None or drafting.length + shape.max_depth + 2 >= drafter.context_length
-        drafting.room(shape.max_depth)
+        fresh = stepper.session is None or stepper.length + shape.max_depth + 2 >= drafter.context_length
+        stepper.room(shape.max_depth)
         previous = None if fresh else Outcome([int(torch.randint(drafter.vocab_size, (1,), generator=generator))], [], [0])
         if fresh:  # the first draft of a session prefills the prompt: not a step's cost
-            drafting.session.draft(TreeShape.chain(1), None)
+            stepper.session.draft(TreeShape.chain(1), None)
             previous = Outcome([1], [], [0])
-        drafting.session.draft(shape, previous)
-        drafting.length += 1
+        stepper.session.draft(shape, previous)
+        stepper.length += 1
 
     per_level, bases = [], []
+    draft_per_sequence = 0.0
     try:
         for width in widths:
-            one = _median_seconds(lambda: draft(_parallel_chains(width, 1)), repeats)
-            three = _median_seconds(lambda: draft(_parallel_chains(width, 3)), repeats)
+            one = _median_seconds(lambda: draft(drafting[0], _parallel_chains(width, 1)), repeats)
+            three = _median_seconds(lambda: draft(drafting[0], _parallel_chains(width, 3)), repeats)
             per_level.append(max((three - one) / 2, 0.0))
             bases.append(max(one - per_level[-1], 0.0))
+        levels, base = MeasuredTimes(tuple(widths), tuple(per_level)), statistics.median(bases)
+        if loaded:
+            one_level = _parallel_chains(1, 1)
+            for stepper in drafting:
+                draft(stepper, one_level)  # each session's prefill, before the timed rounds
+            round_seconds = _concurrent_seconds([lambda s=s: draft(s, one_level) for s in drafting], repeats)
+            draft_per_sequence = _per_sequence(round_seconds, base + levels.extrapolated(load_sequences),
+                                               load_sequences)
     finally:
-        drafting.close()
-    return Costs(target_times, MeasuredTimes(tuple(widths), tuple(per_level)), statistics.median(bases))
+        for stepper in drafting:
+            stepper.close()
+    return Costs(target_times, levels, base, target_per_sequence, draft_per_sequence)

@@ -20,7 +20,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -168,7 +168,7 @@ class SpeculativeEngine:
 
     def __init__(self, target, drafter=None, verifier: str = "rrsw", tree="sequoia:auto",
                  verifier_params: dict | None = None, tokenizer=None, acceptance_dir=None, adaptive: bool = True,
-                 costs=None, graft_predictions: str = "auto"):
+                 costs=None, graft_predictions: str = "auto", load_aware: bool = True):
         """tree: a tree spec (see `rayspec.engine.policy`) or a TreeShape; `acceptance_dir`
         holds the measured acceptance vectors Sequoia trees are planned from; `adaptive`
         lets Sequoia trees re-plan from the ranks accepted while serving; `costs` (measured by
@@ -176,7 +176,10 @@ class SpeculativeEngine:
         gives them when first needed (another coordinator's, measured there once).
         graft_predictions: above T = 0, whether a prediction's chain is drafted beside the
         drafter's tree ("always"), instead of it ("never"), or whichever gives more tokens per
-        second by the measured costs ("auto"; `rayspec.engine.prediction.GraftChoice`)."""
+        second by the measured costs ("auto"; `rayspec.engine.prediction.GraftChoice`).
+        load_aware: sequoia:auto trees are priced for the sequences decoding at once
+        (`rayspec.engine.policy`), shrinking under load; requests with a seed keep the tree
+        planned for one sequence."""
         self.target = target
         self.drafter = drafter
         self.tokenizer = tokenizer
@@ -184,6 +187,9 @@ class SpeculativeEngine:
         self.verifier_params = dict(verifier_params or {})
         self.library = AcceptanceLibrary(acceptance_dir)
         self.adaptive = adaptive
+        self.load_aware = load_aware
+        self._decoding = 0  # generations between their first and last step, here
+        self._decoding_lock = threading.Lock()
         check_graft_mode(graft_predictions)
         self.graft_predictions = graft_predictions
         self._costs = None if callable(costs) else costs
@@ -242,7 +248,8 @@ class SpeculativeEngine:
         if isinstance(key, SequoiaSpec):
             if key.budget is None:
                 self.costs()
-            return SequoiaTrees(key, self.library, self.costs, self.target.vocab_size, adaptive=self.adaptive)
+            return SequoiaTrees(key, self.library, self.costs, self.target.vocab_size, adaptive=self.adaptive,
+                                load_aware=self.load_aware)
         return StaticTrees(key)
 
     def generate(
@@ -354,6 +361,7 @@ class SpeculativeEngine:
                                    step_cost_model(costs, verifier, self.target.vocab_size))
         with ExitStack() as sessions:
             target = sessions.enter_context(_closing(self.target.open(spec)))
+            sessions.enter_context(self._counted())
             stats.cached_prompt_tokens = getattr(target, "cached_tokens", 0)
             prompt_chunk_logprobs = _prompt_logprobs(target, spec)
             drafting = sessions.enter_context(ExitStack())  # the drafter's session
@@ -367,7 +375,10 @@ class SpeculativeEngine:
                 if not drafts:  # past the drafter's context for good: its session, if open, goes now
                     drafting.close()
                     drafter = unseen = None
-                planned = (policy.first_shape if replayable else policy.next_shape)(verifier, params.temperature)
+                if replayable:
+                    planned = policy.first_shape(verifier, params.temperature)
+                else:
+                    planned = policy.next_shape(verifier, params.temperature, self._decoding)
                 step_shape = planned.truncated(draft_context - length - 1)
                 draft = None if predicted is None else predicted.draft(min(chain.max_depth, context - length - 1))
                 chained = draft is not None  # the step drafts the prediction's chain, alone or grafted
@@ -401,7 +412,7 @@ class SpeculativeEngine:
                 # What a prediction accepts says nothing of the drafter; the drafter's part of a
                 # grafted tree is verified against p less the prediction's head, not p.
                 if placed is None and (by_drafter or predicted is None):
-                    policy.observe(verifier, params.temperature, draft.tree.shape, outcome)
+                    policy.observe(verifier, params.temperature, draft.tree.shape, outcome, self._decoding)
                 new = list(outcome.tokens)
                 finish = stop_reason = None
                 room = max_new_tokens - len(produced)
@@ -441,6 +452,22 @@ class SpeculativeEngine:
                 prompt_chunk_logprobs = None
                 if finish is not None:
                     return
+
+    @contextmanager
+    def _counted(self):
+        """Count a generation among those decoding (what load-aware trees are planned for)."""
+        with self._decoding_lock:
+            self._decoding += 1
+        try:
+            yield
+        finally:
+            with self._decoding_lock:
+                self._decoding -= 1
+
+    @property
+    def decoding(self) -> int:
+        """Generations decoding on this engine now."""
+        return self._decoding
 
     def _stop_ids(self, stop: Sequence[str | int] | None, ignore_eos: bool) -> tuple[int, ...]:
         """The tokens that end a completion: the stop list's ids, and the target's EOS ids

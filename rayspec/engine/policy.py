@@ -17,6 +17,18 @@ decoding: drafting was predicted not to pay) drafts nothing to learn from, so ev
 accepted ranks feed the estimate and can bring drafting back; each re-planning check that
 confirms the one-node plan halves the probing rate (down to one step in 16 x explore_every),
 so that a plan that is right costs little to keep checking.
+
+sequoia:auto trees are also load-aware.  With B sequences decoding at once, their forwards
+batched, a tree is priced at what a round of B steps costs (`CostModel.under_load`, from the
+per-sequence costs `rayspec.engine.calibrate` measures), so that trees shrink under load.
+Whether drafting pays at all under load is then measured rather than modelled (the model
+misses host work that grows with load, such as each sequence's verification of its draft
+laws): a `TreeTrial` serves the priced tree and target-only decoding in turn, keeps the one
+that gave more tokens per second, and re-measures the other now and then.  B is
+the larger of the sequences the engine decodes now and the recent sequences per target
+forward (which counts other coordinators' too), rounded to a power of two.  Requests that
+give a seed keep the tree planned for one sequence: their tokens must not depend on what
+else is served.
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ import json
 import logging
 import re
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +45,9 @@ import numpy as np
 
 from rayspec.tree.acceptance import AcceptanceEstimate, RunningAcceptance
 from rayspec.tree.dynamic import DynamicPlan
-from rayspec.tree.planner import CostModel, Plan, payload_bytes, plan_tree, replan_decision
+from rayspec.tree.planner import (
+    Candidate, CostModel, Plan, candidates_from_solution, payload_bytes, plan_tree, price, replan_decision,
+)
 from rayspec.tree.sequoia import expected_tokens, solve
 from rayspec.tree.structure import TreeShape
 from rayspec.verify import verifier_class
@@ -44,6 +59,7 @@ log = logging.getLogger("rayspec.trees")
 DEFAULT_VECTOR = (0.55, 0.12, 0.05, 0.03, 0.02, 0.01, 0.01, 0.01)
 DEFAULT_DEPTH = 10
 AUTO_MAX_BUDGET = 128
+MAX_LOAD = 64  # sequences a load-aware plan is made for, at most
 
 
 @dataclass(frozen=True)
@@ -126,9 +142,10 @@ class AcceptanceLibrary:
 
 
 def step_cost_model(costs, verifier: str, vocab_size: int, rtt: float = 0.0, draft_rtt: float = 0.0,
-                    bandwidth: float = float("inf")) -> CostModel:
+                    bandwidth: float = float("inf"), sequences: int = 1) -> CostModel:
     """The planner's cost of a step from measured costs (`rayspec.engine.calibrate.Costs`),
-    plus optional network terms; the verifier decides whether the q rows travel."""
+    plus optional network terms, with `sequences` decoding at once; the verifier decides
+    whether the q rows travel."""
     ships_q = verifier_class(verifier).needs_draft_probs
     return CostModel(
         target_seconds=costs.target,
@@ -138,7 +155,108 @@ def step_cost_model(costs, verifier: str, vocab_size: int, rtt: float = 0.0, dra
         draft_rtt=draft_rtt,
         bandwidth=bandwidth,
         bytes_per_step=lambda shape: payload_bytes(shape, vocab_size, ships_q),
-    )
+    ).under_load(sequences, costs.target_per_sequence, costs.draft_per_sequence)
+
+
+def load_level(sequences: float) -> int:
+    """The power of two nearest `sequences` (in ratio), within 1..MAX_LOAD: plans are made
+    per level, so that a load that wavers between neighbours does not re-plan each step."""
+    if not sequences > 1:
+        return 1
+    return int(min(2 ** round(float(np.log2(sequences))), MAX_LOAD))
+
+
+class LoadGauge:
+    """Sequences per target forward, as the steps' outcomes report them, smoothed over about
+    `span` steps of every sequence together."""
+
+    def __init__(self, span: int = 16):
+        self.weight = 1.0 / span
+        self.mean = 1.0
+
+    def observe(self, batch_size: int) -> None:
+        if batch_size > 0:  # 0: the target did not say
+            self.mean += self.weight * (batch_size - self.mean)
+
+
+class TreeTrial:
+    """Two trees for one load of `sequences` at once, served in turn and kept by the tokens
+    per second they gave.
+
+    By the count of steps handed out: the first `window` steps draft `trees[0]`, the next
+    `window` `trees[1]`; then, cycle after cycle, `exploit` steps draft the tree with the
+    higher measured rate and `window` steps the other, so that a change of conditions is
+    noticed; each cycle that confirms the same tree doubles the next one's `exploit` steps
+    (up to 8 times), so that a clear choice costs little to keep checking.
+
+    A tree's rate is measured over the wall clock, as throughput: the tokens of its steps
+    that ended after its turn settled, over the time from then to the last of them.  A turn
+    settles once `sequences` of its steps have ended — each sequence's steps follow one
+    another, so by then the other tree's steps have drained and no longer share its forwards.
+    Each turn's tokens and seconds add to the tree's earlier ones halved, so that the rate
+    follows its recent turns.  `interrupt()` (the load left this level) drops the turn under
+    way: the time until the load comes back is not the tree's."""
+
+    def __init__(self, trees: tuple, sequences: int, window: int = 128, exploit: int = 896, clock=time.monotonic):
+        if window < 1 or exploit < 0 or sequences < 1:
+            raise ValueError(f"need window >= 1, exploit >= 0 and sequences >= 1, got {window}, {exploit}, {sequences}")
+        self.trees, self.sequences, self.window, self.exploit = tuple(trees), sequences, window, exploit
+        self.clock = clock
+        self.tokens, self.seconds = [0.0, 0.0], [0.0, 0.0]
+        self.handed = 0
+        self.best = 0
+        self.serving: int | None = None  # the tree of the turn under way
+        self._cycle_start, self._cycle_exploit = 2 * window, exploit
+        self._ended = 0  # steps of the turn's tree ended since it began
+        self._settled_at: float | None = None
+        self._last_end = 0.0
+        self._turn_tokens = 0
+
+    def rate(self, arm: int) -> float | None:
+        """Tokens per second measured for `trees[arm]` (None: no settled turn yet)."""
+        return self.tokens[arm] / self.seconds[arm] if self.seconds[arm] > 0 else None
+
+    def next(self):
+        n, self.handed = self.handed, self.handed + 1
+        if n < 2 * self.window:
+            arm = n // self.window
+        else:
+            if n == self._cycle_start + self._cycle_exploit + self.window:  # a cycle ends
+                self._cycle_start = n
+            if n == self._cycle_start:
+                self._close_turn()  # the turn under way is measured before the trees are compared
+                rates = [self.rate(0), self.rate(1)]
+                if None not in rates:
+                    best = int(rates[1] > rates[0])
+                    confirmed = best == self.best and n > 2 * self.window
+                    self._cycle_exploit = min(2 * self._cycle_exploit, 8 * self.exploit) if confirmed else self.exploit
+                    self.best = best
+            arm = self.best if n - self._cycle_start < self._cycle_exploit else 1 - self.best
+        if arm != self.serving:
+            self._close_turn()
+            self.serving = arm
+        return self.trees[arm]
+
+    def _close_turn(self) -> None:
+        """Add the turn under way to its tree's figures; the next turn settles anew."""
+        if self.serving is not None and self._settled_at is not None and self._last_end > self._settled_at:
+            self.tokens[self.serving] = self.tokens[self.serving] / 2 + self._turn_tokens
+            self.seconds[self.serving] = self.seconds[self.serving] / 2 + (self._last_end - self._settled_at)
+        self.interrupt()
+
+    def interrupt(self) -> None:
+        self._ended, self._settled_at, self._turn_tokens = 0, None, 0
+
+    def record(self, tree, tokens: int) -> None:
+        """A step of `tree` that emitted `tokens` ended now."""
+        if self.serving is None or tree != self.trees[self.serving]:
+            return
+        self._ended += 1
+        if self._settled_at is not None:
+            self._turn_tokens += tokens
+            self._last_end = self.clock()
+        elif self._ended >= self.sequences:
+            self._settled_at = self.clock()
 
 
 class TreePolicy:
@@ -146,16 +264,17 @@ class TreePolicy:
         """The planned tree."""
         raise NotImplementedError
 
-    def next_shape(self, verifier: str, temperature: float) -> TreeShape | DynamicPlan:
-        """The tree to draft at the next step: the planned one unless the policy explores."""
+    def next_shape(self, verifier: str, temperature: float, sequences: int = 1) -> TreeShape | DynamicPlan:
+        """The tree to draft at the next step, with `sequences` decoding at once on this
+        engine: the planned one unless the policy explores or plans for load."""
         return self.shape_for(verifier, temperature)
 
     def first_shape(self, verifier: str, temperature: float) -> TreeShape | DynamicPlan:
         """The tree of a replayable request: one that does not depend on what was served."""
         return self.next_shape(verifier, temperature)
 
-    def observe(self, verifier: str, temperature: float, shape, outcome) -> None:
-        pass
+    def observe(self, verifier: str, temperature: float, shape, outcome, sequences: int = 1) -> None:
+        """A step drafted `shape` and got `outcome`, `sequences` decoding at once."""
 
 
 class StaticTrees(TreePolicy):
@@ -177,11 +296,12 @@ class Replanned:
 
 
 class SequoiaTrees(TreePolicy):
-    """Sequoia's optimal trees per (verifier, temperature), optionally hardware-aware and adaptive."""
+    """Sequoia's optimal trees per (verifier, temperature), optionally hardware-aware, adaptive
+    and (sequoia:auto) load-aware."""
 
     def __init__(self, spec: SequoiaSpec, library: AcceptanceLibrary, costs=None, vocab_size: int = 0,
                  adaptive: bool = True, replan_every: int = 32, threshold: float = 0.05, min_samples: float = 200.0,
-                 explore_every: int = 4, explore_budget: int = 8):
+                 explore_every: int = 4, explore_budget: int = 8, load_aware: bool = True):
         if spec.budget is None and costs is None:
             raise ValueError("sequoia:auto needs measured costs")
         if explore_every < 1 or explore_budget < 2:
@@ -189,7 +309,14 @@ class SequoiaTrees(TreePolicy):
         self.spec, self.library, self.costs, self.vocab_size = spec, library, costs, vocab_size
         self.adaptive, self.replan_every, self.threshold, self.min_samples = adaptive, replan_every, threshold, min_samples
         self.explore_every, self.explore_budget = explore_every, explore_budget
-        self._plans: dict[tuple[str, float], TreeShape] = {}
+        self.load_aware = load_aware and spec.budget is None  # only sequoia:auto prices its trees
+        self.load = LoadGauge()
+        self._plans: dict[tuple[str, float], TreeShape] = {}  # for one sequence
+        self._vectors: dict[tuple[str, float], np.ndarray] = {}  # what each key's plan was made from
+        self._candidates: dict[tuple[str, float], list[Candidate]] = {}  # its DP trees, priced per load
+        self._load_plans: dict[tuple[tuple[str, float], int], TreeShape] = {}  # (key, load level) -> tree
+        self._trials: dict[tuple[tuple[str, float], int], TreeTrial] = {}  # ... -> it against target-only
+        self._levels: dict[tuple[str, float], int] = {}  # the load each key's last step was planned for
         self._first_plans: dict[tuple[str, float], TreeShape] = {}  # before any re-planning
         self._running: dict[tuple[str, float], RunningAcceptance] = {}
         self._idle_steps: dict[tuple[str, float], int] = {}  # steps decoded on a one-node plan
@@ -204,8 +331,12 @@ class SequoiaTrees(TreePolicy):
     def _key(verifier: str, temperature: float) -> tuple[str, float]:
         return verifier, round(float(temperature), 1)
 
-    def cost_model(self, verifier: str) -> CostModel:
-        return step_cost_model(self.costs() if callable(self.costs) else self.costs, verifier, self.vocab_size)
+    def cost_model(self, verifier: str, sequences: int = 1) -> CostModel:
+        return step_cost_model(self.costs() if callable(self.costs) else self.costs, verifier, self.vocab_size,
+                               sequences=sequences)
+
+    def _budgets(self) -> list[int]:
+        return [n for n in self.cost_model("greedy").target_seconds.sizes if n <= AUTO_MAX_BUDGET]
 
     def plan(self, verifier: str, vector) -> Plan | TreeShape:
         max_children = verifier_class(verifier).max_drafts
@@ -222,6 +353,7 @@ class SequoiaTrees(TreePolicy):
                 vector, source = self.library.lookup(verifier, key[1])
                 planned = self.plan(verifier, vector)
                 self._plans[key] = self._first_plans[key] = planned.shape if isinstance(planned, Plan) else planned
+                self._vectors[key] = np.asarray(vector)
                 log.info("tree for %s at T=%.1f: %d nodes, depth %d, from the %s vector",
                          verifier, key[1], self._plans[key].size, self._plans[key].max_depth, source)
                 if self.adaptive:
@@ -236,11 +368,62 @@ class SequoiaTrees(TreePolicy):
         with self._lock:
             return self._first_plans[self._key(verifier, temperature)]
 
-    def next_shape(self, verifier, temperature):
+    def load_level(self, sequences: int = 1) -> int:
+        """The load trees are planned for: the larger of `sequences` (decoding on this engine)
+        and the recent sequences per target forward, as a `load_level`; 1 unless load-aware."""
+        return load_level(max(sequences, self.load.mean)) if self.load_aware else 1
+
+    def shape_under_load(self, verifier: str, temperature: float, level: int) -> TreeShape:
+        """The DP tree (of the current vector) fastest per token with `level` sequences at once."""
+        if level <= 1:
+            return self.shape_for(verifier, temperature)
+        self.shape_for(verifier, temperature)
+        key = self._key(verifier, temperature)
+        with self._lock:
+            shape = self._load_plans.get((key, level))
+            if shape is None:
+                candidates = self._candidates.get(key)
+                if candidates is None:
+                    solution = solve(self._vectors[key], max(self._budgets()), self.spec.depth,
+                                     verifier_class(verifier).max_drafts)
+                    candidates = self._candidates[key] = candidates_from_solution(solution, self._budgets())
+                shape = self._load_plans[key, level] = price(candidates, self.cost_model(verifier, level))[0].shape
+                log.info("tree for %s at T=%.1f with %d sequences at once: %d nodes, depth %d",
+                         verifier, key[1], level, shape.size, shape.max_depth)
+            return shape
+
+    def trial(self, verifier: str, temperature: float, level: int) -> TreeTrial | None:
+        """At `level` sequences, the priced tree (or, priced at one node, the tree planned for one
+        sequence) against target-only decoding; None when neither drafts."""
+        drafting = self.shape_under_load(verifier, temperature, level)
+        if drafting.size <= 1:
+            drafting = self.shape_for(verifier, temperature)
+        if drafting.size <= 1:
+            return None
+        key = (self._key(verifier, temperature), level)
+        with self._lock:
+            trial = self._trials.get(key)
+            if trial is None or trial.trees[0] != drafting:
+                trial = self._trials[key] = TreeTrial((drafting, TreeShape.chain(0)), level)
+            return trial
+
+    def next_shape(self, verifier, temperature, sequences=1):
+        level = self.load_level(sequences)
+        key = self._key(verifier, temperature)
+        with self._lock:
+            left = self._levels.get(key, 1)
+            self._levels[key] = level
+            if left != level and (key, left) in self._trials:
+                self._trials[key, left].interrupt()
+        if level > 1:
+            trial = self.trial(verifier, temperature, level)
+            if trial is None:
+                return TreeShape.chain(0)
+            with self._lock:
+                return trial.next()
         planned = self.shape_for(verifier, temperature)
         if not self.adaptive or planned.size > 1:
             return planned
-        key = self._key(verifier, temperature)
         with self._lock:
             self._idle_steps[key] = self._idle_steps.get(key, 0) + 1
             if self._idle_steps[key] % self._probe_interval.get(key, self.explore_every):
@@ -251,7 +434,15 @@ class SequoiaTrees(TreePolicy):
             vector = running.prior if vector is None else vector
         return solve(vector, self.explore_budget, self.spec.depth, verifier_class(verifier).max_drafts).tree()
 
-    def observe(self, verifier, temperature, shape, outcome):
+    def observe(self, verifier, temperature, shape, outcome, sequences=1):
+        if self.load_aware:
+            self.load.observe(outcome.batch_size)
+            level = self.load_level(sequences)
+            if level > 1:
+                with self._lock:
+                    trial = self._trials.get((self._key(verifier, temperature), level))
+                    if trial is not None:
+                        trial.record(shape, len(outcome.tokens))
         if not self.adaptive or isinstance(shape, DynamicPlan) or shape.size <= 1:
             return
         key = self._key(verifier, temperature)
@@ -279,7 +470,10 @@ class SequoiaTrees(TreePolicy):
             if gain > self.threshold and better != current:
                 self.history.append(Replanned(steps, verifier, key[1], (current.size, current.max_depth),
                                               (better.size, better.max_depth), gain))
-                self._plans[key] = better
+                self._plans[key], self._vectors[key] = better, np.asarray(vector)
+                self._candidates.pop(key, None)
+                for planned in [k for k in self._load_plans if k[0] == key]:
+                    del self._load_plans[planned]  # its trials follow: they check their tree
             elif current.size <= 1:
                 interval = self._probe_interval.get(key, self.explore_every)
                 self._probe_interval[key] = min(2 * interval, 16 * self.explore_every)

@@ -12,6 +12,7 @@
     acceptance_dir: null              # measured acceptance vectors (null: the demo pair's)
     tree: sequoia:auto                # the default tree; requests may choose another
     adaptive_trees: true              # Sequoia trees re-plan from the acceptance served
+    load_aware_trees: true            # sequoia:auto trees shrink as more sequences decode at once
     graft_predictions: auto           # T > 0: a prediction's chain beside the drafter's tree: auto | always | never
     verify_at: target                 # where the verifier runs: target | coordinator
     tool_call_parser: auto            # reads tool_choice "auto" replies: auto | hermes | mistral | json | none
@@ -79,7 +80,9 @@ Reproducibility: a seed gives the same tokens for the same tree.  Adaptive Sequo
 re-plan between two requests, and a different tree draws different drafts, so the same seed
 can then give a different (equally distributed) sample — except with the coupling verifiers
 (gumbel, minhash), whose output never depends on the drafts.  Set `adaptive_trees: false`
-or a static tree when byte-for-byte repeats matter more than adapting.  Repeats also need
+or a static tree when byte-for-byte repeats matter more than adapting.  Requests that give a
+seed keep the tree planned for one sequence whatever the load (`load_aware_trees` shrinks only
+the others' trees).  Repeats also need
 the same arithmetic: the same device, dtype and torch thread count (a CPU matmul sums in a
 different order on a different number of threads, and a 1e-6 change of a probability flips a
 sample whose uniform fell that close to a boundary).  For the same reason the prefix cache and
@@ -214,6 +217,7 @@ class ServiceConfig:
     tree: str = "sequoia:auto"
     acceptance_dir: str | None = None  # measured vectors (null: the demo pair's when serving it)
     adaptive_trees: bool = True  # Sequoia trees re-plan from served acceptance (see the module doc)
+    load_aware_trees: bool = True  # sequoia:auto trees priced for the sequences decoding at once
     graft_predictions: str = "auto"  # `SpeculativeEngine`'s: where a prediction's chain goes above T = 0
     verify_at: str = "target"
     tool_call_parser: str = "auto"  # `rayspec.serve.tool_parsers`: auto picks by the chat template

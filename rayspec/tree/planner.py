@@ -12,12 +12,24 @@ where n is the tree's node count (root included: the target scores the root too)
     on another machine, draft laws shipped to the verifier).
 The baseline is target-only decoding: t_target(1) + rtt + overhead per token.  Measuring
 the timings is the caller's job.
+
+Under load (`CostModel.under_load`): with B sequences decoding at once and their forwards
+batched (`rayspec.models.batching`), a step's forwards carry every sequence's tree, so a
+sequence's step costs what a round of B steps costs:
+
+    t_target(B n) + (B - 1) h_target,   per drafted level  t_level(B w) + (B - 1) h_level
+
+where h is the part of a sequence's step that batching does not share (its own host work:
+sampling, verification, the call itself), measured once by running B sessions at once.  On
+a machine whose forward grows with its rows this shrinks the best tree as B grows — down to
+target-only decoding, as serving systems switch speculation off under load (vLLM's
+`speculative_disable_by_batch_size`), here by price rather than by a threshold.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -52,6 +64,19 @@ class MeasuredTimes:
         if not self.sizes[0] <= size <= self.sizes[-1]:
             raise ValueError(f"size {size} is outside the measured range {self.sizes[0]}..{self.sizes[-1]}")
         return float(np.interp(size, self.sizes, self.seconds))
+
+    def extrapolated(self, size: float) -> float:
+        """Beyond the largest measured size, the line through the two largest (never falling):
+        a forward past the measured sizes costs at least its largest's per extra row.  Below
+        the smallest, the smallest's time."""
+        if size <= self.sizes[-1] or len(self.sizes) == 1:
+            return float(np.interp(size, self.sizes, self.seconds))
+        slope = max((self.seconds[-1] - self.seconds[-2]) / (self.sizes[-1] - self.sizes[-2]), 0.0)
+        return self.seconds[-1] + slope * (size - self.sizes[-1])
+
+
+def _at(times: Callable[[int], float], size: float) -> float:
+    return times.extrapolated(size) if isinstance(times, MeasuredTimes) else float(times(size))
 
 
 @dataclass(frozen=True)
@@ -94,6 +119,33 @@ class CostModel:
     def baseline(self) -> float:
         """Seconds per token of target-only decoding."""
         return self.step(TreeShape.chain(0))
+
+    def under_load(self, sequences: float, target_per_sequence: float = 0.0,
+                   draft_per_sequence: float = 0.0) -> "CostModel":
+        """One sequence's step while `sequences` decode at once, their forwards batched (see
+        the module docstring): each forward carries every sequence's rows, plus the part of
+        each other sequence's call that batching does not share (`target_per_sequence`, and
+        `draft_per_sequence` per drafted level); the link carries every sequence's bytes.
+        Measured times are extrapolated past their largest size (`MeasuredTimes.extrapolated`)."""
+        if sequences < 1 or min(target_per_sequence, draft_per_sequence) < 0:
+            raise ValueError(f"need sequences >= 1 and non-negative per-sequence costs, got {sequences}, "
+                             f"{target_per_sequence}, {draft_per_sequence}")
+        if sequences == 1:
+            return self
+        others = sequences - 1
+        target, draft = self.target_seconds, self.draft_seconds
+        if callable(draft):
+            def draft_seconds(width):
+                return _at(draft, sequences * width) + others * draft_per_sequence
+        else:  # a constant per level: its rows are not known, only the unshared part grows
+            draft_seconds = float(draft) + others * draft_per_sequence
+        payload = self.bytes_per_step
+        return replace(
+            self,
+            target_seconds=lambda n: _at(target, sequences * n) + others * target_per_sequence,
+            draft_seconds=draft_seconds,
+            bytes_per_step=None if payload is None else (lambda shape: sequences * payload(shape)),
+        )
 
 
 def payload_bytes(shape: TreeShape, vocab_size: int, ships_q_rows: bool, value_bytes: int = 4,

@@ -267,7 +267,7 @@ class _Alternating(TreePolicy):
     def shape_for(self, verifier, temperature):
         return TreeShape.chain(3)
 
-    def next_shape(self, verifier, temperature):
+    def next_shape(self, verifier, temperature, sequences=1):
         self.calls += 1
         return TreeShape.chain(3) if self.calls % 2 == 0 else TreeShape.chain(0)
 
@@ -493,3 +493,41 @@ class _RecordingDrafter(LocalDrafter):
         draft = session.draft
         session.draft = lambda shape, previous: (shapes.append(shape), draft(shape, previous))[1]
         return session
+
+
+def test_the_engine_plans_each_step_for_the_generations_decoding_with_it(pair):
+    """What load-aware trees are given: the generations between their first step and their
+    end on this engine, this one included."""
+
+    class Recording(TreePolicy):
+        def __init__(self):
+            self.loads, self.observed = [], []
+
+        def shape_for(self, verifier, temperature):
+            return TreeShape.chain(2)
+
+        def next_shape(self, verifier, temperature, sequences=1):
+            self.loads.append(sequences)
+            return TreeShape.chain(2)
+
+        def observe(self, verifier, temperature, shape, outcome, sequences=1):
+            self.observed.append(sequences)
+
+    target, drafter = pair
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="rrsw", tree="chain:2")
+    policy = Recording()
+    first = engine.generate([1, 2, 3], max_new_tokens=40, temperature=0.8, tree=policy, ignore_eos=True)
+    second = engine.generate([4, 5], max_new_tokens=40, temperature=0.8, tree=policy, ignore_eos=True)
+    next(first)
+    assert engine.decoding == 1 and policy.loads == [1]
+    next(second)
+    next(first)
+    assert engine.decoding == 2 and policy.loads == [1, 2, 2] and policy.observed == [1, 2, 2]
+    second.close()
+    next(first)
+    assert engine.decoding == 1 and policy.loads[-1] == 1
+    first.close()
+    assert engine.decoding == 0
+    seeded = engine.generate([1, 2, 3], max_new_tokens=4, temperature=0.8, seed=3, tree=policy)
+    list(seeded)
+    assert policy.loads[-1] == 1 and engine.decoding == 0  # seeded requests draft first_shape

@@ -12,10 +12,12 @@ import pytest
 from rayspec.engine.calibrate import Costs
 from rayspec.engine.interfaces import Outcome
 from rayspec.engine.policy import (
-    AcceptanceLibrary, SequoiaSpec, SequoiaTrees, check_tree_spec, parse_sequoia, vector_file_name,
+    AcceptanceLibrary, LoadGauge, SequoiaSpec, SequoiaTrees, TreeTrial, check_tree_spec, load_level, parse_sequoia,
+    vector_file_name,
 )
 from rayspec.tree.planner import MeasuredTimes
 from rayspec.tree.sequoia import solve
+from rayspec.tree.structure import TreeShape
 
 
 def write_vector(directory, verifier, temperature, vector):
@@ -204,3 +206,125 @@ def test_fixed_and_non_adaptive_plans_never_probe(tmp_path):
     assert {frozen.next_shape("rrsw", 1.0).size for _ in range(20)} == {1}
     with pytest.raises(ValueError, match="explore_every"):
         SequoiaTrees(SequoiaSpec(None), AcceptanceLibrary(tmp_path), step_costs, explore_every=0)
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def serve_trial(trial, clock, steps, seconds, tokens):
+    """Steps handed out and ended one after another: each tree's step emits `tokens[tree]`
+    and advances the clock `seconds[tree]` (a round's share), so tree t's throughput is
+    tokens[t] / seconds[t]."""
+    served = []
+    for _ in range(steps):
+        tree = trial.next()
+        clock.now += seconds[tree]
+        trial.record(tree, tokens[tree])
+        served.append(tree)
+    return "".join(served)
+
+
+def test_a_tree_trial_serves_both_trees_then_keeps_the_faster_and_notices_a_change():
+    clock = FakeClock()
+    trial = TreeTrial(("D", "T"), sequences=2, window=8, exploit=16, clock=clock)
+    seconds, tokens = {"D": 0.1, "T": 0.04}, {"D": 2, "T": 1}  # drafting 20 tokens/s, target-only 25
+    assert serve_trial(trial, clock, 16, seconds, tokens) == "D" * 8 + "T" * 8
+    assert serve_trial(trial, clock, 24, seconds, tokens) == "T" * 16 + "D" * 8
+    # Each turn counts from its settling (2 steps of its tree ended) to its last step.
+    assert trial.rate(0) == pytest.approx(20.0) and trial.rate(1) == pytest.approx(25.0)
+    assert serve_trial(trial, clock, 40, seconds, tokens) == "T" * 32 + "D" * 8  # confirmed: twice as long
+    seconds["D"] = 0.05  # drafting now 40 tokens/s: its next turn shows it, and it is kept
+    assert serve_trial(trial, clock, 72, seconds, tokens) == "T" * 64 + "D" * 8
+    assert serve_trial(trial, clock, 24, seconds, tokens) == "D" * 16 + "T" * 8
+    assert trial.rate(0) > trial.rate(1)
+
+
+def test_a_tree_trial_counts_neither_the_other_trees_steps_nor_a_turn_before_it_settles_or_across_an_interrupt():
+    clock = FakeClock()
+    trial = TreeTrial(("D", "T"), sequences=3, window=4, exploit=4, clock=clock)
+    assert [trial.next() for _ in range(4)] == ["D"] * 4
+    for step in range(4):  # the first three settle the turn; the fourth alone counts
+        clock.now += 1.0
+        trial.record("D", 10)
+        trial.record("T", 1000)  # not the turn's tree: ignored
+    assert trial.next() == "T"  # the switch closes D's turn: 10 tokens over the 1 s after settling
+    assert trial.rate(0) == pytest.approx(10.0) and trial.rate(1) is None
+    clock.now += 5.0
+    trial.record("D", 1000)  # a step of the old turn ending late: not T's, not D's any more
+    assert trial.rate(0) == pytest.approx(10.0)
+    for step in range(4):
+        clock.now += 1.0
+        trial.record("T", 3)
+    trial.interrupt()  # the load left: the turn under way is dropped, time and tokens
+    clock.now += 100.0
+    assert [trial.next() for _ in range(3)] == ["T"] * 3
+    assert trial.rate(1) is None
+    with pytest.raises(ValueError, match="sequences >= 1"):
+        TreeTrial(("D", "T"), sequences=0)
+
+
+def test_load_levels_are_powers_of_two_and_the_gauge_follows_the_targets_batches():
+    assert [load_level(s) for s in (0, 1, 1.4, 1.5, 3, 5, 6, 11, 12, 1000)] == [1, 1, 1, 2, 4, 4, 8, 8, 16, 64]
+    gauge = LoadGauge(span=4)
+    for _ in range(40):
+        gauge.observe(8)
+    gauge.observe(0)  # not said: no change
+    assert gauge.mean == pytest.approx(8.0, abs=0.01)
+
+
+def load_costs(per_sequence):
+    """A target whose forward grows with its rows, a drafter level likewise."""
+    sizes = (1, 2, 4, 8, 16, 32, 64, 128)
+    return Costs(MeasuredTimes(sizes, tuple(0.005 + 0.0002 * n for n in sizes)),
+                 MeasuredTimes((1, 32), (0.0002, 0.0002 * 32)), 0.0, per_sequence, per_sequence)
+
+
+def test_auto_trees_are_priced_for_the_load_and_seeded_requests_keep_the_one_sequence_tree(tmp_path):
+    write_vector(tmp_path, "rrsw", 1.0, [0.8, 0.1, 0.05])
+    policy = SequoiaTrees(SequoiaSpec(None), AcceptanceLibrary(tmp_path), load_costs(0.001), adaptive=False)
+    alone = policy.next_shape("rrsw", 1.0)
+    assert policy.load_level(1) == 1 and policy.load_level(13) == 16
+    sizes = [policy.shape_under_load("rrsw", 1.0, level).size for level in (1, 2, 4, 8, 16)]
+    assert sizes == [alone.size, 4, 4, 2, 1] and alone.size == 8
+    under_load = policy.shape_under_load("rrsw", 1.0, 8)
+    assert policy.trial("rrsw", 1.0, 8).trees == (under_load, TreeShape.chain(0))
+    assert policy.next_shape("rrsw", 1.0, sequences=8) == under_load  # the trial's first turn drafts
+    # Priced at one node, the trial still checks drafting, with the tree planned for one sequence.
+    assert policy.trial("rrsw", 1.0, 16).trees == (alone, TreeShape.chain(0))
+    assert policy.first_shape("rrsw", 1.0) == alone  # what a seeded request drafts, whatever the load
+    # The target's batches count too (other coordinators' sequences): 8 per forward is load 8.
+    for _ in range(100):
+        policy.observe("rrsw", 1.0, TreeShape.chain(0), Outcome([1], [], [], batch_size=4))
+    assert policy.load_level(1) == 4
+    assert policy.next_shape("rrsw", 1.0) == policy.shape_under_load("rrsw", 1.0, 4)
+
+
+def test_only_auto_trees_are_load_aware(tmp_path):
+    write_vector(tmp_path, "rrsw", 1.0, [0.8, 0.1, 0.05])
+    fixed = SequoiaTrees(SequoiaSpec(32, 6), AcceptanceLibrary(tmp_path), adaptive=False)
+    assert fixed.next_shape("rrsw", 1.0, sequences=16) == fixed.shape_for("rrsw", 1.0) and fixed.load_level(16) == 1
+    off = SequoiaTrees(SequoiaSpec(None), AcceptanceLibrary(tmp_path), load_costs(0.001), adaptive=False,
+                       load_aware=False)
+    assert off.next_shape("rrsw", 1.0, sequences=16) == off.shape_for("rrsw", 1.0)
+
+
+def test_an_auto_trial_measures_what_it_serves_and_switches_to_target_only_when_drafting_is_slower(tmp_path):
+    write_vector(tmp_path, "rrsw", 1.0, [0.8, 0.1, 0.05])
+    policy = SequoiaTrees(SequoiaSpec(None), AcceptanceLibrary(tmp_path), load_costs(0.001), adaptive=False)
+    clock = FakeClock()
+    drafting = policy.shape_under_load("rrsw", 1.0, 4)
+    policy._trials[("rrsw", 1.0), 4] = TreeTrial((drafting, TreeShape.chain(0)), 4, window=16, exploit=64, clock=clock)
+    served = []
+    for _ in range(96):
+        shape = policy.next_shape("rrsw", 1.0, sequences=4)
+        drafts = shape.size > 1
+        clock.now += 0.03 if drafts else 0.01  # drafting: 2 tokens per 30 ms, target-only 1 per 10 ms
+        outcome = Outcome([1, 2], [1], [1]) if drafts else Outcome([1], [], [])
+        policy.observe("rrsw", 1.0, shape, outcome, sequences=4)
+        served.append(drafts)
+    assert served[:16] == [True] * 16 and served[16:32] == [False] * 16 and served[32:] == [False] * 64

@@ -131,3 +131,49 @@ def test_planned_tree_agrees_with_the_dp_at_its_size():
     best = plan_tree(a, CostModel(SEQUOIA_TIMES, 0.3 * MS), SEQUOIA_BUDGETS, 8)
     shape, value = optimal_tree(a, best.budget, best.max_depth)
     assert best.shape == shape and best.tokens_per_step == pytest.approx(value)
+
+
+def test_measured_times_extrapolate_on_the_line_through_the_two_largest():
+    times = MeasuredTimes.from_dict({1: 0.010, 8: 0.012, 16: 0.016})
+    assert times.extrapolated(12) == pytest.approx(0.014)  # inside: the interpolation
+    assert times.extrapolated(32) == pytest.approx(0.016 + 16 * 0.0005)
+    assert times.extrapolated(0.5) == pytest.approx(0.010)
+    falling = MeasuredTimes.from_dict({1: 0.010, 2: 0.009})
+    assert falling.extrapolated(100) == pytest.approx(0.009)  # never cheaper than the largest
+
+
+def test_under_load_a_round_of_b_steps_is_what_a_step_costs():
+    """B sequences at once: the target's forward carries B trees' rows plus (B - 1) times the
+    per-sequence part, each drafted level B levels' nodes plus (B - 1) times its own, and the
+    link every sequence's bytes."""
+    tree = TreeShape.kary(2, 2)  # 7 nodes, levels expanding 1 and 2 nodes
+    target = MeasuredTimes.from_dict({1: 1 * MS, 8: 8 * MS, 16: 16 * MS})
+    cost = CostModel(target, draft_seconds=lambda width: width * 0.1 * MS, rtt=2 * MS, bandwidth=1e6,
+                     bytes_per_step=lambda shape: 1000.0, overhead=0.25 * MS)
+    assert cost.under_load(1, 5 * MS, 5 * MS) is cost
+    loaded = cost.under_load(4, target_per_sequence=3 * MS, draft_per_sequence=0.5 * MS)
+    target_part = 28 * MS + 3 * 3 * MS  # t_target(4 x 7) on the line 8 -> 16, then extended
+    draft_part = (4 * 0.1 + 1.5) * MS + (8 * 0.1 + 1.5) * MS
+    network = 2 * MS + 4 * 1000.0 / 1e6
+    assert loaded.step(tree) == pytest.approx(target_part + draft_part + network + 0.25 * MS)
+    assert loaded.baseline == pytest.approx(4 * MS + 9 * MS + 2 * MS + 0.25 * MS)  # target-only: t(4) + 3 h
+    constant = CostModel(target, draft_seconds=0.5 * MS).under_load(3, draft_per_sequence=0.25 * MS)
+    assert constant.draft(tree) == pytest.approx(2 * (0.5 + 2 * 0.25) * MS)
+    with pytest.raises(ValueError, match="sequences >= 1"):
+        cost.under_load(0.5)
+    with pytest.raises(ValueError, match="non-negative"):
+        cost.under_load(2, target_per_sequence=-1.0)
+
+
+def test_under_load_trees_shrink_where_rows_cost_and_stay_where_they_are_free():
+    """A forward growing with its rows (a CPU, or a GPU past saturation) makes the best tree
+    smaller as sequences are added, down to target-only; a forward that costs the same for
+    any rows (a GPU below saturation) keeps it."""
+    vector = [0.6, 0.15, 0.05]
+    candidates = [Candidate(n, 4, *optimal_tree(vector, n, 4)) for n in (1, 2, 4, 8, 16, 32)]
+    rows = MeasuredTimes.from_dict({1: 1 * MS, 512: 512 * MS})
+    steep = CostModel(lambda n: 5 * MS + rows(n), draft_seconds=lambda width: 0.2 * MS * width)
+    sizes = [plan(candidates, steep.under_load(b, 0.0, 0.0)).shape.size for b in (1, 4, 16)]
+    assert sizes[0] > sizes[1] > sizes[2] == 1, sizes
+    flat = CostModel(MeasuredTimes.from_dict({1: 20 * MS, 512: 20 * MS}), draft_seconds=1 * MS)
+    assert plan(candidates, flat.under_load(16)).shape == plan(candidates, flat).shape
