@@ -167,16 +167,17 @@ def load_level(sequences: float) -> int:
 
 
 class LoadGauge:
-    """Sequences per target forward, as the steps' outcomes report them, smoothed over about
-    `span` steps of every sequence together."""
+    """A count of sequences (in flight, or per target forward) smoothed over about `span`
+    steps of every sequence together, so that a request ending just before the next begins
+    does not move the load level."""
 
     def __init__(self, span: int = 16):
         self.weight = 1.0 / span
         self.mean = 1.0
 
-    def observe(self, batch_size: int) -> None:
-        if batch_size > 0:  # 0: the target did not say
-            self.mean += self.weight * (batch_size - self.mean)
+    def observe(self, sequences: float) -> None:
+        if sequences > 0:  # 0: the target did not say
+            self.mean += self.weight * (sequences - self.mean)
 
 
 class TreeTrial:
@@ -310,7 +311,8 @@ class SequoiaTrees(TreePolicy):
         self.adaptive, self.replan_every, self.threshold, self.min_samples = adaptive, replan_every, threshold, min_samples
         self.explore_every, self.explore_budget = explore_every, explore_budget
         self.load_aware = load_aware and spec.budget is None  # only sequoia:auto prices its trees
-        self.load = LoadGauge()
+        self.in_flight = LoadGauge()  # generations decoding on the engine, at each step
+        self.batches = LoadGauge()  # sequences per target forward, as the outcomes report them
         self._plans: dict[tuple[str, float], TreeShape] = {}  # for one sequence
         self._vectors: dict[tuple[str, float], np.ndarray] = {}  # what each key's plan was made from
         self._candidates: dict[tuple[str, float], list[Candidate]] = {}  # its DP trees, priced per load
@@ -368,10 +370,13 @@ class SequoiaTrees(TreePolicy):
         with self._lock:
             return self._first_plans[self._key(verifier, temperature)]
 
-    def load_level(self, sequences: int = 1) -> int:
-        """The load trees are planned for: the larger of `sequences` (decoding on this engine)
-        and the recent sequences per target forward, as a `load_level`; 1 unless load-aware."""
-        return load_level(max(sequences, self.load.mean)) if self.load_aware else 1
+    def load_level(self, sequences: float | None = None) -> int:
+        """The load trees are planned for: the larger of `sequences` (decoding on this engine;
+        None: its recent mean) and the recent sequences per target forward, as a
+        `load_level`; 1 unless load-aware."""
+        if not self.load_aware:
+            return 1
+        return load_level(max(self.in_flight.mean if sequences is None else sequences, self.batches.mean))
 
     def shape_under_load(self, verifier: str, temperature: float, level: int) -> TreeShape:
         """The DP tree (of the current vector) fastest per token with `level` sequences at once."""
@@ -408,7 +413,8 @@ class SequoiaTrees(TreePolicy):
             return trial
 
     def next_shape(self, verifier, temperature, sequences=1):
-        level = self.load_level(sequences)
+        self.in_flight.observe(sequences)
+        level = self.load_level()
         key = self._key(verifier, temperature)
         with self._lock:
             left = self._levels.get(key, 1)
@@ -436,8 +442,8 @@ class SequoiaTrees(TreePolicy):
 
     def observe(self, verifier, temperature, shape, outcome, sequences=1):
         if self.load_aware:
-            self.load.observe(outcome.batch_size)
-            level = self.load_level(sequences)
+            self.batches.observe(outcome.batch_size)
+            level = self.load_level()
             if level > 1:
                 with self._lock:
                     trial = self._trials.get((self._key(verifier, temperature), level))

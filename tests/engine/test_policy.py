@@ -293,7 +293,9 @@ def test_auto_trees_are_priced_for_the_load_and_seeded_requests_keep_the_one_seq
     assert sizes == [alone.size, 4, 4, 2, 1] and alone.size == 8
     under_load = policy.shape_under_load("rrsw", 1.0, 8)
     assert policy.trial("rrsw", 1.0, 8).trees == (under_load, TreeShape.chain(0))
-    assert policy.next_shape("rrsw", 1.0, sequences=8) == under_load  # the trial's first turn drafts
+    policy.next_shape("rrsw", 1.0, sequences=8)
+    assert policy.load_level() == 2  # one step at 8 moves the smoothed load only so far
+    assert [policy.next_shape("rrsw", 1.0, sequences=8) for _ in range(40)][-10:] == [under_load] * 10
     # Priced at one node, the trial still checks drafting, with the tree planned for one sequence.
     assert policy.trial("rrsw", 1.0, 16).trees == (alone, TreeShape.chain(0))
     assert policy.first_shape("rrsw", 1.0) == alone  # what a seeded request drafts, whatever the load
@@ -301,6 +303,7 @@ def test_auto_trees_are_priced_for_the_load_and_seeded_requests_keep_the_one_seq
     for _ in range(100):
         policy.observe("rrsw", 1.0, TreeShape.chain(0), Outcome([1], [], [], batch_size=4))
     assert policy.load_level(1) == 4
+    policy.in_flight.mean = 1.0
     assert policy.next_shape("rrsw", 1.0) == policy.shape_under_load("rrsw", 1.0, 4)
 
 
@@ -317,6 +320,8 @@ def test_an_auto_trial_measures_what_it_serves_and_switches_to_target_only_when_
     write_vector(tmp_path, "rrsw", 1.0, [0.8, 0.1, 0.05])
     policy = SequoiaTrees(SequoiaSpec(None), AcceptanceLibrary(tmp_path), load_costs(0.001), adaptive=False)
     clock = FakeClock()
+    for _ in range(40):  # the load builds up to 4 sequences at once
+        policy.next_shape("rrsw", 1.0, sequences=4)
     drafting = policy.shape_under_load("rrsw", 1.0, 4)
     policy._trials[("rrsw", 1.0), 4] = TreeTrial((drafting, TreeShape.chain(0)), 4, window=16, exploit=64, clock=clock)
     served = []
