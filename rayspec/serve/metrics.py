@@ -45,6 +45,12 @@ class Metrics:
         self.phase_seconds = Counter(
             "rayspec_phase_seconds", "Seconds spent per phase of the verification steps.", ["phase"], registry=r,
         )
+        self.draft_tokens = Histogram(
+            "rayspec_draft_tokens_per_step",
+            "Draft tokens (tree nodes under the root) verified per step: 0 for a step decoded target-only, as "
+            "sequoia:auto decodes where drafting does not pay (under load, or with a poor drafter).",
+            buckets=(0, 1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r,
+        )
         self.step_bytes = Histogram(
             "rayspec_step_wire_bytes", "Bytes crossing a process boundary per verification step.",
             buckets=(0, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216), registry=r,
@@ -99,6 +105,7 @@ class Metrics:
         when a stop or max_tokens cut them)."""
         self.tokens.inc(step.emitted)
         self.acceptance_length.observe(step.accepted + 1)
+        self.draft_tokens.observe(step.drafted)
         for depth, rank in enumerate(step.ranks):
             self.depth_visits.labels(str(depth)).inc()
             if rank > 0:

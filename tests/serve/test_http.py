@@ -1034,6 +1034,8 @@ def test_metrics_are_exported_and_count_requests(http):
 
     assert grew("rayspec_acceptance_length_count") == figures["steps"]
     assert grew("rayspec_acceptance_length_sum") == figures["steps"] + figures["accepted_draft_tokens"]
+    assert grew("rayspec_draft_tokens_per_step_count") == figures["steps"]
+    assert grew("rayspec_draft_tokens_per_step_sum") == figures["draft_tokens"] > 0
     assert grew("rayspec_generated_tokens_total") == 20
     assert grew("rayspec_request_tokens_per_second_count") == 1
     assert grew("rayspec_step_wire_bytes_count") == figures["steps"]  # 0 bytes each, in-process
