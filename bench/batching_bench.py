@@ -28,7 +28,6 @@ Writes bench/results/batching_bench.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -37,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from common import ACCEPTANCE, RESULTS, load_demo, machine
+from common import ACCEPTANCE, load_demo, machine, save_results
 from rayspec.demo import DRAFTER_PATH, TARGET_PATH
 from rayspec.engine import GenerationStats, LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.models.threads import honour_torch_threads
@@ -47,11 +46,13 @@ from rayspec.rpc.remote import RemoteDrafter, RemoteTarget
 TEMPERATURE = 0.6
 
 
-def decode(engine: SpeculativeEngine, prompt: list[int], tokens: int, seed: int) -> dict:
+def decode(engine: SpeculativeEngine, prompt: list[int], tokens: int, seed: int,
+           replayable: bool | None = None) -> dict:
     stats = GenerationStats()
     start = time.perf_counter()
     first, produced = None, []
-    for chunk in engine.generate(prompt, max_new_tokens=tokens, temperature=TEMPERATURE, seed=seed, stats=stats):
+    for chunk in engine.generate(prompt, max_new_tokens=tokens, temperature=TEMPERATURE, seed=seed, stats=stats,
+                                 replayable=replayable):
         if first is None and chunk.tokens:
             first = time.perf_counter() - start
         produced += chunk.tokens
@@ -60,13 +61,14 @@ def decode(engine: SpeculativeEngine, prompt: list[int], tokens: int, seed: int)
             "stats": stats}
 
 
-def run_arm(engine, prompts, users: int, rounds: int, tokens: int) -> dict:
+def run_arm(engine, prompts, users: int, rounds: int, tokens: int, replayable: bool | None = None) -> dict:
     """C = `users` requests at a time until users x rounds have run; the figures of the arm.
-    Sequences per forward as the steps report them (the target's, and the drafter's means)."""
+    Sequences per forward as the steps report them (the target's, and the drafter's means).
+    replayable: as `generate`'s (None: seeded requests are)."""
     requests = [(prompts[i % len(prompts)], 1000 + i) for i in range(users * rounds)]
     start = time.perf_counter()
     with ThreadPoolExecutor(users, initializer=honour_torch_threads) as pool:
-        results = list(pool.map(lambda r: decode(engine, r[0], tokens, r[1]), requests))
+        results = list(pool.map(lambda r: decode(engine, r[0], tokens, r[1], replayable), requests))
     wall = time.perf_counter() - start
     total = sum(len(r["tokens"]) for r in results)
     steps = [step for r in results for step in r["stats"].steps]
@@ -194,10 +196,7 @@ def main() -> int:
     finally:
         for worker in workers:
             worker.stop()
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{args.out}.json").write_text(json.dumps(results, indent=1))
-    (RESULTS / f"{args.out}.md").write_text(markdown(results))
-    print(markdown(results))
+    save_results(args.out, results, markdown(results))
     return 0
 
 

@@ -3,6 +3,7 @@ rotating order, so that a slow stretch of this shared machine hits every arm ali
 
 from __future__ import annotations
 
+import json
 import platform
 import statistics
 import sys
@@ -34,6 +35,14 @@ def load_demo(device=None):
                                                                                    prefix_cache_mb=0),
             target_model, drafter_model,
             tokenizer, prompts)
+
+
+def save_results(name: str, results: dict, markdown: str) -> None:
+    """bench/results/NAME.json and NAME.md, the markdown printed too."""
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(results, indent=1))
+    (RESULTS / f"{name}.md").write_text(markdown)
+    print(markdown)
 
 
 def machine(device: str) -> dict:

@@ -1,0 +1,107 @@
+"""Load-aware trees (`rayspec.engine.policy`): sequoia:auto with and without pricing its trees
+for the sequences decoding at once, beside target-only decoding, on the demo pair in-process
+(rrsw, T = 0.6, cross-request batching on, as served).
+
+All arms plan from one measurement of the step costs (per-sequence load terms included).
+Requests are not replayable (`replayable=False`, as requests without a seed are), since
+requests with a seed keep the tree planned for one sequence.  For each number of users C,
+the arms run in the order aware, unaware, target-only and back (each run C x `--rounds`
+requests of `--tokens` tokens over the held-out prompts), so that a slow stretch of this
+shared machine falls on all.  Per arm: total tokens per second over the wall time, tokens
+per step (a tree that drafts gives more), and, for the load-aware arm, what its trial at
+the load it saw most measured and chose.
+
+    python bench/load_aware_bench.py [--users 1 4 16] [--rounds 4] [--tokens 64]
+
+Writes bench/results/load_aware_bench.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from batching_bench import TEMPERATURE, merged, run_arm
+from common import ACCEPTANCE, load_demo, machine, save_results
+from rayspec.engine import SpeculativeEngine
+
+ARMS = ("aware", "unaware", "target-only")
+
+
+def engines(target, drafter, costs) -> dict:
+    def engine(tree, load_aware=True):
+        return SpeculativeEngine(target, drafter, verifier="rrsw", tree=tree, acceptance_dir=ACCEPTANCE, costs=costs,
+                                 load_aware=load_aware)
+
+    return {"aware": engine("sequoia:auto"), "unaware": engine("sequoia:auto", load_aware=False),
+            "target-only": engine("chain:0")}
+
+
+def trial_state(engine) -> dict:
+    """The load-aware policy's trials: per load level, the trees and their measured rates."""
+    policy = engine.policy()
+    return {str(level): {"drafting_tree_nodes": trial.trees[0].size, "chosen": ["drafting", "target-only"][trial.best],
+                         "tokens_per_s": [trial.rate(0), trial.rate(1)], "steps_handed": trial.handed}
+            for (_, level), trial in sorted(policy._trials.items(), key=lambda kv: kv[0][1])}
+
+
+def markdown(results: dict) -> str:
+    m = results["machine"]
+    lines = [
+        "# Load-aware trees on the demo pair",
+        "",
+        f"{m['device_name']}, {m['device']}, torch {m['torch']}, {m['threads']} torch threads; rrsw, T = {TEMPERATURE}, "
+        f"{results['tokens']} tokens per request, {results['rounds']} requests per user per run, not replayable, "
+        "batching on; arms run aware, unaware, target-only and back.",
+        "",
+        "| users | tokens/s aware | tokens/s unaware | tokens/s target-only | **aware / unaware** | aware / target-only "
+        "| tokens/step aware / unaware | planned for one sequence |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in results["rows"]:
+        a, u, t = (row[name] for name in ARMS)
+        lines.append(f"| {row['users']} | {a['tokens_per_s']:.1f} | {u['tokens_per_s']:.1f} | {t['tokens_per_s']:.1f} "
+                     f"| **{a['tokens_per_s'] / u['tokens_per_s']:.2f}** | {a['tokens_per_s'] / t['tokens_per_s']:.2f} "
+                     f"| {a['tokens_per_step']:.2f} / {u['tokens_per_step']:.2f} | {results['one_sequence_tree']} |")
+    lines += ["", "Tokens/s: all requests' tokens over the runs' wall time (two runs per arm, summed).  The load-aware "
+              "arm's trials at the end (level: drafting tree nodes, tokens/s measured drafting / target-only, chosen):"]
+    for level, trial in results["trials"].items():
+        rates = " / ".join("-" if r is None else f"{r:.1f}" for r in trial["tokens_per_s"])
+        lines.append(f"- {level} sequences: {trial['drafting_tree_nodes']} nodes, {rates}, {trial['chosen']} "
+                     f"({trial['steps_handed']} steps)")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--rounds", type=int, default=4, help="requests per user in each run")
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--out", default="load_aware_bench")
+    args = parser.parse_args()
+    target, drafter, target_model, _, _, prompts = load_demo()
+    costs = SpeculativeEngine(target, drafter, tree="chain:1").costs()
+    arms = engines(target, drafter, costs)
+    for engine in arms.values():  # warm-up: kernels and the Sequoia plan
+        engine.run(prompts[0], max_new_tokens=8, seed=0)
+    results = {"machine": machine(str(next(target_model.parameters()).device)), "tokens": args.tokens,
+               "rounds": args.rounds, "costs": costs.to_json(),
+               "one_sequence_tree": f"{arms['aware'].policy().shape_for('rrsw', TEMPERATURE).size} nodes", "rows": []}
+    for users in args.users:
+        runs = {name: [] for name in ARMS}
+        for name in (*ARMS, *reversed(ARMS)):
+            run = run_arm(arms[name], prompts, users, args.rounds, args.tokens, replayable=False)
+            run.pop("completions")
+            runs[name].append(run)
+            print(f"  {users} at a time, {name}: {run['tokens_per_s']:.1f} tokens/s, {run['tokens_per_step']:.2f} "
+                  "tokens/step", flush=True)
+        results["rows"].append({"users": users, **{name: merged(r) for name, r in runs.items()}})
+    results["trials"] = trial_state(arms["aware"])
+    save_results(args.out, results, markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    torch.set_grad_enabled(False)
+    raise SystemExit(main())
