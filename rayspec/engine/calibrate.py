@@ -33,9 +33,7 @@ from rayspec.verify.processing import SamplingParams
 
 TARGET_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 DRAFT_WIDTHS = (1, 2, 4, 8, 16, 32)
-
-
-LOAD_SEQUENCES = 8
+LOAD_SEQUENCES = 8  # sessions at once for the load terms
 
 
 @dataclass(frozen=True)
@@ -139,6 +137,8 @@ def _concurrent_seconds(calls: list, repeats: int) -> float:
 
 
 def _per_sequence(round_seconds: float, batched_seconds: float, sequences: int) -> float:
+    """What each sequence beyond the first added to a round of `sequences` calls at once,
+    beyond one call of all their rows."""
     return max((round_seconds - batched_seconds) / (sequences - 1), 0.0)
 
 

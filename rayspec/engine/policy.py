@@ -60,6 +60,7 @@ DEFAULT_VECTOR = (0.55, 0.12, 0.05, 0.03, 0.02, 0.01, 0.01, 0.01)
 DEFAULT_DEPTH = 10
 AUTO_MAX_BUDGET = 128
 MAX_LOAD = 64  # sequences a load-aware plan is made for, at most
+TRIAL_WINDOW = 128  # steps per turn of a `TreeTrial`, at least
 
 
 @dataclass(frozen=True)
@@ -409,7 +410,8 @@ class SequoiaTrees(TreePolicy):
         with self._lock:
             trial = self._trials.get(key)
             if trial is None or trial.trees[0] != drafting:
-                trial = self._trials[key] = TreeTrial((drafting, TreeShape.chain(0)), level)
+                window = max(TRIAL_WINDOW, 8 * level)  # a turn is 8 steps of every sequence or more
+                trial = self._trials[key] = TreeTrial((drafting, TreeShape.chain(0)), level, window, 7 * window)
             return trial
 
     def next_shape(self, verifier, temperature, sequences=1):

@@ -298,6 +298,8 @@ def test_auto_trees_are_priced_for_the_load_and_seeded_requests_keep_the_one_seq
     assert [policy.next_shape("rrsw", 1.0, sequences=8) for _ in range(40)][-10:] == [under_load] * 10
     # Priced at one node, the trial still checks drafting, with the tree planned for one sequence.
     assert policy.trial("rrsw", 1.0, 16).trees == (alone, TreeShape.chain(0))
+    # A turn is at least 8 steps of every sequence: longer windows at higher loads.
+    assert policy.trial("rrsw", 1.0, 16).window == 128 and policy.trial("rrsw", 1.0, 64).window == 512
     assert policy.first_shape("rrsw", 1.0) == alone  # what a seeded request drafts, whatever the load
     # The target's batches count too (other coordinators' sequences): 8 per forward is load 8.
     for _ in range(100):
