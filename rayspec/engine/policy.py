@@ -275,8 +275,8 @@ class TreePolicy:
         """The tree of a replayable request: one that does not depend on what was served."""
         return self.next_shape(verifier, temperature)
 
-    def observe(self, verifier: str, temperature: float, shape, outcome, sequences: int = 1) -> None:
-        """A step drafted `shape` and got `outcome`, `sequences` decoding at once."""
+    def observe(self, verifier: str, temperature: float, shape, outcome) -> None:
+        """A step drafted `shape` and got `outcome`."""
 
 
 class StaticTrees(TreePolicy):
@@ -339,14 +339,14 @@ class SequoiaTrees(TreePolicy):
                                sequences=sequences)
 
     def _budgets(self) -> list[int]:
-        return [n for n in self.cost_model("greedy").target_seconds.sizes if n <= AUTO_MAX_BUDGET]
+        """The tree sizes sequoia:auto prices: those whose target time was measured, up to a cap."""
+        costs = self.costs() if callable(self.costs) else self.costs
+        return [n for n in costs.target.sizes if n <= AUTO_MAX_BUDGET]
 
     def plan(self, verifier: str, vector) -> Plan | TreeShape:
         max_children = verifier_class(verifier).max_drafts
         if self.spec.budget is None:
-            cost = self.cost_model(verifier)
-            budgets = [n for n in cost.target_seconds.sizes if n <= AUTO_MAX_BUDGET]
-            return plan_tree(vector, cost, budgets, self.spec.depth, max_children)
+            return plan_tree(vector, self.cost_model(verifier), self._budgets(), self.spec.depth, max_children)
         return solve(vector, self.spec.budget, self.spec.depth, max_children).tree()
 
     def shape_for(self, verifier, temperature):
@@ -390,9 +390,10 @@ class SequoiaTrees(TreePolicy):
             if shape is None:
                 candidates = self._candidates.get(key)
                 if candidates is None:
-                    solution = solve(self._vectors[key], max(self._budgets()), self.spec.depth,
+                    budgets = self._budgets()
+                    solution = solve(self._vectors[key], max(budgets), self.spec.depth,
                                      verifier_class(verifier).max_drafts)
-                    candidates = self._candidates[key] = candidates_from_solution(solution, self._budgets())
+                    candidates = self._candidates[key] = candidates_from_solution(solution, budgets)
                 shape = self._load_plans[key, level] = price(candidates, self.cost_model(verifier, level))[0].shape
                 log.info("tree for %s at T=%.1f with %d sequences at once: %d nodes, depth %d",
                          verifier, key[1], level, shape.size, shape.max_depth)
@@ -442,7 +443,7 @@ class SequoiaTrees(TreePolicy):
             vector = running.prior if vector is None else vector
         return solve(vector, self.explore_budget, self.spec.depth, verifier_class(verifier).max_drafts).tree()
 
-    def observe(self, verifier, temperature, shape, outcome, sequences=1):
+    def observe(self, verifier, temperature, shape, outcome):
         if self.load_aware:
             self.batches.observe(outcome.batch_size)
             level = self.load_level()
@@ -489,10 +490,8 @@ class SequoiaTrees(TreePolicy):
     def _replan(self, verifier: str, current: TreeShape, vector) -> tuple[TreeShape, float]:
         """The tree `vector` calls for, and its predicted relative gain over `current`."""
         if self.spec.budget is None:
-            cost = self.cost_model(verifier)
-            budgets = [n for n in cost.target_seconds.sizes if n <= AUTO_MAX_BUDGET]
-            decision = replan_decision(current, vector, cost, budgets, self.spec.depth, self.threshold,
-                                       verifier_class(verifier).max_drafts)
+            decision = replan_decision(current, vector, self.cost_model(verifier), self._budgets(), self.spec.depth,
+                                       self.threshold, verifier_class(verifier).max_drafts)
             return decision.best.shape, decision.gain
         better = self.plan(verifier, vector)
         return better, 1 - expected_tokens(current, vector) / max(expected_tokens(better, vector), 1e-12)

@@ -332,6 +332,6 @@ def test_an_auto_trial_measures_what_it_serves_and_switches_to_target_only_when_
         drafts = shape.size > 1
         clock.now += 0.03 if drafts else 0.01  # drafting: 2 tokens per 30 ms, target-only 1 per 10 ms
         outcome = Outcome([1, 2], [1], [1]) if drafts else Outcome([1], [], [])
-        policy.observe("rrsw", 1.0, shape, outcome, sequences=4)
+        policy.observe("rrsw", 1.0, shape, outcome)
         served.append(drafts)
     assert served[:16] == [True] * 16 and served[16:32] == [False] * 16 and served[32:] == [False] * 64
