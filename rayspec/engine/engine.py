@@ -240,6 +240,13 @@ class SpeculativeEngine:
             self._policies.move_to_end(key)
             return policy
 
+    def tree_trials(self) -> list:
+        """(verifier, temperature, `TrialReport`) of the load trials of sequoia:auto, whether
+        it is the engine's tree or one that requests named."""
+        with self._policies_lock:
+            policies = [self._tree_policy, *self._policies.values()]
+        return [trial for policy in policies for trial in policy.trials()]
+
     def _build_policy(self, key) -> TreePolicy:
         """Cheap but for sequoia:auto's one-off calibration: Sequoia trees are planned lazily,
         per (verifier, temperature), by the policy itself."""

@@ -390,6 +390,10 @@ def test_an_engine_given_a_source_of_costs_fetches_them_once_when_a_request_firs
     given = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="rrsw", tree="kary:2x2", costs=measured)
     assert given.policy("sequoia:auto").shape_for("rrsw", 0.8) == engine.policy("sequoia:auto").shape_for("rrsw", 0.8)
     assert given.run([1, 2, 3], **kwargs).tokens == outputs[0]
+    # Seeded requests run no load trial; one made at 4 sequences is listed, from the requests' policy.
+    assert engine.tree_trials() == []
+    trial = engine.policy("sequoia:auto").trial("rrsw", 0.8, 4)
+    assert trial is not None and engine.tree_trials() == [("rrsw", 0.8, trial.report())]
 
 
 def test_past_a_shorter_drafters_context_steps_decode_target_only(pair):
