@@ -8,7 +8,8 @@ boundary, and how many sequences shared each model's forwards (cross-request bat
 generation, as vLLM's serving metrics: time to first token, the gaps between its steps that
 emit tokens (a stream's inter-chunk latency), time per output token, its length in seconds,
 tokens per second, prompt tokens, and how it ended.  Per HTTP request: the
-count by endpoint and status.
+count by endpoint and status.  At each scrape, what sequoia:auto's load trials measured and
+chose per load level (`rayspec.engine.policy.TreeTrial`): why its trees drafted or not.
 
 Phases follow `StepStats`: draft (the drafter's compute), score (the target's forward),
 verify (the verifier's walk) and network — whatever else the step's wall time held:
@@ -18,6 +19,7 @@ transport, serialisation, the engine's bookkeeping.
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from rayspec.engine.engine import GenerationStats, StepStats
@@ -99,6 +101,12 @@ class Metrics:
         )
         for phase in _PHASES:  # every phase is exported from the start, at zero
             self.phase_seconds.labels(phase)
+        self.trials = None  # a callable giving (verifier, temperature, TrialReport)s: `watch_trials`
+        r.register(_TrialCollector(self))
+
+    def watch_trials(self, trials) -> None:
+        """Export, at each scrape, the load trials `trials()` lists (`SpeculativeEngine.tree_trials`)."""
+        self.trials = trials
 
     def observe_step(self, step: StepStats) -> None:
         """One verification step (its completion tokens are fewer than its acceptance length
@@ -139,3 +147,38 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _TrialCollector:
+    """sequoia:auto's load trials as gauges, read at scrape time: per verifier, temperature and
+    load level, each tree's measured tokens per second and samples, and the choice."""
+
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def collect(self):
+        labels = ["verifier", "temperature", "sequences"]
+        rates = GaugeMetricFamily(
+            "rayspec_tree_trial_tokens_per_second",
+            "Tokens per second sequoia:auto's trial measured at a load (sequences decoding at once) for its drafting "
+            "tree and for target-only decoding, over each one's recent samples.", labels=[*labels, "tree"])
+        samples = GaugeMetricFamily(
+            "rayspec_tree_trial_samples", "Samples the trial keeps for each tree (Welch's test compares them).",
+            labels=[*labels, "tree"])
+        drafting = GaugeMetricFamily(
+            "rayspec_tree_trial_drafting",
+            "1 where the trial chose drafting at that load, 0 where it chose target-only decoding (absent while its "
+            "first test runs).", labels=labels)
+        nodes = GaugeMetricFamily(
+            "rayspec_tree_trial_drafting_nodes", "Nodes of the tree the trial drafts at that load (the root included).",
+            labels=labels)
+        for verifier, temperature, report in self.metrics.trials() if self.metrics.trials else []:
+            level = [verifier, f"{temperature:g}", str(report.sequences)]
+            for tree, rate, kept in zip(("drafting", "target_only"), report.rates, report.samples):
+                if rate is not None:
+                    rates.add_metric([*level, tree], rate)
+                samples.add_metric([*level, tree], kept)
+            if report.choice is not None:
+                drafting.add_metric(level, float(report.choice == "drafting"))
+            nodes.add_metric(level, report.drafting_nodes)
+        yield from (rates, samples, drafting, nodes)

@@ -78,6 +78,7 @@ class Service:
         self.tool_parser = pick_parser(tool_call_parser, self.chat_template())
         self.limits = limits or LimitsConfig()
         self.metrics = metrics or Metrics()
+        self.metrics.watch_trials(getattr(engine, "tree_trials", None))  # None: a test's stand-in engine
         self.workers = dict(workers or {})
         self.created = int(time.time())
         self.request_limits = Limits(self.limits.default_max_tokens, self.limits.max_tokens)

@@ -27,6 +27,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from rayspec.demo import TARGET_PATH
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.engine.policy import TrialReport
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.engine.structured import StructuredOutput
 from rayspec.rpc.generated import health_pb2_grpc
@@ -1056,6 +1057,32 @@ def test_metrics_are_exported_and_count_requests(http):
     assert 0 < grew("rayspec_time_to_first_token_seconds_sum") < grew("rayspec_generation_seconds_sum")
     assert grew("rayspec_prompt_tokens_total") == len(AutoTokenizer.from_pretrained(TARGET_PATH).encode(PROMPT))
     assert grew("rayspec_generations_ended_total", [("reason", "length")]) == 1
+
+
+def test_metrics_export_what_the_load_trials_measured_and_chose(http, server):
+    metrics = server["service"].metrics
+    reports = [("rrsw", 0.6, TrialReport(16, 3, (180.5, 197.25), (8, 6), "target_only", False)),
+               ("rrsw", 0.6, TrialReport(4, 3, (120.0, None), (2, 0), None, True))]
+    metrics.watch_trials(lambda: reports)
+    try:
+        samples = metric_samples(http)
+    finally:
+        metrics.watch_trials(server["service"].engine.tree_trials)
+
+    def sample(name, sequences, tree=None):
+        labels = {"verifier": "rrsw", "temperature": "0.6", "sequences": str(sequences)} | ({"tree": tree} if tree else {})
+        return samples.get((name, tuple(sorted(labels.items()))))
+
+    assert sample("rayspec_tree_trial_tokens_per_second", 16, "drafting") == 180.5
+    assert sample("rayspec_tree_trial_tokens_per_second", 16, "target_only") == 197.25
+    assert sample("rayspec_tree_trial_samples", 16, "target_only") == 6
+    assert sample("rayspec_tree_trial_drafting", 16) == 0 and sample("rayspec_tree_trial_drafting_nodes", 16) == 3
+    # At 4 the first test runs: no choice yet, no rate for target-only, which has no sample.
+    assert sample("rayspec_tree_trial_drafting", 4) is None
+    assert sample("rayspec_tree_trial_tokens_per_second", 4, "target_only") is None
+    assert sample("rayspec_tree_trial_samples", 4, "target_only") == 0
+    # The demo service's fixed tree runs no trial: nothing is exported.
+    assert not any(name.startswith("rayspec_tree_trial") for name, _ in metric_samples(http))
 
 
 # ---------------------------------------------------------------- disconnects, limits, failures
