@@ -301,13 +301,16 @@ def forward_latency(model, cache_len: int = 128, new_tokens: int = 1, repeats: i
     """Median milliseconds of one forward of ``new_tokens`` tokens over a ``cache_len`` cache."""
     from transformers import DynamicCache
 
+    from rayspec.models.tree_lm import cache_keyword
+
+    keyword = cache_keyword(model)
     ids = torch.randint(1, VOCAB_SIZE, (1, cache_len + new_tokens))
     times = []
     for _ in range(repeats + 3):
         cache = DynamicCache()
-        model(input_ids=ids[:, :cache_len], past_key_values=cache, use_cache=True)
+        model(input_ids=ids[:, :cache_len], **{keyword: cache}, use_cache=True)
         tic = time.perf_counter()
-        model(input_ids=ids[:, cache_len:], past_key_values=cache, use_cache=True)
+        model(input_ids=ids[:, cache_len:], **{keyword: cache}, use_cache=True)
         times.append(time.perf_counter() - tic)
     return 1000 * statistics.median(times[3:])
 

@@ -67,6 +67,12 @@ def visible_beyond_prefix(parents, pending: int, visible_slots=None) -> torch.Te
     return visible
 
 
+def cache_keyword(model) -> str:
+    """The keyword `model.forward` takes its KV cache by: transformers 5.24 renamed
+    `past_key_values` to `cache` (the old name goes in 5.40)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 class GrowingLayer(DynamicLayer):
     """A `DynamicLayer` whose keys and values are views of buffers with room for more rows:
     an update writes its rows in place, and a buffer is reallocated (half as large again, at
@@ -128,8 +134,7 @@ class TreeLM:
         # prefill that needs one row spares an [n, V] product and its memory (2 GB of float32
         # for 4k tokens at V = 128k).
         self.keeps_last_logits = "logits_to_keep" in accepted
-        # transformers 5.24 renamed `past_key_values` to `cache` (the old name goes in 5.40).
-        self.cache_argument = "cache" if "cache" in accepted else "past_key_values"
+        self.cache_argument = cache_keyword(model)
 
     def new_cache(self) -> DynamicCache:
         return DynamicCache(config=self.model.config)

@@ -9,7 +9,7 @@ import torch
 
 from rayspec.models import TreeLM
 from rayspec.models import tree_lm
-from rayspec.models.tree_lm import GrowingLayer, leave_cudnn_attention_out, visible_beyond_prefix
+from rayspec.models.tree_lm import GrowingLayer, cache_keyword, leave_cudnn_attention_out, visible_beyond_prefix
 from rayspec.tree.structure import TreeShape
 from tests.tiny_models import tiny_llama
 
@@ -132,7 +132,7 @@ def test_a_model_without_logits_to_keep_still_gives_the_last_rows(model):
 
         def forward(self, input_ids, attention_mask, position_ids, past_key_values, use_cache):
             return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                              past_key_values=past_key_values, use_cache=use_cache)
+                              **{cache_keyword(self.inner): past_key_values}, use_cache=use_cache)
 
     prefix = [3, 14, 15, 92, 65]
     plain = TreeLM(Plain(model))
