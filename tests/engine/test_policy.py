@@ -8,13 +8,12 @@ import threading
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from rayspec.engine.calibrate import Costs
 from rayspec.engine.interfaces import Outcome
 from rayspec.engine.policy import (
-    AcceptanceLibrary, LoadGauge, SequoiaSpec, SequoiaTrees, TreeTrial, check_tree_spec, load_level, parse_sequoia,
-    vector_file_name, welch_p_value,
+    AcceptanceLibrary, LoadGauge, SequoiaSpec, SequoiaTrees, TreeTrial, check_tree_spec, load_level,
+    parse_sequoia, vector_file_name,
 )
 from rayspec.tree.planner import MeasuredTimes
 from rayspec.tree.sequoia import solve
@@ -233,93 +232,55 @@ def serve_trial(trial, clock, steps, seconds, tokens):
 def test_a_tree_trial_serves_both_trees_then_keeps_the_faster_and_notices_a_change():
     clock = FakeClock()
     trial = TreeTrial(("D", "T"), sequences=2, window=8, exploit=16, clock=clock)
-    assert trial.sample_steps == 4  # a window's 8 steps, less 2 to settle and 2 left in flight at a switch
     seconds, tokens = {"D": 0.1, "T": 0.04}, {"D": 2, "T": 1}  # drafting 20 tokens/s, target-only 25
     assert serve_trial(trial, clock, 16, seconds, tokens) == "D" * 8 + "T" * 8
-    # A turn counts from its settling (2 steps of its tree ended): here 6 steps, a sample of 4
-    # and its remainder of 2 (half a sample: kept when the turn ends, at the next step handed).
-    assert [len(kept) for kept in trial.samples] == [2, 1] and trial.choice is None
-    # Without noise, two samples each decide.
     assert serve_trial(trial, clock, 24, seconds, tokens) == "T" * 16 + "D" * 8
-    assert trial.choice == "target_only" and not trial.testing
+    # Each turn counts from its settling (2 steps of its tree ended) to its last step.
     assert trial.rate(0) == pytest.approx(20.0) and trial.rate(1) == pytest.approx(25.0)
     assert serve_trial(trial, clock, 40, seconds, tokens) == "T" * 32 + "D" * 8  # confirmed: twice as long
-    seconds["D"] = 0.05  # drafting now 40 tokens/s: its next turn shows it, and a test starts again
+    seconds["D"] = 0.05  # drafting now 40 tokens/s: its next turn shows it, and it is kept
     assert serve_trial(trial, clock, 72, seconds, tokens) == "T" * 64 + "D" * 8
-    assert serve_trial(trial, clock, 1, seconds, tokens) == "T"  # the incumbent's turn, a window long
-    assert trial.testing and trial.choice == "target_only"
-    # The test starts from those two turns (T's last 8 samples, D's 2): with T's next turn, drafting is chosen.
-    assert serve_trial(trial, clock, 31, seconds, tokens) == "T" * 7 + "D" * 16 + "T" * 8
-    assert trial.choice == "drafting" and trial.rate(0) == pytest.approx(40.0)
+    assert serve_trial(trial, clock, 24, seconds, tokens) == "D" * 16 + "T" * 8
+    assert trial.rate(0) > trial.rate(1)
 
 
 def test_a_tree_trial_counts_neither_the_other_trees_steps_nor_a_turn_before_it_settles_or_across_an_interrupt():
     clock = FakeClock()
-    trial = TreeTrial(("D", "T"), sequences=3, window=10, exploit=10, clock=clock)
-    assert [trial.next() for _ in range(10)] == ["D"] * 10
-    for step in range(7):  # three settle the turn; four make a sample
+    trial = TreeTrial(("D", "T"), sequences=3, window=4, exploit=4, clock=clock)
+    assert [trial.next() for _ in range(4)] == ["D"] * 4
+    for step in range(4):  # the first three settle the turn; the fourth alone counts
         clock.now += 1.0
         trial.record("D", 10)
         trial.record("T", 1000)  # not the turn's tree: ignored
-    assert trial.samples[0] == [(0, 40, 4.0)] and trial.rate(0) == pytest.approx(10.0)
-    clock.now += 1.0
-    trial.record("D", 10)  # a quarter of a sample when the turn ends: dropped
-    assert trial.next() == "T"
+    assert trial.next() == "T"  # the switch closes D's turn: 10 tokens over the 1 s after settling
     assert trial.rate(0) == pytest.approx(10.0) and trial.rate(1) is None
     clock.now += 5.0
     trial.record("D", 1000)  # a step of the old turn ending late: not T's, not D's any more
     assert trial.rate(0) == pytest.approx(10.0)
-    for step in range(6):
+    for step in range(4):
         clock.now += 1.0
         trial.record("T", 3)
-    trial.interrupt()  # the load left: the part of the turn not yet sampled is dropped, time and tokens
+    trial.interrupt()  # the load left: the turn under way is dropped, time and tokens
     clock.now += 100.0
-    for step in range(6):  # ... and the turn settles anew when it comes back
-        clock.now += 1.0
-        trial.record("T", 3)
+    assert [trial.next() for _ in range(3)] == ["T"] * 3
     assert trial.rate(1) is None
-    clock.now += 1.0
-    trial.record("T", 3)
-    assert trial.samples[1] == [(1, 12, 4.0)]
     with pytest.raises(ValueError, match="sequences >= 1"):
         TreeTrial(("D", "T"), sequences=0)
 
 
-def noisy_trial_choice(rng, rates, first=0, steps=3000):
-    """The choice of a trial between two trees of tokens per second `rates`, each step's
-    time off by 30 % at random (so a sample's rate by about 5 %), after `steps` steps."""
+def test_a_warm_tree_trial_starts_from_the_choice_it_is_given():
     clock = FakeClock()
-    trial = TreeTrial(("D", "T"), sequences=4, window=40, exploit=280, first=first, clock=clock)
-    for _ in range(steps):
-        arm = trial.next() == "T"
-        clock.now += rng.lognormal(0.0, 0.3) / rates[arm] / np.exp(0.045)  # mean 1 / rate
-        trial.record("DT"[arm], 1)
-    return trial.choice
-
-
-def test_a_tree_trial_keeps_the_incumbent_against_noise_and_finds_a_real_difference():
-    rng = np.random.default_rng(7)
-    # Equal trees: one turn each would flip a coin; the test leaves the incumbent in place.
-    flips = sum(noisy_trial_choice(rng, (100.0, 100.0), first) != ("drafting", "target_only")[first]
-                for first in (0, 1) for _ in range(40))
-    assert flips <= 14  # of 80: 7-8 with other seeds, about 10 %; one turn each would flip 40
-    # Target-only 10 % faster: chosen, whichever tree was the incumbent.
-    for first in (0, 1):
-        choices = [noisy_trial_choice(rng, (100.0, 110.0), first) for _ in range(20)]
-        assert choices.count("target_only") >= 18
-
-
-def test_welch_p_value_matches_the_t_distribution():
-    a, b = [1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0, 8.0, 10.0]
-    # By hand: means 2.5 and 6, the t statistic and the Welch-Satterthwaite degrees of freedom.
-    va, vb = np.var(a, ddof=1) / 4, np.var(b, ddof=1) / 5
-    t = 3.5 / np.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va**2 / 3 + vb**2 / 4)
-    assert welch_p_value(a, b) == pytest.approx(2 * stats.t.sf(t, df))
-    assert welch_p_value(a, b) == pytest.approx(stats.ttest_ind(a, b, equal_var=False).pvalue)
-    assert welch_p_value([1.0, 1.0], [2.0, 2.0]) == 0.0 and welch_p_value([1.0, 1.0], [1.0, 1.0]) == 1.0
-    with pytest.raises(ValueError, match="two samples"):
-        welch_p_value([1.0], [1.0, 2.0])
+    trial = TreeTrial(("D", "T"), sequences=2, window=8, exploit=16, first=1, warm=True, clock=clock)
+    assert trial.choice == "target_only" and trial.turns == [0, 0]
+    seconds, tokens = {"D": 0.1, "T": 0.04}, {"D": 2, "T": 1}
+    # Straight to a cycle of the choice, then a turn of the other; the comparison confirms it,
+    # and the next cycle is twice as long.
+    assert serve_trial(trial, clock, 56, seconds, tokens) == "T" * 16 + "D" * 8 + "T" * 32
+    assert trial.rate(0) == pytest.approx(20.0) and trial.rate(1) == pytest.approx(25.0) and trial.turns == [1, 1]
+    # Cold, `first` only orders the opening turns; no choice until both are measured.
+    cold = TreeTrial(("D", "T"), sequences=2, window=8, exploit=16, first=1, clock=clock)
+    assert cold.choice is None and serve_trial(cold, clock, 16, seconds, tokens) == "T" * 8 + "D" * 8
+    assert serve_trial(cold, clock, 1, seconds, tokens) == "T" and cold.choice == "target_only"
 
 
 def test_load_levels_are_powers_of_two_and_the_gauge_follows_the_targets_batches():
@@ -398,12 +359,13 @@ def test_a_new_levels_trial_starts_from_what_the_nearest_level_chose(tmp_path):
     drafting = policy.shape_under_load("rrsw", 1.0, 8)
     trial = policy._trials[("rrsw", 1.0), 8] = TreeTrial((drafting, target_only), 8, window=24, exploit=24,
                                                           clock=clock)
-    assert policy.trial("rrsw", 1.0, 4).best == 0  # before level 8 has chosen: drafting first
+    assert policy.trial("rrsw", 1.0, 4).choice is None  # before level 8 has chosen: both measured afresh
     serve_trial(trial, clock, 72, {drafting: 0.03, target_only: 0.01}, {drafting: 2, target_only: 1})
     assert trial.choice == "target_only"
-    assert policy.trial("rrsw", 1.0, 16).next() == target_only  # the nearest level that chose: 8
-    assert policy.trial("rrsw", 1.0, 4).best == 0  # a level's trial, once made, keeps its own course
+    warm = policy.trial("rrsw", 1.0, 16)  # from the nearest level that chose, 8: a cycle of target-only first
+    assert warm.choice == "target_only" and [warm.next() for _ in range(7 * 128)] == [target_only] * (7 * 128)
+    assert policy.trial("rrsw", 1.0, 4).choice is None  # a level's trial, once made, keeps its own course
     [(verifier, temperature, report)] = [t for t in policy.trials() if t[2].sequences == 8]
     assert (verifier, temperature, report.choice, report.drafting_nodes) == ("rrsw", 1.0, "target_only", drafting.size)
-    assert report.rates == (pytest.approx(2 / 0.03), pytest.approx(100.0)) and not report.testing
+    assert report.rates == (pytest.approx(2 / 0.03), pytest.approx(100.0)) and report.turns == (1, 1)
     assert [t[2].sequences for t in policy.trials()] == [4, 8, 16]
