@@ -151,7 +151,7 @@ class Metrics:
 
 class _TrialCollector:
     """sequoia:auto's load trials as gauges, read at scrape time: per verifier, temperature and
-    load level, each tree's measured tokens per second and samples, and the choice."""
+    load level, each tree's measured tokens per second and turns, and the choice."""
 
     def __init__(self, metrics: Metrics):
         self.metrics = metrics
@@ -161,24 +161,23 @@ class _TrialCollector:
         rates = GaugeMetricFamily(
             "rayspec_tree_trial_tokens_per_second",
             "Tokens per second sequoia:auto's trial measured at a load (sequences decoding at once) for its drafting "
-            "tree and for target-only decoding, over each one's recent samples.", labels=[*labels, "tree"])
-        samples = GaugeMetricFamily(
-            "rayspec_tree_trial_samples", "Samples the trial keeps for each tree (Welch's test compares them).",
-            labels=[*labels, "tree"])
+            "tree and for target-only decoding, over each one's recent turns.", labels=[*labels, "tree"])
+        turns = GaugeMetricFamily(
+            "rayspec_tree_trial_turns", "Settled turns the trial has measured each tree over.", labels=[*labels, "tree"])
         drafting = GaugeMetricFamily(
             "rayspec_tree_trial_drafting",
-            "1 where the trial chose drafting at that load, 0 where it chose target-only decoding (absent while its "
-            "first test runs).", labels=labels)
+            "1 where the trial chose drafting at that load, 0 where it chose target-only decoding (absent until both "
+            "have been measured).", labels=labels)
         nodes = GaugeMetricFamily(
             "rayspec_tree_trial_drafting_nodes", "Nodes of the tree the trial drafts at that load (the root included).",
             labels=labels)
         for verifier, temperature, report in self.metrics.trials() if self.metrics.trials else []:
             level = [verifier, f"{temperature:g}", str(report.sequences)]
-            for tree, rate, kept in zip(("drafting", "target_only"), report.rates, report.samples):
+            for tree, rate, measured in zip(("drafting", "target_only"), report.rates, report.turns):
                 if rate is not None:
                     rates.add_metric([*level, tree], rate)
-                samples.add_metric([*level, tree], kept)
+                turns.add_metric([*level, tree], measured)
             if report.choice is not None:
                 drafting.add_metric(level, float(report.choice == "drafting"))
             nodes.add_metric(level, report.drafting_nodes)
-        yield from (rates, samples, drafting, nodes)
+        yield from (rates, turns, drafting, nodes)

@@ -1061,8 +1061,8 @@ def test_metrics_are_exported_and_count_requests(http):
 
 def test_metrics_export_what_the_load_trials_measured_and_chose(http, server):
     metrics = server["service"].metrics
-    reports = [("rrsw", 0.6, TrialReport(16, 3, (180.5, 197.25), (8, 6), "target_only", False)),
-               ("rrsw", 0.6, TrialReport(4, 3, (120.0, None), (2, 0), None, True))]
+    reports = [("rrsw", 0.6, TrialReport(16, 3, (180.5, 197.25), (8, 6), "target_only")),
+               ("rrsw", 0.6, TrialReport(4, 3, (120.0, None), (2, 0), None))]
     metrics.watch_trials(lambda: reports)
     try:
         samples = metric_samples(http)
@@ -1075,12 +1075,12 @@ def test_metrics_export_what_the_load_trials_measured_and_chose(http, server):
 
     assert sample("rayspec_tree_trial_tokens_per_second", 16, "drafting") == 180.5
     assert sample("rayspec_tree_trial_tokens_per_second", 16, "target_only") == 197.25
-    assert sample("rayspec_tree_trial_samples", 16, "target_only") == 6
+    assert sample("rayspec_tree_trial_turns", 16, "target_only") == 6
     assert sample("rayspec_tree_trial_drafting", 16) == 0 and sample("rayspec_tree_trial_drafting_nodes", 16) == 3
-    # At 4 the first test runs: no choice yet, no rate for target-only, which has no sample.
+    # At 4 no choice yet, and no rate for target-only, which has no measured turn.
     assert sample("rayspec_tree_trial_drafting", 4) is None
     assert sample("rayspec_tree_trial_tokens_per_second", 4, "target_only") is None
-    assert sample("rayspec_tree_trial_samples", 4, "target_only") == 0
+    assert sample("rayspec_tree_trial_turns", 4, "target_only") == 0
     # The demo service's fixed tree runs no trial: nothing is exported.
     assert not any(name.startswith("rayspec_tree_trial") for name, _ in metric_samples(http))
 
