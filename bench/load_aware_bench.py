@@ -46,11 +46,12 @@ def engines(target, drafter, costs) -> dict:
 
 
 def trial_state(engine) -> dict:
-    """The load-aware policy's trials: per load level, the trees and their measured rates."""
-    policy = engine.policy()
-    return {str(level): {"drafting_tree_nodes": trial.trees[0].size, "chosen": ["drafting", "target-only"][trial.best],
-                         "tokens_per_s": [trial.rate(0), trial.rate(1)], "steps_handed": trial.handed}
-            for (_, level), trial in sorted(policy._trials.items(), key=lambda kv: kv[0][1])}
+    """The load-aware policy's trials: per load level, the drafting tree, the measured rates and
+    samples, and the choice (what `/metrics` exports)."""
+    return {str(report.sequences): {"drafting_tree_nodes": report.drafting_nodes,
+                                    "chosen": report.choice or "undecided", "tokens_per_s": list(report.rates),
+                                    "turns": list(report.turns)}
+            for _, _, report in engine.tree_trials()}
 
 
 def markdown(results: dict) -> str:
@@ -73,12 +74,14 @@ def markdown(results: dict) -> str:
                      f"| {a['tokens_per_s'] / t['tokens_per_s']:.2f} | {a['tokens_per_step']:.2f} / "
                      f"{u['tokens_per_step']:.2f} | {results['one_sequence_tree'][row['path']]} |")
     lines += ["", "Tokens/s: all requests' tokens over the runs' wall time (two runs per arm, summed).  The load-aware "
-              "arm's trials at the end (level: drafting tree nodes, tokens/s measured drafting / target-only, chosen):"]
+              "arm's trials at the end (level: drafting tree nodes, tokens/s measured drafting / target-only, "
+              "turns measured of each, chosen):"]
     for path, trials in results["trials"].items():
         for level, trial in trials.items():
             rates = " / ".join("-" if r is None else f"{r:.1f}" for r in trial["tokens_per_s"])
-            lines.append(f"- {path}, {level} sequences: {trial['drafting_tree_nodes']} nodes, {rates}, "
-                         f"{trial['chosen']} ({trial['steps_handed']} steps)")
+            turns = " / ".join(str(n) for n in trial["turns"])
+            lines.append(f"- {path}, {level} sequences: {trial['drafting_tree_nodes']} nodes, {rates} "
+                         f"({turns} turns), {trial['chosen']}")
     return "\n".join(lines) + "\n"
 
 
