@@ -209,7 +209,7 @@ class TreeTrial:
     that differ costs their difference.  A rule that switched only on Welch's t-test over
     samples of each tree was tried: simulated with a sample's rate off by 22 %, as the demo
     pair's is under load, it served the faster of two trees 10–15 % apart 3–8 points less
-    often than this one in 7 runs of 8 (and in the bench, no better).
+    often than this one in 7 settings of 8 (and in the bench, no better: commit bf88833).
 
     A tree's rate is measured over the wall clock, as throughput: the tokens of its steps
     that ended after its turn settled, over the time from then to the last of them.  A turn
@@ -454,7 +454,7 @@ class SequoiaTrees(TreePolicy):
                 window = max(TRIAL_WINDOW, 8 * level)  # a turn is 8 steps of every sequence or more
                 first = trial.best if trial is not None and trial.decided else self._warm_start(key[0], level)
                 trial = self._trials[key] = TreeTrial((drafting, TreeShape.chain(0)), level, window, 7 * window,
-                                                      first=first if first is not None else 0, warm=first is not None)
+                                                      first=first or 0, warm=first is not None)
             return trial
 
     def _warm_start(self, key, level: int) -> int | None:
