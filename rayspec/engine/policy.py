@@ -206,10 +206,11 @@ class TreeTrial:
 
     The choice compares point estimates and does not wait for a significant difference: a
     switch between two trees of equal speed costs nothing, while serving the slower of two
-    that differ costs their difference.  A rule that switched only on Welch's t-test over
-    samples of each tree was tried: simulated with a sample's rate off by 22 %, as the demo
-    pair's is under load, it served the faster of two trees 10–15 % apart 3–8 points less
-    often than this one in 7 settings of 8 (and in the bench, no better: commit bf88833).
+    that differ costs their difference.  A rule that kept the incumbent unless Welch's t-test
+    over samples of each tree found the other faster was tried (commit bf88833): on a fake
+    clock with a sample's rate off by 22 %, as the demo pair's is under load, it gave the
+    faster of two trees 10 % apart 53–65 % of the steps, against this rule's 67–81 %
+    (`bench/trial_sim.py`).
 
     A tree's rate is measured over the wall clock, as throughput: the tokens of its steps
     that ended after its turn settled, over the time from then to the last of them.  A turn
