@@ -47,7 +47,7 @@ def engines(target, drafter, costs) -> dict:
 
 def trial_state(engine) -> dict:
     """The load-aware policy's trials: per load level, the drafting tree, the measured rates and
-    samples, and the choice (what `/metrics` exports)."""
+    turns, and the choice (what `/metrics` exports)."""
     return {str(report.sequences): {"drafting_tree_nodes": report.drafting_nodes,
                                     "chosen": report.choice or "undecided", "tokens_per_s": list(report.rates),
                                     "turns": list(report.turns)}

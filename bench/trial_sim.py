@@ -11,9 +11,11 @@ went to target-only (1.0 is an oracle; 0.5 a coin), and how often it was the fin
     python bench/trial_sim.py [--runs 60] [--label NAME]
 
 Writes bench/results/trial_sim[_NAME].{json,md}.  The Welch-gated rule that was tried and
-dropped is in commit bf88833; to compare it, with that commit checked out in a worktree:
+dropped is in commit bf88833; to compare it, run this script from a worktree of that commit
+(`bench/common.py` puts the checkout the script sits in first on the path):
 
-    PYTHONPATH=/path/to/worktree python bench/trial_sim.py --label welch_bf88833
+    git worktree add /tmp/wt bf88833 && cp bench/trial_sim.py /tmp/wt/bench/
+    cd /tmp/wt && python bench/trial_sim.py --label welch_bf88833
 """
 
 from __future__ import annotations
