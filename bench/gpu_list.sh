@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The GPU checks and benchmarks, as one script for a lent GPU machine (no Ray there, no network).
+#
+#   bash bench/gpu_list.sh [OUT]        # OUT: where the log and an archive of the results go
+#
+# Each part runs under its own time limit and the run goes on past a part that fails or runs
+# out of time, so one call brings back whatever finished.  After every part the results so
+# far are packed into OUT/gpu_results.tgz (bench/results/*_gpu.* and profile_step_cuda.*),
+# so a run cut short still returns them.  Missing Python packages travel as wheels in .whl/
+# (grpcio, protobuf and outlines-core, for the versions the generated stubs and the
+# structured-output test need); they are installed into /tmp/site first.
+#
+# Sizes are small enough for the whole list to take about 7 minutes; a dry run on a 2-core CPU
+# VM (DEVICE=cpu, test_cuda skipped there) took 3.5.
+
+set -u
+OUT=${1:-${OUT:-/tmp/gpu_out}}
+DEVICE=${DEVICE:-cuda}  # DEVICE=cpu: a dry run of the same list on a machine without a GPU
+mkdir -p "$OUT"
+LOG="$OUT/gpu_list.log"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"
+
+pack() {
+    tar czf "$OUT/gpu_results.tgz" $(ls bench/results/*_gpu.* bench/results/profile_step_cuda.* 2>/dev/null)
+}
+
+part() {  # part NAME SECONDS COMMAND...: runs COMMAND under a limit, logs its end and duration
+    local name=$1 limit=$2
+    shift 2
+    local start=$SECONDS
+    echo "=== $name (limit ${limit}s): $*" | tee -a "$LOG"
+    timeout --kill-after=10 "$limit" "$@" >>"$LOG" 2>&1
+    local rc=$?
+    echo "=== $name: rc=$rc in $((SECONDS - start))s" | tee -a "$LOG"
+    pack
+}
+
+{
+    date -u
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    python3 -c "import torch, transformers, grpc, google.protobuf as pb; print('torch', torch.__version__, 'transformers', transformers.__version__, 'grpcio', grpc.__version__, 'protobuf', pb.__version__, 'cuda', torch.cuda.is_available())"
+} 2>&1 | tee -a "$LOG"
+
+part test_cuda 170 python3 -m pytest tests/test_cuda.py -q -p no:cacheprovider --timeout 150
+part profile_step 60 python3 bench/profile_step.py --device "$DEVICE" --prompts 2 --tokens 64
+part batched_forward 60 python3 bench/batched_forward_bench.py --out batched_forward_bench_gpu
+part e2e 90 python3 bench/e2e_bench.py --prompts 4 --tokens 64 --temperatures 0 0.6 --skip-grid \
+    --out bench/results/e2e_bench_gpu
+part service_overhead 100 python3 bench/service_bench.py --device "$DEVICE" --parts overhead --skip-locust \
+    --prompts 4 --tokens 64 --out bench/results/service_bench_gpu
+part batching 80 python3 bench/batching_bench.py --trees sequoia:auto --users 1 4 16 --rounds 1 --tokens 64 \
+    --out batching_bench_gpu
+part load_aware 110 python3 bench/load_aware_bench.py --users 1 4 16 --rounds 2 --tokens 64 \
+    --out load_aware_bench_gpu
+echo "=== done in ${SECONDS}s" | tee -a "$LOG"
