@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # The GPU checks and benchmarks, as one script for a lent GPU machine (no Ray there, no network).
 #
-#   bash bench/gpu_list.sh [OUT]        # OUT: where the log and an archive of the results go
+#   bash bench/gpu_list.sh [OUT [PART...]]   # OUT: where the log and an archive of the results go;
+#                                            # PARTs: run only these (names as below)
 #
 # Each part runs under its own time limit and the run goes on past a part that fails or runs
 # out of time, so one call brings back whatever finished.  After every part the results so
 # far are packed into OUT/gpu_results.tgz (bench/results/*_gpu.* and profile_step_cuda.*),
 # so a run cut short still returns them.  Missing Python packages travel as wheels in .whl/
 # (grpcio, protobuf and outlines-core, for the versions the generated stubs and the
-# structured-output test need); they are installed into /tmp/site first.
+# structured-output test need); they are installed into /tmp/site first.  Fetch them here with
+# `pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64
+# -d .whl grpcio==1.85.3 protobuf==7.36.2 outlines_core==0.2.14` and carry `.whl`.
 #
-# Sizes are small enough for the whole list to take about 7 minutes; a dry run on a 2-core CPU
-# VM (DEVICE=cpu, test_cuda skipped there) took 3.5.
+# On one H100 (2026-11-27) the parts took 126, 50, 43, 47 and 76 s; batching and load_aware
+# need about 100 and 125 s, more than the 10 minutes of one device call leave them after the
+# others: run them in a second call (`bash bench/gpu_list.sh $OUT batching load_aware`).
 
 set -u
 OUT=${1:-${OUT:-/tmp/gpu_out}}
+PARTS=" ${*:2} "
 DEVICE=${DEVICE:-cuda}  # DEVICE=cpu: a dry run of the same list on a machine without a GPU
 mkdir -p "$OUT"
 LOG="$OUT/gpu_list.log"
@@ -32,6 +37,7 @@ pack() {
 part() {  # part NAME SECONDS COMMAND...: runs COMMAND under a limit, logs its end and duration
     local name=$1 limit=$2
     shift 2
+    [[ "$PARTS" == "  " || "$PARTS" == *" $name "* ]] || return 0
     local start=$SECONDS
     echo "=== $name (limit ${limit}s): $*" | tee -a "$LOG"
     timeout --kill-after=10 "$limit" "$@" >>"$LOG" 2>&1
@@ -53,8 +59,8 @@ part e2e 90 python3 bench/e2e_bench.py --prompts 4 --tokens 64 --temperatures 0 
     --out bench/results/e2e_bench_gpu
 part service_overhead 100 python3 bench/service_bench.py --device "$DEVICE" --parts overhead --skip-locust \
     --prompts 4 --tokens 64 --out bench/results/service_bench_gpu
-part batching 80 python3 bench/batching_bench.py --trees sequoia:auto --users 1 4 16 --rounds 1 --tokens 64 \
+part batching 130 python3 bench/batching_bench.py --trees sequoia:auto --users 1 4 16 --rounds 1 --tokens 64 \
     --out batching_bench_gpu
-part load_aware 110 python3 bench/load_aware_bench.py --users 1 4 16 --rounds 2 --tokens 64 \
+part load_aware 150 python3 bench/load_aware_bench.py --users 1 4 16 --rounds 2 --tokens 64 \
     --out load_aware_bench_gpu
 echo "=== done in ${SECONDS}s" | tee -a "$LOG"
