@@ -16,7 +16,7 @@ rows into a buffer with room to spare instead.
 
 On a GPU, a forward must not reach cuDNN's attention: it plans an execution graph for every
 new shape, and a decoding step's shapes are always new (the cache grows, trees differ in
-size).  Profiled on an H100 (bench/results/profile_step_cuda.md), that planning took 81 % of
+size).  Profiled on an H100 (bench/results/profile_step_cuda.md at commit a65062c), that planning took 81 % of
 the host's time at 7.8 ms a call for 9 us of GPU work.  The other kernels (memory-efficient
 attention takes the float mask) need no planning.  A TreeLM on a CUDA device therefore turns
 cuDNN's attention off for its whole process (`leave_cudnn_attention_out`): torch's backend
