@@ -52,18 +52,25 @@ def visible_beyond_prefix(parents, pending: int, visible_slots=None) -> torch.Te
     parents [n]: each node's parent among the new nodes (parents come first), or -1.
 
     Built here and sent to the model's device once: on a GPU, an operation per node is a
-    kernel launch per node (a prefill of 2,000 tokens would be 4,000 of them)."""
+    kernel launch per node (a prefill of 2,000 tokens would be 4,000 of them).  The ancestor
+    lists are walked in Python and written with one indexed assignment: a tensor operation per
+    node, on the host alone, was 377 of a sequoia:32 step's 3,076 torch operations on the demo
+    pair, and a GPU step's time is its host's (bench/results/profile_step_cuda.md)."""
     n = len(parents)
     visible = torch.zeros(n, pending + n, dtype=torch.bool)
-    if pending and visible_slots is not None:
-        visible[:, :pending] = torch.as_tensor(visible_slots, dtype=torch.bool)
-    if (pending == 0 or visible_slots is None) and list(parents) == list(range(-1, n - 1)):
+    granted = pending and visible_slots is not None
+    if not granted and list(parents) == list(range(-1, n - 1)):
         visible[:, pending:] = torch.ones(n, n, dtype=torch.bool).tril()  # a chain: a prefill
         return visible
+    lineage: list[list[int]] = []  # each node's ancestors among the new nodes, and itself
     for i, parent in enumerate(parents):
-        if parent >= 0:
-            visible[i] |= visible[parent]
-        visible[i, pending + i] = True
+        lineage.append((lineage[parent] if parent >= 0 else []) + [i])
+    rows = torch.tensor([i for i, line in enumerate(lineage) for _ in line], dtype=torch.long)
+    columns = torch.tensor([node for line in lineage for node in line], dtype=torch.long)
+    visible[rows, pending + columns] = True
+    if granted:  # a row granted to any of a node's lineage is the node's to see
+        slots = torch.as_tensor(visible_slots, dtype=torch.bool)
+        visible[:, :pending] = (visible[:, pending:].to(torch.float32) @ slots.to(torch.float32)) > 0
     return visible
 
 

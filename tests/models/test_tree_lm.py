@@ -168,9 +168,23 @@ def test_each_node_sees_its_ancestors_and_the_pending_rows_they_were_granted(par
         assert not visible_beyond_prefix(parents, pending)[:, :pending].any()
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_random_forests_see_what_walking_their_ancestors_gives(seed):
+    """Forests of up to 40 nodes, each node's parent any earlier node or none, with and without
+    pending rows granted at random: the indexed construction against the walk."""
+    generator = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(1, 41, (1,), generator=generator))
+    parents = [int(torch.randint(-1, i, (1,), generator=generator)) if i else -1 for i in range(n)]
+    pending = int(torch.randint(0, 6, (1,), generator=generator))
+    slots = torch.rand(n, pending, generator=generator) < 0.3
+    for granted in (slots, None):
+        assert torch.equal(visible_beyond_prefix(parents, pending, granted),
+                           reference_visibility(parents, pending, granted)), (parents, pending)
+
+
 def test_a_tree_lm_on_cuda_turns_cudnn_attention_off_for_its_process_and_on_a_cpu_leaves_it(model, monkeypatch):
     """cuDNN's attention plans a graph for every new shape: 7.8 ms of host time a call on an
-    H100 (bench/results/profile_step_cuda.md), and a decoding step's shapes are always new."""
+    H100 (bench/results/profile_step_cuda.md at commit a65062c), and a decoding step's shapes are always new."""
     devices = []
     monkeypatch.setattr(tree_lm, "leave_cudnn_attention_out",
                         lambda device: devices.append(device) or leave_cudnn_attention_out(device))
