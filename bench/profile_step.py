@@ -1,6 +1,7 @@
 """Where a decoding step's time goes: the demo pair in-process under torch's profiler.
 
     python bench/profile_step.py [--device cuda] [--verifier rrsw] [--tree sequoia:auto] [--prompts 2] [--tokens 64]
+                                 [--by-function]
 
 One untimed decode first (kernels load, caches grow), then `--prompts` decodes under the
 profiler.  Reported per step: the engine's phases (draft / score / verify / other), the
@@ -9,6 +10,9 @@ CUDA kernels launched and the host-device synchronisations (`aten::_local_scalar
 device-to-host copies), then torch's table of the ops of most self CPU time.  A step made of
 small kernels on a GPU costs what the host spends launching them and waiting at each
 synchronisation, not what the GPU computes: these counts say how far from that it is.
+With `--by-function`, a second pass under Python tracing (slower: its times are not used)
+counts the top-level torch operations of a step by the rayspec function that called them —
+a device-independent measure of host work that a CPU can take for a GPU's.
 Writes bench/results/profile_step_{device}.{json,md} (`--out`).
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -35,6 +40,25 @@ def decode(engine, prompt, tokens, temperature, seed) -> GenerationStats:
     return stats
 
 
+def operations_by_function(engine, prompts, args, top: int = 20) -> dict:
+    """Top-level torch operations per step (an operation inside another is not counted again),
+    each attributed to the innermost rayspec function on its Python stack."""
+    stats_steps, by_function, total = 0, Counter(), 0
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as profiler:
+        for i, prompt in enumerate(prompts[1 : 1 + args.prompts]):
+            stats_steps += len(decode(engine, prompt, args.tokens, args.temperature, seed=1 + i).steps)
+    for event in profiler.events():
+        parent = event.cpu_parent
+        if not event.name.startswith("aten::") or (parent is not None and parent.name.startswith("aten::")):
+            continue
+        total += 1
+        while parent is not None and "rayspec/" not in parent.name:
+            parent = parent.cpu_parent
+        by_function[parent.name.split("rayspec/")[-1] if parent is not None else "(outside rayspec)"] += 1
+    return {"operations_per_step": total / stats_steps,
+            "by_function": {name: count / stats_steps for name, count in by_function.most_common(top)}}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -44,6 +68,7 @@ def main():
     parser.add_argument("--prompts", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--rows", type=int, default=30, help="ops in the profiler's table")
+    parser.add_argument("--by-function", action="store_true", help="also count operations by calling function")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     out = Path(args.out or RESULTS / f"profile_step_{args.device}")
@@ -77,6 +102,8 @@ def main():
         },
         "table": events.table(sort_by="self_cpu_time_total", row_limit=args.rows),
     }
+    if args.by_function:
+        result["operations"] = operations_by_function(engine, prompts, args)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2))
     lines = [f"# One decoding step under the profiler ({result['meta']['device_name']}; {args.verifier}, {args.tree} "
@@ -85,6 +112,11 @@ def main():
              "| per step | value |", "|---|---|"]
     lines += [f"| {phase} ms | {ms:.2f} |" for phase, ms in result["phase_ms_per_step"].items()]
     lines += [f"| {name} | {value:.1f} |" for name, value in result["per_step"].items()]
+    if "operations" in result:
+        lines += ["", f"Top-level torch operations per step: **{result['operations']['operations_per_step']:.0f}**, "
+                  "by the innermost rayspec function that called them:", "", "| function | operations per step |",
+                  "|---|---|"]
+        lines += [f"| `{name}` | {count:.1f} |" for name, count in result["operations"]["by_function"].items()]
     lines += ["", "```", result["table"], "```"]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print(out.with_suffix(".md").read_text())
