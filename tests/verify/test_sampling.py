@@ -3,9 +3,10 @@ owns exactly its own slice of [0, 1), on float32 rows of a large vocabulary too.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from rayspec.verify.base import sample_categorical, sample_from_weights
+from rayspec.verify.base import sample_categorical, sample_from_weights, sample_without_replacement
 
 
 def test_every_token_owns_its_own_slice_of_the_unit_interval_on_a_large_float32_row():
@@ -31,3 +32,37 @@ def test_rows_of_zero_mass_give_minus_one_and_zero_weights_are_never_drawn():
     weights = torch.tensor([[0.0, 0.0, 0.0], [0.0, 2.0, 0.0]])
     u = torch.tensor([[0.0, 0.5, 1 - 2.0**-53]] * 2, dtype=torch.float64)
     assert sample_from_weights(weights, u).tolist() == [[-1, -1, -1], [1, 1, 1]]
+
+
+def _one_draw_at_a_time(q: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:
+    """Sampling without replacement by its definition: `sample_from_weights` over what is left,
+    the drawn token zeroed, k times."""
+    u = torch.rand((q.shape[0], k), generator=generator, dtype=torch.float64)
+    left, out = q.clone(), torch.full((q.shape[0], k), -1, dtype=torch.long)
+    for j in range(k):
+        out[:, j] = sample_from_weights(left, u[:, j])
+        left.scatter_(-1, out[:, j : j + 1].clamp_min(0), 0)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16])
+def test_sampling_without_replacement_gives_the_one_draw_at_a_time_definitions_tokens(dtype):
+    """The same uniforms give the same tokens as the definition, bit for bit: on peaked rows,
+    rows whose support is smaller than k (padded with -1), and a row of zero mass."""
+    generator = torch.Generator().manual_seed(3)
+    rows = torch.softmax(torch.randn(64, 50, generator=generator, dtype=torch.float64) * 4, -1)
+    rows[:8, 3:] = 0  # support of 3 < k
+    rows[8] = 0
+    rows[9, ::2] = 0
+    q = rows.to(dtype)
+    for k in (1, 4, 8):
+        a, b = torch.Generator().manual_seed(k), torch.Generator().manual_seed(k)
+        drafts = sample_without_replacement(q, k, a)
+        assert torch.equal(drafts, _one_draw_at_a_time(q, k, b)), k
+        support = (q > 0).sum(-1)
+        assert torch.equal((drafts >= 0).sum(-1), support.clamp_max(k)) and int(support[:8].max()) <= 3
+        assert torch.equal(drafts >= 0, torch.arange(k) < support.clamp_max(k).unsqueeze(-1))  # -1s last
+        real = drafts.clamp_min(0)
+        assert ((q.gather(-1, real) > 0) | (drafts < 0)).all()
+        assert all(len(set(row[row >= 0].tolist())) == int((row >= 0).sum()) for row in drafts)  # no repeats
+    assert sample_without_replacement(q[:2], 0, torch.Generator().manual_seed(0)).shape == (2, 0)
