@@ -54,13 +54,18 @@ def visible_beyond_prefix(parents, pending: int, visible_slots=None) -> torch.Te
     Built here and sent to the model's device once: on a GPU, an operation per node is a
     kernel launch per node (a prefill of 2,000 tokens would be 4,000 of them).  The ancestor
     lists are walked in Python and written with one indexed assignment: a tensor operation per
-    node, on the host alone, was 377 of a sequoia:32 step's 3,076 torch operations on the demo
-    pair, and a GPU step's time is its host's (bench/results/profile_step_cuda.md)."""
+    node, on the host alone, was 405 of a sequoia:32 step's 3,756 torch operations on the demo
+    pair (67 now), and a GPU step's time is its host's (bench/results/profile_step_cuda.md)."""
     n = len(parents)
     visible = torch.zeros(n, pending + n, dtype=torch.bool)
     granted = pending and visible_slots is not None
     if not granted and list(parents) == list(range(-1, n - 1)):
         visible[:, pending:] = torch.ones(n, n, dtype=torch.bool).tril()  # a chain: a prefill
+        return visible
+    if all(parent < 0 for parent in parents):  # a drafter's level: each node sees itself and its grant
+        visible[:, pending:].fill_diagonal_(True)
+        if granted:
+            visible[:, :pending] = torch.as_tensor(visible_slots, dtype=torch.bool)
         return visible
     lineage: list[list[int]] = []  # each node's ancestors among the new nodes, and itself
     for i, parent in enumerate(parents):

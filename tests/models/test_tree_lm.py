@@ -156,8 +156,8 @@ def reference_visibility(parents, pending: int, visible_slots) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("pending", [0, 3])
-@pytest.mark.parametrize("parents", [*(s.parents for s in SHAPES), (-1, -1, 0, 1, 1, -1, 5)],
-                         ids=["chain", "kary", "tree", "forest"])
+@pytest.mark.parametrize("parents", [*(s.parents for s in SHAPES), (-1, -1, 0, 1, 1, -1, 5), (-1, -1, -1, -1)],
+                         ids=["chain", "kary", "tree", "forest", "level"])
 def test_each_node_sees_its_ancestors_and_the_pending_rows_they_were_granted(parents, pending):
     n = len(parents)
     generator = torch.Generator().manual_seed(n + pending)
