@@ -6,9 +6,15 @@ are timed through `Target`/`Drafter` sessions, so the figures include whatever t
 deployment adds — gRPC and the network for remote workers.
 
   * target: star trees (a root and n - 1 children) of n = 1, 2, 4, ... nodes, verified with
-    `greedy` (its walk is negligible next to the forward);
+    `rrsw` at temperature 1 (its rows' processing and rejection walk included);
   * drafter: w parallel chains of depth 1 and of depth 3 — the difference is two levels
-    that each expand w nodes;
+    that each expand w nodes — drafted for `rrsw` (draws without replacement, q rows in half
+    precision, shipped where the drafter is remote).
+
+A sampling verifier prices what most requests do.  Calibrated with `greedy` instead, whose
+walk and drafts are a few operations, the planner priced sampling verifiers' steps up to 27 %
+short on the demo pair (bench/results/cost_model_bench_cpu.md); greedy's own steps are
+priced a little high now, which costs greedy plans little (they draft the likeliest tokens).
   * under load (`CostModel.under_load`): B = `LOAD_SEQUENCES` sessions of each model step at
     once (one thread each, as concurrent requests do), their forwards batched by the model's
     batcher: the round's time beyond one call of all B sessions' rows is the part of a call
@@ -83,9 +89,12 @@ def _parallel_chains(width: int, depth: int) -> TreeShape:
     return TreeShape(tuple(parents))
 
 
+CALIBRATION_VERIFIER = "rrsw"
+
+
 def _spec(vocab_size: int, length: int = 64) -> SequenceSpec:
     prompt = tuple(1 + (7 * i) % (vocab_size - 1) for i in range(length))
-    return SequenceSpec(prompt, SamplingParams(temperature=0.0), seed=0, verifier="greedy")
+    return SequenceSpec(prompt, SamplingParams(temperature=1.0), seed=0, verifier=CALIBRATION_VERIFIER)
 
 
 class _Stepper:
@@ -153,7 +162,8 @@ def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS,
         stepper.room(n)
         tokens = torch.randint(target.vocab_size, (n,), generator=generator)
         tokens[0] = stepper.last
-        outcome = stepper.session.verify(Draft(DraftTree(_star(n), tokens), None))
+        root_law = torch.full((1, target.vocab_size), 1.0 / target.vocab_size) if n > 1 else None
+        outcome = stepper.session.verify(Draft(DraftTree(_star(n), tokens), root_law))
         stepper.last, stepper.length = outcome.tokens[-1], stepper.length + len(outcome.tokens)
 
     verifying = [_Stepper(target, _spec(target.vocab_size)) for _ in range(max(load_sequences, 1))]
