@@ -9,17 +9,17 @@ deployment adds — gRPC and the network for remote workers.
     `rrsw` at temperature 1 (its rows' processing and rejection walk included);
   * drafter: w parallel chains of depth 1 and of depth 3 — the difference is two levels
     that each expand w nodes — drafted for `rrsw` (draws without replacement, q rows in half
-    precision, shipped where the drafter is remote).
-
-A sampling verifier prices what most requests do.  Calibrated with `greedy` instead, whose
-walk and drafts are a few operations, the planner priced sampling verifiers' steps up to 27 %
-short on the demo pair (bench/results/cost_model_bench_cpu.md); greedy's own steps are
-priced a little high now, which costs greedy plans little (they draft the likeliest tokens).
+    precision, shipped where the drafter is remote);
   * under load (`CostModel.under_load`): B = `LOAD_SEQUENCES` sessions of each model step at
     once (one thread each, as concurrent requests do), their forwards batched by the model's
     batcher: the round's time beyond one call of all B sessions' rows is the part of a call
     that batching does not share, per other sequence.
 Each figure is a median over repeats (these machines are noisy).
+
+A sampling verifier prices what most requests do.  Calibrated with `greedy` instead, whose
+walk and drafts are a few operations, the planner priced sampling verifiers' steps up to 27 %
+short on the demo pair (bench/results/cost_model_bench_cpu.md); greedy's own steps are
+priced a little high now, which costs greedy plans little (they draft the likeliest tokens).
 """
 
 from __future__ import annotations
