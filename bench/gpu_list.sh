@@ -13,9 +13,10 @@
 # `pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64
 # -d .whl grpcio==1.85.3 protobuf==7.36.2 outlines_core==0.2.14` and carry `.whl`.
 #
-# On one H100 (2026-11-27) the parts took 126, 50, 43, 47 and 76 s; batching and load_aware
-# need about 100 and 125 s, more than the 10 minutes of one device call leave them after the
-# others: run them in a second call (`bash bench/gpu_list.sh $OUT batching load_aware`).
+# On one H100 (2026-11-27) test_cuda, profile_step, batched_forward, e2e and service_overhead
+# took 126, 50, 43, 47 and 76 s (cost_model is newer and unmeasured there); batching and
+# load_aware need about 100 and 125 s, more than one 10-minute device call leaves them after
+# the others: run them in a second call (`bash bench/gpu_list.sh $OUT batching load_aware`).
 
 set -u
 OUT=${1:-${OUT:-/tmp/gpu_out}}
@@ -54,6 +55,7 @@ part() {  # part NAME SECONDS COMMAND...: runs COMMAND under a limit, logs its e
 
 part test_cuda 170 python3 -m pytest tests/test_cuda.py -q -p no:cacheprovider --timeout 150
 part profile_step 60 python3 bench/profile_step.py --device "$DEVICE" --prompts 2 --tokens 64
+part cost_model 90 python3 bench/cost_model_bench.py --device "$DEVICE" --out cost_model_bench_gpu
 part batched_forward 60 python3 bench/batched_forward_bench.py --out batched_forward_bench_gpu
 part e2e 90 python3 bench/e2e_bench.py --prompts 4 --tokens 64 --temperatures 0 0.6 --skip-grid \
     --out bench/results/e2e_bench_gpu
