@@ -37,7 +37,7 @@ from rayspec.models.tree_lm import TreeLM
 from rayspec.tree.dynamic import DynamicPlan, select_dynamic_tree
 from rayspec.tree.structure import DraftTree, TreeShape, root_path
 from rayspec.verify import get_verifier
-from rayspec.verify.processing import TokenHistory, half_precision, logits_to_probs
+from rayspec.verify.processing import TokenHistory, half_precision, logits_to_probs, truncated_law
 
 
 def model_context_length(model) -> int:
@@ -234,9 +234,10 @@ class LocalTargetSession(_Session):
 class LocalDrafterSession(_Session):
     def __init__(self, model, spec: SequenceSpec, batcher: ForwardBatcher | None = None,
                  vocabulary: GrammarVocabulary | None = None, eos_token_ids: tuple[int, ...] = (),
-                 prefix_cache: PrefixCache | None = None):
+                 prefix_cache: PrefixCache | None = None, draft_top_k: int = 0):
         super().__init__(model, spec, "draft", batcher, vocabulary, eos_token_ids, prefix_cache)
         self.slots: dict[int, int] = {}  # node of the last tree -> its cache row
+        self.draft_top_k = draft_top_k
 
     def commit(self, previous: Outcome) -> None:
         """Keep the cache rows of the accepted path's drafted nodes; commit the emitted tokens."""
@@ -254,8 +255,9 @@ class LocalDrafterSession(_Session):
         the processed law it is verified against.  That law is taken in half precision
         (`half_precision`) wherever the drafter runs, so that a remote drafter's rows cross
         at half the bytes and in-process decoding gives the same tokens.  paths: a function
-        giving each row's drafted tokens after the completion so far (`laws`)."""
-        q, divisors = half_precision(self.laws(logits, paths))
+        giving each row's drafted tokens after the completion so far (`laws`).  With
+        `draft_top_k`, the law is first kept to its k likeliest tokens (`truncated_law`)."""
+        q, divisors = half_precision(truncated_law(self.laws(logits, paths), self.draft_top_k))
         if self.verifier.name == "greedy":
             return self.laws(logits, paths, untempered=True), q, divisors
         return q, q, divisors
@@ -421,8 +423,23 @@ class LocalTarget(_LocalModel):
 
 
 class LocalDrafter(_LocalModel):
-    """A drafter model in this process (tokenizer: needed for structured output only)."""
+    """A drafter model in this process (tokenizer: needed for structured output only).
+
+    draft_top_k: draft from each node's k likeliest tokens only (`truncated_law`; 0: the whole
+    law).  Exact for every verifier, at some acceptance; a remote drafter's q rows then cross
+    as k entries each instead of the vocabulary.  In-process and remote drafters give the same
+    tokens for a seed when they are given the same k."""
+
+    def __init__(self, model, tokenizer=None, draft_top_k: int = 0, **options):
+        check_draft_top_k(draft_top_k)
+        super().__init__(model, tokenizer, **options)
+        self.draft_top_k = int(draft_top_k)
 
     def open(self, spec: SequenceSpec) -> LocalDrafterSession:
         return LocalDrafterSession(self.model, spec, self.batcher, self.vocabulary(spec), self.eos_token_ids,
-                                   self.prefix_cache)
+                                   self.prefix_cache, self.draft_top_k)
+
+
+def check_draft_top_k(value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"draft_top_k must be a whole number, 0 (off) or more, got {value!r}")

@@ -24,7 +24,7 @@ import time
 import torch
 
 from rayspec.engine.interfaces import Draft
-from rayspec.engine.local import LocalDrafter, LocalTarget
+from rayspec.engine.local import LocalDrafter, LocalTarget, check_draft_top_k
 from rayspec.models.batching import (
     DEFAULT_MAX_BATCH_SEQUENCES, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PREFILL_CHUNK, check_batch_limits,
 )
@@ -203,6 +203,9 @@ def main(argv=None) -> int:
     parser.add_argument("--prefill-chunk-tokens", type=int, default=DEFAULT_PREFILL_CHUNK,
                         help="prefill longer prompts in chunks of this many tokens, other sequences' forwards "
                         "in between (0: whole)")
+    parser.add_argument("--draft-top-k", type=int, default=0,
+                        help="drafter: draft from each node's k likeliest tokens only (exact for every verifier; "
+                             "q rows then cross as k entries); 0: the whole law")
     parser.add_argument("--cpus", default=None, help="keep this process on these CPUs, e.g. 0-3 or 2,3 "
                         "(default: wherever Linux schedules it)")
     parser.add_argument("--target", help="coordinator: the target worker's host:port, or 'here' to run the "
@@ -224,6 +227,7 @@ def main(argv=None) -> int:
             parser.error(str(error))
     try:
         check_batch_limits(args.max_batch_sequences, args.max_batch_tokens, args.prefill_chunk_tokens)
+        check_draft_top_k(args.draft_top_k)
     except ValueError as error:
         parser.error(str(error))
     if args.threads:
@@ -237,9 +241,10 @@ def main(argv=None) -> int:
 
         default, handle = (TARGET_PATH, LocalTarget) if role == "target" else (DRAFTER_PATH, LocalDrafter)
         model, tokenizer = load_causal_lm(args.model or default, args.device, args.dtype)
+        drafting = {} if role == "target" else {"draft_top_k": args.draft_top_k}
         return handle(model, tokenizer, prefix_cache_mb=args.prefix_cache_mb,
                       max_batch_sequences=args.max_batch_sequences, max_batch_tokens=args.max_batch_tokens,
-                      prefill_chunk_tokens=args.prefill_chunk_tokens)
+                      prefill_chunk_tokens=args.prefill_chunk_tokens, **drafting)
 
     if args.role == "coordinator":
         from rayspec.rpc.coordinator import serve_generation_from_workers

@@ -115,9 +115,10 @@ def context_pair():
     return target, noisy_copy(target, noise=0.8), exact_law_of_first_tokens(target, [0, 1, 2], 3)
 
 
-def _first_three(context_pair, name, samples, tree=None):
+def _first_three(context_pair, name, samples, tree=None, draft_top_k=0):
     target, drafter, law = context_pair
-    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier=name, tree=tree or VERIFIER_TREES[name])
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter, draft_top_k=draft_top_k), verifier=name,
+                               tree=tree or VERIFIER_TREES[name])
     outs = [engine.run([0, 1, 2], max_new_tokens=3, temperature=1.0, seed=seed) for seed in range(samples)]
     steps = [step for out in outs for step in out.stats.steps]
     paths = {
@@ -134,6 +135,40 @@ def test_first_three_tokens_follow_the_target_end_to_end(context_pair, name, tre
     samples, law, paths = _first_three(context_pair, name, 2500, tree)
     assert min(paths.values()) >= 40, f"every kind of walk must occur often enough to be tested: {paths}"
     assert_frequencies_match(samples, law, what=f"{name}: first 3 tokens through the engine")
+
+
+@pytest.mark.parametrize("name", ["rrsw", "spectr", "is"])
+def test_a_drafter_kept_to_its_two_likeliest_tokens_leaves_the_output_law_exact(context_pair, name):
+    """Of a vocabulary of 4, the drafter drafts from its 2 likeliest tokens only: the verifier
+    checks against that law, so the emitted tokens still follow the target's."""
+    samples, law, paths = _first_three(context_pair, name, 2500, draft_top_k=2)
+    assert paths["all drafts of a node rejected"] >= 40, paths  # the residual carries the rest
+    assert_frequencies_match(samples, law, what=f"{name}, draft_top_k 2: first 3 tokens through the engine")
+
+
+def test_a_truncated_drafter_drafts_only_its_likeliest_tokens_and_a_bad_k_is_refused(pair):
+    """kary:4x2 asks 4 children of each node; a drafter kept to 3 tokens drafts 3, each within
+    its parent's shipped row, which holds 3 tokens."""
+    target, drafter = pair
+    session = LocalDrafter(drafter, draft_top_k=3).open(SequenceSpec((3, 1, 4, 1, 5), SamplingParams(1.0), seed=2,
+                                                                      verifier="rrsw"))
+    draft = session.draft(TreeShape.kary(4, 2), None)
+    shape, tokens = draft.tree.shape, draft.tree.tokens.tolist()
+    assert [len(kids) for kids in shape.children if kids] == [3, 3, 3, 3]
+    for row, node in enumerate(shape.internal_nodes):
+        assert int((draft.q_rows[row] > 0).sum()) == 3
+        assert all(draft.q_rows[row, tokens[child]] > 0 for child in shape.children[node])
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="draft_top_k must be a whole number, 0 \\(off\\) or more"):
+            LocalDrafter(drafter, draft_top_k=bad)
+
+
+def test_coupling_output_does_not_depend_on_a_truncated_drafter_either(pair):
+    target, drafter = pair
+    outputs = [SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter, draft_top_k=k), verifier="gumbel",
+                                 tree="kary:2x3").run([2, 7, 1, 8], max_new_tokens=40, temperature=1.0, seed=11).tokens
+               for k in (0, 1, 4)]
+    assert outputs[0] == outputs[1] == outputs[2]
 
 
 @pytest.mark.slow

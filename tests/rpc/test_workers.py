@@ -88,6 +88,32 @@ def test_remote_engine_gives_the_in_process_tokens(cluster, local_engine_parts, 
 
 
 @pytest.mark.parametrize("verify_at", ["target", "coordinator"])
+def test_a_truncated_drafter_worker_gives_the_in_process_tokens_in_fewer_bytes(cluster, local_engine_parts, tmp_path,
+                                                                                verify_at):
+    """`--draft-top-k 16`: the worker drafts what an in-process drafter kept to 16 tokens drafts,
+    and its q rows cross as 16 entries each rather than the vocabulary."""
+    _, drafter_path = cluster["paths"]
+    local_target, _, tokenizer = local_engine_parts
+    local_drafter = LocalDrafter(load_causal_lm(drafter_path, "cpu", "float32")[0], tokenizer, draft_top_k=16)
+    truncated = Worker(tmp_path / "drafter-16.log", "--role", "drafter", "--model", str(drafter_path), "--draft-top-k", "16")
+    try:
+        runs = {}
+        for name, address in (("full", cluster["drafter"].address), ("16", truncated.address)):
+            remote_target = RemoteTarget(cluster["target"].address, verify_at=verify_at)
+            engine = SpeculativeEngine(remote_target, RemoteDrafter(address, remote_target.vocab_size), tree="kary:2x3")
+            runs[name] = engine.run([11, 500, 7, 4000], max_new_tokens=40, temperature=0.8, seed=5)
+            remote_target.close()
+        local = SpeculativeEngine(local_target, local_drafter, tree="kary:2x3").run([11, 500, 7, 4000], max_new_tokens=40,
+                                                                                   temperature=0.8, seed=5)
+        assert runs["16"].tokens == local.tokens
+        per_step = {name: sum(s.wire_bytes for s in run.stats.steps) / len(run.stats.steps) for name, run in runs.items()}
+        # at the coordinator the target's rows cross too, and stay whole
+        assert per_step["16"] < per_step["full"] * (0.25 if verify_at == "target" else 0.9), per_step
+    finally:
+        truncated.stop()
+
+
+@pytest.mark.parametrize("verify_at", ["target", "coordinator"])
 def test_remote_log_probabilities_are_the_in_process_ones(cluster, local_engine_parts, verify_at):
     """They cross as the float32 values the target computed: equal, not close, wherever the
     verifier runs (at the coordinator, the target sends them with its commit); the prompt's

@@ -24,6 +24,8 @@ def test_drafters_in_the_coordinator_get_no_bundle():
     ({"max_batch_sequences": 0}, "max_batch_sequences must be a whole number, 1 or more, got 0"),
     ({"max_batch_tokens": "many"}, "max_batch_tokens must be a whole number, 1 or more, got 'many'"),
     ({"prefill_chunk_tokens": -8}, "prefill_chunk_tokens must be a whole number, 0 or more, got -8"),
+    ({"draft_top_k": -1}, "draft_top_k must be a whole number, 0 (off) or more, got -1"),
+    ({"draft_top_k": 2.5}, "draft_top_k must be a whole number, 0 (off) or more, got 2.5"),
 ])
 def test_bad_drafter_settings_are_refused_with_a_message(drafter, message):
     with pytest.raises(ValueError) as raised:
@@ -64,3 +66,10 @@ def test_a_models_batching_limits_reach_its_batcher():
                                                     "prefill_chunk_tokens": 128}]})
     batcher = config.drafters[0].local(DRAFTER_PATH).batcher
     assert (batcher.max_sequences, batcher.max_tokens, batcher.prefill_chunk) == (4, 64, 128)
+
+
+def test_a_drafters_draft_top_k_reaches_its_handle():
+    from rayspec.demo import DRAFTER_PATH
+
+    config = ServiceConfig.from_dict({"drafters": [{"draft_top_k": 32}, {}]})
+    assert [d.local(DRAFTER_PATH).draft_top_k for d in config.drafters] == [32, 0]

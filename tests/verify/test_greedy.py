@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rayspec.verify import get_verifier
-from rayspec.verify.greedy import top_k_ids
+from rayspec.verify.processing import top_k_ids
 
 
 def _stable_sort_ids(q: torch.Tensor, k: int) -> torch.Tensor:

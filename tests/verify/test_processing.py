@@ -11,6 +11,7 @@ import torch
 
 from rayspec.verify.processing import (
     SamplingParams, TokenHistory, adjust_logits, half_precision, logits_to_probs, token_logprobs,
+    truncated_law,
 )
 
 
@@ -168,3 +169,14 @@ def test_a_bias_is_kept_as_sorted_pairs_and_checked_against_the_vocabulary():
     with pytest.raises(ValueError, match="logit_bias names token 7, outside the vocabulary of 7 tokens"):
         params.check_vocabulary(7)
     assert not params.uses_history and SamplingParams(repetition_penalty=1.1).uses_history
+
+
+def test_a_truncated_law_keeps_each_rows_k_likeliest_tokens_renormalised():
+    probs = torch.tensor([[0.1, 0.4, 0.0, 0.3, 0.2], [0.25, 0.25, 0.25, 0.25, 0.0], [0.0, 0.0, 1.0, 0.0, 0.0]])
+    kept = truncated_law(probs, 2)
+    assert torch.allclose(kept, torch.tensor([[0, 4 / 7, 0, 3 / 7, 0], [0.5, 0.5, 0, 0, 0], [0, 0, 1.0, 0, 0]]))
+    assert truncated_law(probs, 0) is probs and truncated_law(probs, 5) is probs  # off, and k >= V
+    wide = torch.softmax(torch.randn(8, 8192, generator=torch.Generator().manual_seed(0)), -1)
+    assert torch.equal((truncated_law(wide, 64) > 0).sum(-1), torch.full((8,), 64))
+    with pytest.raises(ValueError, match="k must be 0"):
+        truncated_law(probs, -1)
