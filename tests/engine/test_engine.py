@@ -149,7 +149,7 @@ def test_a_drafter_kept_to_its_two_likeliest_tokens_leaves_the_output_law_exact(
 def test_a_truncated_drafter_drafts_only_its_likeliest_tokens_and_a_bad_k_is_refused(pair):
     """kary:4x2 asks 4 children of each node; a drafter kept to 3 tokens drafts 3, each within
     its parent's shipped row, which holds 3 tokens."""
-    target, drafter = pair
+    drafter = pair[1]
     session = LocalDrafter(drafter, draft_top_k=3).open(SequenceSpec((3, 1, 4, 1, 5), SamplingParams(1.0), seed=2,
                                                                       verifier="rrsw"))
     draft = session.draft(TreeShape.kary(4, 2), None)
