@@ -3,14 +3,15 @@
     python bench/cost_model_bench.py [--device cuda] [--prompts 4] [--tokens 48]
 
 sequoia:auto chooses a tree by tokens per second predicted from measured costs
-(`rayspec.engine.calibrate`: target forwards of star trees and drafted levels, timed with the
-greedy verifier) and an acceptance vector.  Where the prediction of a step's time misses, the
-plan does too: on one H100 the demo pair's sequoia:auto trees (32 and 128 nodes) decoded at
-0.84-1.09x target-only (bench/results/e2e_bench_gpu*.md), which a plan priced right would not
-have chosen.  This bench decodes held-out prompts with each verifier on fixed trees and on
-the one-node tree, in-process, and reports the cost model's step time beside the measured
-median, and the drafting and verifying phases measured, which the greedy calibration may not
-price for a sampling verifier (its draws without replacement, its rows' processing).
+(`rayspec.engine.calibrate`: target forwards of star trees and drafted levels, timed with
+rrsw at T = 1 since 7fa0cff, with greedy before) and an acceptance vector.  Where the
+prediction of a step's time misses, the plan does too: on one H100 the demo pair's
+sequoia:auto trees (32 and 128 nodes) decoded at 0.84-1.09x target-only
+(bench/results/e2e_bench_gpu*.md), which a plan priced right would not have chosen.  This
+bench decodes held-out prompts with each verifier on fixed trees and on the one-node tree,
+in-process, and reports the cost model's step time beside the measured median, and the
+drafting and verifying phases measured: what the calibration's verifier misprices for
+another verifier (its draws, its rows' processing, its walk) shows there.
 Writes bench/results/cost_model_bench_{device}.{json,md} (`--out`).
 """
 
@@ -64,7 +65,7 @@ def markdown(results) -> str:
              f"torch {m['torch']}, {m['threads']} CPU threads)", "",
              f"Demo pair in-process, {results['prompts']} held-out prompts x {results['tokens']} tokens per row, "
              "medians of per-prompt ms per step.  Predicted: `step_cost_model` from the costs calibrated at start "
-             "(greedy, star trees and parallel chains).  Phases: the engine's own timers, mean per step.", "",
+             "(rrsw at T = 1, star trees and parallel chains).  Phases: the engine's own timers, mean per step.", "",
              "| verifier | T | tree | nodes, depth | predicted ms | measured ms | measured / predicted "
              "| predicted draft / target ms | measured draft / score / verify / other ms |",
              "|---|---|---|---|---|---|---|---|---|"]
