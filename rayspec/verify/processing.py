@@ -384,7 +384,7 @@ def top_k_ids(q: torch.Tensor, k: int) -> torch.Tensor:
     ties in token-id order: what a stable descending sort gives.
 
     One top-k over integer keys instead of a sort of every row: a non-negative float's bits
-    order as the float does, so (bits, V - id) compares as (value, then lower id).  A sort of
+    order as the float does, so (bits, 2^31 - 1 - id) compares as (value, then lower id).  A sort of
     [w, 8192] rows took 0.4-6.6 ms on a CPU where this takes 0.05-1.2 (1 to 32 rows), and it
     was a third of a greedy step drafting 128 nodes.  float64 rows, whose bits leave no room
     for an id, are sorted."""
@@ -399,7 +399,8 @@ def top_k_ids(q: torch.Tensor, k: int) -> torch.Tensor:
 
 def truncated_law(probs: torch.Tensor, k: int) -> torch.Tensor:
     """Each row of `probs` [B, V] kept to its k most likely tokens (ties in token-id order,
-    `top_k_ids`) and renormalised; rows of k or fewer tokens are unchanged, and k = 0 keeps all.
+    `top_k_ids`) and renormalised; rows of k or fewer tokens keep their law (up to the
+    renormalisation's rounding), and k = 0 or k >= V returns `probs` itself.
 
     A drafter may draft from this law instead of its full one (`draft_top_k`): every verifier
     stays exact, since it verifies against the very law the drafts were drawn from, and its
