@@ -3,15 +3,16 @@
     python bench/cost_model_bench.py [--device cuda] [--prompts 4] [--tokens 48]
 
 sequoia:auto chooses a tree by tokens per second predicted from measured costs
-(`rayspec.engine.calibrate`: target forwards of star trees and drafted levels, timed with
-rrsw at T = 1 since 7fa0cff, with greedy before) and an acceptance vector.  Where the
-prediction of a step's time misses, the plan does too: on one H100 the demo pair's
-sequoia:auto trees (32 and 128 nodes) decoded at 0.84-1.09x target-only
-(bench/results/e2e_bench_gpu*.md), which a plan priced right would not have chosen.  This
-bench decodes held-out prompts with each verifier on fixed trees and on the one-node tree,
-in-process, and reports the cost model's step time beside the measured median, and the
-drafting and verifying phases measured: what the calibration's verifier misprices for
-another verifier (its draws, its rows' processing, its walk) shows there.
+(`rayspec.engine.calibrate`: target verifications of n-node trees and drafted levels, timed
+with rrsw at T = 1 since 7fa0cff, with greedy before) and an acceptance vector.  Where the
+prediction of a step's time misses, the plan does too: on one H100 the target's calibration
+trees were stars until 2026-11-27, whose rejection walk tries every child in turn, and the
+128-node star was priced at 82 ms against 8 ms scoring and 6 ms verifying a planned 128-node
+tree; it is binary trees since.  This bench decodes held-out prompts with each verifier on
+fixed trees and on the one-node tree, in-process, and reports the cost model's step time
+beside the measured median, and the drafting and verifying phases measured: what the
+calibration's verifier misprices for another verifier (its draws, its rows' processing, its
+walk) shows there.
 Writes bench/results/cost_model_bench_{device}.{json,md} (`--out`).
 """
 
@@ -59,13 +60,18 @@ def measure(target, drafter, costs, vocab, verifier, temperature, tree, prompts,
             "phase_ms": {phase: seconds / steps * 1e3 for phase, seconds in phases.items()}}
 
 
+def mean_error(rows) -> float:
+    return statistics.fmean(abs(row["measured_ms"] / row["predicted_ms"] - 1) for row in rows)
+
+
 def markdown(results) -> str:
     m = results["machine"]
     lines = [f"# The planner's step time against the measured one ({m['device_name']}, {m['device']}, "
              f"torch {m['torch']}, {m['threads']} CPU threads)", "",
              f"Demo pair in-process, {results['prompts']} held-out prompts x {results['tokens']} tokens per row, "
              "medians of per-prompt ms per step.  Predicted: `step_cost_model` from the costs calibrated at start "
-             "(rrsw at T = 1, star trees and parallel chains).  Phases: the engine's own timers, mean per step.", "",
+             "(rrsw at T = 1, binary trees and parallel chains).  Phases: the engine's own timers, mean per step.  "
+             f"Mean |measured / predicted - 1| over the rows: **{mean_error(results['rows']):.1%}**.", "",
              "| verifier | T | tree | nodes, depth | predicted ms | measured ms | measured / predicted "
              "| predicted draft / target ms | measured draft / score / verify / other ms |",
              "|---|---|---|---|---|---|---|---|---|"]

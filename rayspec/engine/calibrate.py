@@ -5,8 +5,15 @@ drafter's time per drafted level as a function of how many nodes that level expa
 are timed through `Target`/`Drafter` sessions, so the figures include whatever the
 deployment adds — gRPC and the network for remote workers.
 
-  * target: star trees (a root and n - 1 children) of n = 1, 2, 4, ... nodes, verified with
-    `rrsw` at temperature 1 (its rows' processing and rejection walk included);
+  * target: binary trees (node i's parent (i - 1) // 2) of n = 1, 2, 4, ... nodes, random
+    tokens under a uniform draft law in every internal node, verified with `rrsw` at
+    temperature 1 (every row's processing and the rejection walk included).  The walk tries
+    at most two children per level it reaches, as a planned tree's walk is bounded by its
+    path and a few siblings, not by its size.  Star trees, measured before, made the walk
+    try up to n - 1 children in turn, a few sequential operations each: on an H100, where
+    each costs a kernel launch or a synchronisation, the 128-node star cost 82 ms against
+    8 ms scoring and 6 ms verifying a planned 128-node tree (bench/results/
+    cost_model_bench_gpu.md, 2026-11-27), so the planner kept its trees small;
   * drafter: w parallel chains of depth 1 and of depth 3 — the difference is two levels
     that each expand w nodes — drafted for `rrsw` (draws without replacement, q rows in half
     precision, shipped where the drafter is remote);
@@ -77,8 +84,8 @@ class Costs:
         return self.draft_level.extrapolated(max(width, self.draft_level.sizes[0]))
 
 
-def _star(n: int) -> TreeShape:
-    return TreeShape((-1, *([0] * (n - 1))))
+def _binary(n: int) -> TreeShape:
+    return TreeShape((-1, *((i - 1) // 2 for i in range(1, n))))
 
 
 def _parallel_chains(width: int, depth: int) -> TreeShape:
@@ -162,8 +169,10 @@ def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS,
         stepper.room(n)
         tokens = torch.randint(target.vocab_size, (n,), generator=generator)
         tokens[0] = stepper.last
-        root_law = torch.full((1, target.vocab_size), 1.0 / target.vocab_size) if n > 1 else None
-        outcome = stepper.session.verify(Draft(DraftTree(_star(n), tokens), root_law))
+        shape = _binary(n)
+        internal = len(shape.internal_nodes)
+        q_rows = torch.full((internal, target.vocab_size), 1.0 / target.vocab_size) if internal else None
+        outcome = stepper.session.verify(Draft(DraftTree(shape, tokens), q_rows))
         stepper.last, stepper.length = outcome.tokens[-1], stepper.length + len(outcome.tokens)
 
     verifying = [_Stepper(target, _spec(target.vocab_size)) for _ in range(max(load_sequences, 1))]

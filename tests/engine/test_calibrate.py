@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+import torch
 
 from rayspec.engine import LocalDrafter, LocalTarget
 from rayspec.engine.calibrate import Costs, measure_costs
@@ -65,3 +66,44 @@ def test_the_demo_sized_calibration_measures_non_negative_load_terms_and_round_t
 def test_costs_from_json_with_measured_times():
     costs = Costs(MeasuredTimes((1, 2), (0.01, 0.02)), MeasuredTimes((1,), (0.001,)), 0.0, 0.002, 0.0005)
     assert Costs.from_json(costs.to_json()) == costs
+
+
+class RecordingTarget:
+    """A local target that keeps every draft it is asked to verify."""
+
+    def __init__(self, target):
+        self.target, self.drafts = target, []
+        self.vocab_size, self.context_length = target.vocab_size, target.context_length
+
+    def open(self, spec):
+        session, drafts = self.target.open(spec), self.drafts
+
+        class Session:
+            def verify(self, draft):
+                drafts.append(draft)
+                return session.verify(draft)
+
+            def close(self):
+                session.close()
+
+        return Session()
+
+
+def test_the_target_is_timed_on_trees_whose_walk_tries_two_children_per_level_not_every_node():
+    model = tiny_llama(vocab=64, seed=0, context=512)
+    recording = RecordingTarget(LocalTarget(model))
+    measure_costs(recording, sizes=(1, 2, 4, 8, 32), repeats=1, load_sequences=1)
+    sizes = {draft.tree.shape.size for draft in recording.drafts}
+    assert sizes == {1, 2, 4, 8, 32}
+    for draft in recording.drafts:
+        shape = draft.tree.shape
+        children = [shape.parents.count(node) for node in range(shape.size)]
+        assert max(children) <= 2  # a star's root had size - 1
+        internal = len(shape.internal_nodes)
+        if internal == 0:
+            assert draft.q_rows is None
+        else:  # the draft law of every internal node, uniform
+            assert draft.q_rows.shape == (internal, 64)
+            assert torch.allclose(draft.q_rows, torch.full_like(draft.q_rows, 1 / 64))
+    widest = max(recording.drafts, key=lambda draft: draft.tree.shape.size).tree.shape
+    assert widest.max_depth == 5  # 32 nodes filled level by level: 1 + 2 + 4 + 8 + 16, and one more
