@@ -249,17 +249,20 @@ class LocalDrafterSession(_Session):
         self.lm.keep(kept)
         self.advance(previous.tokens)
 
-    def _draft_law(self, logits: torch.Tensor, paths) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _draft_law(self, logits: torch.Tensor, paths) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """(law to draft from, law to ship, its row divisors): greedy drafts the top-k of the
         drafter's scores at temperature 1 (bias and penalties applied), every other verifier
         the processed law it is verified against.  That law is taken in half precision
         (`half_precision`) wherever the drafter runs, so that a remote drafter's rows cross
         at half the bytes and in-process decoding gives the same tokens.  paths: a function
         giving each row's drafted tokens after the completion so far (`laws`).  With
-        `draft_top_k`, the law is first kept to its k likeliest tokens (`truncated_law`)."""
-        q, divisors = half_precision(truncated_law(self.laws(logits, paths), self.draft_top_k))
+        `draft_top_k`, the law is first kept to its k likeliest tokens (`truncated_law`).
+        Greedy verification reads no q, so greedy ships none (None): computing it cost a greedy
+        sequoia:32 step on the demo pair a processed law and its half-precision copy per
+        level: 134 of its 2,751 torch operations (profile_step.py --by-function)."""
         if self.verifier.name == "greedy":
-            return self.laws(logits, paths, untempered=True), q, divisors
+            return self.laws(logits, paths, untempered=True), None, None
+        q, divisors = half_precision(truncated_law(self.laws(logits, paths), self.draft_top_k))
         return q, q, divisors
 
     def draft(self, shape: TreeShape | DynamicPlan, previous: Outcome | None) -> Draft:
@@ -316,7 +319,7 @@ class LocalDrafterSession(_Session):
                     tokens.append(token)
                     planned.append(planned_children[rank])
                     depth.append(d + 1)
-                if chosen:
+                if chosen and ship is not None:
                     q_rows.append(ship[row])
                     q_divisors.append(divisors[row])
             level = [n for n in next_level if shape.num_children[planned[n]]]
