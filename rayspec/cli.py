@@ -168,8 +168,10 @@ def cmd_tree_plan(args) -> int:
     from rayspec.tree.draw import draw_tree
     from rayspec.tree.planner import plan_tree
     from rayspec.tree.sequoia import expected_tokens
+    from rayspec.engine.local import check_draft_top_k
     from rayspec.verify import verifier_class
 
+    check_draft_top_k(args.draft_top_k)  # before the models load
     target, drafter, _ = load_pair(args)
     engine = SpeculativeEngine(target, drafter, verifier=args.verifier, tree="chain:1")
     costs = engine.costs()
@@ -181,6 +183,7 @@ def cmd_tree_plan(args) -> int:
     cost = step_cost_model(
         costs, args.verifier, target.vocab_size, rtt=args.rtt_ms / 1e3, draft_rtt=args.draft_rtt_ms / 1e3,
         bandwidth=args.bandwidth_gbps * 1e9 / 8 if args.bandwidth_gbps else float("inf"),
+        draft_top_k=args.draft_top_k,
     )
     budgets = [n for n in costs.target.sizes if n <= args.max_budget]
     best = plan_tree(vector, cost, budgets, args.max_depth, verifier_class(args.verifier).max_drafts)
@@ -274,6 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--rtt-ms", type=float, default=0.0, help="network round trip added to every step")
     plan.add_argument("--draft-rtt-ms", type=float, default=0.0, help="extra round trip of a remote drafter")
     plan.add_argument("--bandwidth-gbps", type=float, default=0.0, help="link for the q rows (0: free)")
+    plan.add_argument("--draft-top-k", type=int, default=0,
+                      help="the drafter's draft_top_k: its q rows cross as k entries (0: whole rows)")
     plan.add_argument("--out", default=None, help="write the planned tree JSON (and PNG)")
     _add_model_args(plan)
     plan.set_defaults(func=cmd_tree_plan)

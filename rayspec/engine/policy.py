@@ -144,10 +144,10 @@ class AcceptanceLibrary:
 
 
 def step_cost_model(costs, verifier: str, vocab_size: int, rtt: float = 0.0, draft_rtt: float = 0.0,
-                    bandwidth: float = float("inf"), sequences: int = 1) -> CostModel:
+                    bandwidth: float = float("inf"), sequences: int = 1, draft_top_k: int = 0) -> CostModel:
     """The planner's cost of a step from measured costs (`rayspec.engine.calibrate.Costs`),
     plus optional network terms, with `sequences` decoding at once; the verifier decides
-    whether the q rows travel."""
+    whether the q rows travel, and a drafter's `draft_top_k` how large they are."""
     ships_q = verifier_class(verifier).needs_draft_probs
     return CostModel(
         target_seconds=costs.target,
@@ -156,7 +156,7 @@ def step_cost_model(costs, verifier: str, vocab_size: int, rtt: float = 0.0, dra
         rtt=rtt,
         draft_rtt=draft_rtt,
         bandwidth=bandwidth,
-        bytes_per_step=lambda shape: payload_bytes(shape, vocab_size, ships_q),
+        bytes_per_step=lambda shape: payload_bytes(shape, vocab_size, ships_q, draft_top_k),
     ).under_load(sequences, costs.target_per_sequence, costs.draft_per_sequence)
 
 

@@ -148,11 +148,24 @@ class CostModel:
         )
 
 
-def payload_bytes(shape: TreeShape, vocab_size: int, ships_q_rows: bool, value_bytes: int = 4,
+def q_row_bytes(vocab_size: int, draft_top_k: int = 0) -> float:
+    """Bytes of one internal node's draft law on the wire, as `rayspec.rpc.codec.encode_rows`
+    writes rows taken in half precision (`rayspec.verify.processing.half_precision`): float16
+    values and a float32 divisor per row; a law kept to its k likeliest tokens (`draft_top_k`,
+    k at most a quarter of V: the codec's sparse form) crosses as k int32 columns and k values
+    with an int64 offset instead of V values."""
+    if draft_top_k < 0:
+        raise ValueError(f"draft_top_k must be 0 (whole rows) or more, got {draft_top_k}")
+    if 0 < draft_top_k <= vocab_size // 4:
+        return float(draft_top_k * (4 + 2) + 8 + 4)
+    return float(vocab_size * 2 + 4)
+
+
+def payload_bytes(shape: TreeShape, vocab_size: int, ships_q_rows: bool, draft_top_k: int = 0,
                   id_bytes: int = 8) -> float:
     """A step's drafter<->target bytes: the tree's token ids, the draft law of every internal
-    node for the verifiers that read q (float32 rows), and the emitted tokens back."""
-    rows = len(shape.internal_nodes) * vocab_size * value_bytes if ships_q_rows else 0
+    node for the verifiers that read q (`q_row_bytes`), and the emitted tokens back."""
+    rows = len(shape.internal_nodes) * q_row_bytes(vocab_size, draft_top_k) if ships_q_rows else 0
     return float(shape.size * id_bytes + rows + (shape.max_depth + 1) * id_bytes)
 
 

@@ -108,6 +108,11 @@ def test_tree_plan_prints_a_choice_and_a_predicted_speedup(tmp_path, capsys):
     assert TreeShape.from_json(plan).max_children <= 2 and plan["predicted_speedup"] > 0
 
 
+def test_tree_plan_refuses_a_negative_draft_top_k(capsys):
+    assert main(["tree", "plan", "--draft-top-k", "-3"]) == 2
+    assert "draft_top_k must be a whole number, 0 (off) or more, got -3" in capsys.readouterr().err
+
+
 def test_generate_restricts_the_tokens_to_the_allowed_ones(capsys):
     """Every id the demo tokenizer writes with letters only, at T = 0: the greedy text over them."""
     from transformers import AutoTokenizer

@@ -278,3 +278,17 @@ def test_a_structured_outputs_regex_crosses_and_an_older_target_is_refused_it():
                                            r"it: upgrade it$"):
         codec.check_worker_features(spec, before, "target worker at w:1")
     codec.check_worker_features(spec, frozenset(codec.WORKER_FEATURES), "target worker at w:1")
+
+
+@pytest.mark.parametrize("draft_top_k", [0, 16, 2048])
+def test_the_planner_prices_q_rows_at_the_bytes_the_codec_writes(draft_top_k):
+    from rayspec.tree.planner import q_row_bytes
+    from rayspec.verify.processing import truncated_law
+
+    vocab, rows = 8192, 12
+    laws = torch.softmax(torch.randn(rows, vocab, generator=torch.Generator().manual_seed(0)) * 3, -1)
+    q, divisors = half_precision(truncated_law(laws, draft_top_k))
+    written = codec.encode_rows(q, divisors=divisors).ByteSize()
+    predicted = rows * q_row_bytes(vocab, draft_top_k)
+    # The message's own framing (field tags, lengths, dtype names) is all the planner leaves out.
+    assert predicted <= written <= predicted * 1.01 + 128

@@ -74,6 +74,12 @@ def test_shipping_draft_laws_favours_fewer_internal_nodes():
 
     ids_only, with_q = (plan_tree(a, cost(ships), range(1, 65), 10) for ships in (False, True))
     assert len(with_q.shape.internal_nodes) < len(ids_only.shape.internal_nodes)
+    # A drafter's law kept to 16 tokens crosses in 108 bytes a row instead of 64 kB: the link
+    # no longer constrains the tree.
+    top_16 = plan_tree(a, CostModel(flat, 0.1 * MS, bandwidth=1.25e9,
+                                    bytes_per_step=lambda shape: payload_bytes(shape, 32000, True, 16)),
+                       range(1, 65), 10)
+    assert len(top_16.shape.internal_nodes) == len(ids_only.shape.internal_nodes)
 
 
 def test_cost_model_pieces():
@@ -84,7 +90,11 @@ def test_cost_model_pieces():
                      bytes_per_step=lambda shape: 1000.0, overhead=0.25 * MS)
     assert cost.step(tree) == pytest.approx((1.5 + 2 + 1 + 1 + 15 + 0.25) * MS)
     assert cost.baseline == pytest.approx((1 + 2 + 0.25) * MS)  # target-only: no drafting traffic
-    assert payload_bytes(tree, 100, ships_q_rows=True) == 15 * 8 + 7 * 100 * 4 + 4 * 8
+    assert payload_bytes(tree, 100, ships_q_rows=True) == 15 * 8 + 7 * (100 * 2 + 4) + 4 * 8  # float16 + divisor
+    assert payload_bytes(tree, 100, ships_q_rows=True, draft_top_k=5) == 15 * 8 + 7 * (5 * 6 + 8 + 4) + 4 * 8
+    assert payload_bytes(tree, 100, ships_q_rows=True, draft_top_k=50) == payload_bytes(tree, 100, True)  # dense
+    with pytest.raises(ValueError, match="draft_top_k"):
+        payload_bytes(tree, 100, ships_q_rows=True, draft_top_k=-1)
     assert payload_bytes(tree, 100, ships_q_rows=False) == 15 * 8 + 4 * 8
 
 
