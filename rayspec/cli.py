@@ -163,12 +163,12 @@ def cmd_tree_build(args) -> int:
 
 def cmd_tree_plan(args) -> int:
     from rayspec.engine import SpeculativeEngine
+    from rayspec.engine.local import check_draft_top_k
     from rayspec.engine.policy import AcceptanceLibrary, step_cost_model
     from rayspec.tree.acceptance import AcceptanceEstimate
     from rayspec.tree.draw import draw_tree
     from rayspec.tree.planner import plan_tree
     from rayspec.tree.sequoia import expected_tokens
-    from rayspec.engine.local import check_draft_top_k
     from rayspec.verify import verifier_class
 
     check_draft_top_k(args.draft_top_k)  # before the models load
