@@ -6,7 +6,8 @@ are timed through `Target`/`Drafter` sessions, so the figures include whatever t
 deployment adds — gRPC and the network for remote workers.
 
   * target: binary trees (node i's parent (i - 1) // 2) of n = 1, 2, 4, ... nodes, random
-    tokens under a uniform draft law in every internal node, verified with `rrsw` at
+    tokens under a uniform draft law in every internal node (in half precision, as drafters
+    ship their rows, so a remote target is sent a step's bytes), verified with `rrsw` at
     temperature 1 (every row's processing and the rejection walk included).  The walk tries
     at most two children per level it reaches, as a planned tree's walk is bounded by its
     path and a few siblings, not by its size.  Star trees, measured before, made the walk
@@ -42,7 +43,7 @@ import torch
 from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec
 from rayspec.tree.planner import MeasuredTimes
 from rayspec.tree.structure import DraftTree, TreeShape
-from rayspec.verify.processing import SamplingParams
+from rayspec.verify.processing import SamplingParams, half_precision
 
 TARGET_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 DRAFT_WIDTHS = (1, 2, 4, 8, 16, 32)
@@ -171,8 +172,9 @@ def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS,
         tokens[0] = stepper.last
         shape = _binary(n)
         internal = len(shape.internal_nodes)
-        q_rows = torch.full((internal, target.vocab_size), 1.0 / target.vocab_size) if internal else None
-        outcome = stepper.session.verify(Draft(DraftTree(shape, tokens), q_rows))
+        q_rows, divisors = (half_precision(torch.full((internal, target.vocab_size), 1.0 / target.vocab_size))
+                            if internal else (None, None))
+        outcome = stepper.session.verify(Draft(DraftTree(shape, tokens), q_rows, q_divisors=divisors))
         stepper.last, stepper.length = outcome.tokens[-1], stepper.length + len(outcome.tokens)
 
     verifying = [_Stepper(target, _spec(target.vocab_size)) for _ in range(max(load_sequences, 1))]

@@ -105,5 +105,6 @@ def test_the_target_is_timed_on_trees_whose_walk_tries_two_children_per_level_no
         else:  # the draft law of every internal node, uniform
             assert draft.q_rows.shape == (internal, 64)
             assert torch.allclose(draft.q_rows, torch.full_like(draft.q_rows, 1 / 64))
+            assert draft.q_divisors.shape == (internal,)  # half precision, as a drafter ships them
     widest = max(recording.drafts, key=lambda draft: draft.tree.shape.size).tree.shape
     assert widest.max_depth == 5  # 32 nodes filled level by level: 1 + 2 + 4 + 8 + 16, and one more
