@@ -19,6 +19,7 @@
 # batching load_aware`); batched_forward 43 s in the second run.  service_overhead's idle part
 # times the in-process target right after an idle wait: on the H100 the target worker's forward
 # took 10.2 ms against 7.2 in-process (service_bench_gpu.md), not explained yet.
+
 set -u
 OUT=${1:-${OUT:-/tmp/gpu_out}}
 PARTS=" ${*:2} "
