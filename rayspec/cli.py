@@ -173,7 +173,8 @@ def cmd_tree_plan(args) -> int:
 
     check_draft_top_k(args.draft_top_k)  # before the models load
     target, drafter, _ = load_pair(args)
-    engine = SpeculativeEngine(target, drafter, verifier=args.verifier, tree="chain:1")
+    engine = SpeculativeEngine(target, drafter, verifier=args.verifier, tree="chain:1",
+                               acceptance_dir=acceptance_dir(args))  # each verifier's walks on its planned trees
     costs = engine.costs()
     if args.vector:
         vector = AcceptanceEstimate.from_json(json.loads(Path(args.vector).read_text())).acceptance
@@ -187,8 +188,10 @@ def cmd_tree_plan(args) -> int:
     )
     budgets = [n for n in costs.target.sizes if n <= args.max_budget]
     best = plan_tree(vector, cost, budgets, args.max_depth, verifier_class(args.verifier).max_drafts)
-    print("measured: target verify " + ", ".join(f"{n}:{s * 1e3:.1f}ms" for n, s in zip(costs.target.sizes, costs.target.seconds)))
-    print("          drafter per level " + ", ".join(f"{w}:{s * 1e3:.2f}ms" for w, s in zip(costs.draft_level.sizes, costs.draft_level.seconds)))
+    verifying, levels = costs.target_for(args.verifier), costs.verifier_levels.get(args.verifier, costs.draft_level)
+    print(f"measured for {args.verifier}: target verify "
+          + ", ".join(f"{n}:{s * 1e3:.1f}ms" for n, s in zip(verifying.sizes, verifying.seconds)))
+    print("          drafter per level " + ", ".join(f"{w}:{s * 1e3:.2f}ms" for w, s in zip(levels.sizes, levels.seconds)))
     print(f"vector ({source}): {[round(float(a), 3) for a in vector][:8]}")
     print(f"plan for {args.verifier} at T = {args.temperature:g}: {best.shape.size} nodes, depth {best.shape.max_depth}, "
           f"{best.tokens_per_step:.3f} tokens/step, {best.seconds_per_token * 1e3:.2f} ms/token, "

@@ -17,17 +17,32 @@ deployment adds — gRPC and the network for remote workers.
     cost_model_bench_gpu.md, 2026-11-27), so the planner kept its trees small;
   * drafter: w parallel chains of depth 1 and of depth 3 — the difference is two levels
     that each expand w nodes — drafted for `rrsw` (draws without replacement, q rows in half
-    precision, shipped where the drafter is remote);
+    precision, shipped where the drafter is remote); every other verifier's levels likewise at
+    `VERIFIER_DRAFT_WIDTHS` (width 1 for chains), from a session opened for it: coupled drafts
+    cost more than draws (on this CPU minhash drafted a 128-node tree in 105 ms, where rrsw's
+    levels price 17);
+  * each verifier's walk: the verify phase alone (the `verify_seconds` the session reports,
+    timed where the verifier runs: the target worker, or a coordinator verifying there) on
+    target-only steps and on real speculative steps — the drafter's trees, verified by the
+    target, from sessions opened for that verifier — of about `WALK_SIZES` nodes
+    (`CHAIN_WALK_SIZES` for a verifier that takes one draft per node), shaped as the planner
+    would plan them (the engine passes `walk_trees`).  A verifier's target time is the one
+    measured above with the calibration trees' walk swapped for its own (`Costs.target_for`):
+    walks differ where forwards do not, and grow with the levels they accept and the
+    children they try, which random tokens under a uniform law never show.  On one H100 `is`
+    verified a planned 128-node tree in 11 ms and rrsw in 4.6, beside an 8 ms forward, and the
+    planner had priced both alike;
   * under load (`CostModel.under_load`): B = `LOAD_SEQUENCES` sessions of each model step at
     once (one thread each, as concurrent requests do), their forwards batched by the model's
     batcher: the round's time beyond one call of all B sessions' rows is the part of a call
     that batching does not share, per other sequence.
 Each figure is a median over repeats (these machines are noisy).
 
-A sampling verifier prices what most requests do.  Calibrated with `greedy` instead, whose
-walk and drafts are a few operations, the planner priced sampling verifiers' steps up to 27 %
-short on the demo pair (bench/results/cost_model_bench_cpu.md); greedy's own steps are
-priced a little high now, which costs greedy plans little (they draft the likeliest tokens).
+The target's forwards are timed under a sampling verifier, whose q rows and rows'
+processing are what most requests pay.  Calibrated with `greedy` instead, whose walk and
+drafts are a few operations, the planner priced sampling verifiers' steps up to 27 % short on
+the demo pair (bench/results/cost_model_bench_cpu.md); other verifiers differ from rrsw by
+their walks and drafts, timed apart as above.
 """
 
 from __future__ import annotations
@@ -35,19 +50,33 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec
 from rayspec.tree.planner import MeasuredTimes
 from rayspec.tree.structure import DraftTree, TreeShape
+from rayspec.verify import available_verifiers, verifier_class
 from rayspec.verify.processing import SamplingParams, half_precision
 
+CALIBRATION_VERIFIER = "rrsw"
+CALIBRATION_TEMPERATURE = 1.0
 TARGET_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 DRAFT_WIDTHS = (1, 2, 4, 8, 16, 32)
+# A few sizes per verifier (each costs forwards as well as walks), small ones among them: a
+# 2-node tree's walk tries one child, a 4-node plan's may try three at its root, and on this
+# CPU plans are often that small.
+WALK_SIZES = (2, 4, 16, 64)
+CHAIN_WALK_SIZES = (2, 5, 11)  # chains up to the planner's default depth of 10 drafts
+VERIFIER_DRAFT_WIDTHS = (1, 4, 16)  # other verifiers' drafted levels
 LOAD_SEQUENCES = 8  # sessions at once for the load terms
+
+
+def _tables(times: dict[str, MeasuredTimes]) -> dict:
+    return {name: dict(zip(t.sizes, t.seconds)) for name, t in times.items()}
 
 
 @dataclass(frozen=True)
@@ -59,6 +88,13 @@ class Costs:
     # beyond its rows: what batching does not share (0: not measured, load costs rows only).
     target_per_sequence: float = 0.0
     draft_per_sequence: float = 0.0
+    # Seconds of each verifier's walk (the verify phase) by tree size, on speculative steps.
+    # Empty: every verifier is priced at the calibration trees' walk, which `target` holds.
+    walks: dict[str, MeasuredTimes] = field(default_factory=dict)
+    # Seconds per drafted level by width for each verifier but the calibration one (whose
+    # are `draft_level`): each verifier draws its drafts its own way.  Missing: priced as it.
+    verifier_levels: dict[str, MeasuredTimes] = field(default_factory=dict)
+    calibration_walk: MeasuredTimes | None = None  # the walk inside `target`, by size
 
     def to_json(self) -> dict:
         return {
@@ -67,6 +103,9 @@ class Costs:
             "draft_base_seconds": self.draft_base,
             "target_per_sequence_seconds": self.target_per_sequence,
             "draft_per_sequence_seconds": self.draft_per_sequence,
+            "walk_seconds": _tables(self.walks),
+            "verifier_draft_level_seconds": _tables(self.verifier_levels),
+            **({"calibration_walk_seconds": _tables({"": self.calibration_walk})[""]} if self.calibration_walk else {}),
         }
 
     @classmethod
@@ -77,32 +116,75 @@ class Costs:
             float(data["draft_base_seconds"]),
             float(data.get("target_per_sequence_seconds", 0.0)),  # absent from older coordinators' costs
             float(data.get("draft_per_sequence_seconds", 0.0)),
+            # absent from older coordinators' costs, as are the next
+            {name: MeasuredTimes.from_dict(walk) for name, walk in data.get("walk_seconds", {}).items()},
+            {name: MeasuredTimes.from_dict(lv) for name, lv in data.get("verifier_draft_level_seconds", {}).items()},
+            MeasuredTimes.from_dict(data["calibration_walk_seconds"]) if "calibration_walk_seconds" in data else None,
         )
 
-    def draft_seconds(self, width: int) -> float:
-        """Seconds of a drafted level expanding `width` nodes (beyond the widest measured,
-        `MeasuredTimes.extrapolated`)."""
-        return self.draft_level.extrapolated(max(width, self.draft_level.sizes[0]))
+    def target_for(self, verifier: str) -> MeasuredTimes:
+        """Seconds to verify an n-node tree with `verifier`: the measured target time with the
+        calibration trees' walk (which stops near the root) taken out and `verifier`'s walk on
+        speculative steps put in, interpolated between the sizes measured (past the largest,
+        `MeasuredTimes.extrapolated`).  Unchanged when either walk is unmeasured."""
+        own, inside = self.walks.get(verifier), self.calibration_walk
+        if own is None or inside is None:
+            return self.target
+        return MeasuredTimes(self.target.sizes, tuple(
+            max(seconds - inside.extrapolated(n) + own.extrapolated(n), 0.0)
+            for n, seconds in zip(self.target.sizes, self.target.seconds)))
+
+    def draft_seconds(self, width: int, verifier: str = CALIBRATION_VERIFIER) -> float:
+        """Seconds of a drafted level expanding `width` nodes for `verifier` (beyond the widest
+        measured, `MeasuredTimes.extrapolated`)."""
+        levels = self.verifier_levels.get(verifier, self.draft_level)
+        return levels.extrapolated(max(width, levels.sizes[0]))
+
+
+def _walk_sizes(verifier: str) -> tuple[int, ...]:
+    return CHAIN_WALK_SIZES if verifier_class(verifier).max_drafts == 1 else WALK_SIZES
+
+
+def _draft_widths(verifier: str, widths) -> tuple[int, ...]:
+    """The level widths a verifier's drafts are timed at: those of `VERIFIER_DRAFT_WIDTHS`
+    among `widths`, but only 1 for a verifier whose trees are chains."""
+    if verifier_class(verifier).max_drafts == 1:
+        return (1,)
+    return tuple(w for w in VERIFIER_DRAFT_WIDTHS if w in widths) or (min(widths),)
 
 
 def _binary(n: int) -> TreeShape:
     return TreeShape((-1, *((i - 1) // 2 for i in range(1, n))))
 
 
-def _parallel_chains(width: int, depth: int) -> TreeShape:
-    parents = [-1] + [0] * width
-    for level in range(1, depth):
-        start = 1 + (level - 1) * width
-        parents += list(range(start, start + width))
+def _parallel_chains(width: int, depth: int, max_children: int | None = None) -> TreeShape:
+    """`width` chains below a fan-out that reaches `width` nodes: in one level (the root's
+    children), or level by level for a verifier that takes at most `max_children` drafts per
+    node; then `depth - 1` levels that each expand `width` nodes."""
+    parents, level = [-1], [0]
+    while len(level) < width or len(parents) == 1:
+        grown = []
+        for node in level:
+            for _ in range(min(max_children or width, width - len(grown))):
+                grown.append(len(parents))
+                parents.append(node)
+        level = grown
+    for _ in range(depth - 1):
+        start = len(parents)
+        parents += level
+        level = list(range(start, start + len(level)))
     return TreeShape(tuple(parents))
 
 
-CALIBRATION_VERIFIER = "rrsw"
-
-
-def _spec(vocab_size: int, length: int = 64) -> SequenceSpec:
+def _spec(vocab_size: int, length: int = 64, verifier: str = CALIBRATION_VERIFIER) -> SequenceSpec:
     prompt = tuple(1 + (7 * i) % (vocab_size - 1) for i in range(length))
-    return SequenceSpec(prompt, SamplingParams(temperature=1.0), seed=0, verifier=CALIBRATION_VERIFIER)
+    return SequenceSpec(prompt, SamplingParams(temperature=CALIBRATION_TEMPERATURE), seed=0, verifier=verifier)
+
+
+def _walk_shape(verifier: str, n: int) -> TreeShape:
+    """The calibration tree of `n` nodes for a verifier: binary, or a chain for one that takes
+    a single draft per node."""
+    return TreeShape.chain(n - 1) if verifier_class(verifier).max_drafts == 1 else _binary(n)
 
 
 class _Stepper:
@@ -160,11 +242,19 @@ def _per_sequence(round_seconds: float, batched_seconds: float, sequences: int) 
 
 
 def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS, repeats: int = 5,
-                  load_sequences: int = LOAD_SEQUENCES) -> Costs:
-    """The costs of the module docstring; `load_sequences` < 2 leaves the load terms 0."""
+                  load_sequences: int = LOAD_SEQUENCES, verifiers=None,
+                  walk_trees: Callable[[str, int], TreeShape] | None = None) -> Costs:
+    """The costs of the module docstring; `load_sequences` < 2 leaves the load terms 0.
+    `verifiers`: those whose walks and drafts are timed beside the calibration verifier's
+    (None: every one); walks need a drafter.  `walk_trees(verifier, n)`: the tree of about n
+    nodes a verifier's walk is timed on — the planner's, where the caller knows it (a walk's
+    cost grows with its nodes' children: is-weighted walked a 32-node binary tree in 0.9 ms
+    and the 32-node Sequoia tree planned for it, 16 children at the root, in 13 ms); by
+    default binary trees, chains for a one-draft verifier."""
     generator = torch.Generator().manual_seed(0)
     sizes = [n for n in sizes if n < target.context_length // 4]
     loaded = load_sequences >= 2
+    verifiers = [v for v in (available_verifiers() if verifiers is None else verifiers) if v != CALIBRATION_VERIFIER]
 
     def uniform_rows(internal: int):
         if not internal:
@@ -172,10 +262,8 @@ def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS,
         return half_precision(torch.full((internal, target.vocab_size), 1.0 / target.vocab_size))
 
     # Built once, outside the timed calls: a drafter builds a step's rows, not the target.
-    trees = {}
-    for n in {*sizes, 1}:
-        shape = _binary(n)
-        trees[n] = (shape, *uniform_rows(len(shape.internal_nodes)))
+    trees = {n: (_binary(n), *uniform_rows(len(_binary(n).internal_nodes))) for n in {*sizes, 1}}
+    walk_seconds: dict[int, list[float]] = {}
 
     def verify(stepper: _Stepper, n: int) -> None:
         stepper.room(n)
@@ -184,11 +272,13 @@ def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS,
         shape, q_rows, divisors = trees[n]
         outcome = stepper.session.verify(Draft(DraftTree(shape, tokens), q_rows, q_divisors=divisors))
         stepper.last, stepper.length = outcome.tokens[-1], stepper.length + len(outcome.tokens)
+        walk_seconds.setdefault(n, []).append(outcome.verify_seconds)
 
     verifying = [_Stepper(target, _spec(target.vocab_size)) for _ in range(max(load_sequences, 1))]
     try:
         target_times = MeasuredTimes(tuple(sizes), tuple(_median_seconds(lambda: verify(verifying[0], n), repeats)
                                                          for n in sizes))
+        calibration_walk = MeasuredTimes(tuple(sizes), tuple(_warm_median(walk_seconds[n]) for n in sizes))
         target_per_sequence = 0.0
         if loaded:
             for stepper in verifying:
@@ -200,7 +290,8 @@ def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS,
         for stepper in verifying:
             stepper.close()
     if drafter is None:
-        return Costs(target_times, MeasuredTimes((1,), (0.0,)), 0.0, target_per_sequence)
+        return Costs(target_times, MeasuredTimes((1,), (0.0,)), 0.0, target_per_sequence,
+                     calibration_walk=calibration_walk)
 
     # drafters know the target's context length
     drafting = [_Stepper(drafter, _spec(drafter.vocab_size)) for _ in range(max(load_sequences, 1))]
@@ -216,15 +307,20 @@ def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS,
         stepper.session.draft(shape, previous)
         stepper.length += 1
 
-    per_level, bases = [], []
-    draft_per_sequence = 0.0
-    try:
+    def drafted_levels(stepper: _Stepper, widths) -> tuple[MeasuredTimes, float]:
+        """Seconds per drafted level by width, and the median rest of a call (its base)."""
+        per_level, bases = [], []
+        most = verifier_class(stepper.spec.verifier).max_drafts
         for width in widths:
-            one = _median_seconds(lambda: draft(drafting[0], _parallel_chains(width, 1)), repeats)
-            three = _median_seconds(lambda: draft(drafting[0], _parallel_chains(width, 3)), repeats)
+            one = _median_seconds(lambda: draft(stepper, _parallel_chains(width, 1, most)), repeats)
+            three = _median_seconds(lambda: draft(stepper, _parallel_chains(width, 3, most)), repeats)
             per_level.append(max((three - one) / 2, 0.0))
             bases.append(max(one - per_level[-1], 0.0))
-        levels, base = MeasuredTimes(tuple(widths), tuple(per_level)), statistics.median(bases)
+        return MeasuredTimes(tuple(widths), tuple(per_level)), statistics.median(bases)
+
+    draft_per_sequence = 0.0
+    try:
+        levels, base = drafted_levels(drafting[0], widths)
         if loaded:
             one_level = _parallel_chains(1, 1)
             for stepper in drafting:
@@ -235,4 +331,60 @@ def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS,
     finally:
         for stepper in drafting:
             stepper.close()
-    return Costs(target_times, levels, base, target_per_sequence, draft_per_sequence)
+    verifier_levels, walks = {}, {}
+    for verifier in [CALIBRATION_VERIFIER, *verifiers]:
+        if verifier != CALIBRATION_VERIFIER:
+            # Fewer widths than the calibration verifier's: each verifier's drafts cost a few calls.
+            stepper = _Stepper(drafter, _spec(drafter.vocab_size, verifier=verifier))
+            try:
+                verifier_levels[verifier], _ = drafted_levels(stepper, _draft_widths(verifier, widths))
+            finally:
+                stepper.close()
+        walks[verifier] = _walks_of_steps(target, drafter, verifier, max(repeats - 2, 1), walk_trees or _walk_shape)
+    return Costs(target_times, levels, base, target_per_sequence, draft_per_sequence, walks, verifier_levels,
+                 calibration_walk)
+
+
+def _warm_median(seconds: list[float]) -> float:
+    return statistics.median(seconds[1:] or seconds)  # the first call warms up
+
+
+def _walks_of_steps(target, drafter, verifier: str, repeats: int, walk_trees) -> MeasuredTimes:
+    """Median seconds of `verifier`'s walk (the verify phase its target session reports) by tree
+    size: on target-only steps (one node: minhash's coupled sample of the root costs 1.5 ms on
+    this CPU, rrsw's 0.1), and on speculative steps of the calibration's prompt — the
+    drafter's trees `walk_trees(verifier, n)` for n in `WALK_SIZES` (`CHAIN_WALK_SIZES` for a
+    one-draft verifier), verified by the target.  A walk's cost grows with the levels it
+    accepts, so its trees must be real drafts: on random tokens every walk stops at the root."""
+    context = min(target.context_length, drafter.context_length)
+    spec = _spec(target.vocab_size, verifier=verifier)
+    shapes = {}
+    for n in _walk_sizes(verifier):
+        shape = walk_trees(verifier, n)
+        if shape.size > 1 and shape.max_depth + 2 < context // 4:
+            shapes.setdefault(shape.size, shape)  # a planner's chain stops growing at its depth
+    seconds = {1: []}
+    root = _Stepper(target, spec)  # target-only steps: no drafts, but some verifiers' root sample costs
+    try:
+        for _ in range(repeats + 1):
+            root.room(1)
+            outcome = root.session.verify(Draft(DraftTree(TreeShape.chain(0), torch.tensor([root.last])), None))
+            root.last, root.length = outcome.tokens[-1], root.length + len(outcome.tokens)
+            seconds[1].append(outcome.verify_seconds)
+    finally:
+        root.close()
+    sessions, length, previous = None, 0, None
+    try:
+        for size, shape in sorted(shapes.items()):
+            for _ in range(repeats + 1):
+                if sessions is None or length + shape.max_depth + 2 >= context:
+                    for session in sessions or ():
+                        session.close()
+                    sessions, length, previous = (target.open(spec), drafter.open(spec)), len(spec.prompt_ids), None
+                outcome = sessions[0].verify(sessions[1].draft(shape, previous))
+                seconds.setdefault(size, []).append(outcome.verify_seconds)
+                length, previous = length + len(outcome.tokens), outcome
+    finally:
+        for session in sessions or ():
+            session.close()
+    return MeasuredTimes(tuple(seconds), tuple(_warm_median(times) for times in seconds.values()))

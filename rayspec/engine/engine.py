@@ -27,7 +27,8 @@ import torch
 
 from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec, TokenLogprobs
 from rayspec.engine.policy import (
-    AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia, step_cost_model,
+    AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia, planned_tree,
+    step_cost_model,
 )
 from rayspec.engine.prediction import GraftChoice, Prediction, check_graft_mode, graft_draft, prediction_chain
 from rayspec.engine.structured import StructuredOutput, check_structured, structured_regex
@@ -35,7 +36,7 @@ from rayspec.engine.text import StopFinder, bad_words_token_ids
 from rayspec.engine.trees import parse_tree_spec
 from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import DraftTree, TreeShape
-from rayspec.verify import get_verifier, verifier_class
+from rayspec.verify import available_verifiers, get_verifier, verifier_class
 from rayspec.verify.processing import SamplingParams
 
 # Trees that requests name are planned once and kept; the least recently used go beyond this
@@ -163,12 +164,26 @@ def check_setting(verifier: str, params: dict, shape: TreeShape | DynamicPlan) -
     get_verifier(verifier, **params)
 
 
+def resolve_priced_verifiers(priced, verifier: str) -> tuple[str, ...]:
+    """The verifiers a `priced_verifiers` setting names: None means `verifier` alone, "all"
+    every one; unknown names are refused with the list of known ones."""
+    if priced is None:
+        return (verifier,)
+    if priced == "all":
+        return tuple(available_verifiers())
+    if isinstance(priced, str) or not all(isinstance(name, str) for name in priced):
+        raise ValueError(f"priced_verifiers must be a list of verifier names or 'all', got {priced!r}")
+    for name in priced:
+        verifier_class(name)
+    return tuple(priced)
+
+
 class SpeculativeEngine:
     """Speculative decoding over a target and (optionally) a drafter."""
 
     def __init__(self, target, drafter=None, verifier: str = "rrsw", tree="sequoia:auto",
                  verifier_params: dict | None = None, tokenizer=None, acceptance_dir=None, adaptive: bool = True,
-                 costs=None, graft_predictions: str = "auto", load_aware: bool = True):
+                 costs=None, graft_predictions: str = "auto", load_aware: bool = True, priced_verifiers=None):
         """tree: a tree spec (see `rayspec.engine.policy`) or a TreeShape; `acceptance_dir`
         holds the measured acceptance vectors Sequoia trees are planned from; `adaptive`
         lets Sequoia trees re-plan from the ranks accepted while serving; `costs` (measured by
@@ -179,12 +194,16 @@ class SpeculativeEngine:
         second by the measured costs ("auto"; `rayspec.engine.prediction.GraftChoice`).
         load_aware: sequoia:auto trees are priced for the sequences decoding at once
         (`rayspec.engine.policy`), shrinking under load; requests with a seed keep the tree
-        planned for one sequence."""
+        planned for one sequence.  priced_verifiers: the verifiers whose own drafted levels
+        and walks sequoia:auto's calibration times (`rayspec.engine.calibrate`), a list or
+        "all" (None: `verifier` alone); any other is priced as rrsw.  Each costs about half a
+        second of start-up on the demo pair on CPU."""
         self.target = target
         self.drafter = drafter
         self.tokenizer = tokenizer
         self.verifier = verifier
         self.verifier_params = dict(verifier_params or {})
+        self.priced_verifiers = resolve_priced_verifiers(priced_verifiers, verifier)
         self.library = AcceptanceLibrary(acceptance_dir)
         self.adaptive = adaptive
         self.load_aware = load_aware
@@ -210,9 +229,12 @@ class SpeculativeEngine:
                 if self._costs_source is not None:
                     self._costs = self._costs_source()
                 else:
-                    from rayspec.engine.calibrate import measure_costs
+                    from rayspec.engine.calibrate import CALIBRATION_TEMPERATURE, measure_costs
 
-                    self._costs = measure_costs(self.target, self.drafter)
+                    # Each verifier's walk is timed on the trees its plans draft.
+                    self._costs = measure_costs(
+                        self.target, self.drafter, verifiers=self.priced_verifiers,
+                        walk_trees=lambda verifier, n: planned_tree(self.library, verifier, CALIBRATION_TEMPERATURE, n))
             return self._costs
 
     @property

@@ -147,17 +147,26 @@ def step_cost_model(costs, verifier: str, vocab_size: int, rtt: float = 0.0, dra
                     bandwidth: float = float("inf"), sequences: int = 1, draft_top_k: int = 0) -> CostModel:
     """The planner's cost of a step from measured costs (`rayspec.engine.calibrate.Costs`),
     plus optional network terms, with `sequences` decoding at once; the verifier decides
-    whether the q rows travel, and a drafter's `draft_top_k` how large they are."""
+    its walk's time and whether the q rows travel, and a drafter's `draft_top_k` how large
+    they are."""
     ships_q = verifier_class(verifier).needs_draft_probs
     return CostModel(
-        target_seconds=costs.target,
-        draft_seconds=costs.draft_seconds,
+        target_seconds=costs.target_for(verifier),
+        draft_seconds=lambda width: costs.draft_seconds(width, verifier),
         overhead=costs.draft_base,
         rtt=rtt,
         draft_rtt=draft_rtt,
         bandwidth=bandwidth,
         bytes_per_step=lambda shape: payload_bytes(shape, vocab_size, ships_q, draft_top_k),
     ).under_load(sequences, costs.target_per_sequence, costs.draft_per_sequence)
+
+
+def planned_tree(library: AcceptanceLibrary, verifier: str, temperature: float, budget: int,
+                 depth: int = DEFAULT_DEPTH) -> TreeShape:
+    """Sequoia's tree of `budget` nodes for a verifier at a temperature, from the library's
+    vector: the tree a plan of that size drafts (what the calibration times walks on)."""
+    vector, _ = library.lookup(verifier, temperature)
+    return solve(vector, budget, depth, verifier_class(verifier).max_drafts).tree()
 
 
 def load_level(sequences: float) -> int:

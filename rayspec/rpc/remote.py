@@ -317,9 +317,10 @@ class RemoteTargetSession(_RemoteSession):
         else:
             p_rows = codec.decode_rows(reply.p_rows, size, self.target.vocab_size, "p rows")
         randomness = KeyedNoise(self.seed, self.length) if self.verifier.drafter_invariant else self.generator
+        started = time.perf_counter()
         verdict = self.verifier.verify_tree(draft.tree, p_rows, draft.q_rows, randomness)
         outcome = Outcome(verdict.tokens, verdict.path, verdict.ranks, score_seconds=reply.seconds,
-                          batch_size=reply.batch_size)
+                          verify_seconds=time.perf_counter() - started, batch_size=reply.batch_size)
         message, commit = self._new("commit")
         commit.outcome.CopyFrom(codec.encode_outcome(outcome))
         committed, commit_bytes = self._step(message)

@@ -10,6 +10,8 @@
                 draft_top_k: 0}]
     verifier: rrsw                    # the default; requests may choose another
     verifier_params: {}
+    priced_verifiers: null            # sequoia:auto times these verifiers' own drafts and walks:
+                                      # a list, or all (null: the default verifier; others price as rrsw)
     acceptance_dir: null              # measured acceptance vectors (null: the demo pair's)
     tree: sequoia:auto                # the default tree; requests may choose another
     adaptive_trees: true              # Sequoia trees re-plan from the acceptance served
@@ -109,7 +111,7 @@ from pathlib import Path
 
 import yaml
 
-from rayspec.engine.engine import check_setting
+from rayspec.engine.engine import check_setting, resolve_priced_verifiers
 from rayspec.engine.policy import parse_sequoia
 from rayspec.engine.prediction import check_graft_mode
 from rayspec.engine.trees import parse_tree_spec
@@ -234,6 +236,7 @@ class ServiceConfig:
     drafters: list[DrafterConfig] = field(default_factory=lambda: [DrafterConfig()])
     verifier: str = "rrsw"
     verifier_params: dict = field(default_factory=dict)
+    priced_verifiers: list[str] | str | None = None  # `SpeculativeEngine`'s (null: the default verifier)
     tree: str = "sequoia:auto"
     acceptance_dir: str | None = None  # measured vectors (null: the demo pair's when serving it)
     adaptive_trees: bool = True  # Sequoia trees re-plan from served acceptance (see the module doc)
@@ -253,6 +256,7 @@ class ServiceConfig:
         if self.placement.strategy not in ("PACK", "STRICT_PACK", "SPREAD", "STRICT_SPREAD"):
             raise ValueError(f"placement.strategy must be PACK, STRICT_PACK, SPREAD or STRICT_SPREAD, got {self.placement.strategy!r}")
         check_graft_mode(self.graft_predictions)
+        resolve_priced_verifiers(self.priced_verifiers, self.verifier)
         check_parser_setting(self.tool_call_parser)
         if self.verify_at not in ("target", "coordinator"):
             raise ValueError(f"verify_at must be target or coordinator, got {self.verify_at!r}")

@@ -8,10 +8,16 @@ import time
 import pytest
 import torch
 
-from rayspec.engine import LocalDrafter, LocalTarget
-from rayspec.engine.calibrate import Costs, measure_costs
+from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.engine.calibrate import (
+    CALIBRATION_VERIFIER, CHAIN_WALK_SIZES, WALK_SIZES, Costs, _parallel_chains, measure_costs,
+)
+from rayspec.engine.engine import resolve_priced_verifiers
 from rayspec.engine.interfaces import Outcome
+from rayspec.engine.policy import step_cost_model
 from rayspec.tree.planner import MeasuredTimes
+from rayspec.tree.structure import TreeShape
+from rayspec.verify import available_verifiers
 from tests.tiny_models import noisy_copy, tiny_llama
 
 
@@ -108,3 +114,108 @@ def test_the_target_is_timed_on_trees_whose_walk_tries_two_children_per_level_no
             assert draft.q_divisors.shape == (internal,)  # half precision, as a drafter ships them
     widest = max(recording.drafts, key=lambda draft: draft.tree.shape.size).tree.shape
     assert widest.max_depth == 5  # 32 nodes filled level by level: 1 + 2 + 4 + 8 + 16, and one more
+
+
+def _priced_costs() -> Costs:
+    return Costs(
+        MeasuredTimes((1, 4, 16, 64), (0.010, 0.012, 0.016, 0.030)),
+        MeasuredTimes((1, 4, 16), (0.001, 0.002, 0.004)), 0.0005,
+        walks={"is": MeasuredTimes((1, 4, 16, 64), (0.0003, 0.003, 0.007, 0.015)),
+               CALIBRATION_VERIFIER: MeasuredTimes((1, 4, 16, 64), (0.0002, 0.0012, 0.0015, 0.0020))},
+        verifier_levels={"minhash": MeasuredTimes((1, 4, 16), (0.003, 0.006, 0.012))},
+        calibration_walk=MeasuredTimes((1, 4, 16, 64), (0.0002, 0.0010, 0.0011, 0.0012)),
+    )
+
+
+def test_a_verifier_is_priced_with_its_own_walk_in_place_of_the_calibration_trees_walk():
+    costs = _priced_costs()
+    priced = costs.target_for("is")
+    assert priced.sizes == costs.target.sizes
+    assert priced(1) == pytest.approx(0.010 - 0.0002 + 0.0003)  # target-only: the root's sample
+    assert priced(4) == pytest.approx(0.012 - 0.0010 + 0.003)
+    assert priced(16) == pytest.approx(0.016 - 0.0011 + 0.007)
+    assert priced(64) == pytest.approx(0.030 - 0.0012 + 0.015)
+    # the calibration verifier too: its walk on speculative steps, not on the calibration's random trees
+    assert costs.target_for(CALIBRATION_VERIFIER)(64) == pytest.approx(0.030 - 0.0012 + 0.0020)
+    assert costs.target_for("spectr") == costs.target  # no walk measured: priced as before
+    model = step_cost_model(costs, "is", vocab_size=64)
+    assert model.target_seconds(16) == pytest.approx(priced(16))
+
+
+def test_a_verifier_is_priced_with_its_own_drafted_levels():
+    costs = _priced_costs()
+    assert costs.draft_seconds(4, "minhash") == pytest.approx(0.006)
+    assert costs.draft_seconds(4) == costs.draft_seconds(4, "spectr") == pytest.approx(0.002)
+    chain = TreeShape.chain(3)
+    assert step_cost_model(costs, "minhash", 64).draft(chain) == pytest.approx(3 * 0.003)
+    assert step_cost_model(costs, "rrsw", 64).draft(chain) == pytest.approx(3 * 0.001)
+
+
+def test_costs_with_walks_round_trip_and_older_costs_price_every_verifier_alike():
+    costs = _priced_costs()
+    assert Costs.from_json(costs.to_json()) == costs
+    older = {key: value for key, value in costs.to_json().items() if "walk" not in key and "verifier" not in key}
+    restored = Costs.from_json(older)
+    assert restored.walks == {} and restored.verifier_levels == {} and restored.calibration_walk is None
+    assert restored.target_for("is") == restored.target
+    assert restored.draft_seconds(4, "minhash") == pytest.approx(0.002)
+
+
+def test_a_verifier_s_levels_are_timed_below_a_fan_out_it_can_draft():
+    for width, most in ((4, None), (4, 2), (3, 2), (1, 1)):
+        one, three = _parallel_chains(width, 1, most), _parallel_chains(width, 3, most)
+        assert max(three.parents.count(node) for node in range(three.size)) <= (most or width)
+        assert three.size - one.size == 2 * width  # two more levels, each expanding `width` nodes
+        assert three.max_depth - one.max_depth == 2
+    assert _parallel_chains(4, 3).parents == (-1, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8)  # one level of fan-out
+
+
+class RecordingDrafter:
+    """A local drafter that keeps the verifier of every session it opens."""
+
+    def __init__(self, drafter):
+        self.drafter, self.verifiers = drafter, []
+        self.vocab_size, self.context_length = drafter.vocab_size, drafter.context_length
+
+    def open(self, spec):
+        self.verifiers.append(spec.verifier)
+        return self.drafter.open(spec)
+
+
+def test_walks_are_timed_on_the_drafter_s_trees_of_the_shapes_asked_for_each_verifier():
+    model = tiny_llama(vocab=64, seed=0, context=512)
+    recording = RecordingTarget(LocalTarget(model))
+    drafter = RecordingDrafter(LocalDrafter(noisy_copy(model)))
+    asked = []
+
+    def walk_trees(verifier, n):
+        asked.append((verifier, n))
+        return TreeShape.chain(n - 1) if verifier == "sps" else TreeShape((-1, *((i - 1) // 2 for i in range(1, n))))
+
+    costs = measure_costs(recording, drafter, sizes=(1, 2, 4), widths=(1, 2, 4), repeats=2, load_sequences=1,
+                          verifiers=["spechub", "sps"], walk_trees=walk_trees)
+    assert sorted(asked) == sorted([("rrsw", n) for n in WALK_SIZES] + [("spechub", n) for n in WALK_SIZES]
+                                   + [("sps", n) for n in CHAIN_WALK_SIZES])
+    assert set(costs.walks) == {"rrsw", "spechub", "sps"} and set(costs.verifier_levels) == {"spechub", "sps"}
+    assert costs.walks["sps"].sizes == (1, *CHAIN_WALK_SIZES) and costs.walks["spechub"].sizes == (1, *WALK_SIZES)
+    assert costs.verifier_levels["sps"].sizes == (1,)  # a one-draft verifier's trees are chains
+    assert costs.verifier_levels["spechub"].sizes == (1, 4)
+    assert costs.calibration_walk.sizes == (1, 2, 4)
+    assert {"spechub", "sps", "rrsw"} <= set(drafter.verifiers)
+    walked = [d for d in recording.drafts if d.tree.shape.size in (16, 64) and d.tree.shape.max_children == 2]
+    assert walked  # spechub's and rrsw's: the drafter's trees, with its own (not uniform) q rows
+    for draft in walked:
+        assert not torch.allclose(draft.q_rows.float(), torch.full_like(draft.q_rows.float(), 1 / 64))
+    assert all(seconds > 0 for walk in costs.walks.values() for seconds in walk.seconds)
+
+
+def test_an_engine_prices_its_own_verifier_apart_or_those_it_is_told():
+    model = tiny_llama(vocab=64, seed=0, context=256)
+    target, drafter = LocalTarget(model), LocalDrafter(noisy_copy(model))
+    own = SpeculativeEngine(target, drafter, verifier="spectr", tree="chain:1").costs()
+    assert set(own.walks) == {"rrsw", "spectr"} and set(own.verifier_levels) == {"spectr"}
+    told = SpeculativeEngine(target, drafter, verifier="spectr", tree="chain:1", priced_verifiers=["gumbel"]).costs()
+    assert set(told.walks) == {"rrsw", "gumbel"} and set(told.verifier_levels) == {"gumbel"}
+    with pytest.raises(ValueError, match="unknown verifier 'nope'"):
+        SpeculativeEngine(target, drafter, tree="chain:1", priced_verifiers=["nope"])
+    assert resolve_priced_verifiers("all", "rrsw") == tuple(available_verifiers())

@@ -85,6 +85,7 @@ def test_remote_engine_gives_the_in_process_tokens(cluster, local_engine_parts, 
     assert remote.tokens == local.tokens
     assert [s.accepted for s in remote.stats.steps] == [s.accepted for s in local.stats.steps]
     assert all(s.wire_bytes > 0 for s in remote.stats.steps)
+    assert all(s.verify > 0 for s in remote.stats.steps)  # timed where the verifier runs, either side
 
 
 @pytest.mark.parametrize("verify_at", ["target", "coordinator"])

@@ -52,6 +52,16 @@ def test_tool_call_parser_names_a_parser_auto_or_none():
         ServiceConfig.from_dict({"tool_call_parser": "pythonic"})
 
 
+def test_priced_verifiers_name_known_verifiers_or_all():
+    assert ServiceConfig.from_dict({}).priced_verifiers is None  # the default verifier alone
+    assert ServiceConfig.from_dict({"priced_verifiers": ["gumbel", "is"]}).priced_verifiers == ["gumbel", "is"]
+    assert ServiceConfig.from_dict({"priced_verifiers": "all"}).priced_verifiers == "all"
+    with pytest.raises(ValueError, match="unknown verifier 'nope'"):
+        ServiceConfig.from_dict({"priced_verifiers": ["nope"]})
+    with pytest.raises(ValueError, match="a list of verifier names or 'all', got 'gumbel'"):
+        ServiceConfig.from_dict({"priced_verifiers": "gumbel"})
+
+
 def test_graft_predictions_takes_the_engines_modes():
     assert ServiceConfig.from_dict({}).graft_predictions == "auto"
     assert ServiceConfig.from_dict({"graft_predictions": "always"}).graft_predictions == "always"
