@@ -12,7 +12,9 @@ tree; it is binary trees since.  This bench decodes held-out prompts with each v
 fixed trees and on the one-node tree, in-process, and reports the cost model's step time
 beside the measured median, and the drafting and verifying phases measured: what the
 calibration's verifier misprices for another verifier (its draws, its rows' processing, its
-walk) shows there.
+walk) shows there.  Since 2026-11-27 the costs also time each verifier's drafted levels and
+its walk on the trees planned for it (`Costs.target_for`); before, every verifier was priced
+as rrsw.  Sequoia trees are planned from the demo pair's measured acceptance vectors.
 Writes bench/results/cost_model_bench_{device}.{json,md} (`--out`).
 """
 
@@ -23,12 +25,13 @@ import statistics
 import time
 
 import torch
-from common import load_demo, machine, save_results
+from common import ACCEPTANCE, load_demo, machine, save_results
 
 from rayspec.engine import GenerationStats, SpeculativeEngine
 from rayspec.engine.policy import step_cost_model
 
-CASES = [("greedy", 0.0), ("rrsw", 0.6), ("spechub", 0.6), ("is", 0.6)]
+CASES = [("greedy", 0.0), ("rrsw", 0.6), ("spechub", 0.6), ("is", 0.6), ("is-weighted", 0.6), ("spectr", 0.6),
+         ("gumbel", 0.6), ("minhash", 0.6), ("sps", 0.6)]
 TREES = ["chain:0", "chain:4", "kary:2x3", "sequoia:32", "sequoia:128"]
 
 
@@ -39,8 +42,14 @@ def decode(engine, prompt, tokens, temperature, seed) -> GenerationStats:
     return stats
 
 
-def measure(target, drafter, costs, vocab, verifier, temperature, tree, prompts, tokens) -> dict:
-    engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=tree, costs=costs, adaptive=False)
+def measure(target, drafter, costs, vocab, verifier, temperature, tree, prompts, tokens) -> dict | None:
+    """A row, or None where the verifier cannot verify the tree (a one-draft verifier's k-ary tree)."""
+    try:
+        engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=tree, costs=costs, adaptive=False,
+                                   acceptance_dir=ACCEPTANCE)
+    except ValueError as error:
+        print(f"{verifier} {tree}: skipped ({error})", flush=True)
+        return None
     decode(engine, prompts[0], 16, temperature, seed=0)  # warm-up: kernels, caches, the plan
     shape = engine.policy(tree).shape_for(verifier, temperature)
     steps, phases, per_step = 0, {}, []
@@ -70,7 +79,8 @@ def markdown(results) -> str:
              f"torch {m['torch']}, {m['threads']} CPU threads)", "",
              f"Demo pair in-process, {results['prompts']} held-out prompts x {results['tokens']} tokens per row, "
              "medians of per-prompt ms per step.  Predicted: `step_cost_model` from the costs calibrated at start "
-             "(rrsw at T = 1, binary trees and parallel chains).  Phases: the engine's own timers, mean per step.  "
+             "(rrsw at T = 1, binary trees and parallel chains; each verifier's drafted levels and its walk on its "
+             "planned trees, where the costs hold them).  Phases: the engine's own timers, mean per step.  "
              f"Mean |measured / predicted - 1| over the rows: **{mean_error(results['rows']):.1%}**.", "",
              "| verifier | T | tree | nodes, depth | predicted ms | measured ms | measured / predicted "
              "| predicted draft / target ms | measured draft / score / verify / other ms |",
@@ -93,7 +103,8 @@ def main() -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     target, drafter, target_model, _, _, prompts = load_demo(args.device)
-    costs = SpeculativeEngine(target, drafter, tree="chain:1").costs()
+    costs = SpeculativeEngine(target, drafter, tree="chain:1", acceptance_dir=ACCEPTANCE,
+                              priced_verifiers=args.verifiers).costs()
     vocab = int(target_model.config.vocab_size)
     results = {"machine": machine(args.device), "prompts": args.prompts, "tokens": args.tokens,
                "costs": costs.to_json(), "rows": []}
@@ -103,6 +114,8 @@ def main() -> int:
             for tree in args.trees:
                 row = measure(target, drafter, costs, vocab, verifier, temperatures.get(verifier, 0.6), tree,
                               prompts[: args.prompts + 1], args.tokens)
+                if row is None:
+                    continue
                 print(f"{verifier} {tree}: predicted {row['predicted_ms']:.2f} ms, measured {row['measured_ms']:.2f}",
                       flush=True)
                 results["rows"].append(row)

@@ -73,7 +73,8 @@ def main():
     meta = {**machine(str(target_model.device.type)), "prompts": args.prompts, "tokens": args.tokens,
             "grid_prompts": args.grid_prompts, "grid_tokens": args.grid_tokens}
 
-    costs = SpeculativeEngine(target, drafter, tree="chain:1").costs()  # measured once, shared
+    # measured once, shared, with every verifier's own drafts and walk
+    costs = SpeculativeEngine(target, drafter, tree="chain:1", acceptance_dir=ACCEPTANCE, priced_verifiers="all").costs()
     grid = []
     if not args.skip_grid:
         for temperature in args.grid_temperatures:

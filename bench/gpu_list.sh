@@ -57,7 +57,10 @@ part() {  # part NAME SECONDS COMMAND...: runs COMMAND under a limit, logs its e
 
 part test_cuda 170 python3 -m pytest tests/test_cuda.py -q -p no:cacheprovider --timeout 150
 part profile_step 60 python3 bench/profile_step.py --device "$DEVICE" --prompts 2 --tokens 64
-part cost_model 90 python3 bench/cost_model_bench.py --device "$DEVICE" --out cost_model_bench_gpu
+# Six verifiers of the nine since per-verifier pricing (2026-11-27): each row is a few decodes.
+part cost_model 120 python3 bench/cost_model_bench.py --device "$DEVICE" --prompts 3 --tokens 32 \
+    --verifiers greedy rrsw spechub is gumbel minhash --trees chain:0 kary:2x3 sequoia:32 sequoia:128 \
+    --out cost_model_bench_gpu
 part batched_forward 60 python3 bench/batched_forward_bench.py --out batched_forward_bench_gpu
 part e2e 90 python3 bench/e2e_bench.py --prompts 4 --tokens 64 --temperatures 0 0.6 --skip-grid \
     --out bench/results/e2e_bench_gpu

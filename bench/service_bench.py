@@ -560,7 +560,7 @@ def in_process_vs_distributed(args, save=lambda parts: None) -> dict:
     """The overhead, scale, sweep, idle-control, transport-floor and bytes-by-verifier parts
     (`args.parts`); `save(parts so far)` after each, so that a run cut short keeps them."""
     target, drafter, target_model, _, _, prompts = load_demo(args.device)
-    costs = SpeculativeEngine(target, drafter, tree="chain:1").costs()
+    costs = SpeculativeEngine(target, drafter, verifier=args.verifier, tree="chain:1", acceptance_dir=ACCEPTANCE).costs()
     logs = Path(tempfile.mkdtemp())
     # Pinning and keeping CPUs awake are about a CPU-bound step on this VM; on a GPU the
     # models do not compute on the CPUs those arms manage.
