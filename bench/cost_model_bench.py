@@ -14,7 +14,10 @@ beside the measured median, and the drafting and verifying phases measured: what
 calibration's verifier misprices for another verifier (its draws, its rows' processing, its
 walk) shows there.  Since 2026-11-27 the costs also time each verifier's drafted levels and
 its walk on the trees planned for it (`Costs.target_for`); before, every verifier was priced
-as rrsw.  Sequoia trees are planned from the demo pair's measured acceptance vectors.
+as rrsw.  Sequoia trees are planned from the demo pair's measured acceptance vectors.  The
+measured step is the steps' own wall time; until 2026-11-27 it was a decode's whole time over
+its steps, which charged the prompt's prefill to them (a one-node step measured 1.2-1.4x its
+prediction, mostly from that).
 Writes bench/results/cost_model_bench_{device}.{json,md} (`--out`).
 """
 
@@ -22,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 from common import ACCEPTANCE, load_demo, machine, save_results
@@ -54,9 +56,9 @@ def measure(target, drafter, costs, vocab, verifier, temperature, tree, prompts,
     shape = engine.policy(tree).shape_for(verifier, temperature)
     steps, phases, per_step = 0, {}, []
     for i, prompt in enumerate(prompts[1:]):
-        start = time.perf_counter()
         stats = decode(engine, prompt, tokens, temperature, seed=1 + i)
-        per_step.append((time.perf_counter() - start) / len(stats.steps))
+        # The steps' own wall time: the prompt's prefill, before the first step, is no step's cost.
+        per_step.append(sum(step.wall for step in stats.steps) / len(stats.steps))
         steps += len(stats.steps)
         for phase, seconds in stats.phase_seconds().items():
             phases[phase] = phases.get(phase, 0.0) + seconds
@@ -78,7 +80,7 @@ def markdown(results) -> str:
     lines = [f"# The planner's step time against the measured one ({m['device_name']}, {m['device']}, "
              f"torch {m['torch']}, {m['threads']} CPU threads)", "",
              f"Demo pair in-process, {results['prompts']} held-out prompts x {results['tokens']} tokens per row, "
-             "medians of per-prompt ms per step.  Predicted: `step_cost_model` from the costs calibrated at start "
+             "medians of per-prompt ms per step (the steps' wall time, the prompt's prefill left out).  Predicted: `step_cost_model` from the costs calibrated at start "
              "(rrsw at T = 1, binary trees and parallel chains; each verifier's drafted levels and its walk on its "
              "planned trees, where the costs hold them).  Phases: the engine's own timers, mean per step.  "
              f"Mean |measured / predicted - 1| over the rows: **{mean_error(results['rows']):.1%}**.", "",
