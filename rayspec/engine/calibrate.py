@@ -176,9 +176,11 @@ def _parallel_chains(width: int, depth: int, max_children: int | None = None) ->
     return TreeShape(tuple(parents))
 
 
-def _spec(vocab_size: int, length: int = 64, verifier: str = CALIBRATION_VERIFIER) -> SequenceSpec:
+def _spec(vocab_size: int, length: int = 64, verifier: str = CALIBRATION_VERIFIER,
+          verifier_params: dict | None = None) -> SequenceSpec:
     prompt = tuple(1 + (7 * i) % (vocab_size - 1) for i in range(length))
-    return SequenceSpec(prompt, SamplingParams(temperature=CALIBRATION_TEMPERATURE), seed=0, verifier=verifier)
+    return SequenceSpec(prompt, SamplingParams(temperature=CALIBRATION_TEMPERATURE), seed=0, verifier=verifier,
+                        verifier_params=dict(verifier_params or {}))
 
 
 def _walk_shape(verifier: str, n: int) -> TreeShape:
@@ -243,14 +245,16 @@ def _per_sequence(round_seconds: float, batched_seconds: float, sequences: int) 
 
 def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS, repeats: int = 5,
                   load_sequences: int = LOAD_SEQUENCES, verifiers=None,
-                  walk_trees: Callable[[str, int], TreeShape] | None = None) -> Costs:
+                  walk_trees: Callable[[str, int], TreeShape] | None = None,
+                  verifier_params: dict[str, dict] | None = None) -> Costs:
     """The costs of the module docstring; `load_sequences` < 2 leaves the load terms 0.
     `verifiers`: those whose walks and drafts are timed beside the calibration verifier's
     (None: every one); walks need a drafter.  `walk_trees(verifier, n)`: the tree of about n
     nodes a verifier's walk is timed on — the planner's, where the caller knows it (a walk's
     cost grows with its nodes' children: is-weighted walked a 32-node binary tree in 0.9 ms
     and the 32-node Sequoia tree planned for it, 16 children at the root, in 13 ms); by
-    default binary trees, chains for a one-draft verifier."""
+    default binary trees, chains for a one-draft verifier.  `verifier_params`: a verifier's
+    parameters to time it with, by name (is-weighted's LP grows with its `alphabet_size`)."""
     generator = torch.Generator().manual_seed(0)
     sizes = [n for n in sizes if n < target.context_length // 4]
     loaded = load_sequences >= 2
@@ -332,15 +336,17 @@ def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS,
         for stepper in drafting:
             stepper.close()
     verifier_levels, walks = {}, {}
+    params = verifier_params or {}
     for verifier in [CALIBRATION_VERIFIER, *verifiers]:
         if verifier != CALIBRATION_VERIFIER:
             # Fewer widths than the calibration verifier's: each verifier's drafts cost a few calls.
-            stepper = _Stepper(drafter, _spec(drafter.vocab_size, verifier=verifier))
+            stepper = _Stepper(drafter, _spec(drafter.vocab_size, verifier=verifier, verifier_params=params.get(verifier)))
             try:
                 verifier_levels[verifier], _ = drafted_levels(stepper, _draft_widths(verifier, widths))
             finally:
                 stepper.close()
-        walks[verifier] = _walks_of_steps(target, drafter, verifier, max(repeats - 2, 1), walk_trees or _walk_shape)
+        walks[verifier] = _walks_of_steps(target, drafter, verifier, max(repeats - 2, 1), walk_trees or _walk_shape,
+                                          params.get(verifier))
     return Costs(target_times, levels, base, target_per_sequence, draft_per_sequence, walks, verifier_levels,
                  calibration_walk)
 
@@ -349,7 +355,7 @@ def _warm_median(seconds: list[float]) -> float:
     return statistics.median(seconds[1:] or seconds)  # the first call warms up
 
 
-def _walks_of_steps(target, drafter, verifier: str, repeats: int, walk_trees) -> MeasuredTimes:
+def _walks_of_steps(target, drafter, verifier: str, repeats: int, walk_trees, params: dict | None) -> MeasuredTimes:
     """Median seconds of `verifier`'s walk (the verify phase its target session reports) by tree
     size: on target-only steps (one node: minhash's coupled sample of the root costs 1.5 ms on
     this CPU, rrsw's 0.1), and on speculative steps of the calibration's prompt — the
@@ -357,7 +363,7 @@ def _walks_of_steps(target, drafter, verifier: str, repeats: int, walk_trees) ->
     one-draft verifier), verified by the target.  A walk's cost grows with the levels it
     accepts, so its trees must be real drafts: on random tokens every walk stops at the root."""
     context = min(target.context_length, drafter.context_length)
-    spec = _spec(target.vocab_size, verifier=verifier)
+    spec = _spec(target.vocab_size, verifier=verifier, verifier_params=params)
     shapes = {}
     for n in _walk_sizes(verifier):
         shape = walk_trees(verifier, n)

@@ -234,7 +234,8 @@ class SpeculativeEngine:
                     # Each verifier's walk is timed on the trees its plans draft.
                     self._costs = measure_costs(
                         self.target, self.drafter, verifiers=self.priced_verifiers,
-                        walk_trees=lambda verifier, n: planned_tree(self.library, verifier, CALIBRATION_TEMPERATURE, n))
+                        walk_trees=lambda verifier, n: planned_tree(self.library, verifier, CALIBRATION_TEMPERATURE, n),
+                        verifier_params={self.verifier: self.verifier_params})
             return self._costs
 
     @property

@@ -174,11 +174,12 @@ class RecordingDrafter:
     """A local drafter that keeps the verifier of every session it opens."""
 
     def __init__(self, drafter):
-        self.drafter, self.verifiers = drafter, []
+        self.drafter, self.verifiers, self.params = drafter, [], []
         self.vocab_size, self.context_length = drafter.vocab_size, drafter.context_length
 
     def open(self, spec):
         self.verifiers.append(spec.verifier)
+        self.params.append((spec.verifier, spec.verifier_params))
         return self.drafter.open(spec)
 
 
@@ -219,3 +220,12 @@ def test_an_engine_prices_its_own_verifier_apart_or_those_it_is_told():
     with pytest.raises(ValueError, match="unknown verifier 'nope'"):
         SpeculativeEngine(target, drafter, tree="chain:1", priced_verifiers=["nope"])
     assert resolve_priced_verifiers("all", "rrsw") == tuple(available_verifiers())
+
+
+def test_a_verifier_is_timed_with_the_parameters_it_is_given():
+    model = tiny_llama(vocab=64, seed=0, context=256)
+    drafter = RecordingDrafter(LocalDrafter(noisy_copy(model)))
+    measure_costs(LocalTarget(model), drafter, sizes=(1, 2), widths=(1,), repeats=1, load_sequences=1,
+                  verifiers=["is"], verifier_params={"is": {"alphabet_size": 8}})
+    assert {params["alphabet_size"] for verifier, params in drafter.params if verifier == "is"} == {8}
+    assert all(params == {} for verifier, params in drafter.params if verifier == "rrsw")
