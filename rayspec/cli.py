@@ -188,7 +188,7 @@ def cmd_tree_plan(args) -> int:
     )
     budgets = [n for n in costs.target.sizes if n <= args.max_budget]
     best = plan_tree(vector, cost, budgets, args.max_depth, verifier_class(args.verifier).max_drafts)
-    verifying, levels = costs.target_for(args.verifier), costs.verifier_levels.get(args.verifier, costs.draft_level)
+    verifying, levels = costs.target_for(args.verifier), costs.levels_for(args.verifier)
     print(f"measured for {args.verifier}: target verify "
           + ", ".join(f"{n}:{s * 1e3:.1f}ms" for n, s in zip(verifying.sizes, verifying.seconds)))
     print("          drafter per level " + ", ".join(f"{w}:{s * 1e3:.2f}ms" for w, s in zip(levels.sizes, levels.seconds)))

@@ -134,10 +134,15 @@ class Costs:
             max(seconds - inside.extrapolated(n) + own.extrapolated(n), 0.0)
             for n, seconds in zip(self.target.sizes, self.target.seconds)))
 
+    def levels_for(self, verifier: str) -> MeasuredTimes:
+        """Seconds per drafted level by width for `verifier`: its own, else the calibration
+        verifier's."""
+        return self.verifier_levels.get(verifier, self.draft_level)
+
     def draft_seconds(self, width: int, verifier: str = CALIBRATION_VERIFIER) -> float:
         """Seconds of a drafted level expanding `width` nodes for `verifier` (beyond the widest
         measured, `MeasuredTimes.extrapolated`)."""
-        levels = self.verifier_levels.get(verifier, self.draft_level)
+        levels = self.levels_for(verifier)
         return levels.extrapolated(max(width, levels.sizes[0]))
 
 
@@ -266,7 +271,10 @@ def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS,
         return half_precision(torch.full((internal, target.vocab_size), 1.0 / target.vocab_size))
 
     # Built once, outside the timed calls: a drafter builds a step's rows, not the target.
-    trees = {n: (_binary(n), *uniform_rows(len(_binary(n).internal_nodes))) for n in {*sizes, 1}}
+    trees = {}
+    for n in {*sizes, 1}:
+        shape = _binary(n)
+        trees[n] = (shape, *uniform_rows(len(shape.internal_nodes)))
     walk_seconds: dict[int, list[float]] = {}
 
     def verify(stepper: _Stepper, n: int) -> None:

@@ -104,8 +104,10 @@ def test_tree_plan_prints_a_choice_and_a_predicted_speedup(tmp_path, capsys):
                  "--rtt-ms", "2", "--out", str(out), "--threads", "1"]) == 0
     printed = capsys.readouterr().out
     assert "predicted speedup over target-only" in printed
+    assert "measured for spechub: target verify" in printed  # the verifier's own walk and levels
     plan = json.loads(out.read_text())
     assert TreeShape.from_json(plan).max_children <= 2 and plan["predicted_speedup"] > 0
+    assert set(plan["costs"]["walk_seconds"]) == {"rrsw", "spechub"}
 
 
 def test_tree_plan_refuses_a_negative_draft_top_k(capsys):
