@@ -75,8 +75,8 @@ VERIFIER_DRAFT_WIDTHS = (1, 4, 16)  # other verifiers' drafted levels
 LOAD_SEQUENCES = 8  # sessions at once for the load terms
 
 
-def _tables(times: dict[str, MeasuredTimes]) -> dict:
-    return {name: dict(zip(t.sizes, t.seconds)) for name, t in times.items()}
+def _table(times: MeasuredTimes) -> dict:
+    return dict(zip(times.sizes, times.seconds))
 
 
 @dataclass(frozen=True)
@@ -98,14 +98,14 @@ class Costs:
 
     def to_json(self) -> dict:
         return {
-            "target_seconds": dict(zip(self.target.sizes, self.target.seconds)),
-            "draft_level_seconds": dict(zip(self.draft_level.sizes, self.draft_level.seconds)),
+            "target_seconds": _table(self.target),
+            "draft_level_seconds": _table(self.draft_level),
             "draft_base_seconds": self.draft_base,
             "target_per_sequence_seconds": self.target_per_sequence,
             "draft_per_sequence_seconds": self.draft_per_sequence,
-            "walk_seconds": _tables(self.walks),
-            "verifier_draft_level_seconds": _tables(self.verifier_levels),
-            **({"calibration_walk_seconds": _tables({"": self.calibration_walk})[""]} if self.calibration_walk else {}),
+            "walk_seconds": {name: _table(walk) for name, walk in self.walks.items()},
+            "verifier_draft_level_seconds": {name: _table(levels) for name, levels in self.verifier_levels.items()},
+            **({"calibration_walk_seconds": _table(self.calibration_walk)} if self.calibration_walk else {}),
         }
 
     @classmethod
