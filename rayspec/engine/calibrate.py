@@ -146,14 +146,19 @@ class Costs:
         return levels.extrapolated(max(width, levels.sizes[0]))
 
 
+def _drafts_chains(verifier: str) -> bool:
+    """Whether a verifier takes one draft per node: its trees are chains."""
+    return verifier_class(verifier).max_drafts == 1
+
+
 def _walk_sizes(verifier: str) -> tuple[int, ...]:
-    return CHAIN_WALK_SIZES if verifier_class(verifier).max_drafts == 1 else WALK_SIZES
+    return CHAIN_WALK_SIZES if _drafts_chains(verifier) else WALK_SIZES
 
 
 def _draft_widths(verifier: str, widths) -> tuple[int, ...]:
     """The level widths a verifier's drafts are timed at: those of `VERIFIER_DRAFT_WIDTHS`
     among `widths`, but only 1 for a verifier whose trees are chains."""
-    if verifier_class(verifier).max_drafts == 1:
+    if _drafts_chains(verifier):
         return (1,)
     return tuple(w for w in VERIFIER_DRAFT_WIDTHS if w in widths) or (min(widths),)
 
@@ -191,7 +196,7 @@ def _spec(vocab_size: int, length: int = 64, verifier: str = CALIBRATION_VERIFIE
 def _walk_shape(verifier: str, n: int) -> TreeShape:
     """The calibration tree of `n` nodes for a verifier: binary, or a chain for one that takes
     a single draft per node."""
-    return TreeShape.chain(n - 1) if verifier_class(verifier).max_drafts == 1 else _binary(n)
+    return TreeShape.chain(n - 1) if _drafts_chains(verifier) else _binary(n)
 
 
 class _Stepper:
@@ -218,7 +223,7 @@ def _median_seconds(run, repeats: int) -> float:
         start = time.perf_counter()
         run()
         times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])  # the first call warms up
+    return _warm_median(times)
 
 
 def _concurrent_seconds(calls: list, repeats: int) -> float:
