@@ -77,8 +77,10 @@ class SamplingParams:
             raise ValueError(f"temperature must be >= 0 and finite, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        if self.top_k == -1:  # vLLM's spelling of "off", which its clients send
+            object.__setattr__(self, "top_k", 0)
+        if not 0 <= self.top_k < 2**31:
+            raise ValueError(f"top_k must be in [0, 2^31) (0 or -1 disables it), got {self.top_k}")
         bound = MAX_PRESENCE_OR_FREQUENCY_PENALTY
         for name in ("presence_penalty", "frequency_penalty"):
             if not -bound <= getattr(self, name) <= bound:

@@ -162,6 +162,16 @@ def test_bad_penalties_and_biases_are_refused_with_their_names(kwargs, message):
         SamplingParams(**kwargs)
 
 
+@pytest.mark.parametrize("top_k", [-2, 2**31])
+def test_top_k_out_of_range_is_refused(top_k):
+    with pytest.raises(ValueError, match=rf"top_k must be in \[0, 2\^31\) \(0 or -1 disables it\), got {top_k}"):
+        SamplingParams(top_k=top_k)
+
+
+def test_top_k_minus_one_is_vllms_off():
+    assert SamplingParams(top_k=-1) == SamplingParams(top_k=0)
+
+
 def test_a_bias_is_kept_as_sorted_pairs_and_checked_against_the_vocabulary():
     params = SamplingParams(logit_bias={"7": 1, 2: -3.5})
     assert params.logit_bias == ((2, -3.5), (7, 1.0)) and params == SamplingParams(logit_bias=[(7, 1.0), (2, -3.5)])
