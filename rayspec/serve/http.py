@@ -155,7 +155,7 @@ class _GenerationBody(_Strict):
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
-    seed: int | None = Field(None, ge=0, lt=2**63)
+    seed: int | None = Field(None, ge=-2**63, lt=2**63)  # any int64, as vLLM and the gRPC API take
     stop: str | list[str] | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
@@ -1239,7 +1239,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
                 raise _bad(f"n={n} asks for more completions than this service runs at once ({limit})", "n")
             raise _bad(f"{len(prompts)} prompts × n={n} ask for more completions than this service runs at once "
                        f"({limit}); send fewer prompts per request", "prompt")
-        if seed is not None and seed + n > 2**63:
+        if seed is not None and seed + n > 2**63:  # the int64 a worker's session is keyed by
             raise _bad("seed + n - 1 must stay below 2^63: choice i is seeded with seed + i", "seed")
         if fields.get("structured_output") is not None:
             try:  # compiled off the event loop (a large schema takes seconds), once for all the choices

@@ -76,7 +76,7 @@ class ResponsesBody(_Strict):
     top_k: int | None = None
     min_p: float | None = Field(None, ge=0, le=1)
     repetition_penalty: float | None = Field(None, gt=0)
-    seed: int | None = Field(None, ge=0, lt=2**63)
+    seed: int | None = Field(None, ge=-2**63, lt=2**63)
     stop: str | list[str] | None = None
     rayspec: RayspecOptions | None = None
     # accepted, and without effect on the answer

@@ -93,6 +93,14 @@ def test_completion_is_the_in_process_engine_output(http, parts, reference):
     assert again.json()["choices"][0]["text"] == text
 
 
+def test_vllm_spellings_negative_seed_and_top_k_minus_one_are_taken(client, parts, reference):
+    """vLLM takes any int64 seed and top_k = -1 for "off"; clients written for it send both."""
+    _, text, _ = expected(reference, parts[2], PROMPT, max_new_tokens=12, temperature=0.9, seed=-3)
+    completion = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0.9, seed=-3,
+                                           extra_body={"top_k": -1})
+    assert completion.choices[0].text == text and completion.rayspec["seed"] == -3
+
+
 def test_openai_client_completions_and_chat(client, parts, reference):
     tokenizer = parts[2]
     _, text, _ = expected(reference, tokenizer, PROMPT, max_new_tokens=20, temperature=0.9, top_k=50, seed=11)
@@ -735,7 +743,8 @@ BAD_COMPLETIONS = [
     ({"prompt": "x", "max_tokens": 100000}, 400, "max_tokens must be between 1 and 256", None),
     ({"prompt": "x", "temperature": -1}, 400, "temperature must be >= 0", None),
     ({"prompt": "x", "top_p": 0}, 400, "top_p must be in (0, 1]", None),
-    ({"prompt": "x", "seed": -1}, 400, "seed", "seed"),
+    ({"prompt": "x", "seed": 2**63}, 400, "seed: Input should be less than 9223372036854775808", "seed"),
+    ({"prompt": "x", "seed": -2**63 - 1}, 400, "seed: Input should be greater than or equal to -9223372036854775808", "seed"),
     ({"prompt": "x", "stop": [1]}, 400, "stop.0: Input should be a valid string", "stop"),  # not "stop.list[str].0"
     ({"prompt": "x", "stop": 5}, 400, "stop: Input should be str or list[str]", "stop"),
     ({"prompt": "x", "bad_words": {"a": 1}}, 400, "bad_words: Input should be str or list[str]", "bad_words"),
