@@ -160,6 +160,52 @@ def test_adaptive_trees_stay_put_when_the_served_vector_matches(tmp_path):
     assert policy.history == []
 
 
+class CountedChecks(SequoiaTrees):
+    """Records the running estimate's step count at each re-planning check."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.checks = []
+
+    def _replan(self, verifier, current, vector):
+        self.checks.append(self._running[self._key(verifier, 1.0)].steps)
+        return super()._replan(verifier, current, vector)
+
+
+def test_replanning_checks_back_off_while_the_tree_holds(tmp_path):
+    vector = [0.6, 0.15, 0.05]
+    write_vector(tmp_path, "rrsw", 1.0, vector)
+    policy = CountedChecks(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25, min_samples=100,
+                           max_replan_every=100)
+    rng = np.random.default_rng(1)
+    for _ in range(600):
+        shape = policy.shape_for("rrsw", 1.0)
+        policy.observe("rrsw", 1.0, shape, simulate_walk(shape, vector, rng))
+    assert policy.history == []
+    # the estimate first reaches min_samples at step 50; then 50, 100, and every 100 steps
+    assert policy.checks == [50, 100, 200, 300, 400, 500, 600]
+
+
+def test_a_change_of_tree_brings_the_checks_back_to_every_replan_every_steps(tmp_path):
+    write_vector(tmp_path, "rrsw", 1.0, [0.3, 0.3, 0.2])
+    policy = CountedChecks(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25, min_samples=100)
+    rng = np.random.default_rng(0)
+    for _ in range(600):
+        shape = policy.shape_for("rrsw", 1.0)
+        policy.observe("rrsw", 1.0, shape, simulate_walk(shape, [0.85, 0.05, 0.02], rng))
+    changes = [event.step for event in policy.history]
+    assert changes
+    for change in changes:  # the check that changed the tree, then one replan_every later
+        assert change in policy.checks and policy.checks[policy.checks.index(change) + 1] == change + 25
+    gaps = np.diff(policy.checks).tolist()
+    assert max(gaps) > 25  # and back off once the new tree holds
+
+
+def test_replan_intervals_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="need 1 <= replan_every <= max_replan_every, got 32 and 16"):
+        SequoiaTrees(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), max_replan_every=16)
+
+
 def test_a_one_node_plan_explores_and_returns_to_drafting_when_the_served_vector_is_better(tmp_path):
     # The prior predicts drafting does not pay at these costs; the drafter actually serves far
     # better.  Probe trees must find that out and bring a real tree back.
