@@ -17,7 +17,7 @@ def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--top-k", type=int, default=0, help="0 disables top-k")
+    parser.add_argument("--top-k", type=int, default=0, help="0 (or -1) disables top-k")
     parser.add_argument("--presence-penalty", type=float, default=0.0, help="OpenAI's, in [-2, 2]")
     parser.add_argument("--frequency-penalty", type=float, default=0.0, help="OpenAI's, in [-2, 2]")
     parser.add_argument("--repetition-penalty", type=float, default=1.0, help="HF's and vLLM's; 1 is off")
