@@ -13,8 +13,8 @@ accepted ranks, a running estimate of the vector builds up (`RunningAcceptance`)
 `replan_every` steps the tree is re-planned if the new vector predicts a gain above
 `threshold`; `history` records when and by how much.
 
-A check runs the dynamic program (sequoia:auto's, over 128 nodes and 10 levels, took 16 ms
-on the demo pair's CPU: 5 % of decoding at a check per 32 steps), for an estimate whose
+A check runs the dynamic program (sequoia:auto's, over 128 nodes and 10 levels, took 12 ms
+on the demo pair's CPU: 4 % of decoding at a check per 32 steps), for an estimate whose
 counts halve only every 2000 steps.  So each check that keeps the tree doubles the steps to
 the next one, up to `max_replan_every` (8 x `replan_every` by default), and a change brings
 the checks back to every `replan_every` steps.
