@@ -218,12 +218,13 @@ def candidates_from_solution(solution: SequoiaSolution, budgets: Iterable[int] |
 def price(candidates: Iterable[Candidate], cost: CostModel) -> list[Plan]:
     """Every candidate priced, fastest first (ties: fewer nodes, then shallower)."""
     plans = []
+    baseline = cost.baseline  # a step of its own: once, not per candidate
     for candidate in candidates:
         if candidate.tokens_per_step <= 0:
             raise ValueError(f"a tree yields at least 1 token per step, got {candidate.tokens_per_step}")
         step = cost.step(candidate.shape)
         per_token = step / candidate.tokens_per_step
-        plans.append(Plan(candidate, step, per_token, cost.baseline / per_token if per_token > 0 else float("inf")))
+        plans.append(Plan(candidate, step, per_token, baseline / per_token if per_token > 0 else float("inf")))
     if not plans:
         raise ValueError("no candidate trees to plan from")
     return sorted(plans, key=lambda p: (p.seconds_per_token, p.shape.size, p.shape.max_depth))
