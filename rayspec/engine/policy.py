@@ -555,6 +555,7 @@ class SequoiaTrees(TreePolicy):
         except BaseException:
             with self._lock:
                 self._replanning.discard(key)
+                self._replan_at[key] = running.steps + self.replan_every  # not again at the next step
             raise
         with self._lock:
             self._replanning.discard(key)

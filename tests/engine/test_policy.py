@@ -201,6 +201,27 @@ def test_a_change_of_tree_brings_the_checks_back_to_every_replan_every_steps(tmp
     assert max(gaps) > 25  # and back off once the new tree holds
 
 
+def test_a_check_that_fails_is_tried_again_replan_every_steps_later_not_at_the_next(tmp_path):
+    vector = [0.6, 0.15, 0.05]
+    write_vector(tmp_path, "rrsw", 1.0, vector)
+
+    class FailingChecks(CountedChecks):
+        def _replan(self, verifier, current, vector):
+            super()._replan(verifier, current, vector)
+            raise RuntimeError("the planner failed")
+
+    policy = FailingChecks(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25, min_samples=100)
+    rng = np.random.default_rng(1)
+    failures = 0
+    for _ in range(120):
+        shape = policy.shape_for("rrsw", 1.0)
+        try:
+            policy.observe("rrsw", 1.0, shape, simulate_walk(shape, vector, rng))
+        except RuntimeError:
+            failures += 1
+    assert policy.checks == [50, 75, 100] and failures == 3 and policy.history == []
+
+
 def test_replan_intervals_are_checked(tmp_path):
     with pytest.raises(ValueError, match="need 1 <= replan_every <= max_replan_every, got 32 and 16"):
         SequoiaTrees(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), max_replan_every=16)
