@@ -102,7 +102,8 @@ def markdown(results) -> str:
             f"| {row['config']} | {row['tokens_per_s']:.1f} | **{row['vs_every_32']:.3f}** | "
             f"{row['tokens_per_step']:.2f} | {row['steps']} | {row['checks']} | {row['median_check_ms']:.1f} | "
             f"{100 * row['check_share']:.1f} % | {row['replans']} | {tuple(row['final_tree'])} |")
-    lines += ["", "Tokens/s over the whole run (both rounds); the steps and checks include the warm-up decode."]
+    lines += ["", "Tokens/s and steps over every round; the checks also count those of the one short warm-up "
+              "decode per arm before the first round."]
     return "\n".join(lines) + "\n"
 
 
