@@ -270,6 +270,14 @@ class SpeculativeEngine:
             policies = [self._tree_policy, *self._policies.values()]
         return [trial for policy in policies for trial in policy.trials()]
 
+    def tree_plans(self) -> list:
+        """(verifier, temperature, `PlanReport`) of the Sequoia trees planned so far, whether
+        for the engine's tree or for one that requests named (the same key twice when two
+        Sequoia specs plan it)."""
+        with self._policies_lock:
+            policies = [self._tree_policy, *self._policies.values()]
+        return [plan for policy in policies for plan in policy.plans()]
+
     def _build_policy(self, key) -> TreePolicy:
         """Cheap but for sequoia:auto's one-off calibration: Sequoia trees are planned lazily,
         per (verifier, temperature), by the policy itself."""

@@ -200,6 +200,16 @@ class LoadGauge:
 
 
 @dataclass(frozen=True)
+class PlanReport:
+    """An adaptive Sequoia policy's tree for one (verifier, temperature), for `/metrics`."""
+    nodes: int  # the tree a sequence decodes with now (its root included)
+    depth: int
+    replans: int  # changes of tree while serving
+    checks: int  # re-planning checks run (each runs the dynamic program)
+    check_seconds: float
+
+
+@dataclass(frozen=True)
 class TrialReport:
     """What a `TreeTrial` measured and chose, for `/metrics`."""
     sequences: int
@@ -336,6 +346,10 @@ class TreePolicy:
         """What the policy's load trials measured and chose (none: it does not plan for load)."""
         return []
 
+    def plans(self) -> list[tuple[str, float, PlanReport]]:
+        """The trees the policy plans per (verifier, temperature) (none: it plans none)."""
+        return []
+
 
 class StaticTrees(TreePolicy):
     def __init__(self, shape: TreeShape | DynamicPlan):
@@ -390,6 +404,8 @@ class SequoiaTrees(TreePolicy):
         self._replan_interval: dict[tuple[str, float], int] = {}  # steps between re-planning checks
         self._replan_at: dict[tuple[str, float], int] = {}  # the running estimate's step of the next check
         self._replanning: set[tuple[str, float]] = set()  # keys whose re-planning is under way
+        self._checks: dict[tuple[str, float], int] = {}  # re-planning checks run
+        self._check_seconds: dict[tuple[str, float], float] = {}
         self.probes = 0
         self._lock = threading.Lock()
         self.history: list[Replanned] = []
@@ -496,6 +512,14 @@ class SequoiaTrees(TreePolicy):
         with self._lock:
             return [(k[0], k[1], trial.report()) for (k, level), trial in sorted(self._trials.items())]
 
+    def plans(self) -> list[tuple[str, float, PlanReport]]:
+        """(verifier, temperature, report) of every tree planned so far, by verifier and temperature."""
+        with self._lock:
+            return [(key[0], key[1], PlanReport(shape.size, shape.max_depth,
+                                                sum(1 for event in self.history if (event.verifier, event.temperature) == key),
+                                                self._checks.get(key, 0), self._check_seconds.get(key, 0.0)))
+                    for key, shape in sorted(self._plans.items())]
+
     def next_shape(self, verifier, temperature, sequences=1):
         self.in_flight.observe(sequences)
         level = self.load_level()
@@ -550,6 +574,7 @@ class SequoiaTrees(TreePolicy):
                 return
             current, steps = self._plans[key], self.steps
             self._replanning.add(key)
+        started = time.perf_counter()
         try:  # the dynamic program runs unlocked: other sequences go on drafting the current tree
             better, gain = self._replan(verifier, current, vector)
         except BaseException:
@@ -559,6 +584,8 @@ class SequoiaTrees(TreePolicy):
             raise
         with self._lock:
             self._replanning.discard(key)
+            self._checks[key] = self._checks.get(key, 0) + 1
+            self._check_seconds[key] = self._check_seconds.get(key, 0.0) + time.perf_counter() - started
             changed = gain > self.threshold and better != current
             # A one-node plan's checks come from its probes, whose rate backs off instead.
             holds = not changed and current.size > 1

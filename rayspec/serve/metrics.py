@@ -9,7 +9,9 @@ generation, as vLLM's serving metrics: time to first token, the gaps between its
 emit tokens (a stream's inter-chunk latency), time per output token, its length in seconds,
 tokens per second, prompt tokens, and how it ended.  Per HTTP request: the
 count by endpoint and status.  At each scrape, what sequoia:auto's load trials measured and
-chose per load level (`rayspec.engine.policy.TreeTrial`): why its trees drafted or not.
+chose per load level (`rayspec.engine.policy.TreeTrial`): why its trees drafted or not; and
+per verifier and temperature, the Sequoia tree in use, its changes while serving and its
+re-planning checks (`rayspec.engine.policy.PlanReport`).
 
 Phases follow `StepStats`: draft (the drafter's compute), score (the target's forward),
 verify (the verifier's walk) and network — whatever else the step's wall time held:
@@ -19,7 +21,7 @@ transport, serialisation, the engine's bookkeeping.
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from rayspec.engine.engine import GenerationStats, StepStats
@@ -102,11 +104,17 @@ class Metrics:
         for phase in _PHASES:  # every phase is exported from the start, at zero
             self.phase_seconds.labels(phase)
         self.trials = None  # a callable giving (verifier, temperature, TrialReport)s: `watch_trials`
+        self.plans = None  # a callable giving (verifier, temperature, PlanReport)s: `watch_plans`
         r.register(_TrialCollector(self))
+        r.register(_PlanCollector(self))
 
     def watch_trials(self, trials) -> None:
         """Export, at each scrape, the load trials `trials()` lists (`SpeculativeEngine.tree_trials`)."""
         self.trials = trials
+
+    def watch_plans(self, plans) -> None:
+        """Export, at each scrape, the Sequoia trees `plans()` lists (`SpeculativeEngine.tree_plans`)."""
+        self.plans = plans
 
     def observe_step(self, step: StepStats) -> None:
         """One verification step (its completion tokens are fewer than its acceptance length
@@ -181,3 +189,30 @@ class _TrialCollector:
                 drafting.add_metric(level, float(report.choice == "drafting"))
             nodes.add_metric(level, report.drafting_nodes)
         yield from (rates, turns, drafting, nodes)
+
+
+class _PlanCollector:
+    """Adaptive Sequoia trees, read at scrape time: per verifier and temperature, the tree a
+    sequence decodes with now, how often serving changed it, and what checking cost."""
+
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def collect(self):
+        labels = ["verifier", "temperature"]
+        nodes = GaugeMetricFamily("rayspec_tree_nodes", "Nodes of the Sequoia tree a sequence decodes with now (the "
+                                  "root included: 1 is target-only decoding).", labels=labels)
+        depth = GaugeMetricFamily("rayspec_tree_depth", "Drafted levels of that tree.", labels=labels)
+        replans = CounterMetricFamily("rayspec_tree_replans", "Changes of that tree while serving, from the "
+                                      "acceptance the verifier measured.", labels=labels)
+        checks = CounterMetricFamily("rayspec_tree_replan_checks", "Re-planning checks run (each runs Sequoia's "
+                                     "dynamic program; they back off while the tree holds).", labels=labels)
+        seconds = CounterMetricFamily("rayspec_tree_replan_check_seconds", "Time those checks took.", labels=labels)
+        for verifier, temperature, report in self.metrics.plans() if self.metrics.plans else []:
+            key = [verifier, f"{temperature:g}"]
+            nodes.add_metric(key, report.nodes)
+            depth.add_metric(key, report.depth)
+            replans.add_metric(key, report.replans)
+            checks.add_metric(key, report.checks)
+            seconds.add_metric(key, report.check_seconds)
+        yield from (nodes, depth, replans, checks, seconds)

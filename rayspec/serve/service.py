@@ -79,6 +79,7 @@ class Service:
         self.limits = limits or LimitsConfig()
         self.metrics = metrics or Metrics()
         self.metrics.watch_trials(getattr(engine, "tree_trials", None))  # None: a test's stand-in engine
+        self.metrics.watch_plans(getattr(engine, "tree_plans", None))
         self.workers = dict(workers or {})
         self.created = int(time.time())
         self.request_limits = Limits(self.limits.default_max_tokens, self.limits.max_tokens)

@@ -436,3 +436,19 @@ def test_a_new_levels_trial_starts_from_what_the_nearest_level_chose(tmp_path):
     assert (verifier, temperature, report.choice, report.drafting_nodes) == ("rrsw", 1.0, "target_only", drafting.size)
     assert report.rates == (pytest.approx(2 / 0.03), pytest.approx(100.0)) and report.turns == (1, 1)
     assert [t[2].sequences for t in policy.trials()] == [4, 8, 16]
+
+
+def test_plans_report_the_tree_in_use_its_changes_and_the_checks(tmp_path):
+    write_vector(tmp_path, "rrsw", 1.0, [0.3, 0.3, 0.2])
+    policy = CountedChecks(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25, min_samples=100)
+    assert policy.plans() == []  # nothing planned before a request
+    rng = np.random.default_rng(0)
+    for _ in range(600):
+        shape = policy.shape_for("rrsw", 1.0)
+        policy.observe("rrsw", 1.0, shape, simulate_walk(shape, [0.85, 0.05, 0.02], rng))
+    [(verifier, temperature, report)] = policy.plans()
+    final = policy.shape_for("rrsw", 1.0)
+    assert (verifier, temperature) == ("rrsw", 1.0)
+    assert (report.nodes, report.depth) == (final.size, final.max_depth)
+    assert report.replans == len(policy.history) > 0 and report.checks == len(policy.checks)
+    assert report.check_seconds > 0

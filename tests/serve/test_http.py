@@ -27,7 +27,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from rayspec.demo import TARGET_PATH
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
-from rayspec.engine.policy import TrialReport
+from rayspec.engine.policy import PlanReport, TrialReport
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.engine.structured import StructuredOutput
 from rayspec.rpc.generated import health_pb2_grpc
@@ -1092,6 +1092,33 @@ def test_metrics_export_what_the_load_trials_measured_and_chose(http, server):
     assert sample("rayspec_tree_trial_turns", 4, "target_only") == 0
     # The demo service's fixed tree runs no trial: nothing is exported.
     assert not any(name.startswith("rayspec_tree_trial") for name, _ in metric_samples(http))
+
+
+def test_metrics_export_the_sequoia_trees_in_use_and_their_replanning(http, server):
+    def sample(samples, name, verifier="rrsw", temperature="0.6"):
+        return samples.get((name, (("temperature", temperature), ("verifier", verifier))))
+
+    # The demo service's fixed tree plans nothing: nothing is exported.
+    assert not any(name.startswith("rayspec_tree_") and not name.startswith("rayspec_tree_trial")
+                   for name, _ in metric_samples(http))
+    metrics = server["service"].metrics
+    metrics.watch_plans(lambda: [("rrsw", 0.6, PlanReport(12, 5, 2, 9, 0.108)),
+                                 ("gumbel", 1.0, PlanReport(1, 0, 0, 3, 0.03))])
+    try:
+        samples = metric_samples(http)
+    finally:
+        metrics.watch_plans(server["service"].engine.tree_plans)
+    assert sample(samples, "rayspec_tree_nodes") == 12 and sample(samples, "rayspec_tree_depth") == 5
+    assert sample(samples, "rayspec_tree_replans_total") == 2 and sample(samples, "rayspec_tree_replan_checks_total") == 9
+    assert sample(samples, "rayspec_tree_replan_check_seconds_total") == pytest.approx(0.108)
+    assert sample(samples, "rayspec_tree_nodes", "gumbel", "1") == 1  # target-only decoding
+    # A request naming a Sequoia tree plans one, which the next scrape shows.
+    reply = http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4, "temperature": 0.6, "seed": 1,
+                                               "rayspec": {"tree": "sequoia:16"}})
+    assert reply.status_code == 200
+    samples = metric_samples(http)
+    assert 2 <= sample(samples, "rayspec_tree_nodes") <= 16
+    assert sample(samples, "rayspec_tree_replan_checks_total") == 0  # fewer steps than a check waits for
 
 
 # ---------------------------------------------------------------- disconnects, limits, failures
