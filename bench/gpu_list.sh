@@ -18,7 +18,8 @@
 # install; batching and load_aware 63 and 123 s, in a second call (`bash bench/gpu_list.sh $OUT
 # batching load_aware`); batched_forward 43 s in the second run.  service_overhead's idle part
 # times the in-process target right after an idle wait: on the H100 the target worker's forward
-# took 10.2 ms against 7.2 in-process (service_bench_gpu.md), not explained yet.
+# took 10.2 ms against 7.2 in-process (service_bench_gpu.md), not explained yet.  The replan part
+# (added 2026-11-27) has not run on a GPU yet: its limit is a guess.
 
 set -u
 OUT=${1:-${OUT:-/tmp/gpu_out}}
@@ -70,4 +71,8 @@ part batching 130 python3 bench/batching_bench.py --trees sequoia:auto --users 1
     --out batching_bench_gpu
 part load_aware 150 python3 bench/load_aware_bench.py --users 1 4 16 --rounds 2 --tokens 64 \
     --out load_aware_bench_gpu
+# Re-planning checks every 32 steps against their back-off (2026-11-27): the checks run on the host, which
+# bounds the GPU's steps.
+part replan 120 python3 bench/replan_bench.py --device "$DEVICE" --prompts 8 --tokens 128 --rounds 2 \
+    --out replan_bench_gpu
 echo "=== done in ${SECONDS}s" | tee -a "$LOG"

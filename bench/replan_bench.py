@@ -1,6 +1,7 @@
 """What re-planning checks cost adaptive sequoia:auto decoding, with and without their back-off.
 
-    python bench/replan_bench.py [--prompts 30] [--tokens 128] [--rounds 2] [--temperature 0.6]
+    python bench/replan_bench.py [--prompts 30] [--tokens 128] [--rounds 2] [--temperature 0.6] [--device cuda]
+                                 [--out replan_bench]
 
 An adaptive Sequoia policy re-runs the dynamic program on its running acceptance estimate
 to check whether another tree would now be faster (`rayspec.engine.policy.SequoiaTrees`).
@@ -16,7 +17,7 @@ held-out prompts in-process, interleaved prompt by prompt, from the same calibra
 Each arm's engine keeps its policy over all prompts and `--rounds` passes over them, as a
 server's does.  Requests are seeded but not replayable, so they draft the adapted trees.
 Reported: tokens/s, tokens per step, the checks made, their total and median time, and their
-share of the decoding time.  Writes bench/results/replan_bench.{json,md}.
+share of the decoding time.  Writes bench/results/{out}.{json,md}.
 """
 
 from __future__ import annotations
@@ -56,9 +57,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--temperature", type=float, default=0.6)
     parser.add_argument("--verifier", default="rrsw")
+    parser.add_argument("--device", default="cpu", help="where the models compute; the checks run on the CPU")
+    parser.add_argument("--out", default="replan_bench")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    target, drafter, _, _, _, prompts = load_demo("cpu")
+    target, drafter, _, _, _, prompts = load_demo(args.device)
     costs = SpeculativeEngine(target, drafter, verifier=args.verifier, tree="chain:1", acceptance_dir=ACCEPTANCE).costs()
     arms, checks = [], {}
     for name, factor in ARMS.items():
@@ -82,8 +85,8 @@ def main() -> int:
     base = rows[0]["tokens_per_s"]
     for row in rows:
         row["vs_every_32"] = row["tokens_per_s"] / base
-    results = {"machine": machine("cpu"), "args": vars(args), "rows": rows}
-    save_results("replan_bench", results, markdown(results))
+    results = {"machine": machine(args.device), "args": vars(args), "rows": rows}
+    save_results(args.out, results, markdown(results))
     return 0
 
 
@@ -91,7 +94,8 @@ def markdown(results) -> str:
     args = results["args"]
     lines = [
         f"# Re-planning checks in adaptive sequoia:auto ({args['verifier']}, T = {args['temperature']}, "
-        f"{args['prompts']} prompts x {args['tokens']} tokens x {args['rounds']} rounds, in-process, CPU)",
+        f"{args['prompts']} prompts x {args['tokens']} tokens x {args['rounds']} rounds, in-process, "
+        f"{results['machine']['device_name']})",
         "",
         "| arm | tokens/s | vs every 32 steps | tokens/step | steps | checks | median check ms | checks' share of "
         "the time | tree changes | final tree (nodes, depth) |",
