@@ -272,8 +272,8 @@ class SpeculativeEngine:
 
     def tree_plans(self) -> list:
         """(verifier, temperature, `PlanReport`) of the Sequoia trees planned so far, whether
-        for the engine's tree or for one that requests named (the same key twice when two
-        Sequoia specs plan it)."""
+        for the engine's tree or for one that requests named (`PlanReport.spec` tells them
+        apart)."""
         with self._policies_lock:
             policies = [self._tree_policy, *self._policies.values()]
         return [plan for policy in policies for plan in policy.plans()]

@@ -77,6 +77,9 @@ class SequoiaSpec:
     budget: int | None  # None: auto
     depth: int = DEFAULT_DEPTH
 
+    def __str__(self) -> str:
+        return "sequoia:auto" if self.budget is None else f"sequoia:{self.budget}x{self.depth}"
+
 
 # A request's Sequoia tree is planned while the request waits (and re-planned as it adapts):
 # its dynamic program, O(budget^2 * depth) cells, is capped at ~0.2 s on a 2-core VM.
@@ -202,6 +205,7 @@ class LoadGauge:
 @dataclass(frozen=True)
 class PlanReport:
     """An adaptive Sequoia policy's tree for one (verifier, temperature), for `/metrics`."""
+    spec: str  # the policy's tree spec: "sequoia:auto", "sequoia:16x10"
     nodes: int  # the tree a sequence decodes with now (its root included)
     depth: int
     replans: int  # changes of tree while serving
@@ -515,7 +519,7 @@ class SequoiaTrees(TreePolicy):
     def plans(self) -> list[tuple[str, float, PlanReport]]:
         """(verifier, temperature, report) of every tree planned so far, by verifier and temperature."""
         with self._lock:
-            return [(key[0], key[1], PlanReport(shape.size, shape.max_depth,
+            return [(key[0], key[1], PlanReport(str(self.spec), shape.size, shape.max_depth,
                                                 sum(1 for event in self.history if (event.verifier, event.temperature) == key),
                                                 self._checks.get(key, 0), self._check_seconds.get(key, 0.0)))
                     for key, shape in sorted(self._plans.items())]

@@ -199,7 +199,7 @@ class _PlanCollector:
         self.metrics = metrics
 
     def collect(self):
-        labels = ["verifier", "temperature"]
+        labels = ["verifier", "temperature", "tree"]  # tree: the Sequoia spec planning it (the service's, or a request's)
         nodes = GaugeMetricFamily("rayspec_tree_nodes", "Nodes of the Sequoia tree a sequence decodes with now (the "
                                   "root included: 1 is target-only decoding).", labels=labels)
         depth = GaugeMetricFamily("rayspec_tree_depth", "Drafted levels of that tree.", labels=labels)
@@ -209,7 +209,7 @@ class _PlanCollector:
                                      "dynamic program; they back off while the tree holds).", labels=labels)
         seconds = CounterMetricFamily("rayspec_tree_replan_check_seconds", "Time those checks took.", labels=labels)
         for verifier, temperature, report in self.metrics.plans() if self.metrics.plans else []:
-            key = [verifier, f"{temperature:g}"]
+            key = [verifier, f"{temperature:g}", report.spec]
             nodes.add_metric(key, report.nodes)
             depth.add_metric(key, report.depth)
             replans.add_metric(key, report.replans)

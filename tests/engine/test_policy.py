@@ -448,7 +448,7 @@ def test_plans_report_the_tree_in_use_its_changes_and_the_checks(tmp_path):
         policy.observe("rrsw", 1.0, shape, simulate_walk(shape, [0.85, 0.05, 0.02], rng))
     [(verifier, temperature, report)] = policy.plans()
     final = policy.shape_for("rrsw", 1.0)
-    assert (verifier, temperature) == ("rrsw", 1.0)
+    assert (verifier, temperature, report.spec) == ("rrsw", 1.0, "sequoia:16x8")
     assert (report.nodes, report.depth) == (final.size, final.max_depth)
     assert report.replans == len(policy.history) > 0 and report.checks == len(policy.checks)
     assert report.check_seconds > 0

@@ -1095,15 +1095,16 @@ def test_metrics_export_what_the_load_trials_measured_and_chose(http, server):
 
 
 def test_metrics_export_the_sequoia_trees_in_use_and_their_replanning(http, server):
-    def sample(samples, name, verifier="rrsw", temperature="0.6"):
-        return samples.get((name, (("temperature", temperature), ("verifier", verifier))))
+    def sample(samples, name, verifier="rrsw", temperature="0.6", tree="sequoia:auto"):
+        return samples.get((name, (("temperature", temperature), ("tree", tree), ("verifier", verifier))))
 
     # The demo service's fixed tree plans nothing: nothing is exported.
     assert not any(name.startswith("rayspec_tree_") and not name.startswith("rayspec_tree_trial")
                    for name, _ in metric_samples(http))
     metrics = server["service"].metrics
-    metrics.watch_plans(lambda: [("rrsw", 0.6, PlanReport(12, 5, 2, 9, 0.108)),
-                                 ("gumbel", 1.0, PlanReport(1, 0, 0, 3, 0.03))])
+    metrics.watch_plans(lambda: [("rrsw", 0.6, PlanReport("sequoia:auto", 12, 5, 2, 9, 0.108)),
+                                 ("rrsw", 0.6, PlanReport("sequoia:32x10", 32, 7, 0, 1, 0.02)),
+                                 ("gumbel", 1.0, PlanReport("sequoia:auto", 1, 0, 0, 3, 0.03))])
     try:
         samples = metric_samples(http)
     finally:
@@ -1111,14 +1112,15 @@ def test_metrics_export_the_sequoia_trees_in_use_and_their_replanning(http, serv
     assert sample(samples, "rayspec_tree_nodes") == 12 and sample(samples, "rayspec_tree_depth") == 5
     assert sample(samples, "rayspec_tree_replans_total") == 2 and sample(samples, "rayspec_tree_replan_checks_total") == 9
     assert sample(samples, "rayspec_tree_replan_check_seconds_total") == pytest.approx(0.108)
+    assert sample(samples, "rayspec_tree_nodes", tree="sequoia:32x10") == 32  # the same key, another spec
     assert sample(samples, "rayspec_tree_nodes", "gumbel", "1") == 1  # target-only decoding
     # A request naming a Sequoia tree plans one, which the next scrape shows.
     reply = http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4, "temperature": 0.6, "seed": 1,
                                                "rayspec": {"tree": "sequoia:16"}})
     assert reply.status_code == 200
     samples = metric_samples(http)
-    assert 2 <= sample(samples, "rayspec_tree_nodes") <= 16
-    assert sample(samples, "rayspec_tree_replan_checks_total") == 0  # fewer steps than a check waits for
+    assert 2 <= sample(samples, "rayspec_tree_nodes", tree="sequoia:16x10") <= 16
+    assert sample(samples, "rayspec_tree_replan_checks_total", tree="sequoia:16x10") == 0  # fewer steps than a check waits for
 
 
 # ---------------------------------------------------------------- disconnects, limits, failures
