@@ -204,7 +204,7 @@ class LoadGauge:
 
 @dataclass(frozen=True)
 class PlanReport:
-    """An adaptive Sequoia policy's tree for one (verifier, temperature), for `/metrics`."""
+    """A Sequoia policy's tree for one (verifier, temperature) and what adapting it did, for `/metrics`."""
     spec: str  # the policy's tree spec: "sequoia:auto", "sequoia:16x10"
     nodes: int  # the tree a sequence decodes with now (its root included)
     depth: int
