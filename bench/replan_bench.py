@@ -16,15 +16,14 @@ held-out prompts in-process, interleaved prompt by prompt, from the same calibra
 
 Each arm's engine keeps its policy over all prompts and `--rounds` passes over them, as a
 server's does.  Requests are seeded but not replayable, so they draft the adapted trees.
-Reported: tokens/s, tokens per step, the checks made, their total and median time, and their
-share of the decoding time.  Writes bench/results/{out}.{json,md}.
+Reported: tokens/s, tokens per step, and what the policy reports to `/metrics`
+(`SequoiaTrees.plans`): the checks made, their mean time and their share of the decoding time,
+the changes of tree and the tree at the end.  Writes bench/results/{out}.{json,md}.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 from common import ACCEPTANCE, engine_arm, interleave, load_demo, machine, save_results
@@ -32,22 +31,6 @@ from common import ACCEPTANCE, engine_arm, interleave, load_demo, machine, save_
 from rayspec.engine import SpeculativeEngine
 
 ARMS = {"every 32 steps": 1, "back-off": 8}  # name: max_replan_every / replan_every
-
-
-def timed_checks(policy) -> list[float]:
-    """Times every re-planning check of `policy` into the returned list."""
-    seconds = []
-    replan = policy._replan
-
-    def timed(*args):
-        start = time.perf_counter()
-        try:
-            return replan(*args)
-        finally:
-            seconds.append(time.perf_counter() - start)
-
-    policy._replan = timed
-    return seconds
 
 
 def main() -> int:
@@ -63,25 +46,24 @@ def main() -> int:
     torch.set_num_threads(1)
     target, drafter, _, _, _, prompts = load_demo(args.device)
     costs = SpeculativeEngine(target, drafter, verifier=args.verifier, tree="chain:1", acceptance_dir=ACCEPTANCE).costs()
-    arms, checks = [], {}
+    arms = []
     for name, factor in ARMS.items():
         arm = engine_arm(name, target, drafter, args.verifier, "sequoia:auto", args.temperature, ACCEPTANCE, costs=costs)
         policy = arm.engine.policy()
         policy.max_replan_every = factor * policy.replan_every
-        checks[name] = timed_checks(policy)
         arms.append(arm)
     with torch.inference_mode():
         rows = None
         for round_ in range(args.rounds):
             rows = interleave(arms, prompts[: args.prompts], args.tokens, f"round {round_ + 1}", warm_up=round_ == 0)
     for row, arm in zip(rows, arms):
-        seconds = checks[arm.name]
-        policy = arm.engine.policy()
-        row.update(checks=len(seconds), check_seconds=sum(seconds),
-                   median_check_ms=1e3 * statistics.median(seconds) if seconds else 0.0,
-                   check_share=sum(seconds) / row["seconds"], replans=len(policy.history),
-                   final_tree=[policy.shape_for(args.verifier, args.temperature).size,
-                               policy.shape_for(args.verifier, args.temperature).max_depth])
+        # what the policy reports to /metrics, for the (verifier, temperature) decoded
+        [report] = [report for verifier, temperature, report in arm.engine.policy().plans()
+                    if (verifier, temperature) == (args.verifier, round(args.temperature, 1))]
+        row.update(checks=report.checks, check_seconds=report.check_seconds,
+                   mean_check_ms=1e3 * report.check_seconds / max(report.checks, 1),
+                   check_share=report.check_seconds / row["seconds"], replans=report.replans,
+                   final_tree=[report.nodes, report.depth])
     base = rows[0]["tokens_per_s"]
     for row in rows:
         row["vs_every_32"] = row["tokens_per_s"] / base
@@ -97,14 +79,14 @@ def markdown(results) -> str:
         f"{args['prompts']} prompts x {args['tokens']} tokens x {args['rounds']} rounds, in-process, "
         f"{results['machine']['device_name']})",
         "",
-        "| arm | tokens/s | vs every 32 steps | tokens/step | steps | checks | median check ms | checks' share of "
+        "| arm | tokens/s | vs every 32 steps | tokens/step | steps | checks | mean check ms | checks' share of "
         "the time | tree changes | final tree (nodes, depth) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in results["rows"]:
         lines.append(
             f"| {row['config']} | {row['tokens_per_s']:.1f} | **{row['vs_every_32']:.3f}** | "
-            f"{row['tokens_per_step']:.2f} | {row['steps']} | {row['checks']} | {row['median_check_ms']:.1f} | "
+            f"{row['tokens_per_step']:.2f} | {row['steps']} | {row['checks']} | {row['mean_check_ms']:.1f} | "
             f"{100 * row['check_share']:.1f} % | {row['replans']} | {tuple(row['final_tree'])} |")
     lines += ["", "Tokens/s and steps over every round; the checks also count those of the one short warm-up "
               "decode per arm before the first round."]
