@@ -57,21 +57,19 @@ class _RecordingSession:
         self.inner.close()
 
 
-def first_child_chain(parents) -> list[int]:
+def first_child_chain(shape) -> list[int]:
     """The nodes below the root reached by always taking the first child."""
     chain, node = [], 0
-    while True:
-        children = [i for i, parent in enumerate(parents) if parent == node]
-        if not children:
-            return chain
-        node = children[0]
+    while shape.children[node]:
+        node = shape.children[node][0]
         chain.append(node)
+    return chain
 
 
 def guess_hits(steps, drafter_model) -> dict:
     full = top1 = top2 = 0
     for tree, tokens, outcome in steps:
-        if outcome.path != first_child_chain(tree.shape.parents):
+        if outcome.path != first_child_chain(tree.shape):
             continue
         full += 1
         with torch.no_grad():
