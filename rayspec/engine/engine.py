@@ -263,20 +263,21 @@ class SpeculativeEngine:
             self._policies.move_to_end(key)
             return policy
 
+    def _all_policies(self) -> list[TreePolicy]:
+        """The engine's tree policy and those of the trees requests named."""
+        with self._policies_lock:
+            return [self._tree_policy, *self._policies.values()]
+
     def tree_trials(self) -> list:
         """(verifier, temperature, `TrialReport`) of the load trials of sequoia:auto, whether
         it is the engine's tree or one that requests named."""
-        with self._policies_lock:
-            policies = [self._tree_policy, *self._policies.values()]
-        return [trial for policy in policies for trial in policy.trials()]
+        return [trial for policy in self._all_policies() for trial in policy.trials()]
 
     def tree_plans(self) -> list:
         """(verifier, temperature, `PlanReport`) of the Sequoia trees planned so far, whether
         for the engine's tree or for one that requests named (`PlanReport.spec` tells them
         apart)."""
-        with self._policies_lock:
-            policies = [self._tree_policy, *self._policies.values()]
-        return [plan for policy in policies for plan in policy.plans()]
+        return [plan for policy in self._all_policies() for plan in policy.plans()]
 
     def _build_policy(self, key) -> TreePolicy:
         """Cheap but for sequoia:auto's one-off calibration: Sequoia trees are planned lazily,
