@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -58,12 +59,15 @@ class Arm:
         self.tokens = self.steps = 0
         self.seconds = 0.0
         self.per_prompt: list[float] = []
+        self.step_seconds: list[float] = []
         self.phases = {"draft": 0.0, "score": 0.0, "verify": 0.0, "other": 0.0}
 
     def decode(self, prompt, tokens, seed):
         start = time.perf_counter()
-        produced, steps, phases = self.run(prompt, tokens, seed)
+        produced, steps, phases, *walls = self.run(prompt, tokens, seed)
         elapsed = time.perf_counter() - start
+        if walls:  # a run may also give each step's wall time
+            self.step_seconds.extend(walls[0])
         self.tokens += produced
         self.steps += steps
         self.seconds += elapsed
@@ -79,6 +83,9 @@ class Arm:
             "tokens_per_s": self.tokens / self.seconds if self.seconds else 0.0,
             "median_prompt_tokens_per_s": statistics.median(self.per_prompt) if self.per_prompt else 0.0,
             "phase_seconds": self.phases,
+            **({"step_ms": {name: 1e3 * float(value) for name, value in zip(
+                ("p50", "p99", "p999", "max"), np.quantile(self.step_seconds, [0.5, 0.99, 0.999, 1.0]))}}
+               if self.step_seconds else {}),
         }
 
 
@@ -98,7 +105,7 @@ def engine_arm(name, target, drafter, verifier, tree, temperature, acceptance_di
         for _ in engine.generate(prompt, max_new_tokens=tokens, temperature=temperature, seed=seed, stats=stats,
                                  replayable=False):
             pass
-        return stats.tokens, len(stats.steps), stats.phase_seconds()
+        return stats.tokens, len(stats.steps), stats.phase_seconds(), [step.wall for step in stats.steps]
 
     arm = Arm(name, run, verifier=verifier, tree=tree, temperature=temperature, **meta)
     arm.engine = engine

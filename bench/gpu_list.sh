@@ -71,8 +71,9 @@ part batching 130 python3 bench/batching_bench.py --trees sequoia:auto --users 1
     --out batching_bench_gpu
 part load_aware 150 python3 bench/load_aware_bench.py --users 1 4 16 --rounds 2 --tokens 64 \
     --out load_aware_bench_gpu
-# Re-planning checks every 32 steps against their back-off (2026-11-27): the checks run on the host, which
-# bounds the GPU's steps.
-part replan 120 python3 bench/replan_bench.py --device "$DEVICE" --prompts 8 --tokens 128 --rounds 2 \
+# Re-planning checks every 32 steps against their back-off (2026-11-27), in the step or beside it
+# (2026-11-28): the checks run on the host, which bounds the GPU's steps; then a check's cost to a step
+# whose time is in kernels, by tree size.
+part replan 150 python3 bench/replan_bench.py --device "$DEVICE" --prompts 8 --tokens 128 --rounds 2 \
     --out replan_bench_gpu
 echo "=== done in ${SECONDS}s" | tee -a "$LOG"

@@ -14,10 +14,12 @@ accepted ranks, a running estimate of the vector builds up (`RunningAcceptance`)
 `threshold`; `history` records when and by how much.
 
 A check runs the dynamic program (sequoia:auto's, over 128 nodes and 10 levels, took 12 ms
-on the demo pair's CPU: 4 % of decoding at a check per 32 steps), for an estimate whose
-counts halve only every 2000 steps.  So each check that keeps the tree doubles the steps to
-the next one, up to `max_replan_every` (8 x `replan_every` by default), and a change brings
-the checks back to every `replan_every` steps.
+on the demo pair's CPU: 4 % of decoding at a check per 32 steps; over 1024 nodes, 0.3 s),
+for an estimate whose counts halve only every 2000 steps.  So each check that keeps the tree
+doubles the steps to the next one, up to `max_replan_every` (8 x `replan_every` by default),
+and a change brings the checks back to every `replan_every` steps.  A check runs on a thread
+of its own (`background_checks`): the step that brings it does not wait for it, and steps
+go on drafting the current tree until it lands.
 
 A plan of one node (target-only decoding: drafting was predicted not to pay) drafts nothing
 to learn from, so every `explore_every`-th step then drafts a small probe tree
@@ -380,7 +382,10 @@ class SequoiaTrees(TreePolicy):
     def __init__(self, spec: SequoiaSpec, library: AcceptanceLibrary, costs=None, vocab_size: int = 0,
                  adaptive: bool = True, replan_every: int = 32, threshold: float = 0.05, min_samples: float = 200.0,
                  explore_every: int = 4, explore_budget: int = 8, load_aware: bool = True,
-                 max_replan_every: int | None = None):
+                 max_replan_every: int | None = None, background_checks: bool = True):
+        """background_checks: run each re-planning check on a thread of its own, so that the
+        step that brings it is not held up (False: in that step, as the tests that count
+        steps need)."""
         if spec.budget is None and costs is None:
             raise ValueError("sequoia:auto needs measured costs")
         if explore_every < 1 or explore_budget < 2:
@@ -390,7 +395,7 @@ class SequoiaTrees(TreePolicy):
         if replan_every < 1 or max_replan_every < replan_every:
             raise ValueError(f"need 1 <= replan_every <= max_replan_every, got {replan_every} and {max_replan_every}")
         self.adaptive, self.replan_every, self.threshold, self.min_samples = adaptive, replan_every, threshold, min_samples
-        self.max_replan_every = max_replan_every
+        self.max_replan_every, self.background_checks = max_replan_every, background_checks
         self.explore_every, self.explore_budget = explore_every, explore_budget
         self.load_aware = load_aware and spec.budget is None  # only sequoia:auto prices its trees
         self.in_flight = LoadGauge()  # generations decoding on the engine, at each step
@@ -412,6 +417,7 @@ class SequoiaTrees(TreePolicy):
         self._check_seconds: dict[tuple[str, float], float] = {}
         self.probes = 0
         self._lock = threading.Lock()
+        self._checks_done = threading.Condition(self._lock)
         self.history: list[Replanned] = []
         self.steps = 0
 
@@ -576,18 +582,33 @@ class SequoiaTrees(TreePolicy):
             if vector is None:
                 self._replan_at[key] = running.steps + self.replan_every
                 return
-            current, steps = self._plans[key], self.steps
+            current, steps, at = self._plans[key], self.steps, running.steps
             self._replanning.add(key)
+        if self.background_checks:
+            threading.Thread(target=self._check, args=(key, verifier, current, vector, steps, at, True),
+                             name="rayspec-replan-check", daemon=True).start()
+        else:
+            self._check(key, verifier, current, vector, steps, at, False)
+
+    def _check(self, key, verifier: str, current: TreeShape, vector, steps: int, at: int, background: bool) -> None:
+        """One re-planning check of `key`'s tree `current` against `vector` (the running
+        estimate at its step `at`), unlocked: the sequences sharing the policy go on drafting
+        the current tree meanwhile.  The next check is scheduled from `at`, so that it comes
+        at the same steps whether the check ran in the decode loop or beside it."""
         started = time.perf_counter()
-        try:  # the dynamic program runs unlocked: other sequences go on drafting the current tree
+        try:
             better, gain = self._replan(verifier, current, vector)
-        except BaseException:
+        except BaseException as error:
             with self._lock:
-                self._replanning.discard(key)
-                self._replan_at[key] = running.steps + self.replan_every  # not again at the next step
-            raise
+                self._replan_at[key] = at + self.replan_every  # not again at the next step
+                self._end_check(key)
+            if not background or not isinstance(error, Exception):
+                raise
+            log.warning("re-planning check of the %s tree at T=%.1f failed; the tree stays, the next check comes "
+                        "in %d steps", verifier, key[1], self.replan_every, exc_info=True)
+            return
         with self._lock:
-            self._replanning.discard(key)
+            self._end_check(key)
             self._checks[key] = self._checks.get(key, 0) + 1
             self._check_seconds[key] = self._check_seconds.get(key, 0.0) + time.perf_counter() - started
             changed = gain > self.threshold and better != current
@@ -596,7 +617,7 @@ class SequoiaTrees(TreePolicy):
             interval = min(2 * self._replan_interval.get(key, self.replan_every), self.max_replan_every) if holds \
                 else self.replan_every
             self._replan_interval[key] = interval
-            self._replan_at[key] = running.steps + interval
+            self._replan_at[key] = at + interval
             if changed:
                 self.history.append(Replanned(steps, verifier, key[1], (current.size, current.max_depth),
                                               (better.size, better.max_depth), gain))
@@ -607,6 +628,16 @@ class SequoiaTrees(TreePolicy):
             elif current.size <= 1:
                 interval = self._probe_interval.get(key, self.explore_every)
                 self._probe_interval[key] = min(2 * interval, 16 * self.explore_every)
+
+    def _end_check(self, key) -> None:
+        """(Under the lock.)  `key`'s check is over: the next may start, and `wait_for_checks` return."""
+        self._replanning.discard(key)
+        self._checks_done.notify_all()
+
+    def wait_for_checks(self, timeout: float | None = None) -> bool:
+        """Wait until no re-planning check is under way; whether none is (False: `timeout` passed)."""
+        with self._lock:
+            return self._checks_done.wait_for(lambda: not self._replanning, timeout)
 
     def _replan(self, verifier: str, current: TreeShape, vector) -> tuple[TreeShape, float]:
         """The tree `vector` calls for, and its predicted relative gain over `current`."""

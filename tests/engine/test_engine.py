@@ -498,7 +498,8 @@ def test_a_seeded_request_replays_exactly_after_the_trees_adapted(pair, tmp_path
     target = pair[0]
     (tmp_path / vector_file_name("rrsw", 1.0)).write_text(json.dumps(
         {"acceptance": [0.3, 0.3, 0.2], "setting": {"verifier": "rrsw", "temperature": 1.0}}))
-    policy = SequoiaTrees(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=5, min_samples=10)
+    policy = SequoiaTrees(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=5,
+                          min_samples=10, background_checks=False)
     engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(target), verifier="rrsw", tree=policy)
     request = dict(max_new_tokens=40, temperature=1.0, seed=7)
     first = engine.run([1, 2, 3], **request)

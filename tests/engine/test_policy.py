@@ -4,6 +4,7 @@ sizes from measured costs, and re-planning from the ranks accepted while serving
 from __future__ import annotations
 
 import json
+import logging
 import threading
 
 import numpy as np
@@ -100,7 +101,8 @@ def simulate_walk(shape, vector, rng):
 def test_adaptive_trees_replan_when_the_served_vector_differs(tmp_path):
     prior, served = [0.3, 0.3, 0.2], [0.85, 0.05, 0.02]
     write_vector(tmp_path, "rrsw", 1.0, prior)
-    policy = SequoiaTrees(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25, min_samples=100)
+    policy = SequoiaTrees(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25,
+                          min_samples=100, background_checks=False)
     rng = np.random.default_rng(0)
     first = policy.shape_for("rrsw", 1.0)
     for _ in range(600):
@@ -125,7 +127,8 @@ def test_a_replan_does_not_hold_up_the_sequences_drafting_meanwhile(tmp_path):
                 assert release.wait(30)
             return super().plan(verifier, vector)
 
-    policy = SlowReplans(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25, min_samples=10)
+    policy = SlowReplans(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25,
+                         min_samples=10, background_checks=False)
     rng = np.random.default_rng(0)
     first = policy.shape_for("rrsw", 1.0)
 
@@ -152,7 +155,8 @@ def test_a_replan_does_not_hold_up_the_sequences_drafting_meanwhile(tmp_path):
 def test_adaptive_trees_stay_put_when_the_served_vector_matches(tmp_path):
     vector = [0.6, 0.15, 0.05]
     write_vector(tmp_path, "rrsw", 1.0, vector)
-    policy = SequoiaTrees(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25, min_samples=100)
+    policy = SequoiaTrees(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25,
+                          min_samples=100, background_checks=False)
     rng = np.random.default_rng(1)
     for _ in range(600):
         shape = policy.shape_for("rrsw", 1.0)
@@ -167,16 +171,16 @@ class CountedChecks(SequoiaTrees):
         super().__init__(*args, **kwargs)
         self.checks = []
 
-    def _replan(self, verifier, current, vector):
-        self.checks.append(self._running[self._key(verifier, 1.0)].steps)
-        return super()._replan(verifier, current, vector)
+    def _check(self, key, verifier, current, vector, steps, at, background):
+        self.checks.append(at)
+        return super()._check(key, verifier, current, vector, steps, at, background)
 
 
 def test_replanning_checks_back_off_while_the_tree_holds(tmp_path):
     vector = [0.6, 0.15, 0.05]
     write_vector(tmp_path, "rrsw", 1.0, vector)
     policy = CountedChecks(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25, min_samples=100,
-                           max_replan_every=100)
+                           max_replan_every=100, background_checks=False)
     rng = np.random.default_rng(1)
     for _ in range(600):
         shape = policy.shape_for("rrsw", 1.0)
@@ -188,7 +192,8 @@ def test_replanning_checks_back_off_while_the_tree_holds(tmp_path):
 
 def test_a_change_of_tree_brings_the_checks_back_to_every_replan_every_steps(tmp_path):
     write_vector(tmp_path, "rrsw", 1.0, [0.3, 0.3, 0.2])
-    policy = CountedChecks(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25, min_samples=100)
+    policy = CountedChecks(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25,
+                           min_samples=100, background_checks=False)
     rng = np.random.default_rng(0)
     for _ in range(600):
         shape = policy.shape_for("rrsw", 1.0)
@@ -207,10 +212,10 @@ def test_a_check_that_fails_is_tried_again_replan_every_steps_later_not_at_the_n
 
     class FailingChecks(CountedChecks):
         def _replan(self, verifier, current, vector):
-            super()._replan(verifier, current, vector)
             raise RuntimeError("the planner failed")
 
-    policy = FailingChecks(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25, min_samples=100)
+    policy = FailingChecks(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25,
+                           min_samples=100, background_checks=False)
     rng = np.random.default_rng(1)
     failures = 0
     for _ in range(120):
@@ -220,6 +225,59 @@ def test_a_check_that_fails_is_tried_again_replan_every_steps_later_not_at_the_n
         except RuntimeError:
             failures += 1
     assert policy.checks == [50, 75, 100] and failures == 3 and policy.history == []
+
+
+def test_a_check_in_the_background_holds_up_no_step_and_lands_when_done(tmp_path):
+    """By default a check runs beside the decoding: the step that brings it returns at once,
+    steps go on with the current tree, no second check starts while it runs, and the next
+    one is scheduled from the step that brought it."""
+    write_vector(tmp_path, "rrsw", 1.0, [0.3, 0.3, 0.2])
+    checking, release = threading.Event(), threading.Event()
+
+    class HeldChecks(CountedChecks):
+        def _replan(self, verifier, current, vector):
+            checking.set()
+            assert release.wait(30)
+            return super()._replan(verifier, current, vector)
+
+    policy = HeldChecks(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25, min_samples=100)
+    rng = np.random.default_rng(0)
+    first = policy.shape_for("rrsw", 1.0)
+    served = [0.85, 0.05, 0.02]
+    for _ in range(350):  # the check comes at step 50 and is held for 300 more steps
+        policy.observe("rrsw", 1.0, first, simulate_walk(first, served, rng))
+    assert checking.is_set() and policy.checks == [50]
+    assert not policy.wait_for_checks(timeout=0.05)  # still held
+    assert policy.shape_for("rrsw", 1.0) == first and policy.history == []
+    release.set()
+    assert policy.wait_for_checks(timeout=30)
+    assert [event.step for event in policy.history] == [50]
+    changed = policy.shape_for("rrsw", 1.0)
+    assert changed != first and changed.max_depth > first.max_depth
+    policy.observe("rrsw", 1.0, changed, simulate_walk(changed, served, rng))
+    assert policy.wait_for_checks(timeout=30)
+    assert policy.checks == [50, 351]  # due at 50 + 25, long past: at the first step after
+
+
+def test_a_check_that_fails_in_the_background_is_logged_and_tried_again_later(tmp_path, caplog):
+    vector = [0.6, 0.15, 0.05]
+    write_vector(tmp_path, "rrsw", 1.0, vector)
+
+    class FailingChecks(CountedChecks):
+        def _replan(self, verifier, current, vector):
+            raise RuntimeError("the planner failed")
+
+    policy = FailingChecks(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25, min_samples=100)
+    rng = np.random.default_rng(1)
+    first = policy.shape_for("rrsw", 1.0)
+    with caplog.at_level(logging.WARNING, logger="rayspec.trees"):
+        for _ in range(120):
+            policy.observe("rrsw", 1.0, first, simulate_walk(first, vector, rng))
+            assert policy.wait_for_checks(timeout=30)
+    assert policy.checks == [50, 75, 100] and policy.history == []
+    failures = [r for r in caplog.records if "re-planning check of the rrsw tree at T=1.0 failed" in r.getMessage()]
+    assert len(failures) == 3 and "the planner failed" in failures[0].exc_text
+    assert policy.shape_for("rrsw", 1.0) == first
 
 
 def test_replan_intervals_are_checked(tmp_path):
@@ -233,7 +291,7 @@ def test_a_one_node_plan_explores_and_returns_to_drafting_when_the_served_vector
     write_vector(tmp_path, "rrsw", 1.0, [0.2, 0.05])
     step_costs = costs(lambda n: 0.01 * (1 + n / 16), level=0.002)
     policy = SequoiaTrees(SequoiaSpec(None), AcceptanceLibrary(tmp_path), step_costs, replan_every=16,
-                          min_samples=60, explore_every=4, explore_budget=8)
+                          min_samples=60, explore_every=4, explore_budget=8, background_checks=False)
     assert policy.shape_for("rrsw", 1.0).size == 1
     rng = np.random.default_rng(2)
     sizes = []
@@ -250,7 +308,7 @@ def test_a_one_node_plan_stays_when_the_probes_confirm_it(tmp_path):
     write_vector(tmp_path, "rrsw", 1.0, [0.2, 0.05])
     step_costs = costs(lambda n: 0.01 * (1 + n / 16), level=0.002)
     policy = SequoiaTrees(SequoiaSpec(None), AcceptanceLibrary(tmp_path), step_costs, replan_every=16,
-                          min_samples=60, explore_every=4)
+                          min_samples=60, explore_every=4, background_checks=False)
     rng = np.random.default_rng(3)
     sizes = []
     for _ in range(800):
@@ -440,7 +498,8 @@ def test_a_new_levels_trial_starts_from_what_the_nearest_level_chose(tmp_path):
 
 def test_plans_report_the_tree_in_use_its_changes_and_the_checks(tmp_path):
     write_vector(tmp_path, "rrsw", 1.0, [0.3, 0.3, 0.2])
-    policy = CountedChecks(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25, min_samples=100)
+    policy = CountedChecks(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25,
+                           min_samples=100, background_checks=False)
     assert policy.plans() == []  # nothing planned before a request
     rng = np.random.default_rng(0)
     for _ in range(600):
