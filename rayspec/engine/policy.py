@@ -212,7 +212,7 @@ class PlanReport:
     depth: int
     replans: int  # changes of tree while serving
     checks: int  # re-planning checks run (each runs the dynamic program)
-    check_seconds: float
+    check_seconds: float  # their wall time: on threads of their own by default, not time the steps waited
 
 
 @dataclass(frozen=True)
@@ -599,13 +599,15 @@ class SequoiaTrees(TreePolicy):
         try:
             better, gain = self._replan(verifier, current, vector)
         except BaseException as error:
+            handled = background and isinstance(error, Exception)
+            if handled:  # before the check ends: `wait_for_checks` returns after its report
+                log.warning("re-planning check of the %s tree at T=%.1f failed; the tree stays, the next check "
+                            "comes in %d steps", verifier, key[1], self.replan_every, exc_info=True)
             with self._lock:
                 self._replan_at[key] = at + self.replan_every  # not again at the next step
                 self._end_check(key)
-            if not background or not isinstance(error, Exception):
+            if not handled:
                 raise
-            log.warning("re-planning check of the %s tree at T=%.1f failed; the tree stays, the next check comes "
-                        "in %d steps", verifier, key[1], self.replan_every, exc_info=True)
             return
         with self._lock:
             self._end_check(key)

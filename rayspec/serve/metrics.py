@@ -207,7 +207,8 @@ class _PlanCollector:
                                       "acceptance the verifier measured.", labels=labels)
         checks = CounterMetricFamily("rayspec_tree_replan_checks", "Re-planning checks run (each runs Sequoia's "
                                      "dynamic program; they back off while the tree holds).", labels=labels)
-        seconds = CounterMetricFamily("rayspec_tree_replan_check_seconds", "Time those checks took.", labels=labels)
+        seconds = CounterMetricFamily("rayspec_tree_replan_check_seconds", "Time those checks took, each on a "
+                                      "thread of its own beside the decoding steps.", labels=labels)
         for verifier, temperature, report in self.metrics.plans() if self.metrics.plans else []:
             key = [verifier, f"{temperature:g}", report.spec]
             nodes.add_metric(key, report.nodes)
