@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from rayspec.engine.trees import TREE_SPEC_HELP
 
 
 def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--max-new-tokens", "--max-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0, help="0 (or -1) disables top-k")
@@ -89,8 +90,7 @@ def cmd_generate(args) -> int:
     structured = structured_output(args)
     if structured is not None:
         structured.to_regex()  # a bad schema is refused before anything is written
-    sys.stdout.write(args.prompt)
-    for chunk in engine.generate(
+    chunks = engine.generate(
         prompt_ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
         top_k=args.top_k, presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty,
         repetition_penalty=args.repetition_penalty, min_p=args.min_p, min_tokens=args.min_tokens,
@@ -98,10 +98,15 @@ def cmd_generate(args) -> int:
         seed=args.seed, stop=args.stop, skip_special_tokens=args.skip_special_tokens, stats=stats,
         prediction=tokenizer.encode(args.prediction, add_special_tokens=False) if args.prediction else None,
         structured_output=structured,
-    ):
-        sys.stdout.write(assembler.push(chunk.tokens))
-        sys.stdout.flush()
-    sys.stdout.write(assembler.finish() + "\n")
+    )
+    first = next(chunks, None)  # the request is checked (and its first step decoded) before anything is written
+    sys.stdout.write(args.prompt)
+    try:
+        for chunk in itertools.chain([first] if first is not None else [], chunks):
+            sys.stdout.write(assembler.push(chunk.tokens))
+            sys.stdout.flush()
+    finally:  # a failure mid-way is reported on a line of its own
+        sys.stdout.write(assembler.finish() + "\n")
     print(f"[{verifier}, tree {args.tree if drafter else 'none'}] {stats.summary()}", file=sys.stderr if args.quiet_summary else sys.stdout)
     return 0
 

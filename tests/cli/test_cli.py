@@ -17,6 +17,15 @@ def test_generate_prints_the_text_then_a_summary_line(capsys):
     assert "tokens/step" in out[-1] and "tokens/s" in out[-1] and "12 tokens" in out[-1]
 
 
+def test_generate_takes_max_tokens_and_writes_nothing_for_a_request_it_refuses(capsys):
+    assert main(["generate", "--prompt", "def add(a, b):", "--max-tokens", "5", "--temperature", "0",
+                 "--threads", "1"]) == 0
+    assert "] 5 tokens in" in capsys.readouterr().out
+    assert main(["generate", "--prompt", "def add(a, b):", "--max-tokens", "-5", "--threads", "1"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == "rayspec: error: max_new_tokens must be at least 1, got -5\n"
+
+
 def test_generate_applies_a_repetition_penalty(capsys):
     def text(*penalty):
         assert main(["generate", "--prompt", "def add(a, b):", "--max-new-tokens", "24", "--temperature", "0",
