@@ -9,11 +9,14 @@ target scores it in one forward pass and its verifier walks it; the emitted toke
 yielded at once.  `target` and `drafter` are anything implementing the interfaces of
 `rayspec.engine.interfaces`: in-process models or gRPC handles to remote workers.
 Without a drafter (or with the tree "none") this is target-only decoding through the same
-path — the baseline, and the fallback.
+path — the baseline, and the fallback: a sequence whose drafter is lost mid-way
+(`DrafterUnavailable`: a remote drafter gone, hung or restarted) finishes target-only rather
+than fail, with the target's law all the same (`GenerationStats.drafter_lost` says why).
 """
 
 from __future__ import annotations
 
+import logging
 import operator
 import secrets
 import threading
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec, TokenLogprobs
+from rayspec.engine.interfaces import Draft, DrafterUnavailable, Outcome, SequenceSpec, TokenLogprobs
 from rayspec.engine.policy import (
     AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia, planned_tree,
     step_cost_model,
@@ -38,6 +41,8 @@ from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import DraftTree, TreeShape
 from rayspec.verify import available_verifiers, get_verifier, verifier_class
 from rayspec.verify.processing import SamplingParams
+
+log = logging.getLogger("rayspec.engine")
 
 # Trees that requests name are planned once and kept; the least recently used go beyond this
 # many, so that requests naming ever new trees cannot grow the engine without bound.
@@ -103,6 +108,7 @@ class GenerationStats:
     tokens: int = 0
     seconds: float = 0.0
     cached_prompt_tokens: int = 0  # the target's prompt rows taken from its prefix cache
+    drafter_lost: str | None = None  # why the drafter was lost mid-sequence (`DrafterUnavailable`), if it was
 
     @property
     def tokens_per_step(self) -> float:
@@ -407,10 +413,11 @@ class SpeculativeEngine:
             drafter = None  # opened at the first step that drafts
             produced: list[int] = []
             unseen = None  # what the drafter has not been told since it last drafted
+            drafter_lost = False
             while True:
                 step_start = time.perf_counter()
                 length = len(prompt) + len(produced)
-                drafts = self.drafter is not None and length + 1 < draft_context
+                drafts = self.drafter is not None and not drafter_lost and length + 1 < draft_context
                 if not drafts:  # past the drafter's context for good: its session, if open, goes now
                     drafting.close()
                     drafter = unseen = None
@@ -425,15 +432,25 @@ class SpeculativeEngine:
                     draft is None or (grafting is not None and grafting.grafts(draft.tree.shape, step_shape)))
                 placed = None  # with a grafted prediction: the node each of the drafter's nodes became
                 if by_drafter:
-                    if drafter is None:
-                        drafter = drafting.enter_context(_closing(self.drafter.open(spec)))
-                    drafted = drafter.draft(step_shape, unseen)
-                    unseen = None
-                    if draft is None:
-                        draft = drafted
+                    try:
+                        if drafter is None:
+                            drafter = drafting.enter_context(_closing(self.drafter.open(spec)))
+                        drafted = drafter.draft(step_shape, unseen)
+                    except DrafterUnavailable as error:
+                        # The rest of the sequence decodes target-only, this step included.
+                        log.warning("drafter lost after %d tokens (%s): the sequence decodes on without drafts",
+                                    len(produced), error)
+                        stats.drafter_lost = str(error)
+                        drafting.close()
+                        drafter = unseen = None
+                        drafter_lost, drafts, by_drafter = True, False, False
                     else:
-                        draft, placed = graft_draft(drafted, draft)
-                elif draft is None:
+                        unseen = None
+                        if draft is None:
+                            draft = drafted
+                        else:
+                            draft, placed = graft_draft(drafted, draft)
+                if draft is None:
                     draft = Draft(DraftTree(TreeShape.chain(0), torch.tensor([produced[-1] if produced else prompt[-1]])), None)
                 outcome = target.verify(draft)
                 if spec.logprobs is not None and outcome.logprobs is None:

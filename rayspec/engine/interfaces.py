@@ -154,9 +154,17 @@ class SessionClosedError(RuntimeError):
     """A session was closed (released, or expired) while a call on it waited for the model."""
 
 
+class DrafterUnavailable(RuntimeError):
+    """The drafter could not open a session or draft a step: unreachable, out of time, or its
+    session gone (a restarted worker).  The engine decodes the sequence on without drafts —
+    target-only steps, whose law is the target's all the same — rather than fail a request
+    over its accelerator; other errors (a refused request, a bug) still end it."""
+
+
 class DrafterSession(Protocol):
     def draft(self, shape: TreeShape, previous: Outcome | None) -> Draft:
-        """Commit the previous step's outcome, then draft a tree of (at most) `shape`."""
+        """Commit the previous step's outcome, then draft a tree of (at most) `shape`;
+        `DrafterUnavailable` when the drafter is lost."""
 
     def close(self) -> None: ...
 
@@ -176,7 +184,8 @@ class Drafter(Protocol):
     vocab_size: int
     context_length: int  # the drafter model's own: the engine drafts only while a sequence fits it
 
-    def open(self, spec: SequenceSpec) -> DrafterSession: ...
+    def open(self, spec: SequenceSpec) -> DrafterSession:
+        """A session for one sequence; `DrafterUnavailable` when the drafter is lost."""
 
 
 class Target(Protocol):

@@ -1,8 +1,9 @@
 """Several drafters serving one target: a `Drafter` that hands each sequence to the next.
 
 A sequence keeps its drafter for its whole life (the drafter holds its KV cache), so the
-pool balances sequences, not steps: round robin, skipping nothing — a failed drafter fails
-the requests it gets, and the caller sees which.
+pool balances sequences, not steps: round robin, passing over a drafter that is unavailable
+(`DrafterUnavailable`: lost, or resting after it was) to the next.  Other errors are the
+request's, and end it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 
-from rayspec.engine.interfaces import SequenceSpec
+from rayspec.engine.interfaces import DrafterUnavailable, SequenceSpec
 
 
 class DrafterPool:
@@ -28,5 +29,10 @@ class DrafterPool:
 
     def open(self, spec: SequenceSpec):
         with self._lock:
-            index = next(self._next)
-        return self.drafters[index].open(spec)
+            first = next(self._next)
+        for turn in range(len(self.drafters)):
+            try:
+                return self.drafters[(first + turn) % len(self.drafters)].open(spec)
+            except DrafterUnavailable:
+                if turn == len(self.drafters) - 1:
+                    raise  # every drafter is: the sequence decodes without

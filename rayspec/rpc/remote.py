@@ -29,7 +29,7 @@ import weakref
 import grpc
 import torch
 
-from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec, stream_generator
+from rayspec.engine.interfaces import Draft, DrafterUnavailable, Outcome, SequenceSpec, stream_generator
 from rayspec.coupling import KeyedNoise
 from rayspec.rpc import codec
 from rayspec.rpc.generated import worker_pb2, worker_pb2_grpc
@@ -251,6 +251,7 @@ class _RemoteSession:
     def __init__(self, channel, stub, call_type, timeout: float, what: str, streams: bool, session_id: str):
         self.stub, self.call_type, self.timeout, self.session_id = stub, call_type, timeout, session_id
         self.steps = CallStream(channel, call_type, timeout, what) if streams else None
+        self.lost = False  # its worker stopped answering: closing asks nothing of it
 
     def _new(self, kind: str):
         """A call message and its `kind` request, to be filled in place: building the request
@@ -274,6 +275,8 @@ class _RemoteSession:
     def close(self) -> None:
         if self.steps is not None:
             self.steps.close()
+        if self.lost:
+            return  # a Release would wait for the lost worker; it expires idle sessions anyway
         try:
             self.stub.Release(worker_pb2.ReleaseRequest(session_id=self.session_id), timeout=5.0)
         except grpc.RpcError:
@@ -331,14 +334,40 @@ class RemoteTargetSession(_RemoteSession):
         return outcome
 
 
-class RemoteDrafter:
-    """A drafter worker at `address` (host:port)."""
+class DrafterLost(RemoteError, DrafterUnavailable):
+    """A drafter worker's call that failed for want of the worker (see `RemoteDrafter`): the
+    engine decodes on without drafts."""
 
-    def __init__(self, address: str, vocab_size: int, timeout: float = DEFAULT_TIMEOUT, streams: bool = True):
+
+# A call that ends so has lost its drafter; UNAVAILABLE and DEADLINE_EXCEEDED (the worker gone
+# or hung) also keep the next sequences from trying it for a while.  NOT_FOUND: the session is
+# gone from a worker that restarted.  RESOURCE_EXHAUSTED (full) is the service's answer to
+# give, and INVALID_ARGUMENT or INTERNAL are errors to show, not to decode around.
+LOST_DRAFTER_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                                grpc.StatusCode.NOT_FOUND, grpc.StatusCode.CANCELLED})
+DOWN_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+class RemoteDrafter:
+    """A drafter worker at `address` (host:port).
+
+    A drafter that stops answering (`LOST_DRAFTER_CODES`) fails its calls with `DrafterLost`,
+    and its sequences decode on target-only.  After it was unreachable or hung (`DOWN_CODES`),
+    sessions are not even tried for `retry_after` seconds — doubling at each failure up to
+    `max_retry_after`, back to the start at the first session that opens — so that new
+    requests do not each wait for a connection or a deadline first."""
+
+    def __init__(self, address: str, vocab_size: int, timeout: float = DEFAULT_TIMEOUT, streams: bool = True,
+                 retry_after: float = 1.0, max_retry_after: float = 30.0):
         """vocab_size: the target's (a drafter serves a target's sequences); the context length
         is the drafter model's own, which the worker tells.  streams: each session's drafts on
         one `Steps` stream (default) rather than unary calls."""
         self.address, self.timeout, self.vocab_size, self.streams = address, timeout, vocab_size, streams
+        self.retry_after, self.max_retry_after = retry_after, max_retry_after
+        self._down_until = 0.0
+        self._down_for = 0.0  # the last wait: 0 while the drafter answers
+        self._down_lock = threading.Lock()
+        self.losses = 0  # calls that lost the drafter
         self.channel = _channel(address)
         self.stub = worker_pb2_grpc.DrafterServiceStub(self.channel)
         info = call(self.stub.Info, worker_pb2.InfoRequest(), timeout)
@@ -346,9 +375,32 @@ class RemoteDrafter:
         self.context_length = int(info.context_length)
 
     def open(self, spec: SequenceSpec) -> "RemoteDrafterSession":
+        wait = self._down_until - time.monotonic()
+        if wait > 0:
+            raise DrafterLost(f"UNAVAILABLE: drafter {self.address} did not answer lately; next try in {wait:.1f} s",
+                              grpc.StatusCode.UNAVAILABLE)
         session_id = uuid.uuid4().hex
-        call(self.stub.Open, worker_pb2.OpenRequest(session_id=session_id, spec=codec.encode_spec(spec)), self.timeout)
+        request = worker_pb2.OpenRequest(session_id=session_id, spec=codec.encode_spec(spec))
+        self.guarded(lambda: call(self.stub.Open, request, self.timeout))
+        self._down_for = 0.0
         return RemoteDrafterSession(self, session_id)
+
+    def guarded(self, send):
+        """`send()`, a call to the worker, its failures for want of the worker as `DrafterLost`."""
+        try:
+            return send()
+        except RemoteError as error:
+            if error.code not in LOST_DRAFTER_CODES:
+                raise
+            with self._down_lock:
+                self.losses += 1
+                now = time.monotonic()
+                # The sequences that were drafting when it went all fail now: one outage, one wait.
+                if error.code in DOWN_CODES and now >= self._down_until:
+                    self._down_for = min(max(2 * self._down_for, self.retry_after), self.max_retry_after)
+                    self._down_until = now + self._down_for
+            message = str(error) if self.address in str(error) else f"{error} (drafter {self.address})"
+            raise DrafterLost(message, error.code) from None
 
     def close(self) -> None:
         self.channel.close()
@@ -365,7 +417,11 @@ class RemoteDrafterSession(_RemoteSession):
         codec.encode_plan(request, shape)
         if previous is not None:
             request.previous.CopyFrom(codec.encode_outcome(previous))
-        reply, wire_bytes = self._step(message)
+        try:
+            reply, wire_bytes = self.drafter.guarded(lambda: self._step(message))
+        except DrafterLost:
+            self.lost = True
+            raise
         return ReceivedDraft(reply, self.drafter.vocab_size, wire_bytes)
 
 

@@ -6,7 +6,9 @@
     POST /tokenize, /detokenize  vLLM's: a prompt or messages to token ids, and back
     GET  /tokenizer_info         vLLM's: special tokens, chat template, context
     GET  /v1/models, /v1/models/{model}   (with vLLM's `max_model_len`: the target's context)
-    GET  /health                200 when every worker answers SERVING, else 503
+    GET  /health                200 when every worker answers SERVING ("ok"), or every target
+                                 does and some drafter does not ("degraded": its sequences
+                                 decode without drafts); else 503
     GET  /metrics               Prometheus text (`rayspec.serve.metrics`)
 
 Request fields: OpenAI's `model`, `prompt` / `messages`, `max_tokens` (chat: also
@@ -1363,9 +1365,10 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
     @app.get("/health")
     async def health():
         workers = await run_in_threadpool(service.health)
-        healthy = all(status == "SERVING" for status in workers.values())
-        return JSONResponse({"status": "ok" if healthy else "unavailable", "workers": workers},
-                            status_code=200 if healthy else 503)
+        down = [name for name, status in workers.items() if status != "SERVING"]
+        status = "ok" if not down else "degraded" if all(name.startswith("drafter ") for name in down) \
+            else "unavailable"
+        return JSONResponse({"status": status, "workers": workers}, status_code=503 if status == "unavailable" else 200)
 
     @app.get("/metrics")
     async def metrics():

@@ -95,6 +95,11 @@ class Metrics:
             "Generations ended, by how: stop (EOS, a stop string or token), length, abort (the client went away, "
             "or it failed).", ["reason"], registry=r,
         )
+        self.drafter_lost = Counter(
+            "rayspec_drafter_lost_generations",
+            "Generations that lost their drafter mid-way (unreachable, out of time, or restarted) and decoded "
+            "on without drafts.", registry=r,
+        )
         self.batch_size = Histogram(
             "rayspec_forward_batch_size",
             "Per verification step: sequences that shared the target's forward, and the mean over the drafter's "
@@ -149,6 +154,8 @@ class Metrics:
         if first_token_seconds is not None and stats.tokens > 1:
             self.time_per_output_token.observe((seconds - first_token_seconds) / (stats.tokens - 1))
         self.ended.labels(finish_reason).inc()
+        if stats.drafter_lost is not None:
+            self.drafter_lost.inc()
 
     def observe_response(self, endpoint: str, status: int) -> None:
         self.requests.labels(endpoint, str(status)).inc()

@@ -27,6 +27,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from rayspec.demo import TARGET_PATH
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.engine.interfaces import DrafterUnavailable
 from rayspec.engine.policy import PlanReport, TrialReport
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.engine.structured import StructuredOutput
@@ -1019,10 +1020,43 @@ def test_health_follows_the_workers_grpc_health(http, server):
         grpc_server.stop(0).wait()
         reply = http.get("/health")
         assert reply.status_code == 503 and reply.json()["workers"]["target"].startswith("UNREACHABLE")
+        # A drafter down leaves the service serving, without drafts: degraded, not unavailable.
+        live, live_port = start_server(lambda s: health_pb2_grpc.add_HealthServicer_to_server(
+            HealthServicer(["rayspec.v1.TargetService"]), s), "127.0.0.1:0")
+        live_channel = grpc.insecure_channel(f"127.0.0.1:{live_port}")
+        service.workers = {"target 1": live_channel, "drafter 2": channel}
+        reply = http.get("/health")
+        assert reply.status_code == 200 and reply.json()["status"] == "degraded"
+        assert reply.json()["workers"]["target 1"] == "SERVING"
+        live.stop(0)
+        reply = http.get("/health")
+        assert reply.status_code == 503 and reply.json()["status"] == "unavailable"
+        live_channel.close()
     finally:
         service.workers = {}
         channel.close()
         grpc_server.stop(0)
+
+
+def test_a_request_whose_drafter_is_lost_is_answered_without_drafts_and_counted(http, server):
+    engine = server["service"].engine
+    name = ("rayspec_drafter_lost_generations_total", ())
+    before = metric_samples(http)[name]
+
+    class Lost:
+        vocab_size, context_length = engine.drafter.vocab_size, engine.drafter.context_length
+
+        def open(self, spec):
+            raise DrafterUnavailable("UNAVAILABLE: the drafter worker is gone")
+
+    drafter, engine.drafter = engine.drafter, Lost()
+    try:
+        reply = http.post("/v1/completions", json={"model": MODEL, "prompt": PROMPT, "max_tokens": 6, "seed": 1})
+    finally:
+        engine.drafter = drafter
+    assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 6
+    assert reply.json()["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] == 0
+    assert metric_samples(http)[name] == before + 1
 
 
 def test_metrics_are_exported_and_count_requests(http):

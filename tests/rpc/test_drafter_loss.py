@@ -1,0 +1,207 @@
+"""A drafter worker that dies mid-sequence: the sequence decodes on target-only, with the
+target's law (for the couplings, the very tokens a healthy drafter gives), and the requests
+that follow do not wait on the dead worker.  Real gRPC servers in this process, over tiny
+random models; the drafter's server is stopped under a running generation."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+
+from rayspec.client import Client
+from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.engine.engine import GenerationStats
+from rayspec.engine.interfaces import DrafterUnavailable, SequenceSpec
+from rayspec.engine.pool import DrafterPool
+from rayspec.models import load_causal_lm
+from rayspec.rpc.remote import DrafterLost, RemoteDrafter, RemoteError
+from rayspec.rpc.worker import serve_drafter
+from rayspec.verify.processing import SamplingParams
+from tests.rpc.processes import Worker, save_tiny_pair
+from tests.tiny_models import noisy_copy, tiny_llama
+
+VOCAB = 64
+PROMPT = [11, 5, 7, 40]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_llama(vocab=VOCAB, seed=0)
+    return target, noisy_copy(target, noise=0.3)
+
+
+def _spec() -> SequenceSpec:
+    return SequenceSpec(tuple(PROMPT), SamplingParams(temperature=1.0), seed=3, verifier="rrsw")
+
+
+def test_a_drafter_that_dies_mid_sequence_leaves_it_to_decode_on_with_the_same_tokens(pair):
+    target_model, drafter_model = pair
+    request = dict(max_new_tokens=48, temperature=1.0, seed=5)
+    healthy = SpeculativeEngine(LocalTarget(target_model), LocalDrafter(drafter_model), verifier="gumbel",
+                                tree="kary:2x2").run(PROMPT, **request)
+    server, port = serve_drafter(LocalDrafter(drafter_model), "127.0.0.1:0")
+    remote = RemoteDrafter(f"127.0.0.1:{port}", VOCAB, timeout=10, retry_after=30)
+    engine = SpeculativeEngine(LocalTarget(target_model), remote, verifier="gumbel", tree="kary:2x2")
+    stats, tokens = GenerationStats(), []
+    for i, chunk in enumerate(engine.generate(PROMPT, **request, stats=stats)):
+        tokens += chunk.tokens
+        if i == 2:
+            server.stop(0).wait()  # the drafter worker goes away under the sequence
+    assert tokens == healthy.tokens  # gumbel's tokens do not depend on the drafts, or on there being any
+    assert f"127.0.0.1:{port}" in stats.drafter_lost
+    drafted = [step.drafted for step in stats.steps]
+    assert all(drafted[:3]) and not any(drafted[4:])  # a step may be in flight as the server stops
+    assert remote.losses >= 1
+
+    # The next request does not wait on the dead worker: it decodes target-only from the start.
+    started = time.monotonic()
+    again = engine.run(PROMPT, **request)
+    assert time.monotonic() - started < 10 and again.tokens == healthy.tokens
+    assert "next try in" in again.stats.drafter_lost and not any(step.drafted for step in again.stats.steps)
+    remote.close()
+
+
+def test_the_waits_before_trying_a_dead_drafter_again_double_and_a_live_one_resets_them(pair):
+    _, drafter_model = pair
+    server, port = serve_drafter(LocalDrafter(drafter_model), "127.0.0.1:0")
+    remote = RemoteDrafter(f"127.0.0.1:{port}", VOCAB, timeout=5, retry_after=0.2, max_retry_after=0.5)
+    remote.open(_spec()).close()
+    server.stop(0).wait()
+    waits = []
+    for _ in range(4):
+        while True:  # until the wait is over, opens fail at once without a call
+            try:
+                remote.open(_spec())
+            except DrafterLost as error:
+                if "next try in" not in str(error):
+                    break  # a real call, which failed
+            time.sleep(0.02)
+        waits.append(remote._down_for)
+    assert waits == [0.2, 0.4, 0.5, 0.5]  # doubling, capped
+    with pytest.raises(DrafterUnavailable, match="next try in"):
+        remote.open(_spec())
+    remote.close()
+
+    live, port = serve_drafter(LocalDrafter(drafter_model), "127.0.0.1:0")
+    try:
+        remote = RemoteDrafter(f"127.0.0.1:{port}", VOCAB, timeout=5)
+        remote.open(_spec()).close()
+        assert remote._down_for == 0 and remote.losses == 0
+        remote.close()
+    finally:
+        live.stop(0)
+
+
+def test_the_sequences_a_drafter_drops_at_once_make_one_wait_not_one_each(pair):
+    target_model, drafter_model = pair
+    server, port = serve_drafter(LocalDrafter(drafter_model), "127.0.0.1:0")
+    remote = RemoteDrafter(f"127.0.0.1:{port}", VOCAB, timeout=5, retry_after=0.5)
+    engine = SpeculativeEngine(LocalTarget(target_model), remote, verifier="gumbel", tree="chain:2")
+    streams = [engine.generate(PROMPT, max_new_tokens=24, temperature=1.0, seed=seed) for seed in range(4)]
+    for stream in streams:
+        next(stream)  # every sequence has its drafter session
+    server.stop(0).wait()
+    for stream in streams:
+        assert sum(len(chunk.tokens) for chunk in stream) > 0
+    assert remote.losses == 4 and remote._down_for == 0.5
+    remote.close()
+
+
+class _Unavailable:
+    """A drafter that is lost before it drafts anything."""
+
+    def __init__(self, drafter):
+        self.vocab_size, self.context_length = drafter.vocab_size, drafter.context_length
+        self.opened = 0
+
+    def open(self, spec):
+        self.opened += 1
+        raise DrafterUnavailable("UNAVAILABLE: no drafter here")
+
+
+def test_a_sequence_that_never_gets_its_drafter_is_exactly_target_only_decoding(pair):
+    """Every verifier's target-only steps draw from the same stream whether a drafter was
+    never configured or lost at the first step: the same seed gives the same tokens."""
+    target_model, drafter_model = pair
+    for verifier in ("rrsw", "spectr", "gumbel"):
+        request = dict(max_new_tokens=32, temperature=0.8, seed=11)
+        alone = SpeculativeEngine(LocalTarget(target_model), None, verifier=verifier).run(PROMPT, **request)
+        lost = _Unavailable(LocalDrafter(drafter_model))
+        run = SpeculativeEngine(LocalTarget(target_model), lost, verifier=verifier, tree="chain:2").run(PROMPT, **request)
+        assert run.tokens == alone.tokens, verifier
+        assert lost.opened == 1 and run.stats.drafter_lost == "UNAVAILABLE: no drafter here"
+
+
+class _Refusing(LocalDrafter):
+    def open(self, spec):
+        raise ValueError("the drafter refuses this request")
+
+
+def test_a_drafter_error_that_is_not_a_loss_still_ends_the_request(pair):
+    target_model, drafter_model = pair
+    engine = SpeculativeEngine(LocalTarget(target_model), _Refusing(drafter_model), tree="chain:2")
+    with pytest.raises(ValueError, match="the drafter refuses this request"):
+        engine.run(PROMPT, max_new_tokens=8, seed=1)
+
+
+def test_a_full_drafter_is_not_a_lost_one(pair):
+    """RESOURCE_EXHAUSTED is the service's capacity answer (429), not a loss to decode around."""
+    _, drafter_model = pair
+    server, port = serve_drafter(LocalDrafter(drafter_model), "127.0.0.1:0", max_sessions=1)
+    try:
+        remote = RemoteDrafter(f"127.0.0.1:{port}", VOCAB, timeout=5)
+        held = remote.open(_spec())
+        with pytest.raises(RemoteError) as raised:
+            remote.open(_spec())
+        assert raised.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert not isinstance(raised.value, DrafterUnavailable) and remote.losses == 0
+        held.close()
+        remote.close()
+    finally:
+        server.stop(0)
+
+
+def test_a_pool_passes_over_an_unavailable_drafter(pair):
+    target_model, drafter_model = pair
+    lost, live = _Unavailable(LocalDrafter(drafter_model)), LocalDrafter(drafter_model)
+    pool = DrafterPool([lost, live])
+    engine = SpeculativeEngine(LocalTarget(target_model), pool, tree="chain:2")
+    for seed in range(4):  # round robin starts at each drafter in turn
+        run = engine.run(PROMPT, max_new_tokens=8, seed=seed)
+        assert run.stats.drafter_lost is None and any(step.drafted for step in run.stats.steps)
+    assert lost.opened == 2  # asked first on every other request
+    with pytest.raises(DrafterUnavailable):
+        DrafterPool([lost, _Unavailable(live)]).open(_spec())
+
+
+def test_a_coordinator_process_finishes_the_stream_whose_drafter_process_was_killed(tmp_path):
+    """Plain processes, as on a GPU machine without Ray: the drafter worker is SIGKILLed under
+    a stream the coordinator serves; the stream ends normally with the tokens of target-only
+    decoding (gumbel's output does not depend on the drafts), and so does the next request."""
+    target_path, drafter_path = save_tiny_pair(tmp_path)
+    target = Worker(tmp_path / "target.log", "--role", "target", "--model", str(target_path))
+    drafter = Worker(tmp_path / "drafter.log", "--role", "drafter", "--model", str(drafter_path))
+    coordinator = Worker(tmp_path / "coordinator.log", "--role", "coordinator", "--target", target.address,
+                         "--drafter", drafter.address, "--verifier", "gumbel", "--tree", "kary:2x3",
+                         "--tokenizer", str(target_path))
+    try:
+        model, tokenizer = load_causal_lm(target_path, "cpu", "float32")
+        prompt = "def add(a, b):"
+        alone = SpeculativeEngine(LocalTarget(model, tokenizer), None, verifier="gumbel").run(
+            tokenizer.encode(prompt, add_special_tokens=False), max_new_tokens=48, temperature=1.0, seed=9)
+        with Client(coordinator.address, retries=0) as client:
+            stream = client.stream(prompt, max_tokens=48, temperature=1.0, seed=9)
+            tokens = list(next(stream).token_ids)
+            drafter.process.kill()
+            drafter.process.wait(10)
+            tokens += [token for chunk in stream for token in chunk.token_ids]
+            assert tokens == alone.tokens
+            started = time.monotonic()
+            again = client.generate(prompt, max_tokens=48, temperature=1.0, seed=9)
+            assert list(again.token_ids) == alone.tokens and time.monotonic() - started < 20
+        assert "drafter lost after" in (tmp_path / "coordinator.log").read_text()
+    finally:
+        for worker in (coordinator, drafter, target):
+            worker.stop()
