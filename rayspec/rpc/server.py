@@ -43,8 +43,10 @@ def grpc_options(keepalive_ms: int = KEEPALIVE_MS) -> list[tuple[str, int]]:
     accepts pings twice that often.  It must: a gRPC server's default is one ping per five
     minutes without data, and after two pings more frequent than that it closes the
     connection with GOAWAY "too_many_pings", failing a session stream that waited on a slow
-    client.  Compression stays off (the default): probability rows compress poorly and
-    cost CPU time."""
+    client.  A channel whose worker went away tries to reconnect at most every 30 s (gRPC's
+    default backs off to 120 s): a worker started again at its address is back in use within
+    that, as a drafter's rest after a loss allows (`rayspec.rpc.remote.RemoteDrafter`).
+    Compression stays off (the default): probability rows compress poorly and cost CPU time."""
     return [
         ("grpc.max_send_message_length", TRANSPORT_LIMIT),
         ("grpc.max_receive_message_length", TRANSPORT_LIMIT),
@@ -53,6 +55,7 @@ def grpc_options(keepalive_ms: int = KEEPALIVE_MS) -> list[tuple[str, int]]:
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.http2.min_ping_interval_without_data_ms", keepalive_ms // 2),
+        ("grpc.max_reconnect_backoff_ms", 30_000),
     ]
 
 
