@@ -19,7 +19,11 @@ for an estimate whose counts halve only every 2000 steps.  So each check that ke
 doubles the steps to the next one, up to `max_replan_every` (8 x `replan_every` by default),
 and a change brings the checks back to every `replan_every` steps.  A check runs on a thread
 of its own (`background_checks`): the step that brings it does not wait for it, and steps
-go on drafting the current tree until it lands.
+go on drafting the current tree until it lands.  That pays where the steps' time is in
+kernels (a sequoia:1024 check cost 19-ms target forwards 21 ms beside them, not its 305 ms);
+where the steps hold Python's lock, as the demo pair's small CPU steps do, the check and the
+steps take turns and the check costs them what it would in the step
+(bench/results/replan_bench.md).
 
 A plan of one node (target-only decoding: drafting was predicted not to pay) drafts nothing
 to learn from, so every `explore_every`-th step then drafts a small probe tree
