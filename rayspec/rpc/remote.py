@@ -39,6 +39,9 @@ from rayspec.tree.structure import TreeShape
 from rayspec.verify import get_verifier
 
 DEFAULT_TIMEOUT = 60.0
+# A drafter's step drafts a tree over a committed prefix: milliseconds on a GPU, well under a
+# second on a CPU or across a WAN.  Past this, the drafter is taken as hung (`RemoteDrafter`).
+DRAFT_TIMEOUT = 10.0
 
 
 _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
@@ -90,6 +93,7 @@ class CallStream:
         self.method = channel.stream_stream(path, request_serializer=self._serialize,
                                             response_deserializer=self._parse)
         self.timeout, self.what = timeout, what
+        self.call_timeout = timeout  # the deadline of the call under way
         self.waiting_since: float | None = None
         self.sent = self.received = 0
         self._requests: queue.SimpleQueue | None = None
@@ -106,8 +110,9 @@ class CallStream:
         self.received = len(data)
         return self.result_type.FromString(data)
 
-    def send(self, message):
-        """Send a call message, return the reply it gets (the result's `kind` field)."""
+    def send(self, message, timeout: float | None = None):
+        """Send a call message, return the reply it gets (the result's `kind` field).
+        timeout: this call's deadline, in place of the stream's `timeout`."""
         kind = message.WhichOneof("call")
         if self._results is None:
             self._requests = queue.SimpleQueue()
@@ -115,6 +120,7 @@ class CallStream:
             _watchdog.watch(self)
         with self._lock:
             self._expired = False
+            self.call_timeout = self.timeout if timeout is None else timeout
             self.waiting_since = time.monotonic()
         self._requests.put(message)
         try:
@@ -123,7 +129,8 @@ class CallStream:
             expired = self._end_wait()
             self._close_stream()
             if expired:
-                raise RemoteError(f"DEADLINE_EXCEEDED: {self.what} did not answer within {self.timeout:g} s") from None
+                raise RemoteError(f"DEADLINE_EXCEEDED: {self.what} did not answer within {self.call_timeout:g} s",
+                                  grpc.StatusCode.DEADLINE_EXCEEDED) from None
             if isinstance(error, StopIteration):
                 raise RemoteError(f"UNAVAILABLE: {self.what} ended the session stream") from None
             raise failure(error.code(), error.details()) from None
@@ -194,7 +201,7 @@ class _Watchdog:
                 streams = list(self._streams)
             for stream in streams:
                 since = stream.waiting_since
-                if since is not None and now - since > stream.timeout:
+                if since is not None and now - since > stream.call_timeout:
                     stream.expire(since)
 
 
@@ -262,14 +269,16 @@ class _RemoteSession:
         request.session_id = self.session_id
         return message, request
 
-    def _step(self, message):
-        """Send a call message (see `_new`): its reply and the bytes both ways."""
+    def _step(self, message, timeout: float | None = None):
+        """Send a call message (see `_new`): its reply and the bytes both ways.  timeout: its
+        deadline (None: the session's)."""
+        timeout = self.timeout if timeout is None else timeout
         if self.steps is not None:
-            reply = self.steps.send(message)
+            reply = self.steps.send(message, timeout)
             return reply, self.steps.sent + self.steps.received
         kind = message.WhichOneof("call")
         request = getattr(message, kind)
-        reply = call(getattr(self.stub, kind.capitalize()), request, self.timeout)
+        reply = call(getattr(self.stub, kind.capitalize()), request, timeout)
         return reply, request.ByteSize() + reply.ByteSize()
 
     def close(self) -> None:
@@ -358,11 +367,14 @@ class RemoteDrafter:
     requests do not each wait for a connection or a deadline first."""
 
     def __init__(self, address: str, vocab_size: int, timeout: float = DEFAULT_TIMEOUT, streams: bool = True,
-                 retry_after: float = 1.0, max_retry_after: float = 30.0):
+                 retry_after: float = 1.0, max_retry_after: float = 30.0, draft_timeout: float = DRAFT_TIMEOUT):
         """vocab_size: the target's (a drafter serves a target's sequences); the context length
         is the drafter model's own, which the worker tells.  streams: each session's drafts on
-        one `Steps` stream (default) rather than unary calls."""
+        one `Steps` stream (default) rather than unary calls.  draft_timeout: the deadline of
+        a session's drafts after its first (which prefills the prompt, and has `timeout`): a
+        drafter that hangs loses its sequences that soon, not a minute later."""
         self.address, self.timeout, self.vocab_size, self.streams = address, timeout, vocab_size, streams
+        self.draft_timeout = draft_timeout
         self.retry_after, self.max_retry_after = retry_after, max_retry_after
         self._down_until = 0.0
         self._down_for = 0.0  # the last wait: 0 while the drafter answers
@@ -411,17 +423,20 @@ class RemoteDrafterSession(_RemoteSession):
         super().__init__(drafter.channel, drafter.stub, worker_pb2.DrafterCall, drafter.timeout,
                          f"drafter {drafter.address}", drafter.streams, session_id)
         self.drafter = drafter
+        self.drafted = False  # the first draft prefills the prompt: it has the longer deadline
 
     def draft(self, shape: TreeShape | DynamicPlan, previous: Outcome | None) -> Draft:
         message, request = self._new("draft")
         codec.encode_plan(request, shape)
         if previous is not None:
             request.previous.CopyFrom(codec.encode_outcome(previous))
+        timeout = self.drafter.draft_timeout if self.drafted else None
         try:
-            reply, wire_bytes = self.drafter.guarded(lambda: self._step(message))
+            reply, wire_bytes = self.drafter.guarded(lambda: self._step(message, timeout))
         except DrafterLost:
             self.lost = True
             raise
+        self.drafted = True
         return ReceivedDraft(reply, self.drafter.vocab_size, wire_bytes)
 
 

@@ -5,6 +5,7 @@ random models; the drafter's server is stopped under a running generation."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import grpc
@@ -61,6 +62,50 @@ def test_a_drafter_that_dies_mid_sequence_leaves_it_to_decode_on_with_the_same_t
     assert time.monotonic() - started < 10 and again.tokens == healthy.tokens
     assert "next try in" in again.stats.drafter_lost and not any(step.drafted for step in again.stats.steps)
     remote.close()
+
+
+class _Hanging(LocalDrafter):
+    """A drafter whose sessions stop answering after `answered` drafts, until `release`."""
+
+    def __init__(self, model, answered: int):
+        super().__init__(model)
+        self.answered, self.drafts, self.release = answered, 0, threading.Event()
+
+    def open(self, spec):
+        session = super().open(spec)
+        draft = session.draft
+
+        def hanging(shape, previous):
+            self.drafts += 1
+            if self.drafts > self.answered:
+                self.release.wait(60)
+            return draft(shape, previous)
+
+        session.draft = hanging
+        return session
+
+
+def test_a_drafter_that_hangs_loses_its_sequence_at_the_draft_deadline(pair):
+    """The first draft (the prompt's prefill) has the call deadline; the next ones the
+    shorter `draft_timeout`, past which the sequence goes on without drafts."""
+    target_model, drafter_model = pair
+    request = dict(max_new_tokens=40, temperature=1.0, seed=5)
+    healthy = SpeculativeEngine(LocalTarget(target_model), LocalDrafter(drafter_model), verifier="gumbel",
+                                tree="chain:3").run(PROMPT, **request)
+    hanging = _Hanging(drafter_model, answered=3)
+    server, port = serve_drafter(hanging, "127.0.0.1:0")
+    try:
+        remote = RemoteDrafter(f"127.0.0.1:{port}", VOCAB, timeout=60, draft_timeout=0.5)
+        engine = SpeculativeEngine(LocalTarget(target_model), remote, verifier="gumbel", tree="chain:3")
+        started = time.monotonic()
+        run = engine.run(PROMPT, **request)
+        assert time.monotonic() - started < 5  # not the 60 s call deadline
+        assert run.tokens == healthy.tokens
+        assert "did not answer within 0.5 s" in run.stats.drafter_lost
+        assert [bool(step.drafted) for step in run.stats.steps[:4]] == [True, True, True, False]
+    finally:
+        hanging.release.set()
+        server.stop(0)
 
 
 def test_the_waits_before_trying_a_dead_drafter_again_double_and_a_restarted_one_is_taken_back(pair):
