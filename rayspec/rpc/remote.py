@@ -40,7 +40,9 @@ from rayspec.verify import get_verifier
 
 DEFAULT_TIMEOUT = 60.0
 # A drafter's step drafts a tree over a committed prefix: milliseconds on a GPU, well under a
-# second on a CPU or across a WAN.  Past this, the drafter is taken as hung (`RemoteDrafter`).
+# second on a CPU or across a WAN, though it may also wait behind other sequences' prompt
+# prefills on a shared drafter.  Past this, the drafter is taken as hung (`RemoteDrafter`),
+# which costs the sequence its drafts, never its law.
 DRAFT_TIMEOUT = 10.0
 
 
