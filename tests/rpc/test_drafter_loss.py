@@ -185,6 +185,22 @@ def test_a_sequence_that_never_gets_its_drafter_is_exactly_target_only_decoding(
         assert lost.opened == 1 and run.stats.drafter_lost == "UNAVAILABLE: no drafter here"
 
 
+def test_a_prediction_whose_drafter_is_lost_is_drafted_alone(pair):
+    """With a prediction, a step drafts its chain beside the drafter's tree (`graft_predictions:
+    always`); a lost drafter leaves the chain alone, as an engine without a drafter drafts it."""
+    target_model, drafter_model = pair
+    request = dict(max_new_tokens=24, temperature=1.0, seed=2, prediction=[5, 7, 40, 11, 5, 7])
+    for verifier in ("rrsw", "gumbel"):
+        alone = SpeculativeEngine(LocalTarget(target_model), None, verifier=verifier, tree="chain:3",
+                                  graft_predictions="always").run(PROMPT, **request)
+        lost = _Unavailable(LocalDrafter(drafter_model))
+        run = SpeculativeEngine(LocalTarget(target_model), lost, verifier=verifier, tree="chain:3",
+                                graft_predictions="always").run(PROMPT, **request)
+        assert lost.opened == 1 and run.stats.drafter_lost is not None
+        assert run.tokens == alone.tokens, verifier
+        assert [s.drafted for s in run.stats.steps] == [s.drafted for s in alone.stats.steps]
+
+
 class _Refusing(LocalDrafter):
     def open(self, spec):
         raise ValueError("the drafter refuses this request")
