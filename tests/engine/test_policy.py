@@ -98,6 +98,14 @@ def simulate_walk(shape, vector, rng):
     return Outcome([0] * (len(path) + 1), path, ranks)
 
 
+def serve_planned_trees(policy, served, rng, steps: int = 600) -> None:
+    """`steps` steps of rrsw at T = 1, each drafting the tree the policy plans now and walked
+    as the acceptance vector `served` has it."""
+    for _ in range(steps):
+        shape = policy.shape_for("rrsw", 1.0)
+        policy.observe("rrsw", 1.0, shape, simulate_walk(shape, served, rng))
+
+
 def test_adaptive_trees_replan_when_the_served_vector_differs(tmp_path):
     prior, served = [0.3, 0.3, 0.2], [0.85, 0.05, 0.02]
     write_vector(tmp_path, "rrsw", 1.0, prior)
@@ -105,9 +113,7 @@ def test_adaptive_trees_replan_when_the_served_vector_differs(tmp_path):
                           min_samples=100, background_checks=False)
     rng = np.random.default_rng(0)
     first = policy.shape_for("rrsw", 1.0)
-    for _ in range(600):
-        shape = policy.shape_for("rrsw", 1.0)
-        policy.observe("rrsw", 1.0, shape, simulate_walk(shape, served, rng))
+    serve_planned_trees(policy, served, rng)
     final = policy.shape_for("rrsw", 1.0)
     assert policy.history and final != first
     assert final.max_depth > first.max_depth  # rank 1 dominates: a deeper, narrower tree
@@ -158,9 +164,7 @@ def test_adaptive_trees_stay_put_when_the_served_vector_matches(tmp_path):
     policy = SequoiaTrees(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25,
                           min_samples=100, background_checks=False)
     rng = np.random.default_rng(1)
-    for _ in range(600):
-        shape = policy.shape_for("rrsw", 1.0)
-        policy.observe("rrsw", 1.0, shape, simulate_walk(shape, vector, rng))
+    serve_planned_trees(policy, vector, rng)
     assert policy.history == []
 
 
@@ -182,9 +186,7 @@ def test_replanning_checks_back_off_while_the_tree_holds(tmp_path):
     policy = CountedChecks(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25, min_samples=100,
                            max_replan_every=100, background_checks=False)
     rng = np.random.default_rng(1)
-    for _ in range(600):
-        shape = policy.shape_for("rrsw", 1.0)
-        policy.observe("rrsw", 1.0, shape, simulate_walk(shape, vector, rng))
+    serve_planned_trees(policy, vector, rng)
     assert policy.history == []
     # the estimate first reaches min_samples at step 50; then 50, 100, and every 100 steps
     assert policy.checks == [50, 100, 200, 300, 400, 500, 600]
@@ -195,9 +197,7 @@ def test_a_change_of_tree_brings_the_checks_back_to_every_replan_every_steps(tmp
     policy = CountedChecks(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25,
                            min_samples=100, background_checks=False)
     rng = np.random.default_rng(0)
-    for _ in range(600):
-        shape = policy.shape_for("rrsw", 1.0)
-        policy.observe("rrsw", 1.0, shape, simulate_walk(shape, [0.85, 0.05, 0.02], rng))
+    serve_planned_trees(policy, [0.85, 0.05, 0.02], rng)
     changes = [event.step for event in policy.history]
     assert changes
     for change in changes:  # the check that changed the tree, then one replan_every later
@@ -502,9 +502,7 @@ def test_plans_report_the_tree_in_use_its_changes_and_the_checks(tmp_path):
                            min_samples=100, background_checks=False)
     assert policy.plans() == []  # nothing planned before a request
     rng = np.random.default_rng(0)
-    for _ in range(600):
-        shape = policy.shape_for("rrsw", 1.0)
-        policy.observe("rrsw", 1.0, shape, simulate_walk(shape, [0.85, 0.05, 0.02], rng))
+    serve_planned_trees(policy, [0.85, 0.05, 0.02], rng)
     [(verifier, temperature, report)] = policy.plans()
     final = policy.shape_for("rrsw", 1.0)
     assert (verifier, temperature, report.spec) == ("rrsw", 1.0, "sequoia:16x8")
