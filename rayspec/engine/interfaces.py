@@ -161,6 +161,11 @@ class DrafterUnavailable(RuntimeError):
     over its accelerator; other errors (a refused request, a bug) still end it."""
 
 
+class DrafterBusy(RuntimeError):
+    """The drafter has no room for another sequence now (its session limit): the request is
+    refused as the service's capacity answer (429), unless a pool has another drafter."""
+
+
 class DrafterSession(Protocol):
     def draft(self, shape: TreeShape, previous: Outcome | None) -> Draft:
         """Commit the previous step's outcome, then draft a tree of (at most) `shape`;
@@ -185,7 +190,8 @@ class Drafter(Protocol):
     context_length: int  # the drafter model's own: the engine drafts only while a sequence fits it
 
     def open(self, spec: SequenceSpec) -> DrafterSession:
-        """A session for one sequence; `DrafterUnavailable` when the drafter is lost."""
+        """A session for one sequence; `DrafterUnavailable` when the drafter is lost,
+        `DrafterBusy` when it is full."""
 
 
 class Target(Protocol):

@@ -2,8 +2,9 @@
 
 A sequence keeps its drafter for its whole life (the drafter holds its KV cache), so the
 pool balances sequences, not steps: round robin, passing over a drafter that is unavailable
-(`DrafterUnavailable`: lost, or resting after it was) to the next.  Other errors are the
-request's, and end it.
+(`DrafterUnavailable`: lost, or resting after it was) or full (`DrafterBusy`) to the next.
+When none can take the sequence, a full one's refusal stands (capacity is spent: 429), else
+the loss (the sequence decodes without drafts).  Other errors are the request's, and end it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import itertools
 import threading
 
-from rayspec.engine.interfaces import DrafterUnavailable, SequenceSpec
+from rayspec.engine.interfaces import DrafterBusy, DrafterUnavailable, SequenceSpec
 
 
 class DrafterPool:
@@ -30,9 +31,10 @@ class DrafterPool:
     def open(self, spec: SequenceSpec):
         with self._lock:
             first = next(self._next)
+        refusals = []
         for turn in range(len(self.drafters)):
             try:
                 return self.drafters[(first + turn) % len(self.drafters)].open(spec)
-            except DrafterUnavailable:
-                if turn == len(self.drafters) - 1:
-                    raise  # every drafter is: the sequence decodes without
+            except (DrafterUnavailable, DrafterBusy) as error:
+                refusals.append(error)
+        raise next((e for e in refusals if isinstance(e, DrafterBusy)), refusals[-1])

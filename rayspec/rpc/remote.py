@@ -29,7 +29,7 @@ import weakref
 import grpc
 import torch
 
-from rayspec.engine.interfaces import Draft, DrafterUnavailable, Outcome, SequenceSpec, stream_generator
+from rayspec.engine.interfaces import Draft, DrafterBusy, DrafterUnavailable, Outcome, SequenceSpec, stream_generator
 from rayspec.coupling import KeyedNoise
 from rayspec.rpc import codec
 from rayspec.rpc.generated import worker_pb2, worker_pb2_grpc
@@ -350,6 +350,10 @@ class DrafterLost(RemoteError, DrafterUnavailable):
     engine decodes on without drafts."""
 
 
+class DrafterFull(RemoteError, DrafterBusy):
+    """A drafter worker that refused a session for want of room (RESOURCE_EXHAUSTED)."""
+
+
 # A call that ends so has lost its drafter; UNAVAILABLE and DEADLINE_EXCEEDED (the worker gone
 # or hung) also keep the next sequences from trying it for a while.  NOT_FOUND: the session is
 # gone from a worker that restarted.  RESOURCE_EXHAUSTED (full) is the service's answer to
@@ -400,10 +404,13 @@ class RemoteDrafter:
         return RemoteDrafterSession(self, session_id)
 
     def guarded(self, send):
-        """`send()`, a call to the worker, its failures for want of the worker as `DrafterLost`."""
+        """`send()`, a call to the worker, its failures for want of the worker as `DrafterLost`,
+        for want of room as `DrafterFull`."""
         try:
             return send()
         except RemoteError as error:
+            if error.worker_full:
+                raise DrafterFull(str(error), error.code) from None
             if error.code not in LOST_DRAFTER_CODES:
                 raise
             with self._down_lock:

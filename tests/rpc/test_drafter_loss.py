@@ -14,7 +14,7 @@ import pytest
 from rayspec.client import Client
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.engine.engine import GenerationStats
-from rayspec.engine.interfaces import DrafterUnavailable, SequenceSpec
+from rayspec.engine.interfaces import DrafterBusy, DrafterUnavailable, SequenceSpec
 from rayspec.engine.pool import DrafterPool
 from rayspec.models import load_causal_lm
 from rayspec.rpc.remote import DrafterLost, RemoteDrafter, RemoteError
@@ -214,7 +214,8 @@ def test_a_drafter_error_that_is_not_a_loss_still_ends_the_request(pair):
 
 
 def test_a_full_drafter_is_not_a_lost_one(pair):
-    """RESOURCE_EXHAUSTED is the service's capacity answer (429), not a loss to decode around."""
+    """RESOURCE_EXHAUSTED is the service's capacity answer (429), not a loss to decode around;
+    a pool with another drafter passes the sequence to it."""
     _, drafter_model = pair
     server, port = serve_drafter(LocalDrafter(drafter_model), "127.0.0.1:0", max_sessions=1)
     try:
@@ -224,6 +225,16 @@ def test_a_full_drafter_is_not_a_lost_one(pair):
             remote.open(_spec())
         assert raised.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert not isinstance(raised.value, DrafterUnavailable) and remote.losses == 0
+
+        # A pool gives the sequence to a drafter with room; full everywhere, the refusal stands.
+        target_model = pair[0]
+        pool = DrafterPool([remote, LocalDrafter(drafter_model)])
+        engine = SpeculativeEngine(LocalTarget(target_model), pool, tree="chain:2")
+        for seed in range(2):  # round robin asks the full one first on one of the two
+            run = engine.run(PROMPT, max_new_tokens=8, seed=seed)
+            assert run.stats.drafter_lost is None and any(step.drafted for step in run.stats.steps)
+        with pytest.raises(DrafterBusy):
+            DrafterPool([remote, _Unavailable(LocalDrafter(drafter_model))]).open(_spec())
         held.close()
         remote.close()
     finally:
