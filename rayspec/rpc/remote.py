@@ -400,7 +400,8 @@ class RemoteDrafter:
         session_id = uuid.uuid4().hex
         request = worker_pb2.OpenRequest(session_id=session_id, spec=codec.encode_spec(spec))
         self.guarded(lambda: call(self.stub.Open, request, self.timeout))
-        self._down_for = 0.0
+        with self._down_lock:
+            self._down_for = 0.0
         return RemoteDrafterSession(self, session_id)
 
     def guarded(self, send):
