@@ -46,6 +46,12 @@ DEFAULT_TIMEOUT = 60.0
 DRAFT_TIMEOUT = 10.0
 
 
+def check_draft_timeout(seconds) -> None:
+    """A clear error for a `draft_timeout` that is not a positive number of seconds."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        raise ValueError(f"draft_timeout must be a positive number of seconds, got {seconds!r}")
+
+
 _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
@@ -379,6 +385,7 @@ class RemoteDrafter:
         one `Steps` stream (default) rather than unary calls.  draft_timeout: the deadline of
         a session's drafts after its first (which prefills the prompt, and has `timeout`): a
         drafter that hangs loses its sequences that soon, not a minute later."""
+        check_draft_timeout(draft_timeout)
         self.address, self.timeout, self.vocab_size, self.streams = address, timeout, vocab_size, streams
         self.draft_timeout = draft_timeout
         self.retry_after, self.max_retry_after = retry_after, max_retry_after

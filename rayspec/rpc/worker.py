@@ -32,6 +32,7 @@ from rayspec.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB
 from rayspec.models.threads import pin_process_to_cpus
 from rayspec.rpc import codec
 from rayspec.rpc.generated import health_pb2_grpc, worker_pb2, worker_pb2_grpc
+from rayspec.rpc.remote import check_draft_timeout
 from rayspec.rpc.server import HealthServicer, Servicer, rpc_errors, start_server
 
 
@@ -212,6 +213,9 @@ def main(argv=None) -> int:
                         "target (--model, default the demo target) in this process")
     parser.add_argument("--drafter", help="coordinator: the drafter worker's host:port, or 'here' to run the "
                         "drafter (--model, default the demo drafter) in this process; omit: target-only")
+    parser.add_argument("--draft-timeout", type=float, default=None,
+                        help="coordinator: seconds a drafter worker has for each draft after a sequence's first, "
+                             "past which the sequence decodes on without drafts (default 10)")
     parser.add_argument("--verifier", default="rrsw", help="coordinator: default verifier")
     parser.add_argument("--tree", default="kary:2x3", help="coordinator: default tree")
     parser.add_argument("--verify-at", choices=["target", "coordinator"], default="target",
@@ -228,6 +232,8 @@ def main(argv=None) -> int:
     try:
         check_batch_limits(args.max_batch_sequences, args.max_batch_tokens, args.prefill_chunk_tokens)
         check_draft_top_k(args.draft_top_k)
+        if args.draft_timeout is not None:
+            check_draft_timeout(args.draft_timeout)
     except ValueError as error:
         parser.error(str(error))
     if args.threads:
@@ -259,6 +265,7 @@ def main(argv=None) -> int:
         server, port = serve_generation_from_workers(
             address, target, drafter, verifier=args.verifier, tree=args.tree, verify_at=args.verify_at,
             tokenizer_path=tokenizer, api_key=os.environ.get("RAYSPEC_API_KEY") or None,
+            draft_timeout=args.draft_timeout,
         )
     elif args.role == "target":
         server, port = serve_target(local("target"), address, model_id=str(args.model or "rayspec-demo-target"))

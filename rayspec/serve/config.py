@@ -7,7 +7,7 @@
                prefix_cache_mb: 1024, max_batch_sequences: 16, max_batch_tokens: 256, prefill_chunk_tokens: 0}
     drafters: [{path: null, device: auto, dtype: auto, num_gpus: auto, threads: null, cpus: null, where: worker,
                 prefix_cache_mb: 1024, max_batch_sequences: 16, max_batch_tokens: 256, prefill_chunk_tokens: 0,
-                draft_top_k: 0}]
+                draft_top_k: 0, draft_timeout: 10}]
     verifier: rrsw                    # the default; requests may choose another
     verifier_params: {}
     priced_verifiers: null            # sequoia:auto times these verifiers' own drafts and walks:
@@ -59,6 +59,13 @@ cross as k entries instead of the vocabulary.  For slow links and large vocabula
 loopback on the demo pair it cut the bytes 3-41x and cost 2-19 % of tokens/s
 (`bench/results/draft_top_k_bench.md`).  The in-process engine gives the service's tokens for
 a seed with the same k.
+
+A worker drafter's `draft_timeout` (seconds, default 10) is the deadline of each draft after a
+sequence's first (which prefills the prompt, and has the call deadline of 60 s): a drafter
+that hangs past it loses its sequences, which decode on target-only, with the target's law
+(`rayspec.rpc.remote.RemoteDrafter`).  Lower it where a hung drafter must not hold a request
+up for long; raise it for a drafter that is slow to answer (a far link, a drafter queueing
+many sequences' prefills).
 
 A null model path is the shipped demo pair.  `num_gpus: auto` is 1 when the cluster has
 GPUs and 0 otherwise.  `cpus` ("0-3", "8,9") pins the process that computes with the model
@@ -187,13 +194,16 @@ class TargetConfig(ModelConfig):
 class DrafterConfig(ModelConfig):
     where: str = "worker"  # worker | coordinator (see the module doc)
     draft_top_k: int = 0  # draft from each node's k likeliest tokens only (`LocalDrafter`); 0: all
+    draft_timeout: float = 10.0  # a worker drafter's deadline per draft after a sequence's first (see the module doc)
     _handle = "LocalDrafter"
 
     def __post_init__(self):
         super().__post_init__()
         from rayspec.engine.local import check_draft_top_k
+        from rayspec.rpc.remote import check_draft_timeout
 
         check_draft_top_k(self.draft_top_k)
+        check_draft_timeout(self.draft_timeout)
 
     def _options(self) -> dict:
         return {**super()._options(), "draft_top_k": self.draft_top_k}

@@ -107,7 +107,11 @@ class Service:
         timeout = timeout or DEFAULT_TIMEOUT
         if isinstance(target, str):
             target = RemoteTarget(target, timeout=timeout, verify_at=config.verify_at)
-        remote = [RemoteDrafter(address, target.vocab_size, timeout=timeout) for address in drafter_addresses]
+        if len(drafter_addresses) != len(config.worker_drafters):
+            raise ValueError(f"{len(drafter_addresses)} drafter worker address(es) for the config's "
+                             f"{len(config.worker_drafters)} `where: worker` drafter(s)")
+        remote = [RemoteDrafter(address, target.vocab_size, timeout=timeout, draft_timeout=drafter.draft_timeout)
+                  for address, drafter in zip(drafter_addresses, config.worker_drafters)]
         drafters = remote + [d.local(DRAFTER_PATH) for d in config.coordinator_drafters]
         drafter = DrafterPool(drafters) if len(drafters) > 1 else drafters[0] if drafters else None
         demo = config.target.path is None

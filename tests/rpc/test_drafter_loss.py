@@ -283,3 +283,51 @@ def test_a_coordinator_process_finishes_the_stream_whose_drafter_process_was_kil
     finally:
         for worker in (coordinator, drafter, target):
             worker.stop()
+
+
+def test_the_service_configs_draft_timeout_is_its_remote_drafters_deadline(pair):
+    """`drafters[i].draft_timeout` in the service YAML: the deadline the service's handle to
+    drafter worker i gives each draft after a sequence's first."""
+    from rayspec.rpc.worker import serve_target
+    from rayspec.serve.config import ServiceConfig
+    from rayspec.serve.service import Service
+
+    target_model, drafter_model = pair
+    hanging = _Hanging(drafter_model, answered=2)
+    target_server, target_port = serve_target(LocalTarget(target_model), "127.0.0.1:0")
+    drafter_server, drafter_port = serve_drafter(hanging, "127.0.0.1:0")
+    config = ServiceConfig.from_dict({"drafters": [{"draft_timeout": 0.5}], "tree": "chain:3", "verifier": "gumbel"})
+    try:
+        with pytest.raises(ValueError, match=r"2 drafter worker address\(es\) for the config's 1 `where: worker`"):
+            Service.from_config(config, f"127.0.0.1:{target_port}", [f"127.0.0.1:{drafter_port}"] * 2)
+        service = Service.from_config(config, f"127.0.0.1:{target_port}", [f"127.0.0.1:{drafter_port}"])
+        try:
+            started = time.monotonic()
+            run = service.engine.run(PROMPT, max_new_tokens=30, temperature=1.0, seed=5)
+            assert time.monotonic() - started < 5
+            assert "did not answer within 0.5 s" in run.stats.drafter_lost
+        finally:
+            service.close()
+    finally:
+        hanging.release.set()
+        drafter_server.stop(0)
+        target_server.stop(0)
+
+
+@pytest.mark.parametrize("value", [0, -1, "10", True])
+def test_a_draft_timeout_that_is_not_a_positive_number_is_refused(value):
+    from rayspec.serve.config import ServiceConfig
+
+    with pytest.raises(ValueError, match=f"draft_timeout must be a positive number of seconds, got {value!r}"):
+        ServiceConfig.from_dict({"drafters": [{"draft_timeout": value}]})
+    with pytest.raises(ValueError, match="draft_timeout must be a positive number of seconds"):
+        RemoteDrafter("127.0.0.1:1", VOCAB, draft_timeout=value)
+
+
+def test_a_coordinator_processs_draft_timeout_flag_is_checked_before_it_starts(capsys):
+    from rayspec.rpc.worker import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--role", "coordinator", "--target", "127.0.0.1:1", "--draft-timeout", "0"])
+    assert exited.value.code == 2
+    assert "draft_timeout must be a positive number of seconds, got 0.0" in capsys.readouterr().err

@@ -39,14 +39,14 @@ def cluster(tmp_path_factory):
     ]
     port = free_port()
     config = ServiceConfig.from_dict({
-        "model_id": MODEL, "target": {"path": str(target_path)}, "drafters": [{"path": str(drafter_path)}],
+        "model_id": MODEL, "target": {"path": str(target_path)}, "drafters": [{"path": str(drafter_path)}] * 2,
         "verifier": "rrsw", "tree": "kary:2x3", "http": {"port": port},
     })
     head = None
     try:
         head = start_ray(num_cpus=2)
         serve.start(http_options={"host": config.http.host, "port": config.http.port})
-        # two drafter handles (a DrafterPool) on one worker process, to spare the CPU
+        # two drafters (a DrafterPool) served by one worker process, to spare the CPU
         drafters = [workers[1].address] * 2
         serve.run(build_serve_app(config, workers[0].address, drafters), name="rayspec", route_prefix="/")
         yield {"url": f"http://{config.http.host}:{port}", "paths": (target_path, drafter_path)}
