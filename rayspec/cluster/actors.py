@@ -3,15 +3,27 @@
 Each actor runs the same server the plain processes of `rayspec.rpc.worker` run, bound on
 all interfaces of its node and advertised at the node's IP, so drafter, target and
 coordinator talk gRPC whether Ray placed them on one node or several.
+
+An actor whose process dies (killed for memory, a CUDA error, a crash) is started again by
+Ray, up to `placement.max_restarts` times, in its bundle: on the same node while the node
+lives.  It then binds the port it had (`bind_again`), so the coordinators, which dial the
+address it advertised at its first start, reconnect to it as to a worker that was down for a
+while: a drafter's sequences decode target-only meanwhile, a target's requests fail (503 /
+UNAVAILABLE) until it is back.  The sequences it held are lost with its process.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import tempfile
+from pathlib import Path
 
 import ray
 
 from rayspec.serve.config import DrafterConfig, ServiceConfig, TargetConfig
+
+log = logging.getLogger(__name__)
 
 # Per worker bundle: a CPU share small enough that target, drafter and coordinator fit a
 # 2-core laptop; GPUs come from the model configs.
@@ -37,9 +49,11 @@ def bundles(config: ServiceConfig, cluster_gpus: float) -> list[dict]:
     ]
 
 
-def placed(group, index: int) -> dict:
+def placed(group, index: int, max_restarts: int) -> dict:
     """Ray options of a worker actor in bundle `index` of `group`: the GPUs the bundle
-    reserved (`bundles` decided them once, for the whole group)."""
+    reserved (`bundles` decided them once, for the whole group); restarted up to
+    `max_restarts` times when its process dies (-1: always), its calls (`restartable`) waiting
+    for it meanwhile."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     return dict(
@@ -47,7 +61,51 @@ def placed(group, index: int) -> dict:
         num_gpus=group.bundle_specs[index].get("GPU", 0),
         scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index),
         runtime_env=model_runtime_env(),
+        **restartable(max_restarts),
     )
+
+
+def restartable(max_restarts: int) -> dict:
+    """Ray options of an actor restarted up to `max_restarts` times (-1: always) whose method
+    calls wait out a restart rather than fail: they are all idempotent (where it listens, its
+    node, its costs, stop)."""
+    return {"max_restarts": max_restarts, "max_task_retries": -1 if max_restarts else 0}
+
+
+def bind_again(serve, host: str, port: int):
+    """`serve(address)` -> (server, bound port), from an actor Ray may restart: at `port` when
+    one is configured; else at any free port at the actor's first start, and at a restart at
+    the port it had then — kept in a file of its node named by its actor id, which a restart
+    keeps — so that its address stays what the coordinators dial.  A restart whose old port
+    was taken in the meantime binds another, with an error in the log: its coordinators will
+    not find it there."""
+    saved = _port_file()
+    wanted = port or (int(saved.read_text()) if saved is not None and saved.exists() else 0)
+    try:
+        server, bound = serve(f"{host}:{wanted}")
+    except (OSError, RuntimeError) as error:
+        if not wanted or port:
+            raise
+        log.error("cannot bind port %s again after a restart (%s): serving on another port, which the "
+                  "coordinators do not know; restart the service", wanted, error)
+        server, bound = serve(f"{host}:0")
+    if not port and saved is not None:
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        saved.write_text(str(bound))
+    return server, bound
+
+
+def forget_port() -> None:
+    """Drop the port `bind_again` kept for this actor (it stops for good)."""
+    saved = _port_file()
+    if saved is not None:
+        saved.unlink(missing_ok=True)
+
+
+def _port_file() -> Path | None:
+    """Where `bind_again` keeps this actor's port (None outside an actor)."""
+    actor = ray.get_runtime_context().get_actor_id()
+    return None if actor is None else Path(tempfile.gettempdir(), "rayspec-ports", actor)
 
 
 def model_runtime_env() -> dict:
@@ -60,20 +118,22 @@ def model_runtime_env() -> dict:
 def start_drafters(config: ServiceConfig, group, timeout: float) -> tuple[list, list[str]]:
     """A `WorkerActor` per `where: worker` drafter, in bundles 1.. of `group`; (actors, addresses)."""
     actors = [
-        WorkerActor.options(**placed(group, i + 1)).remote("drafter", vars(d))
+        WorkerActor.options(**placed(group, i + 1, config.placement.max_restarts)).remote("drafter", vars(d))
         for i, d in enumerate(config.worker_drafters)
     ]
     return actors, ray.get([a.ready.remote() for a in actors], timeout=timeout)
 
 
 def serve_generation_api(service, config: ServiceConfig) -> tuple:
-    """The `rayspec.v1.Generation` gRPC server over `service`'s engine; (server, address)."""
+    """The `rayspec.v1.Generation` gRPC server over `service`'s engine, from an actor (at its
+    port of before if Ray restarted it: `bind_again`); (server, address)."""
     from rayspec.rpc.coordinator import serve_generation
 
-    server, port = serve_generation(
-        service.engine, service.tokenizer, f"{config.grpc.host}:{config.grpc.port}", service.request_limits,
-        max_concurrent_requests=config.limits.max_concurrent_requests, api_key=service.api_key,
-    )
+    def serve(address):
+        return serve_generation(service.engine, service.tokenizer, address, service.request_limits,
+                                max_concurrent_requests=config.limits.max_concurrent_requests, api_key=service.api_key)
+
+    server, port = bind_again(serve, config.grpc.host, config.grpc.port)
     return server, advertised_address(config.grpc.host, port)
 
 
@@ -111,15 +171,16 @@ class WorkerActor(_Placed):
         config = TargetConfig(**model) if role == "target" else DrafterConfig(**model)
         handle = config.local(TARGET_PATH if role == "target" else DRAFTER_PATH)
         if role == "target":
-            self.server, port = serve_target(handle, "0.0.0.0:0", model_id=model_id)
+            self.server, port = bind_again(lambda address: serve_target(handle, address, model_id=model_id), "0.0.0.0", 0)
         else:
-            self.server, port = serve_drafter(handle, "0.0.0.0:0")
+            self.server, port = bind_again(lambda address: serve_drafter(handle, address), "0.0.0.0", 0)
         self.address = advertised_address("0.0.0.0", port)
 
     def ready(self) -> str:
         return self.address
 
     def stop(self) -> None:
+        forget_port()
         self.server.stop(grace=1).wait()
 
 
@@ -146,4 +207,5 @@ class GenerationActor(_Placed):
         return self.service.measured_costs()
 
     def stop(self) -> None:
+        forget_port()
         self.server.stop(grace=1).wait()

@@ -26,7 +26,9 @@ import os
 import signal
 import threading
 
-from rayspec.cluster.actors import BUNDLE_CPUS, GenerationActor, WorkerActor, bundles, placed, start_drafters
+from rayspec.cluster.actors import (
+    BUNDLE_CPUS, GenerationActor, WorkerActor, bundles, placed, restartable, start_drafters,
+)
 from rayspec.serve.config import ServiceConfig
 
 
@@ -79,13 +81,14 @@ class Service:
         config = self.config
         self.group = placement_group(spec, strategy=config.placement.strategy, name="rayspec")
         ray.get(self.group.ready(), timeout=start_timeout)
-        self.target = WorkerActor.options(**placed(self.group, 0)).remote(
+        restarts = config.placement.max_restarts
+        self.target = WorkerActor.options(**placed(self.group, 0, restarts)).remote(
             "target", vars(config.target), config.model_id
         )
         self.drafters, self.drafter_addresses = start_drafters(config, self.group, start_timeout)
         self.target_address = ray.get(self.target.ready.remote(), timeout=start_timeout)
         coordinator = dict(
-            num_cpus=BUNDLE_CPUS / 4,
+            num_cpus=BUNDLE_CPUS / 4, **restartable(restarts),
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=0),
         )
         self.generation = GenerationActor.options(**coordinator).remote(

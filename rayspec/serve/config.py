@@ -23,6 +23,7 @@
       strategy: PACK                  # PACK (one node if it fits) | STRICT_SPREAD (distinct nodes)
       target_resources: {}            # extra Ray resources for the target, e.g. {rayspec_target: 1}
       drafter_resources: {}
+      max_restarts: -1                # times Ray restarts a worker actor whose process died (-1: always)
     http: {host: 127.0.0.1, port: 8000}
     grpc: {host: 127.0.0.1, port: 9000}
     limits: {default_max_tokens: 256, max_tokens: 4096, max_concurrent_requests: 64,
@@ -87,6 +88,10 @@ one call, to the drafter, whose reply is all that crosses: the target's rows nev
 process, the fewest bytes for every verifier (`verify_at` does not apply).  The replica
 reserves the target's GPU and owns the placement group, and starts the drafter workers in
 its other bundles.  It is what `service_bench`'s "target in coordinator" arm measures.
+
+`placement.max_restarts`: how often Ray starts a worker actor (or the gRPC coordinator actor)
+again after its process died (-1: always; 0: never).  A restarted worker binds the port it had,
+so the coordinators reconnect to it; the sequences it held are lost (`rayspec.cluster.actors`).
 
 `tool_call_parser` reads the tool calls out of a `tool_choice: "auto"` reply
 (`rayspec.serve.tool_parsers`): `auto` takes hermes or mistral when the model's chat template
@@ -214,6 +219,12 @@ class PlacementConfig:
     strategy: str = "PACK"
     target_resources: dict = field(default_factory=dict)
     drafter_resources: dict = field(default_factory=dict)
+    max_restarts: int = -1  # Ray restarts a dead worker or gRPC coordinator actor this often; -1: always
+
+    def __post_init__(self):
+        if type(self.max_restarts) is not int or self.max_restarts < -1:
+            raise ValueError(f"placement.max_restarts must be a whole number, -1 (always) or more, "
+                             f"got {self.max_restarts!r}")
 
 
 @dataclass

@@ -113,3 +113,55 @@ def test_a_short_locust_run_has_no_failures(service, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = (tmp_path / "run_stats.csv").read_text().splitlines()
     assert any("TTFT ms" in row for row in rows) and any(",HTTP," in row or "POST" in row for row in rows)
+
+
+def _wait_until(condition, what: str, timeout: float = 120.0) -> float:
+    """Seconds until `condition()` holds."""
+    import time
+
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if condition():
+            return time.monotonic() - started
+        time.sleep(0.25)
+    raise AssertionError(f"waited {timeout:g} s for {what}")
+
+
+def _wait_for_health(url: str, status: str, timeout: float = 120.0) -> float:
+    """Seconds until GET /health answers `status` ("ok", "degraded", "unavailable")."""
+    import httpx
+
+    def answers():
+        try:
+            return httpx.get(f"{url}/health", timeout=10).json()["status"] == status
+        except (httpx.HTTPError, ValueError):
+            return False
+
+    return _wait_until(answers, f"/health to answer {status!r}", timeout)
+
+
+def test_a_worker_whose_process_dies_is_restarted_at_its_address_and_served_again(service):
+    """Last in this module: kills its workers.  Ray restarts a killed worker actor, which binds
+    the port it had, so both coordinators take it back without being told: first the drafter
+    worker (the service decodes on meanwhile, `degraded`), then the target (`unavailable`
+    until it is back); and the gRPC coordinator, at its configured port.  Afterwards a seed
+    gives the in-process engine's tokens again, through both APIs and both drafters."""
+    import ray
+
+    from rayspec.client import Client
+
+    running, target_path, drafter_path = service
+    url = running.http_address
+    _wait_for_health(url, "ok")
+    for worker, while_down in ((running.drafters[0], "degraded"), (running.target, "unavailable")):
+        address = ray.get(worker.ready.remote(), timeout=60)
+        ray.kill(worker, no_restart=False)  # as the kernel's OOM killer would: the process goes at once
+        _wait_for_health(url, while_down, timeout=30)
+        assert ray.get(worker.ready.remote(), timeout=120) == address
+        _wait_for_health(url, "ok")
+    ray.kill(running.generation, no_restart=False)
+    with Client(running.grpc_address, retries=0) as sdk:
+        _wait_until(lambda: not sdk.health(timeout=5), "the gRPC coordinator to go", timeout=30)
+        _wait_until(lambda: sdk.health(timeout=5), "the gRPC coordinator to come back")
+    assert ray.get(running.generation.ready.remote(), timeout=60) == running.grpc_address
+    assert_serves_in_process_tokens(running, target_path, drafter_path)

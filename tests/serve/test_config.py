@@ -83,3 +83,20 @@ def test_a_drafters_draft_top_k_reaches_its_handle():
 
     config = ServiceConfig.from_dict({"drafters": [{"draft_top_k": 32}, {}]})
     assert [d.local(DRAFTER_PATH).draft_top_k for d in config.drafters] == [32, 0]
+
+
+def test_placement_max_restarts_is_minus_one_or_a_count():
+    assert ServiceConfig.from_dict({}).placement.max_restarts == -1  # always, as Serve restarts its replicas
+    assert ServiceConfig.from_dict({"placement": {"max_restarts": 0}}).placement.max_restarts == 0
+    for bad in (-2, 1.5, "always", True):
+        with pytest.raises(ValueError, match=f"placement.max_restarts must be a whole number, -1 \\(always\\) or more, "
+                                             f"got {bad!r}"):
+            ServiceConfig.from_dict({"placement": {"max_restarts": bad}})
+
+
+def test_a_worker_actor_without_restarts_has_no_call_retries():
+    from rayspec.cluster.actors import restartable
+
+    assert restartable(-1) == {"max_restarts": -1, "max_task_retries": -1}
+    assert restartable(3) == {"max_restarts": 3, "max_task_retries": -1}
+    assert restartable(0) == {"max_restarts": 0, "max_task_retries": 0}
