@@ -10,8 +10,10 @@ yielded at once.  `target` and `drafter` are anything implementing the interface
 `rayspec.engine.interfaces`: in-process models or gRPC handles to remote workers.
 Without a drafter (or with the tree "none") this is target-only decoding through the same
 path — the baseline, and the fallback: a sequence whose drafter is lost mid-way
-(`DrafterUnavailable`: a remote drafter gone, hung or restarted) finishes target-only rather
-than fail, with the target's law all the same (`GenerationStats.drafter_lost` says why).
+(`DrafterUnavailable`: a remote drafter gone, hung or restarted) decodes on target-only rather
+than fail, with the target's law all the same (`GenerationStats.drafter_lost` says why), and
+tries the drafter again now and then (`Comeback`): a drafter that answers again — restarted,
+or another of a pool — gets a new session, told the tokens so far, and the sequence drafts again.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rayspec.engine.interfaces import Draft, DrafterUnavailable, Outcome, SequenceSpec, TokenLogprobs
+from rayspec.engine.interfaces import Draft, DrafterBusy, DrafterUnavailable, Outcome, SequenceSpec, TokenLogprobs
 from rayspec.engine.policy import (
     AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia, planned_tree,
     step_cost_model,
@@ -102,6 +104,28 @@ class Chunk:
     prompt_logprobs: TokenLogprobs | None = None
 
 
+class Comeback:
+    """When a sequence that lost its drafter tries it again: at its next step (a restarted
+    worker that lost the session, or a pool's other drafter, takes it at once), then 1, 2, 4
+    ... up to `MAX_WAIT` seconds after each failed try.  A remote drafter that is still down
+    refuses at once without a call (`rayspec.rpc.remote.RemoteDrafter`), so a try costs the
+    step little; the waits keep a drafter that never comes back from being asked at every
+    step all the same."""
+
+    FIRST_WAIT, MAX_WAIT = 1.0, 30.0
+
+    def __init__(self):
+        self.wait: float | None = None  # after the last failed try (None: none yet)
+        self.at = 0.0
+
+    def failed(self) -> None:
+        self.wait = 0.0 if self.wait is None else min(max(2 * self.wait, self.FIRST_WAIT), self.MAX_WAIT)
+        self.at = time.monotonic() + self.wait
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.at
+
+
 @dataclass
 class GenerationStats:
     steps: list[StepStats] = field(default_factory=list)
@@ -109,6 +133,7 @@ class GenerationStats:
     seconds: float = 0.0
     cached_prompt_tokens: int = 0  # the target's prompt rows taken from its prefix cache
     drafter_lost: str | None = None  # why the drafter was lost mid-sequence (`DrafterUnavailable`), if it was
+    drafter_comebacks: int = 0  # times a drafter took the sequence back after it was lost
 
     @property
     def tokens_per_step(self) -> float:
@@ -413,11 +438,15 @@ class SpeculativeEngine:
             drafter = None  # opened at the first step that drafts
             produced: list[int] = []
             unseen = None  # what the drafter has not been told since it last drafted
-            drafter_lost = False
+            comeback = None  # while the drafter is lost: when to try it again
             while True:
                 step_start = time.perf_counter()
                 length = len(prompt) + len(produced)
-                drafts = self.drafter is not None and not drafter_lost and length + 1 < draft_context
+                drafts = self.drafter is not None and length + 1 < draft_context
+                if drafts and comeback is not None:
+                    drafts = comeback.due()
+                    if drafts and unseen is None:  # a new session knows the prompt only
+                        unseen = Outcome(list(produced), [], []) if produced else None
                 if not drafts:  # past the drafter's context for good: its session, if open, goes now
                     drafting.close()
                     drafter = unseen = None
@@ -436,15 +465,26 @@ class SpeculativeEngine:
                         if drafter is None:
                             drafter = drafting.enter_context(_closing(self.drafter.open(spec)))
                         drafted = drafter.draft(step_shape, unseen)
-                    except DrafterUnavailable as error:
-                        # The rest of the sequence decodes target-only, this step included.
-                        log.warning("drafter lost after %d tokens (%s): the sequence decodes on without drafts",
-                                    len(produced), error)
-                        stats.drafter_lost = str(error)
+                    except (DrafterUnavailable, DrafterBusy) as error:
+                        if comeback is None:
+                            if isinstance(error, DrafterBusy):
+                                raise  # no room for a new request: the service's capacity answer
+                            log.warning("drafter lost after %d tokens (%s): the sequence decodes on without drafts "
+                                        "until it answers again", len(produced), error)
+                            stats.drafter_lost = str(error)
+                            comeback = Comeback()
+                        else:
+                            log.debug("drafter still unavailable after %d tokens: %s", len(produced), error)
+                        # Target-only until the next try, this step included.
+                        comeback.failed()
                         drafting.close()
                         drafter = unseen = None
-                        drafter_lost, drafts, by_drafter = True, False, False
+                        drafts = by_drafter = False
                     else:
+                        if comeback is not None:
+                            log.info("drafter back after %d tokens: the sequence drafts again", len(produced))
+                            stats.drafter_comebacks += 1
+                            comeback = None
                         unseen = None
                         if draft is None:
                             draft = drafted

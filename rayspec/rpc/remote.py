@@ -376,7 +376,8 @@ class RemoteDrafter:
     and its sequences decode on target-only.  After it was unreachable or hung (`DOWN_CODES`),
     sessions are not even tried for `retry_after` seconds — doubling at each failure up to
     `max_retry_after`, back to the start at the first session that opens — so that new
-    requests do not each wait for a connection or a deadline first."""
+    requests do not each wait for a connection or a deadline first; the opens that follow,
+    until one succeeds, have the draft deadline."""
 
     def __init__(self, address: str, vocab_size: int, timeout: float = DEFAULT_TIMEOUT, streams: bool = True,
                  retry_after: float = 1.0, max_retry_after: float = 30.0, draft_timeout: float = DRAFT_TIMEOUT):
@@ -406,7 +407,10 @@ class RemoteDrafter:
                               grpc.StatusCode.UNAVAILABLE)
         session_id = uuid.uuid4().hex
         request = worker_pb2.OpenRequest(session_id=session_id, spec=codec.encode_spec(spec))
-        self.guarded(lambda: call(self.stub.Open, request, self.timeout))
+        # A drafter that was lately down or hung is probed: the draft deadline, not a minute's
+        # stall of a sequence that tries to take it back (`rayspec.engine.engine.Comeback`).
+        timeout = min(self.timeout, self.draft_timeout) if self._down_for else self.timeout
+        self.guarded(lambda: call(self.stub.Open, request, timeout))
         with self._down_lock:
             self._down_for = 0.0
         return RemoteDrafterSession(self, session_id)

@@ -100,6 +100,11 @@ class Metrics:
             "Generations that lost their drafter mid-way (unreachable, out of time, or restarted) and decoded "
             "on without drafts.", registry=r,
         )
+        self.drafter_comebacks = Counter(
+            "rayspec_drafter_comebacks",
+            "Times a generation that had lost its drafter took it (or another drafter of the pool) back and "
+            "drafted again.", registry=r,
+        )
         self.batch_size = Histogram(
             "rayspec_forward_batch_size",
             "Per verification step: sequences that shared the target's forward, and the mean over the drafter's "
@@ -156,6 +161,7 @@ class Metrics:
         self.ended.labels(finish_reason).inc()
         if stats.drafter_lost is not None:
             self.drafter_lost.inc()
+        self.drafter_comebacks.inc(stats.drafter_comebacks)
 
     def observe_response(self, endpoint: str, status: int) -> None:
         self.requests.labels(endpoint, str(status)).inc()

@@ -182,7 +182,9 @@ def test_a_sequence_that_never_gets_its_drafter_is_exactly_target_only_decoding(
         lost = _Unavailable(LocalDrafter(drafter_model))
         run = SpeculativeEngine(LocalTarget(target_model), lost, verifier=verifier, tree="chain:2").run(PROMPT, **request)
         assert run.tokens == alone.tokens, verifier
-        assert lost.opened == 1 and run.stats.drafter_lost == "UNAVAILABLE: no drafter here"
+        # asked at the first step and again at the next (then not for a second)
+        assert lost.opened >= 2 and run.stats.drafter_lost == "UNAVAILABLE: no drafter here"
+        assert run.stats.drafter_comebacks == 0
 
 
 def test_a_prediction_whose_drafter_is_lost_is_drafted_alone(pair):
@@ -196,7 +198,7 @@ def test_a_prediction_whose_drafter_is_lost_is_drafted_alone(pair):
         lost = _Unavailable(LocalDrafter(drafter_model))
         run = SpeculativeEngine(LocalTarget(target_model), lost, verifier=verifier, tree="chain:3",
                                 graft_predictions="always").run(PROMPT, **request)
-        assert lost.opened == 1 and run.stats.drafter_lost is not None
+        assert lost.opened >= 2 and run.stats.drafter_lost is not None
         assert run.tokens == alone.tokens, verifier
         assert [s.drafted for s in run.stats.steps] == [s.drafted for s in alone.stats.steps]
 
@@ -331,3 +333,142 @@ def test_a_coordinator_processs_draft_timeout_flag_is_checked_before_it_starts(c
         main(["--role", "coordinator", "--target", "127.0.0.1:1", "--draft-timeout", "0"])
     assert exited.value.code == 2
     assert "draft_timeout must be a positive number of seconds, got 0.0" in capsys.readouterr().err
+
+
+class _Away(LocalDrafter):
+    """A drafter that is unavailable while `away` is set: its sessions' drafts and its opens
+    fail.  `sessions`: those it opened."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.away, self.sessions = False, []
+
+    def open(self, spec):
+        if self.away:
+            raise DrafterUnavailable("UNAVAILABLE: away")
+        session = super().open(spec)
+        draft = session.draft
+
+        def unless_away(shape, previous):
+            if self.away:
+                raise DrafterUnavailable("UNAVAILABLE: away")
+            return draft(shape, previous)
+
+        session.draft = unless_away
+        self.sessions.append(session)
+        return session
+
+
+def test_a_sequence_takes_its_drafter_back_once_it_answers_again(pair, monkeypatch):
+    """Lost at a step, tried at the next and then after a wait: once it answers, a new session
+    is told the whole completion so far and the sequence drafts again; gumbel's tokens stay a
+    healthy run's (they never depend on the drafts)."""
+    from rayspec.engine.engine import Comeback
+
+    monkeypatch.setattr(Comeback, "FIRST_WAIT", 0.2)
+    target_model, drafter_model = pair
+    request = dict(max_new_tokens=60, temperature=1.0, seed=4)
+    healthy = SpeculativeEngine(LocalTarget(target_model), LocalDrafter(drafter_model), verifier="gumbel",
+                                tree="chain:3").run(PROMPT, **request)
+    drafter = _Away(drafter_model)
+    engine = SpeculativeEngine(LocalTarget(target_model), drafter, verifier="gumbel", tree="chain:3")
+    stats, tokens = GenerationStats(), []
+    stream = engine.generate(PROMPT, **request, stats=stats)
+    for _ in range(3):
+        tokens += next(stream).tokens
+    drafter.away = True
+    for _ in range(3):  # lost; tried again at once; then left alone for the wait
+        tokens += next(stream).tokens
+    drafter.away = False
+    tokens += next(stream).tokens  # within the wait: not asked yet
+    time.sleep(0.25)
+    tokens += [t for chunk in stream for t in chunk.tokens]
+    assert tokens == healthy.tokens
+    drafted = [bool(step.drafted) for step in stats.steps]
+    assert drafted[:7] == [True] * 3 + [False] * 4 and all(drafted[7:-1])
+    assert stats.drafter_lost == "UNAVAILABLE: away" and stats.drafter_comebacks == 1
+    assert len(drafter.sessions) == 2
+    # The second session was told the tokens of the target-only steps: its sequence is the completion's.
+    resumed = drafter.sessions[1].tokens
+    assert len(resumed) > len(PROMPT) + sum(s.emitted for s in stats.steps[:7])
+    assert resumed == PROMPT + tokens[:len(resumed) - len(PROMPT)]
+
+
+def test_a_drafter_worker_started_again_at_its_address_takes_its_sequence_back(pair, monkeypatch):
+    """Over gRPC: the drafter worker's server stops under a sequence and a new one starts at
+    its port (as a Ray actor restarted by the service does); the sequence drafts on it again."""
+    from rayspec.engine.engine import Comeback
+
+    monkeypatch.setattr(Comeback, "FIRST_WAIT", 0.1)
+    target_model, drafter_model = pair
+    request = dict(max_new_tokens=400, temperature=1.0, seed=6)
+    healthy = SpeculativeEngine(LocalTarget(target_model), LocalDrafter(drafter_model), verifier="gumbel",
+                                tree="chain:2").run(PROMPT, **request)
+    server, port = serve_drafter(LocalDrafter(drafter_model), "127.0.0.1:0")
+    remote = RemoteDrafter(f"127.0.0.1:{port}", VOCAB, timeout=10, retry_after=0.1, max_retry_after=0.2)
+    engine = SpeculativeEngine(LocalTarget(target_model), remote, verifier="gumbel", tree="chain:2")
+    stats, tokens = GenerationStats(), []
+    stream = engine.generate(PROMPT, **request, stats=stats)
+    try:
+        for _ in range(3):
+            tokens += next(stream).tokens
+        server.stop(0).wait()
+        tokens += next(stream).tokens
+        assert stats.drafter_lost is not None
+        server, _ = serve_drafter(LocalDrafter(drafter_model), f"127.0.0.1:{port}")
+        deadline = time.monotonic() + 20
+        while not stats.drafter_comebacks:
+            assert time.monotonic() < deadline, "the sequence did not take its drafter back"
+            chunk = next(stream)
+            tokens += chunk.tokens
+            assert chunk.finish_reason is None, "the sequence ended before its drafter came back"
+            time.sleep(0.02)
+        tokens += [t for chunk in stream for t in chunk.tokens]
+        assert tokens == healthy.tokens
+        assert stats.steps[-2].drafted  # drafting to the end
+    finally:
+        remote.close()
+        server.stop(0)
+
+
+class _SlowToOpen(LocalDrafter):
+    def __init__(self, model):
+        super().__init__(model)
+        self.release = threading.Event()
+
+    def open(self, spec):
+        self.release.wait(60)
+        return super().open(spec)
+
+
+def test_a_drafter_that_was_down_is_probed_with_the_draft_deadline(pair):
+    """After the drafter was unreachable, an open (a new request's, or a sequence's try to
+    take it back) waits `draft_timeout` for it, not the minute of a call."""
+    from tests.loopback import free_port
+
+    _, drafter_model = pair
+    port = free_port()
+    healthy, _ = serve_drafter(LocalDrafter(drafter_model), f"127.0.0.1:{port}")
+    remote = RemoteDrafter(f"127.0.0.1:{port}", VOCAB, timeout=60, retry_after=0.05, max_retry_after=0.2,
+                           draft_timeout=0.5)
+    healthy.stop(0).wait()
+    with pytest.raises(DrafterLost, match="UNAVAILABLE"):
+        remote.open(_spec())
+    stuck_drafter = _SlowToOpen(drafter_model)
+    stuck, _ = serve_drafter(stuck_drafter, f"127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + 20
+        while True:  # until the channel reconnects and an open reaches the stuck worker
+            assert time.monotonic() < deadline, "no open reached the worker"
+            started = time.monotonic()
+            try:
+                remote.open(_spec())
+            except DrafterLost as error:
+                if "DEADLINE_EXCEEDED" in str(error):
+                    break
+            time.sleep(0.05)
+        assert time.monotonic() - started < 5
+    finally:
+        stuck_drafter.release.set()
+        stuck.stop(0)
+        remote.close()

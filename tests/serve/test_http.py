@@ -1059,6 +1059,34 @@ def test_a_request_whose_drafter_is_lost_is_answered_without_drafts_and_counted(
     assert metric_samples(http)[name] == before + 1
 
 
+def test_a_request_that_takes_its_drafter_back_is_counted(http, server):
+    engine = server["service"].engine
+    lost, back = ("rayspec_drafter_lost_generations_total", ()), ("rayspec_drafter_comebacks_total", ())
+    before = metric_samples(http)
+    drafter = engine.drafter
+
+    class BackAtTheNextStep:
+        vocab_size, context_length = drafter.vocab_size, drafter.context_length
+        opened = 0
+
+        def open(self, spec):
+            self.opened += 1
+            if self.opened == 1:
+                raise DrafterUnavailable("UNAVAILABLE: the drafter worker is restarting")
+            return drafter.open(spec)
+
+    engine.drafter = BackAtTheNextStep()
+    try:
+        reply = http.post("/v1/completions", json={"model": MODEL, "prompt": PROMPT, "max_tokens": 24, "seed": 1,
+                                                   "temperature": 0})
+    finally:
+        engine.drafter = drafter
+    assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 24
+    assert reply.json()["rayspec"]["steps"] < 23  # drafts accepted after the first, target-only step
+    after = metric_samples(http)
+    assert (after[lost], after[back]) == (before[lost] + 1, before[back] + 1)
+
+
 def test_metrics_are_exported_and_count_requests(http):
     before = metric_samples(http)
     names = {name for name, _ in before}
