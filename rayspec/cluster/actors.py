@@ -9,7 +9,9 @@ Ray, up to `placement.max_restarts` times, in its bundle: on the same node while
 lives.  It then binds the port it had (`bind_again`), so the coordinators, which dial the
 address it advertised at its first start, reconnect to it as to a worker that was down for a
 while: a drafter's sequences decode target-only meanwhile, a target's requests fail (503 /
-UNAVAILABLE) until it is back.  The sequences it held are lost with its process.
+UNAVAILABLE) until it is back.  The sequences it held are lost with its process.  Restarted
+elsewhere (its node lost, its bundle placed on another) it has another address, which the
+coordinators' `WorkerWatch` finds and dials.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import threading
 from pathlib import Path
 
 import ray
@@ -77,8 +80,7 @@ def bind_again(serve, host: str, port: int):
     one is configured; else at any free port at the actor's first start, and at a restart at
     the port it had then — kept in a file of its node named by its actor id, which a restart
     keeps — so that its address stays what the coordinators dial.  A restart whose old port
-    was taken in the meantime binds another, with an error in the log: its coordinators will
-    not find it there."""
+    was taken in the meantime binds another, where the coordinators' `WorkerWatch` finds it."""
     saved = _port_file()
     wanted = port or (int(saved.read_text()) if saved is not None and saved.exists() else 0)
     try:
@@ -86,8 +88,8 @@ def bind_again(serve, host: str, port: int):
     except (OSError, RuntimeError) as error:
         if not wanted or port:
             raise
-        log.error("cannot bind port %s again after a restart (%s): serving on another port, which the "
-                  "coordinators do not know; restart the service", wanted, error)
+        log.warning("cannot bind port %s again after a restart (%s): serving on another port, where the "
+                    "coordinators follow it (`WorkerWatch`)", wanted, error)
         server, bound = serve(f"{host}:0")
     if not port and saved is not None:
         saved.parent.mkdir(parents=True, exist_ok=True)
@@ -149,6 +151,52 @@ def _node_address(port: int) -> str:
     return f"{ray.util.get_node_ip_address()}:{port}"
 
 
+class WorkerWatch:
+    """Follows the worker actors a coordinator's `service` dials: one that Ray restarted at
+    another address — its node was lost and its bundle placed on another, or its old port was
+    taken — is dialled there (`Service.move_worker`) within `PERIOD` seconds of its restart.
+    `actors`: address -> the worker actor listening there at first."""
+
+    PERIOD = 5.0
+
+    def __init__(self, service, actors: dict):
+        self.service, self.actors = service, dict(actors)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rayspec-worker-watch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.PERIOD):
+            self.check()
+
+    def check(self) -> None:
+        """Ask each worker actor where it listens; follow those that moved."""
+        for address, actor in list(self.actors.items()):
+            try:
+                now = ray.get(actor.ready.remote(), timeout=self.PERIOD)
+            except Exception:  # noqa: BLE001 — restarting (asked again next time), or gone for good
+                continue
+            if now != address:
+                log.warning("worker %s now listens at %s: dialling it there", address, now)
+                self.service.move_worker(address, now)
+                self.actors[now] = self.actors.pop(address)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def addresses_of(actors: list, timeout: float = 600.0) -> list[str]:
+    """Where `WorkerActor`s listen now."""
+    return ray.get([actor.ready.remote() for actor in actors], timeout=timeout)
+
+
+def watch_workers(service, actors: list | None) -> WorkerWatch | None:
+    """A `WorkerWatch` over the worker actors whose handles `service` holds (None: none)."""
+    if not actors:
+        return None
+    return WorkerWatch(service, dict(zip(addresses_of(actors), actors)))
+
+
 class _Placed:
     def node_id(self) -> str:
         """The Ray node this actor runs on."""
@@ -188,11 +236,17 @@ class WorkerActor(_Placed):
 class GenerationActor(_Placed):
     """The `rayspec.v1.Generation` gRPC coordinator: the engine over the workers' handles."""
 
-    def __init__(self, config: dict, target_address: str, drafter_addresses: list[str]):
+    def __init__(self, config: dict, target_address: str, drafter_addresses: list[str], worker_actors=None):
+        """worker_actors: the target's and the drafters' `WorkerActor`s, in that order, which
+        it follows (`WorkerWatch`); their addresses are asked afresh (this actor may be
+        restarted after they moved)."""
         from rayspec.serve.service import Service
 
         config = ServiceConfig.from_dict(config)
+        if worker_actors:
+            target_address, *drafter_addresses = addresses_of(worker_actors)
         self.service = Service.from_config(config, target_address, drafter_addresses)
+        self.watch = watch_workers(self.service, worker_actors)
         self.server, self.address = serve_generation_api(self.service, config)
 
     def ready(self) -> str:
@@ -208,4 +262,6 @@ class GenerationActor(_Placed):
 
     def stop(self) -> None:
         forget_port()
+        if self.watch is not None:
+            self.watch.stop()
         self.server.stop(grace=1).wait()

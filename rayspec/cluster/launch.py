@@ -91,8 +91,9 @@ class Service:
             num_cpus=BUNDLE_CPUS / 4, **restartable(restarts),
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=0),
         )
+        workers = [self.target, *self.drafters]
         self.generation = GenerationActor.options(**coordinator).remote(
-            config.to_dict(), self.target_address, self.drafter_addresses
+            config.to_dict(), self.target_address, self.drafter_addresses, workers
         )
         self.grpc_address = ray.get(self.generation.ready.remote(), timeout=start_timeout)
         # Serve places its replicas itself: the target's node is named, not its bundle
@@ -100,7 +101,8 @@ class Service:
         # One calibration for both coordinators, the gRPC one's: each measuring its own would
         # plan its own sequoia:auto trees, and a seed would give other tokens over HTTP and gRPC.
         self._run_http_app(build_serve_app(config, self.target_address, self.drafter_addresses,
-                                           node_id=self.target_node, costs_from=self.generation))
+                                           node_id=self.target_node, costs_from=self.generation,
+                                           worker_actors=workers))
 
     def _target_in_coordinator(self, spec: list[dict], start_timeout: float) -> None:
         from ray import serve

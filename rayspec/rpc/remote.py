@@ -216,17 +216,39 @@ class _Watchdog:
 _watchdog = _Watchdog()
 
 
-class RemoteTarget:
+class _WorkerHandle:
+    """A gRPC worker's channel and stub, which may move to another address."""
+
+    _stub_type = None
+
+    def _connect(self, address: str) -> None:
+        self.address, self.channel = address, _channel(address)
+        self.stub = self._stub_type(self.channel)
+
+    def move_to(self, address: str) -> None:
+        """Dial the worker at `address` from now on: it was restarted there (a Ray actor whose
+        node was lost, `rayspec.cluster.actors.WorkerWatch`).  Sessions opened at the old
+        address are lost with the old worker's process: they fail on the old channel as calls to
+        a dead worker do (closing it would fail them as if they were bad requests), and it goes
+        with the last of them."""
+        self._connect(address)
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+class RemoteTarget(_WorkerHandle):
     """A target worker at `address` (host:port)."""
+
+    _stub_type = worker_pb2_grpc.TargetServiceStub
 
     def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT, verify_at: str = "target",
                  streams: bool = True):
         """streams: each session's steps on one `Steps` stream (default) rather than unary calls."""
         if verify_at not in ("target", "coordinator"):
             raise ValueError(f"verify_at must be 'target' or 'coordinator', got {verify_at!r}")
-        self.address, self.timeout, self.verify_at, self.streams = address, timeout, verify_at, streams
-        self.channel = _channel(address)
-        self.stub = worker_pb2_grpc.TargetServiceStub(self.channel)
+        self.timeout, self.verify_at, self.streams = timeout, verify_at, streams
+        self._connect(address)
         info = call(self.stub.Info, worker_pb2.InfoRequest(), timeout)
         self.model_id = info.model_id
         self.features = frozenset(info.features)
@@ -254,9 +276,6 @@ class RemoteTarget:
                 session.close()
                 raise
         return session
-
-    def close(self) -> None:
-        self.channel.close()
 
 
 class _RemoteSession:
@@ -369,7 +388,7 @@ LOST_DRAFTER_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEA
 DOWN_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 
-class RemoteDrafter:
+class RemoteDrafter(_WorkerHandle):
     """A drafter worker at `address` (host:port).
 
     A drafter that stops answering (`LOST_DRAFTER_CODES`) fails its calls with `DrafterLost`,
@@ -379,6 +398,8 @@ class RemoteDrafter:
     requests do not each wait for a connection or a deadline first; the opens that follow,
     until one succeeds, have the draft deadline."""
 
+    _stub_type = worker_pb2_grpc.DrafterServiceStub
+
     def __init__(self, address: str, vocab_size: int, timeout: float = DEFAULT_TIMEOUT, streams: bool = True,
                  retry_after: float = 1.0, max_retry_after: float = 30.0, draft_timeout: float = DRAFT_TIMEOUT):
         """vocab_size: the target's (a drafter serves a target's sequences); the context length
@@ -387,15 +408,14 @@ class RemoteDrafter:
         a session's drafts after its first (which prefills the prompt, and has `timeout`): a
         drafter that hangs loses its sequences that soon, not a minute later."""
         check_draft_timeout(draft_timeout)
-        self.address, self.timeout, self.vocab_size, self.streams = address, timeout, vocab_size, streams
+        self.timeout, self.vocab_size, self.streams = timeout, vocab_size, streams
         self.draft_timeout = draft_timeout
         self.retry_after, self.max_retry_after = retry_after, max_retry_after
         self._down_until = 0.0
         self._down_for = 0.0  # the last wait: 0 while the drafter answers
         self._down_lock = threading.Lock()
         self.losses = 0  # calls that lost the drafter
-        self.channel = _channel(address)
-        self.stub = worker_pb2_grpc.DrafterServiceStub(self.channel)
+        self._connect(address)
         info = call(self.stub.Info, worker_pb2.InfoRequest(), timeout)
         self.model_id = info.model_id
         self.context_length = int(info.context_length)
@@ -435,8 +455,11 @@ class RemoteDrafter:
             message = str(error) if self.address in str(error) else f"{error} (drafter {self.address})"
             raise DrafterLost(message, error.code) from None
 
-    def close(self) -> None:
-        self.channel.close()
+    def move_to(self, address: str) -> None:
+        """As `_WorkerHandle.move_to`; the worker answers there, so no wait holds sessions back."""
+        super().move_to(address)
+        with self._down_lock:
+            self._down_until, self._down_for = 0.0, 0.0
 
 
 class RemoteDrafterSession(_RemoteSession):

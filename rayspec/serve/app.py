@@ -41,12 +41,15 @@ class Coordinator:
     with no target address, the target's host as well (see the module doc)."""
 
     def __init__(self, config: ServiceConfig, target_address: str | None, drafter_addresses: list[str],
-                 costs_from=None):
+                 costs_from=None, worker_actors=None):
         """costs_from: the gRPC coordinator (a `GenerationActor` handle), whose measured step
         costs sequoia:auto trees are planned from here too — whether the service's tree or a
-        request names it — so that a seed gives the same tokens through either API."""
+        request names it — so that a seed gives the same tokens through either API.
+        worker_actors: the target's and the drafters' `WorkerActor`s, in that order, which the
+        replica follows when Ray restarts one at another address (`WorkerWatch`)."""
         import ray
 
+        from rayspec.cluster.actors import addresses_of, serve_generation_api, start_drafters, watch_workers
         from rayspec.engine.calibrate import Costs
         from rayspec.serve.service import Service
 
@@ -58,16 +61,19 @@ class Coordinator:
             def grpc_coordinators_costs():
                 return Costs.from_json(ray.get(costs_from.costs.remote(measure=True)))
 
+            if worker_actors:  # where they listen now: a replica started again may come after a move
+                target_address, *drafter_addresses = addresses_of(worker_actors)
             self.service = Service.from_config(config, target_address, drafter_addresses,
                                                costs=None if costs_from is None else grpc_coordinators_costs)
+            self.watch = watch_workers(self.service, worker_actors)
             return
-        from rayspec.cluster.actors import serve_generation_api, start_drafters
         from rayspec.demo import TARGET_PATH
 
         group = ray.util.get_current_placement_group()
         self.drafters, addresses = start_drafters(config, group, START_TIMEOUT)
         target = config.target.local(TARGET_PATH)
         self.service = Service.from_config(config, target, addresses)
+        self.watch = watch_workers(self.service, self.drafters)
         self.generation, self._grpc_address = serve_generation_api(self.service, config)
 
     def costs(self) -> dict | None:
@@ -108,6 +114,8 @@ class Coordinator:
         return create_app(self.service, answer_request_ids=False)  # Ray Serve's proxy answers X-Request-Id
 
     def __del__(self):
+        if getattr(self, "watch", None) is not None:
+            self.watch.stop()
         if getattr(self, "generation", None) is not None:
             self.generation.stop(grace=1)
         if hasattr(self, "service"):  # not when the constructor failed
@@ -116,10 +124,11 @@ class Coordinator:
 
 def build_serve_app(config: ServiceConfig, target_address: str | None, drafter_addresses: list[str],
                     node_id: str | None = None, placement_group: tuple[list[dict], str] | None = None,
-                    costs_from=None) -> serve.Application:
+                    costs_from=None, worker_actors=None) -> serve.Application:
     """The Serve application of one coordinator replica: over running workers, on the node
     `node_id` when one is given, planning from the step costs the gRPC coordinator
-    `costs_from` (a `GenerationActor` handle) measures, when given; or, with no
+    `costs_from` (a `GenerationActor` handle) measures, when given, and following the
+    `worker_actors` (target's, then drafters') when Ray restarts one elsewhere; or, with no
     `target_address`, hosting the target in the placement group `placement_group` =
     (bundles, strategy), the target's bundle first."""
     limit = config.limits.max_concurrent_requests
@@ -146,7 +155,7 @@ def build_serve_app(config: ServiceConfig, target_address: str | None, drafter_a
         max_queued_requests=limit,
         **options,
     )
-    return deployment.bind(config, target_address, list(drafter_addresses), costs_from)
+    return deployment.bind(config, target_address, list(drafter_addresses), costs_from, worker_actors)
 
 
 def coordinator_actor_options(node_id: str | None) -> dict:

@@ -91,7 +91,8 @@ its other bundles.  It is what `service_bench`'s "target in coordinator" arm mea
 
 `placement.max_restarts`: how often Ray starts a worker actor (or the gRPC coordinator actor)
 again after its process died (-1: always; 0: never).  A restarted worker binds the port it had,
-so the coordinators reconnect to it; the sequences it held are lost (`rayspec.cluster.actors`).
+so the coordinators reconnect to it, or they find it at its new address when it was restarted
+on another node; the sequences it held are lost (`rayspec.cluster.actors`).
 
 `tool_call_parser` reads the tool calls out of a `tool_choice: "auto"` reply
 (`rayspec.serve.tool_parsers`): `auto` takes hermes or mistral when the model's chat template

@@ -211,6 +211,23 @@ class Service:
                 statuses[name] = f"UNREACHABLE: {error.code().name}"
         return statuses
 
+    def move_worker(self, old: str, new: str) -> None:
+        """The worker at `old` (host:port) now listens at `new`: a Ray actor restarted on another
+        node (`rayspec.cluster.actors.WorkerWatch`).  Its handle dials it there from now on,
+        and `health` checks it there."""
+        from rayspec.rpc.remote import RemoteTarget
+
+        for handle in self._handles:
+            if handle.address == old:
+                kind = "target" if isinstance(handle, RemoteTarget) else "drafter"
+                handle.move_to(new)
+                moved = f"{kind} {old}"
+                # a new dict, not changed in place: `health` may be reading the old one
+                self.workers = {(f"{kind} {new}" if name == moved else name): (handle.channel if name == moved else channel)
+                                for name, channel in self.workers.items()}
+                return
+        raise ValueError(f"no worker at {old} in this service")
+
     def close(self) -> None:
         for handle in self._handles:
             handle.close()

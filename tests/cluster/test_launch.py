@@ -7,10 +7,12 @@ keeps serving; a short locust run has no failures."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.cluster.launching import (
@@ -165,3 +167,41 @@ def test_a_worker_whose_process_dies_is_restarted_at_its_address_and_served_agai
         _wait_until(lambda: sdk.health(timeout=5), "the gRPC coordinator to come back")
     assert ray.get(running.generation.ready.remote(), timeout=60) == running.grpc_address
     assert_serves_in_process_tokens(running, target_path, drafter_path)
+
+
+def test_a_worker_restarted_at_another_address_is_followed_by_both_coordinators(service):
+    """As when its node is lost and Ray places its bundle on another: the port a killed worker
+    had is taken before it restarts, so it listens elsewhere; both coordinators' `WorkerWatch`
+    dials it there.  The drafter, then the target."""
+    import ray
+
+    running, target_path, drafter_path = service
+    url = running.http_address
+    _wait_for_health(url, "ok")
+    for worker in (running.drafters[0], running.target):
+        address = ray.get(worker.ready.remote(), timeout=60)
+        port = int(address.rsplit(":", 1)[1])
+        ray.kill(worker, no_restart=False)
+        squatter = socket.socket()
+        try:
+            _wait_until(lambda: _bound(squatter, port), f"port {port} to be free", timeout=30)
+            moved = ray.get(worker.ready.remote(), timeout=120)
+            assert moved != address
+            _wait_for_health(url, "ok", timeout=60)
+        finally:
+            squatter.close()
+        workers = httpx.get(f"{url}/health", timeout=10).json()["workers"]
+        assert any(name.endswith(moved) for name in workers) and not any(name.endswith(address) for name in workers)
+    assert_serves_in_process_tokens(running, target_path, drafter_path)
+
+
+def _bound(sock, port: int) -> bool:
+    """Whether `sock` now listens on `port` (the killed worker's connections may hold it in
+    TIME_WAIT for a while: SO_REUSEADDR; no SO_REUSEPORT, so that gRPC cannot bind it beside)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("0.0.0.0", port))
+    except OSError:
+        return False
+    sock.listen()
+    return True
