@@ -14,6 +14,9 @@ path — the baseline, and the fallback: a sequence whose drafter is lost mid-wa
 than fail, with the target's law all the same (`GenerationStats.drafter_lost` says why), and
 tries the drafter again now and then (`Comeback`): a drafter that answers again — restarted,
 or another of a pool — gets a new session, told the tokens so far, and the sequence drafts again.
+A sequence whose target is lost (`TargetUnavailable`: its worker gone, or restarted without
+the session) is opened again on it (`SequenceSpec.resumed`) once it answers, within
+`target_resume_timeout`, and the step that failed is verified there: the client sees a pause.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rayspec.engine.interfaces import Draft, DrafterBusy, DrafterUnavailable, Outcome, SequenceSpec, TokenLogprobs
+from rayspec.engine.interfaces import (
+    Draft, DrafterBusy, DrafterUnavailable, Outcome, SequenceSpec, TargetUnavailable, TokenLogprobs,
+)
 from rayspec.engine.policy import (
     AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia, planned_tree,
     step_cost_model,
@@ -104,6 +109,11 @@ class Chunk:
     prompt_logprobs: TokenLogprobs | None = None
 
 
+# A target worker restarted by Ray is back in seconds with a small model; a large one loads
+# for longer, and a client waiting without a token meanwhile may give up sooner than this.
+TARGET_RESUME_TIMEOUT = 60.0
+
+
 class Comeback:
     """When a sequence that lost its drafter tries it again: at its next step (a restarted
     worker that lost the session, or a pool's other drafter, takes it at once), then 1, 2, 4
@@ -134,6 +144,7 @@ class GenerationStats:
     cached_prompt_tokens: int = 0  # the target's prompt rows taken from its prefix cache
     drafter_lost: str | None = None  # why the drafter was lost mid-sequence (`DrafterUnavailable`), if it was
     drafter_comebacks: int = 0  # times a drafter took the sequence back after it was lost
+    target_resumes: int = 0  # times the sequence was opened again on its target, lost under it
 
     @property
     def tokens_per_step(self) -> float:
@@ -214,7 +225,8 @@ class SpeculativeEngine:
 
     def __init__(self, target, drafter=None, verifier: str = "rrsw", tree="sequoia:auto",
                  verifier_params: dict | None = None, tokenizer=None, acceptance_dir=None, adaptive: bool = True,
-                 costs=None, graft_predictions: str = "auto", load_aware: bool = True, priced_verifiers=None):
+                 costs=None, graft_predictions: str = "auto", load_aware: bool = True, priced_verifiers=None,
+                 target_resume_timeout: float = TARGET_RESUME_TIMEOUT):
         """tree: a tree spec (see `rayspec.engine.policy`) or a TreeShape; `acceptance_dir`
         holds the measured acceptance vectors Sequoia trees are planned from; `adaptive`
         lets Sequoia trees re-plan from the ranks accepted while serving; `costs` (measured by
@@ -228,7 +240,12 @@ class SpeculativeEngine:
         planned for one sequence.  priced_verifiers: the verifiers whose own drafted levels
         and walks sequoia:auto's calibration times (`rayspec.engine.calibrate`), a list or
         "all" (None: `verifier` alone); any other is priced as rrsw.  Each costs about half a
-        second of start-up on the demo pair on CPU."""
+        second of start-up on the demo pair on CPU.  target_resume_timeout: how long a sequence
+        whose target was lost waits for it to answer again (0: it fails at once)."""
+        if isinstance(target_resume_timeout, bool) or not isinstance(target_resume_timeout, (int, float)) \
+                or not target_resume_timeout >= 0:
+            raise ValueError(f"target_resume_timeout must be a number of seconds, 0 or more, got {target_resume_timeout!r}")
+        self.target_resume_timeout = float(target_resume_timeout)
         self.target = target
         self.drafter = drafter
         self.tokenizer = tokenizer
@@ -430,7 +447,8 @@ class SpeculativeEngine:
             grafting = GraftChoice(self.graft_predictions, None if costs is None else
                                    step_cost_model(costs, verifier, self.target.vocab_size))
         with ExitStack() as sessions:
-            target = sessions.enter_context(_closing(self.target.open(spec)))
+            targeting = sessions.enter_context(ExitStack())  # the target's session
+            target = targeting.enter_context(_closing(self.target.open(spec)))
             sessions.enter_context(self._counted())
             stats.cached_prompt_tokens = getattr(target, "cached_tokens", 0)
             prompt_chunk_logprobs = _prompt_logprobs(target, spec)
@@ -492,7 +510,13 @@ class SpeculativeEngine:
                             draft, placed = graft_draft(drafted, draft)
                 if draft is None:
                     draft = Draft(DraftTree(TreeShape.chain(0), torch.tensor([produced[-1] if produced else prompt[-1]])), None)
-                outcome = target.verify(draft)
+                while True:
+                    try:
+                        outcome = target.verify(draft)
+                        break
+                    except TargetUnavailable as error:
+                        target = self._resume_target(spec.resumed(produced), error, targeting)
+                        stats.target_resumes += 1
                 if spec.logprobs is not None and outcome.logprobs is None:
                     raise RuntimeError("the target sent no log-probabilities: its worker predates them")
                 if predicted is not None:
@@ -548,6 +572,29 @@ class SpeculativeEngine:
                 prompt_chunk_logprobs = None
                 if finish is not None:
                     return
+
+    def _resume_target(self, resumed: SequenceSpec, lost: TargetUnavailable, targeting: ExitStack):
+        """The sequence's target session, lost (`lost`), opened again as `resumed` once the
+        target answers: tried every 0.25 s, then 0.5, 1 and 2 s apart, until
+        `target_resume_timeout` seconds have passed; then the loss is raised."""
+        done = len(resumed.completion_ids)
+        if self.target_resume_timeout <= 0:
+            raise lost
+        log.warning("target lost after %d tokens (%s): the sequence resumes when it answers", done, lost)
+        targeting.close()
+        deadline, wait = time.monotonic() + self.target_resume_timeout, 0.25
+        while True:
+            try:
+                session = targeting.enter_context(_closing(self.target.open(resumed)))
+            except TargetUnavailable as error:
+                if time.monotonic() + wait > deadline:
+                    log.warning("target still lost after %g s: the sequence fails", self.target_resume_timeout)
+                    raise error from lost
+                time.sleep(wait)
+                wait = min(2 * wait, 2.0)
+                continue
+            log.info("sequence resumed on its target after %d tokens", done)
+            return session
 
     @contextmanager
     def _counted(self):

@@ -18,7 +18,8 @@ gives the same tokens in-process and distributed.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import torch
@@ -42,13 +43,25 @@ class SequenceSpec:
     verifier_params: dict = field(default_factory=dict)
     logprobs: int | None = None  # None: none; k: each emitted token's and the k most likely's (`TokenLogprobs`)
     prompt_logprobs: int | None = None  # the same for the prompt's tokens after the first, from the prefill
+    # Tokens already generated: the session resumes the sequence after them (`resumed`).
+    completion_ids: tuple[int, ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "prompt_ids", tuple(int(t) for t in self.prompt_ids))
+        object.__setattr__(self, "completion_ids", tuple(int(t) for t in self.completion_ids))
         if not self.prompt_ids:
             raise ValueError("the prompt must contain at least one token")
         check_logprobs(self.logprobs)
         check_logprobs(self.prompt_logprobs, "prompt_logprobs")
+        if self.completion_ids and self.prompt_logprobs is not None:
+            raise ValueError("a resumed sequence does not score its prompt again: prompt_logprobs must be None")
+
+    def resumed(self, completion_ids: Sequence[int]) -> "SequenceSpec":
+        """This sequence opened again after `completion_ids` were generated (its session was
+        lost with its worker's process): the same prompt and sampling, the completion so far
+        counted as such by penalties and structured output, and randomness streams of its own
+        (`stream_generator`), since the first session's draws were spent on what it produced."""
+        return replace(self, completion_ids=tuple(completion_ids), prompt_logprobs=None)
 
 
 def check_logprobs(logprobs: int | None, name: str = "logprobs") -> None:
@@ -65,7 +78,12 @@ def derive_seed(seed: int, stream: str) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
-def stream_generator(seed: int, stream: str) -> torch.Generator:
+def stream_generator(seed: int, stream: str, spec: "SequenceSpec | None" = None) -> torch.Generator:
+    """The generator of one consumer of a request seed's randomness; for a resumed `spec`, a
+    stream of its own, named after the completion's length (draws that already decided tokens
+    of the completion must not decide the next ones too)."""
+    if spec is not None and spec.completion_ids:
+        stream = f"{stream}@{len(spec.completion_ids)}"
     return torch.Generator().manual_seed(derive_seed(seed, stream))
 
 
@@ -159,6 +177,12 @@ class DrafterUnavailable(RuntimeError):
     session gone (a restarted worker).  The engine decodes the sequence on without drafts —
     target-only steps, whose law is the target's all the same — rather than fail a request
     over its accelerator; other errors (a refused request, a bug) still end it."""
+
+
+class TargetUnavailable(RuntimeError):
+    """The target could not open a session or verify a step for want of its worker (gone, or
+    restarted without the session).  The engine opens the sequence again (`SequenceSpec.
+    resumed`) once the target answers, within its `target_resume_timeout`."""
 
 
 class DrafterBusy(RuntimeError):

@@ -65,7 +65,7 @@ class _Session:
         self.params = spec.params
         self.seed = spec.seed
         self.verifier = get_verifier(spec.verifier, **spec.verifier_params)
-        self.generator = stream_generator(spec.seed, stream)
+        self.generator = stream_generator(spec.seed, stream, spec)
         self.context_length = model_context_length(model)
         vocab_size = int(model.config.vocab_size)
         spec.params.check_vocabulary(vocab_size)
@@ -77,6 +77,8 @@ class _Session:
                 raise ValueError("structured output needs the model's tokenizer, and this model was loaded without one")
             self.grammar = GrammarCursor(spec.params.regex, vocabulary, vocab_size, eos_token_ids, self.lm.device)
         self.untempered_params = replace(self.params, temperature=1.0, top_p=1.0, top_k=0, min_p=0.0)
+        if spec.completion_ids:  # a resumed sequence: its completion so far, prefilled with the prompt
+            self.advance(list(spec.completion_ids))
 
     def prefill_prompt(self, tokens: list[int], last: int | None, reuse: bool = True) -> torch.Tensor:
         """Prefill the sequence's first `tokens` into the empty cache: from the end of the

@@ -168,6 +168,7 @@ def encode_spec(spec: SequenceSpec) -> worker_pb2.SequenceSpec:
         verifier_params=msgpack.packb(spec.verifier_params),
         logprobs=spec.logprobs,
         prompt_logprobs=spec.prompt_logprobs,
+        completion_ids=list(spec.completion_ids),
     )
 
 
@@ -178,7 +179,7 @@ def encode_spec(spec: SequenceSpec) -> worker_pb2.SequenceSpec:
 # that lists "predicted_chain" verifies trees with a predicted chain (`Tree.predicted`); one
 # that does not would walk the chain as drafts and is never sent one.
 WORKER_FEATURES = ("penalties", "min_p", "min_tokens", "allowed_token_ids", "bad_words", "predicted_chain",
-                   "structured_output")
+                   "structured_output", "resume")
 
 
 def check_worker_features(spec: SequenceSpec, features: frozenset[str], worker: str) -> None:
@@ -191,6 +192,7 @@ def check_worker_features(spec: SequenceSpec, features: frozenset[str], worker: 
         ("allowed_token_ids", params.allowed_token_ids, "allowed_token_ids, and would ignore them"),
         ("bad_words", params.bad_words_ids, "bad_words, and would ignore them"),
         ("structured_output", params.regex, "structured output, and would ignore it"),
+        ("resume", spec.completion_ids, "resuming a sequence, and would start it again"),
     ]
     for feature, used, what in needed:
         if used and feature not in features:
@@ -233,6 +235,7 @@ def decode_spec(message: worker_pb2.SequenceSpec) -> SequenceSpec:
         params,
         logprobs=message.logprobs if message.HasField("logprobs") else None,
         prompt_logprobs=message.prompt_logprobs if message.HasField("prompt_logprobs") else None,
+        completion_ids=tuple(message.completion_ids),
     )
 
 

@@ -29,7 +29,9 @@ import weakref
 import grpc
 import torch
 
-from rayspec.engine.interfaces import Draft, DrafterBusy, DrafterUnavailable, Outcome, SequenceSpec, stream_generator
+from rayspec.engine.interfaces import (
+    Draft, DrafterBusy, DrafterUnavailable, Outcome, SequenceSpec, TargetUnavailable, stream_generator,
+)
 from rayspec.coupling import KeyedNoise
 from rayspec.rpc import codec
 from rayspec.rpc.generated import worker_pb2, worker_pb2_grpc
@@ -264,8 +266,8 @@ class RemoteTarget(_WorkerHandle):
     def open(self, spec: SequenceSpec) -> "RemoteTargetSession":
         codec.check_worker_features(spec, self.features, f"target worker at {self.address}")
         session_id = uuid.uuid4().hex
-        reply = call(self.stub.Open, worker_pb2.OpenRequest(session_id=session_id, spec=codec.encode_spec(spec)),
-                     self.timeout)
+        request = worker_pb2.OpenRequest(session_id=session_id, spec=codec.encode_spec(spec))
+        reply = target_guarded(lambda: call(self.stub.Open, request, self.timeout))
         session = RemoteTargetSession(self, session_id, spec)
         session.cached_tokens = reply.cached_tokens
         if spec.prompt_logprobs is not None and reply.HasField("prompt_logprobs"):
@@ -328,10 +330,17 @@ class RemoteTargetSession(_RemoteSession):
         self.cached_tokens = 0  # likewise: the prompt's rows the worker took from its prefix cache
         if target.verify_at == "coordinator":
             self.verifier = get_verifier(spec.verifier, **spec.verifier_params)
-            self.generator = stream_generator(spec.seed, "verify")  # the target side's stream
-            self.seed, self.length = spec.seed, len(spec.prompt_ids)
+            self.generator = stream_generator(spec.seed, "verify", spec)  # the target side's stream
+            self.seed, self.length = spec.seed, len(spec.prompt_ids) + len(spec.completion_ids)
 
     def verify(self, draft: Draft) -> Outcome:
+        try:
+            return target_guarded(lambda: self._verify(draft))
+        except TargetLost:
+            self.lost = True
+            raise
+
+    def _verify(self, draft: Draft) -> Outcome:
         if self.target.verify_at == "coordinator":
             return self._verify_here(draft)
         message, request = self._new("verify")
@@ -368,6 +377,25 @@ class RemoteTargetSession(_RemoteSession):
         self.length += len(verdict.tokens)
         outcome.wire_bytes = score_bytes + commit_bytes
         return outcome
+
+
+class TargetLost(RemoteError, TargetUnavailable):
+    """A target worker's call that failed for want of the worker: it is gone (UNAVAILABLE), or
+    restarted and without the session (NOT_FOUND).  The engine resumes the sequence on it once
+    it answers again."""
+
+
+LOST_TARGET_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND})
+
+
+def target_guarded(send):
+    """`send()`, a call to a target worker, its failures for want of the worker as `TargetLost`."""
+    try:
+        return send()
+    except RemoteError as error:
+        if error.code in LOST_TARGET_CODES:
+            raise TargetLost(str(error), error.code) from None
+        raise
 
 
 class DrafterLost(RemoteError, DrafterUnavailable):

@@ -42,11 +42,13 @@ _SPARE_THREADS = 16
 
 
 def _open_checks(spec, vocab_size: int, context_length: int) -> None:
-    bad = [t for t in spec.prompt_ids if not 0 <= t < vocab_size]
-    if bad:
-        raise ValueError(f"prompt token ids outside the vocabulary [0, {vocab_size}): {bad[:5]}")
-    if len(spec.prompt_ids) >= context_length:
-        raise ValueError(f"the prompt has {len(spec.prompt_ids)} tokens; the context holds {context_length}")
+    for what, ids in (("prompt", spec.prompt_ids), ("completion", spec.completion_ids)):
+        bad = [t for t in ids if not 0 <= t < vocab_size]
+        if bad:
+            raise ValueError(f"{what} token ids outside the vocabulary [0, {vocab_size}): {bad[:5]}")
+    length = len(spec.prompt_ids) + len(spec.completion_ids)
+    if length >= context_length:
+        raise ValueError(f"the prompt has {length} tokens; the context holds {context_length}")
 
 
 def _worker_info(model_id: str, side: LocalTarget | LocalDrafter, **fields) -> worker_pb2.WorkerInfo:

@@ -4,7 +4,8 @@
 
     model_id: rayspec-demo            # the name clients pass as `model`
     target:   {path: null, device: auto, dtype: auto, num_gpus: auto, threads: null, cpus: null, where: worker,
-               prefix_cache_mb: 1024, max_batch_sequences: 16, max_batch_tokens: 256, prefill_chunk_tokens: 0}
+               prefix_cache_mb: 1024, max_batch_sequences: 16, max_batch_tokens: 256, prefill_chunk_tokens: 0,
+               resume_timeout: 60}
     drafters: [{path: null, device: auto, dtype: auto, num_gpus: auto, threads: null, cpus: null, where: worker,
                 prefix_cache_mb: 1024, max_batch_sequences: 16, max_batch_tokens: 256, prefill_chunk_tokens: 0,
                 draft_top_k: 0, draft_timeout: 10}]
@@ -88,6 +89,12 @@ one call, to the drafter, whose reply is all that crosses: the target's rows nev
 process, the fewest bytes for every verifier (`verify_at` does not apply).  The replica
 reserves the target's GPU and owns the placement group, and starts the drafter workers in
 its other bundles.  It is what `service_bench`'s "target in coordinator" arm measures.
+
+A worker target's `resume_timeout` (seconds, default 60; 0: off): a sequence whose target
+worker is lost under it (gone, or restarted without the session) waits that long for the target
+to answer again, then is opened there again after the tokens it has and decodes on; the client
+sees a pause.  Its law stays the target's, and with `gumbel` or `minhash` its tokens are those
+of a sequence never interrupted.  Past the timeout the request fails (503 / UNAVAILABLE).
 
 `placement.max_restarts`: how often Ray starts a worker actor (or the gRPC coordinator actor)
 again after its process died (-1: always; 0: never).  A restarted worker binds the port it had,
@@ -193,7 +200,14 @@ class ModelConfig:
 @dataclass
 class TargetConfig(ModelConfig):
     where: str = "worker"  # worker | coordinator (see the module doc)
+    resume_timeout: float = 60.0  # how long a sequence whose target worker was lost waits for it (see the module doc)
     _handle = "LocalTarget"
+
+    def __post_init__(self):
+        super().__post_init__()
+        value = self.resume_timeout
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"target.resume_timeout must be a number of seconds, 0 or more, got {value!r}")
 
 
 @dataclass

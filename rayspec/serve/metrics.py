@@ -100,6 +100,11 @@ class Metrics:
             "Generations that lost their drafter mid-way (unreachable, out of time, or restarted) and decoded "
             "on without drafts.", registry=r,
         )
+        self.target_resumes = Counter(
+            "rayspec_target_resumes",
+            "Times a generation whose target worker was lost under it was opened again there and decoded on.",
+            registry=r,
+        )
         self.drafter_comebacks = Counter(
             "rayspec_drafter_comebacks",
             "Times a generation that had lost its drafter took it (or another drafter of the pool) back and "
@@ -162,6 +167,7 @@ class Metrics:
         if stats.drafter_lost is not None:
             self.drafter_lost.inc()
         self.drafter_comebacks.inc(stats.drafter_comebacks)
+        self.target_resumes.inc(stats.target_resumes)
 
     def observe_response(self, endpoint: str, status: int) -> None:
         self.requests.labels(endpoint, str(status)).inc()

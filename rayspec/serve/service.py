@@ -120,6 +120,7 @@ class Service:
             target, drafter, verifier=config.verifier, tree=config.tree, verifier_params=config.verifier_params,
             tokenizer=tokenizer, acceptance_dir=config.acceptance_dir or (DEMO_DIR / "acceptance" if demo else None),
             adaptive=config.adaptive_trees, costs=costs, graft_predictions=config.graft_predictions,
+            target_resume_timeout=config.target.resume_timeout,
             load_aware=config.load_aware_trees, priced_verifiers=config.priced_verifiers,
         )
         workers = {f"drafter {d.address}": d.channel for d in remote}

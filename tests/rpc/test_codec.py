@@ -129,6 +129,10 @@ def test_an_outcome_with_log_probabilities_round_trips_exactly():
     assert codec.decode_spec(codec.encode_spec(dataclasses.replace(spec, logprobs=None))).logprobs is None
     assert codec.decode_spec(codec.encode_spec(spec)).prompt_logprobs is None
     assert codec.decode_spec(codec.encode_spec(dataclasses.replace(spec, prompt_logprobs=7))).prompt_logprobs == 7
+    assert codec.decode_spec(codec.encode_spec(spec)).completion_ids == ()
+    assert codec.decode_spec(codec.encode_spec(spec.resumed([4, 0, 9]))).completion_ids == (4, 0, 9)
+    with pytest.raises(RuntimeError, match="the target worker at w:1 predates resuming a sequence"):
+        codec.check_worker_features(spec.resumed([4]), frozenset({"penalties"}), "target worker at w:1")
 
 
 def test_penalties_and_a_bias_round_trip_and_bad_ones_are_refused():

@@ -298,11 +298,13 @@ def test_the_service_configs_draft_timeout_is_its_remote_drafters_deadline(pair)
     hanging = _Hanging(drafter_model, answered=2)
     target_server, target_port = serve_target(LocalTarget(target_model), "127.0.0.1:0")
     drafter_server, drafter_port = serve_drafter(hanging, "127.0.0.1:0")
-    config = ServiceConfig.from_dict({"drafters": [{"draft_timeout": 0.5}], "tree": "chain:3", "verifier": "gumbel"})
+    config = ServiceConfig.from_dict({"drafters": [{"draft_timeout": 0.5}], "tree": "chain:3", "verifier": "gumbel",
+                                      "target": {"resume_timeout": 7}})
     try:
         with pytest.raises(ValueError, match=r"2 drafter worker address\(es\) for the config's 1 `where: worker`"):
             Service.from_config(config, f"127.0.0.1:{target_port}", [f"127.0.0.1:{drafter_port}"] * 2)
         service = Service.from_config(config, f"127.0.0.1:{target_port}", [f"127.0.0.1:{drafter_port}"])
+        assert service.engine.target_resume_timeout == 7
         try:
             started = time.monotonic()
             run = service.engine.run(PROMPT, max_new_tokens=30, temperature=1.0, seed=5)

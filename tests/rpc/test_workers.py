@@ -788,7 +788,8 @@ def test_a_target_worker_that_predates_penalties_is_refused_rather_than_sampling
     assert len(engine.run([1, 2, 3], max_new_tokens=4, seed=1).tokens) == 4  # nothing asked of it that it lacks
     stub = worker_pb2_grpc.TargetServiceStub(grpc.insecure_channel(cluster["target"].address))
     assert list(stub.Info(worker_pb2.InfoRequest(), timeout=10).features) == [
-        "penalties", "min_p", "min_tokens", "allowed_token_ids", "bad_words", "predicted_chain", "structured_output"]
+        "penalties", "min_p", "min_tokens", "allowed_token_ids", "bad_words", "predicted_chain", "structured_output",
+        "resume"]
 
 
 @pytest.mark.parametrize("feature, asked", [

@@ -100,3 +100,11 @@ def test_a_worker_actor_without_restarts_has_no_call_retries():
     assert restartable(-1) == {"max_restarts": -1, "max_task_retries": -1}
     assert restartable(3) == {"max_restarts": 3, "max_task_retries": -1}
     assert restartable(0) == {"max_restarts": 0, "max_task_retries": 0}
+
+
+def test_the_targets_resume_timeout_is_a_number_of_seconds():
+    assert ServiceConfig.from_dict({}).target.resume_timeout == 60
+    assert ServiceConfig.from_dict({"target": {"resume_timeout": 0}}).target.resume_timeout == 0
+    for bad in (-1, "soon", True):
+        with pytest.raises(ValueError, match=f"target.resume_timeout must be a number of seconds, 0 or more, got {bad!r}"):
+            ServiceConfig.from_dict({"target": {"resume_timeout": bad}})

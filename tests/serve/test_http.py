@@ -27,7 +27,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from rayspec.demo import TARGET_PATH
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
-from rayspec.engine.interfaces import DrafterUnavailable
+from rayspec.engine.interfaces import DrafterUnavailable, TargetUnavailable
 from rayspec.engine.policy import PlanReport, TrialReport
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.engine.structured import StructuredOutput
@@ -1085,6 +1085,49 @@ def test_a_request_that_takes_its_drafter_back_is_counted(http, server):
     assert reply.json()["rayspec"]["steps"] < 23  # drafts accepted after the first, target-only step
     after = metric_samples(http)
     assert (after[lost], after[back]) == (before[lost] + 1, before[back] + 1)
+
+
+def test_a_request_whose_target_worker_restarts_is_resumed_and_counted(http, server):
+    """A streamed greedy completion whose target session is lost at its third step (as to a
+    restarted worker) is opened again after its tokens: the client gets the whole greedy text."""
+    engine = server["service"].engine
+    name = ("rayspec_target_resumes_total", ())
+    before = metric_samples(http)[name]
+    expected_text = http.post("/v1/completions", json={"model": MODEL, "prompt": PROMPT, "max_tokens": 24,
+                                                      "temperature": 0}).json()["choices"][0]["text"]
+    target = engine.target
+
+    class Restarting:
+        def __init__(self):
+            self.opened = 0
+
+        def __getattr__(self, name):
+            return getattr(target, name)
+
+        def open(self, spec):
+            self.opened += 1
+            session = target.open(spec)
+            if self.opened == 1:
+                verify, steps = session.verify, []
+
+                def lost_at_the_third_step(draft):
+                    steps.append(draft)
+                    if len(steps) == 3:
+                        raise TargetUnavailable("NOT_FOUND: no such session (the worker restarted)")
+                    return verify(draft)
+
+                session.verify = lost_at_the_third_step
+            return session
+
+    engine.target = Restarting()
+    try:
+        with http.stream("POST", "/v1/completions", json={"model": MODEL, "prompt": PROMPT, "max_tokens": 24,
+                                                          "temperature": 0, "stream": True}) as reply:
+            events = [json.loads(line[6:]) for line in reply.iter_lines() if line.startswith("data: {")]
+    finally:
+        engine.target = target
+    assert "".join(e["choices"][0]["text"] for e in events if e["choices"]) == expected_text
+    assert metric_samples(http)[name] == before + 1
 
 
 def test_metrics_are_exported_and_count_requests(http):
