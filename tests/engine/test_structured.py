@@ -18,6 +18,7 @@ from rayspec.engine.structured import (
 )
 from rayspec.models import load_causal_lm
 from rayspec.verify.processing import RowHistory, SamplingParams, TokenHistory, logits_to_probs
+from tests.faults import LosesItsFirstSession
 from tests.stats import assert_frequencies_match
 from tests.tiny_models import noisy_copy, tiny_llama
 
@@ -326,33 +327,6 @@ def test_an_expression_asked_for_at_once_by_several_requests_is_compiled_once(to
     assert len({id(index) for index in indexes}) == 2
 
 
-class _LosesItsFirstSession:
-    """A target whose first session is lost at its third step, as to a restarted worker."""
-
-    def __init__(self, target):
-        self.target, self.opened = target, []
-
-    def __getattr__(self, name):
-        return getattr(self.target, name)
-
-    def open(self, spec):
-        from rayspec.engine.interfaces import TargetUnavailable
-
-        self.opened.append(spec)
-        session = self.target.open(spec)
-        if len(self.opened) == 1:
-            verify, steps = session.verify, []
-
-            def lost_at_the_third_step(draft):
-                steps.append(draft)
-                if len(steps) == 3:
-                    raise TargetUnavailable("NOT_FOUND: no such session (the worker restarted)")
-                return verify(draft)
-
-            session.verify = lost_at_the_third_step
-        return session
-
-
 def test_a_resumed_sequence_goes_on_from_where_the_expression_stands(demo_engine):
     """The resumed session's automaton is advanced over the completion so far: gumbel gives
     the very tokens of an uninterrupted sequence, which the constraint shapes at every step."""
@@ -361,7 +335,7 @@ def test_a_resumed_sequence_goes_on_from_where_the_expression_stands(demo_engine
     request = dict(max_new_tokens=60, temperature=0.8, seed=4, structured_output=StructuredOutput(json_schema=SCHEMA))
     setting = dict(tokenizer=tokenizer, verifier="gumbel", tree="kary:2x2")
     whole = SpeculativeEngine(engine.target, engine.drafter, **setting).run(prompt, **request)
-    target = _LosesItsFirstSession(engine.target)
+    target = LosesItsFirstSession(engine.target)
     resumed = SpeculativeEngine(target, engine.drafter, **setting).run(prompt, **request)
     assert resumed.stats.target_resumes == 1 and len(target.opened[1].completion_ids) > 0
     assert resumed.tokens == whole.tokens and json.loads(tokenizer.decode(resumed.tokens))["level"] in range(10)

@@ -27,7 +27,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from rayspec.demo import TARGET_PATH
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
-from rayspec.engine.interfaces import DrafterUnavailable, TargetUnavailable
+from rayspec.engine.interfaces import DrafterUnavailable
 from rayspec.engine.policy import PlanReport, TrialReport
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.engine.structured import StructuredOutput
@@ -38,6 +38,7 @@ from rayspec.serve.config import LimitsConfig
 from rayspec.serve.http import create_app
 from rayspec.serve.service import FALLBACK_CHAT_TEMPLATE, Service
 from rayspec.serve.tool_parsers import read_tool_calls
+from tests.faults import LosesItsFirstSession
 from tests.loopback import ServerThread
 from tests.serve.served import MODEL, PROMPT, SETTING, chat_prompt, eventually, expected
 
@@ -1096,30 +1097,7 @@ def test_a_request_whose_target_worker_restarts_is_resumed_and_counted(http, ser
     expected_text = http.post("/v1/completions", json={"model": MODEL, "prompt": PROMPT, "max_tokens": 24,
                                                       "temperature": 0}).json()["choices"][0]["text"]
     target = engine.target
-
-    class Restarting:
-        def __init__(self):
-            self.opened = 0
-
-        def __getattr__(self, name):
-            return getattr(target, name)
-
-        def open(self, spec):
-            self.opened += 1
-            session = target.open(spec)
-            if self.opened == 1:
-                verify, steps = session.verify, []
-
-                def lost_at_the_third_step(draft):
-                    steps.append(draft)
-                    if len(steps) == 3:
-                        raise TargetUnavailable("NOT_FOUND: no such session (the worker restarted)")
-                    return verify(draft)
-
-                session.verify = lost_at_the_third_step
-            return session
-
-    engine.target = Restarting()
+    engine.target = LosesItsFirstSession(target)
     try:
         with http.stream("POST", "/v1/completions", json={"model": MODEL, "prompt": PROMPT, "max_tokens": 24,
                                                           "temperature": 0, "stream": True}) as reply:
