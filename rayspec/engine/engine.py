@@ -510,12 +510,14 @@ class SpeculativeEngine:
                             draft, placed = graft_draft(drafted, draft)
                 if draft is None:
                     draft = Draft(DraftTree(TreeShape.chain(0), torch.tensor([produced[-1] if produced else prompt[-1]])), None)
+                resume_by = None  # the step's deadline to resume by, from its first failure
                 while True:
                     try:
                         outcome = target.verify(draft)
                         break
                     except TargetUnavailable as error:
-                        target = self._resume_target(spec.resumed(produced), error, targeting)
+                        resume_by = resume_by or time.monotonic() + self.target_resume_timeout
+                        target = self._resume_target(spec.resumed(produced), error, targeting, resume_by)
                         stats.target_resumes += 1
                 if spec.logprobs is not None and outcome.logprobs is None:
                     raise RuntimeError("the target sent no log-probabilities: its worker predates them")
@@ -573,16 +575,18 @@ class SpeculativeEngine:
                 if finish is not None:
                     return
 
-    def _resume_target(self, resumed: SequenceSpec, lost: TargetUnavailable, targeting: ExitStack):
+    def _resume_target(self, resumed: SequenceSpec, lost: TargetUnavailable, targeting: ExitStack,
+                       deadline: float):
         """The sequence's target session, lost (`lost`), opened again as `resumed` once the
-        target answers: tried every 0.25 s, then 0.5, 1 and 2 s apart, until
-        `target_resume_timeout` seconds have passed; then the loss is raised."""
+        target answers: tried every 0.25 s, then 0.5, 1 and 2 s apart, until `deadline`
+        (`time.monotonic()`); then the loss is raised.  The deadline is the step's, so that a
+        target that loses every session it opens fails the sequence in time all the same."""
         done = len(resumed.completion_ids)
-        if self.target_resume_timeout <= 0:
+        if time.monotonic() >= deadline:
             raise lost
         log.warning("target lost after %d tokens (%s): the sequence resumes when it answers", done, lost)
         targeting.close()
-        deadline, wait = time.monotonic() + self.target_resume_timeout, 0.25
+        wait = 0.25
         while True:
             try:
                 session = targeting.enter_context(_closing(self.target.open(resumed)))

@@ -146,3 +146,22 @@ def test_a_target_workers_refusal_is_not_a_loss(pair):
     with pytest.raises(RemoteError) as raised:
         target_guarded(lambda: (_ for _ in ()).throw(RemoteError("INTERNAL: bug", grpc.StatusCode.INTERNAL)))
     assert not isinstance(raised.value, TargetLost)
+
+
+def test_a_target_that_loses_every_session_it_opens_fails_the_sequence_in_time(pair):
+    target_model, drafter_model = pair
+    target = _Restarting(target_model)
+    original = target.open
+
+    def lost_at_once(spec):
+        session = original(spec)
+        session.gone = True
+        return session
+
+    target.open = lost_at_once
+    engine = SpeculativeEngine(target, LocalDrafter(drafter_model), verifier="rrsw", tree="chain:2",
+                               target_resume_timeout=0.3)
+    started = time.monotonic()
+    with pytest.raises(TargetUnavailable, match="NOT_FOUND"):
+        engine.run(PROMPT, max_new_tokens=8, seed=1)
+    assert time.monotonic() - started < 3 and len(target.opened) >= 2
