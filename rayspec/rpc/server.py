@@ -46,7 +46,10 @@ def grpc_options(keepalive_ms: int = KEEPALIVE_MS) -> list[tuple[str, int]]:
     client.  A channel whose worker went away tries to reconnect at most every 30 s (gRPC's
     default backs off to 120 s): a worker started again at its address is back in use within
     that, as a drafter's rest after a loss allows (`rayspec.rpc.remote.RemoteDrafter`).
-    Compression stays off (the default): probability rows compress poorly and cost CPU time."""
+    Compression stays off (the default): probability rows compress poorly and cost CPU time.
+    A server does not share its port (gRPC's default sets SO_REUSEPORT): a second worker
+    started on a port in use, or a restarted one whose old port another process took, fails
+    to bind rather than split the calls — and the sessions — with the other."""
     return [
         ("grpc.max_send_message_length", TRANSPORT_LIMIT),
         ("grpc.max_receive_message_length", TRANSPORT_LIMIT),
@@ -56,6 +59,7 @@ def grpc_options(keepalive_ms: int = KEEPALIVE_MS) -> list[tuple[str, int]]:
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.http2.min_ping_interval_without_data_ms", keepalive_ms // 2),
         ("grpc.max_reconnect_backoff_ms", 30_000),
+        ("grpc.so_reuseport", 0),
     ]
 
 
@@ -374,8 +378,11 @@ def start_server(register, address: str, max_workers: int = 16, options=GRPC_OPT
     server = grpc.server(pool, options=options, maximum_concurrent_rpcs=max_workers,
                          interceptors=[*interceptors, RefuseUndecodable()])
     register(server)
-    port = server.add_insecure_port(address)
+    try:
+        port = server.add_insecure_port(address)  # 0, or RuntimeError in newer gRPC, when it cannot bind
+    except RuntimeError:
+        port = 0
     if port == 0:
-        raise OSError(f"cannot bind a gRPC server to {address}")
+        raise OSError(f"cannot bind a gRPC server to {address}: the port is in use, or the address is not this machine's")
     server.start()
     return server, port

@@ -264,15 +264,28 @@ def main(argv=None) -> int:
         target = local("target") if args.target == "here" else args.target
         drafter = local("drafter") if args.drafter == "here" else args.drafter
         tokenizer = args.tokenizer or (args.model if args.target == "here" else None)
-        server, port = serve_generation_from_workers(
-            address, target, drafter, verifier=args.verifier, tree=args.tree, verify_at=args.verify_at,
-            tokenizer_path=tokenizer, api_key=os.environ.get("RAYSPEC_API_KEY") or None,
-            draft_timeout=args.draft_timeout,
-        )
+
+        def serve():
+            return serve_generation_from_workers(
+                address, target, drafter, verifier=args.verifier, tree=args.tree, verify_at=args.verify_at,
+                tokenizer_path=tokenizer, api_key=os.environ.get("RAYSPEC_API_KEY") or None,
+                draft_timeout=args.draft_timeout,
+            )
     elif args.role == "target":
-        server, port = serve_target(local("target"), address, model_id=str(args.model or "rayspec-demo-target"))
+        handle = local("target")
+
+        def serve():
+            return serve_target(handle, address, model_id=str(args.model or "rayspec-demo-target"))
     else:
-        server, port = serve_drafter(local("drafter"), address, model_id=str(args.model or "rayspec-demo-drafter"))
+        handle = local("drafter")
+
+        def serve():
+            return serve_drafter(handle, address, model_id=str(args.model or "rayspec-demo-drafter"))
+    try:
+        server, port = serve()
+    except OSError as error:  # the port is taken (say, by a worker started before)
+        print(f"rayspec worker: error: {error}", file=sys.stderr)
+        return 1
 
     print(f"READY {args.role} {args.host}:{port}", flush=True)
     stop = threading.Event()

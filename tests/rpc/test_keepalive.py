@@ -39,3 +39,38 @@ def test_the_server_accepts_pings_more_often_than_clients_send_them():
     options = dict(grpc_options())
     assert options["grpc.http2.min_ping_interval_without_data_ms"] < options["grpc.keepalive_time_ms"]
     assert options["grpc.keepalive_permit_without_calls"] == 1
+
+
+def test_a_second_server_on_a_port_in_use_fails_to_bind_rather_than_share_it():
+    """gRPC's default (SO_REUSEPORT) would let both listen and split the calls — and the
+    sessions, which live in one process — between them."""
+    import pytest
+
+    def register(server):
+        health_pb2_grpc.add_HealthServicer_to_server(HealthServicer([]), server)
+
+    first, port = start_server(register, "127.0.0.1:0")
+    try:
+        with pytest.raises(OSError, match=f"cannot bind a gRPC server to 127.0.0.1:{port}"):
+            start_server(register, f"127.0.0.1:{port}")
+    finally:
+        first.stop(0)
+    again, _ = start_server(register, f"127.0.0.1:{port}")  # free once the first is gone
+    again.stop(0)
+
+
+def test_a_worker_process_on_a_port_in_use_says_so_and_exits(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.loopback import free_port
+
+    port = free_port()
+    first, _ = start_server(lambda server: None, f"127.0.0.1:{port}")
+    try:
+        worker = subprocess.run([sys.executable, "-m", "rayspec.rpc.worker", "--role", "drafter", "--port", str(port)],
+                                capture_output=True, text=True, timeout=120)
+    finally:
+        first.stop(0)
+    assert worker.returncode == 1
+    assert f"rayspec worker: error: cannot bind a gRPC server to 127.0.0.1:{port}: the port is in use" in worker.stderr
