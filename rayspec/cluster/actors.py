@@ -190,11 +190,10 @@ def addresses_of(actors: list, timeout: float = 600.0) -> list[str]:
     return ray.get([actor.ready.remote() for actor in actors], timeout=timeout)
 
 
-def watch_workers(service, actors: list | None) -> WorkerWatch | None:
-    """A `WorkerWatch` over the worker actors whose handles `service` holds (None: none)."""
-    if not actors:
-        return None
-    return WorkerWatch(service, dict(zip(addresses_of(actors), actors)))
+def watch_workers(service, addresses: list[str], actors: list | None) -> WorkerWatch | None:
+    """A `WorkerWatch` over the worker actors listening at `addresses`, whose handles
+    `service` holds (None: no actors)."""
+    return WorkerWatch(service, dict(zip(addresses, actors, strict=True))) if actors else None
 
 
 class _Placed:
@@ -246,7 +245,7 @@ class GenerationActor(_Placed):
         if worker_actors:
             target_address, *drafter_addresses = addresses_of(worker_actors)
         self.service = Service.from_config(config, target_address, drafter_addresses)
-        self.watch = watch_workers(self.service, worker_actors)
+        self.watch = watch_workers(self.service, [target_address, *drafter_addresses], worker_actors)
         self.server, self.address = serve_generation_api(self.service, config)
 
     def ready(self) -> str:

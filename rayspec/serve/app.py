@@ -65,7 +65,7 @@ class Coordinator:
                 target_address, *drafter_addresses = addresses_of(worker_actors)
             self.service = Service.from_config(config, target_address, drafter_addresses,
                                                costs=None if costs_from is None else grpc_coordinators_costs)
-            self.watch = watch_workers(self.service, worker_actors)
+            self.watch = watch_workers(self.service, [target_address, *drafter_addresses], worker_actors)
             return
         from rayspec.demo import TARGET_PATH
 
@@ -73,7 +73,7 @@ class Coordinator:
         self.drafters, addresses = start_drafters(config, group, START_TIMEOUT)
         target = config.target.local(TARGET_PATH)
         self.service = Service.from_config(config, target, addresses)
-        self.watch = watch_workers(self.service, self.drafters)
+        self.watch = watch_workers(self.service, addresses, self.drafters)
         self.generation, self._grpc_address = serve_generation_api(self.service, config)
 
     def costs(self) -> dict | None:
