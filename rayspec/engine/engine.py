@@ -114,6 +114,12 @@ class Chunk:
 TARGET_RESUME_TIMEOUT = 60.0
 
 
+def check_resume_timeout(seconds, name: str = "target_resume_timeout") -> None:
+    """A clear error for a resume timeout that is not a number of seconds, 0 or more."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+        raise ValueError(f"{name} must be a number of seconds, 0 or more, got {seconds!r}")
+
+
 class Comeback:
     """When a sequence that lost its drafter tries it again: at its next step (a restarted
     worker that lost the session, or a pool's other drafter, takes it at once), then 1, 2, 4
@@ -242,9 +248,7 @@ class SpeculativeEngine:
         "all" (None: `verifier` alone); any other is priced as rrsw.  Each costs about half a
         second of start-up on the demo pair on CPU.  target_resume_timeout: how long a sequence
         whose target was lost waits for it to answer again (0: it fails at once)."""
-        if isinstance(target_resume_timeout, bool) or not isinstance(target_resume_timeout, (int, float)) \
-                or not target_resume_timeout >= 0:
-            raise ValueError(f"target_resume_timeout must be a number of seconds, 0 or more, got {target_resume_timeout!r}")
+        check_resume_timeout(target_resume_timeout)
         self.target_resume_timeout = float(target_resume_timeout)
         self.target = target
         self.drafter = drafter

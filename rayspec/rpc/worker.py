@@ -48,7 +48,8 @@ def _open_checks(spec, vocab_size: int, context_length: int) -> None:
             raise ValueError(f"{what} token ids outside the vocabulary [0, {vocab_size}): {bad[:5]}")
     length = len(spec.prompt_ids) + len(spec.completion_ids)
     if length >= context_length:
-        raise ValueError(f"the prompt has {length} tokens; the context holds {context_length}")
+        raise ValueError(f"the prompt has {length} tokens{' with the completion so far' if spec.completion_ids else ''}; "
+                         f"the context holds {context_length}")
 
 
 def _worker_info(model_id: str, side: LocalTarget | LocalDrafter, **fields) -> worker_pb2.WorkerInfo:

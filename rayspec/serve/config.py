@@ -91,9 +91,9 @@ reserves the target's GPU and owns the placement group, and starts the drafter w
 its other bundles.  It is what `service_bench`'s "target in coordinator" arm measures.
 
 A worker target's `resume_timeout` (seconds, default 60; 0: off): a sequence whose target
-worker is lost under it (gone, or restarted without the session) waits that long for the target
-to answer again, then is opened there again after the tokens it has and decodes on; the client
-sees a pause.  Its law stays the target's, and with `gumbel` or `minhash` its tokens are those
+worker is lost under it (gone, or restarted without the session) waits up to that long for the
+target to answer again, and as soon as it does is opened there again after the tokens it has
+and decodes on; the client sees a pause.  Its law stays the target's, and with `gumbel` or `minhash` its tokens are those
 of a sequence never interrupted.  Past the timeout the request fails (503 / UNAVAILABLE).
 
 `placement.max_restarts`: how often Ray starts a worker actor (or the gRPC coordinator actor)
@@ -131,7 +131,7 @@ from pathlib import Path
 
 import yaml
 
-from rayspec.engine.engine import check_setting, resolve_priced_verifiers
+from rayspec.engine.engine import check_resume_timeout, check_setting, resolve_priced_verifiers
 from rayspec.engine.policy import parse_sequoia
 from rayspec.engine.prediction import check_graft_mode
 from rayspec.engine.trees import parse_tree_spec
@@ -205,9 +205,7 @@ class TargetConfig(ModelConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        value = self.resume_timeout
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise ValueError(f"target.resume_timeout must be a number of seconds, 0 or more, got {value!r}")
+        check_resume_timeout(self.resume_timeout, "target.resume_timeout")
 
 
 @dataclass
