@@ -56,7 +56,15 @@ part() {  # part NAME SECONDS COMMAND...: runs COMMAND under a limit, logs its e
     python3 -c "import torch, transformers, grpc, google.protobuf as pb; print('torch', torch.__version__, 'transformers', transformers.__version__, 'grpcio', grpc.__version__, 'protobuf', pb.__version__, 'cuda', torch.cuda.is_available())"
 } 2>&1 | tee -a "$LOG"
 
-part test_cuda 170 python3 -m pytest tests/test_cuda.py -q -p no:cacheprovider --timeout 150
+# The parts run in this order, the ones a short lease needs most first.
+part test_cuda 200 python3 -m pytest tests/test_cuda.py -q -p no:cacheprovider --timeout 180
+# Re-planning checks every 32 steps against their back-off (2026-11-27), in the step or beside it
+# (2026-11-28): the checks run on the host, which bounds the GPU's steps; then a check's cost to a step
+# whose time is in kernels, by tree size.
+part replan 150 python3 bench/replan_bench.py --device "$DEVICE" --prompts 8 --tokens 128 --rounds 2 \
+    --out replan_bench_gpu
+part service_overhead 150 python3 bench/service_bench.py --device "$DEVICE" --parts overhead idle floor --skip-locust \
+    --prompts 4 --tokens 64 --out bench/results/service_bench_gpu
 part profile_step 60 python3 bench/profile_step.py --device "$DEVICE" --prompts 2 --tokens 64
 # Six verifiers of the nine since per-verifier pricing (2026-11-27): each row is a few decodes.
 part cost_model 120 python3 bench/cost_model_bench.py --device "$DEVICE" --prompts 3 --tokens 32 \
@@ -65,15 +73,8 @@ part cost_model 120 python3 bench/cost_model_bench.py --device "$DEVICE" --promp
 part batched_forward 60 python3 bench/batched_forward_bench.py --out batched_forward_bench_gpu
 part e2e 90 python3 bench/e2e_bench.py --prompts 4 --tokens 64 --temperatures 0 0.6 --skip-grid \
     --out bench/results/e2e_bench_gpu
-part service_overhead 150 python3 bench/service_bench.py --device "$DEVICE" --parts overhead idle floor --skip-locust \
-    --prompts 4 --tokens 64 --out bench/results/service_bench_gpu
 part batching 130 python3 bench/batching_bench.py --trees sequoia:auto --users 1 4 16 --rounds 1 --tokens 64 \
     --out batching_bench_gpu
 part load_aware 150 python3 bench/load_aware_bench.py --users 1 4 16 --rounds 2 --tokens 64 \
     --out load_aware_bench_gpu
-# Re-planning checks every 32 steps against their back-off (2026-11-27), in the step or beside it
-# (2026-11-28): the checks run on the host, which bounds the GPU's steps; then a check's cost to a step
-# whose time is in kernels, by tree size.
-part replan 150 python3 bench/replan_bench.py --device "$DEVICE" --prompts 8 --tokens 128 --rounds 2 \
-    --out replan_bench_gpu
 echo "=== done in ${SECONDS}s" | tee -a "$LOG"

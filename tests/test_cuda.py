@@ -14,6 +14,8 @@ Skipped where there is no CUDA (CI); run on a GPU machine with `pytest tests/tes
   carry its wheel, which has no dependencies).
 * Cross-request batching on CUDA: a padded forward gives each sequence the logits it gets
   alone, and concurrent greedy generations, whose forwards are batched, the target's tokens.
+* A target worker on CUDA killed under a sequence and started again at its port: the sequence
+  resumes there (`SequenceSpec.resumed`) with the tokens of an uninterrupted decode.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import torch
 
 from rayspec.demo import DRAFTER_PATH, TARGET_PATH, load_prompts
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.engine.engine import GenerationStats
 from rayspec.models import load_causal_lm
 from rayspec.rpc.process import Worker
 from rayspec.rpc.remote import RemoteDrafter, RemoteTarget
@@ -187,3 +190,42 @@ def test_structured_output_on_cuda_gives_the_cpu_tokens(demo_on_cuda, name, tree
         assert (got.tokens, got.finish_reason) == (expected.tokens, expected.finish_reason)
         if got.finish_reason == "stop":
             assert set(json.loads(tokenizer.decode(got.tokens))) == {"name", "on"}
+
+
+def resume_after_a_killed_target_worker(device: str, tmp_path) -> None:
+    """A seeded gumbel decode whose target worker process is SIGKILLed after three chunks and
+    started again at its port, as Ray restarts an actor: the tokens of the in-process engine.
+    gumbel's tokens are a function of the seed and the target's laws, so the resumed session's
+    laws must be the uninterrupted one's to the float (a CUDA prefill of prompt + completion)."""
+    import signal
+
+    target, tokenizer = load_causal_lm(TARGET_PATH, device=device, dtype="float32")
+    drafter, _ = load_causal_lm(DRAFTER_PATH, device=device, dtype="float32")
+    prompt = tokenizer.encode(load_prompts(1)[0], add_special_tokens=False)
+    request = dict(max_new_tokens=64, temperature=0.8, seed=11, ignore_eos=True)
+    expected = SpeculativeEngine(LocalTarget(target, tokenizer), LocalDrafter(drafter, tokenizer), verifier="gumbel",
+                                 tree="kary:2x3").run(prompt, **request).tokens
+    args = ("--role", "target", "--model", str(TARGET_PATH), "--device", device, "--dtype", "float32")
+    worker = Worker(tmp_path / "target.log", *args)
+    port = worker.address.rsplit(":", 1)[1]
+    remote = RemoteTarget(worker.address, timeout=30)
+    engine = SpeculativeEngine(remote, LocalDrafter(drafter, tokenizer), verifier="gumbel", tree="kary:2x3")
+    stats, tokens = GenerationStats(), []
+    try:
+        stream = engine.generate(prompt, **request, stats=stats)
+        for _ in range(3):
+            tokens += next(stream).tokens
+        worker.process.send_signal(signal.SIGKILL)
+        worker.process.wait()
+        worker.stop()
+        worker = Worker(tmp_path / "target-again.log", *args, "--port", port)
+        tokens += [t for chunk in stream for t in chunk.tokens]
+    finally:
+        remote.close()
+        worker.stop()
+    assert stats.target_resumes == 1
+    assert tokens == expected, f"resumed on {device}: {tokens} != {expected}"
+
+
+def test_a_target_worker_on_cuda_killed_and_started_again_resumes_its_sequence(tmp_path):
+    resume_after_a_killed_target_worker("cuda", tmp_path)
