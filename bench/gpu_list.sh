@@ -13,13 +13,12 @@
 # `pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64
 # -d .whl grpcio==1.85.3 protobuf==7.36.2 outlines_core==0.2.14` and carry `.whl`.
 #
-# On one H100 (2026-11-27, third run) test_cuda, profile_step, cost_model, e2e and service_overhead
-# (then without its idle and floor parts) took 148, 54, 62, 46 and 78 s, 399 s with the wheels'
-# install; batching and load_aware 63 and 123 s, in a second call (`bash bench/gpu_list.sh $OUT
-# batching load_aware`); batched_forward 43 s in the second run.  service_overhead's idle part
-# times the in-process target right after an idle wait: on the H100 the target worker's forward
-# took 10.2 ms against 7.2 in-process (service_bench_gpu.md), not explained yet.  The replan part
-# (added 2026-11-27) has not run on a GPU yet: its limit is a guess.
+# On one H100 (2026-11-27, fourth run, three calls on one warm machine) test_cuda, replan,
+# service_overhead (its idle and floor parts included), profile_step and cost_model took 170, 72,
+# 92, 52 and 66 s, 464 s with the wheels' install; e2e and batching 51 and 61 s; batched_forward
+# and load_aware 36 and 108 s.  service_overhead's idle part times the in-process target right
+# after an idle wait: 1.06x its scoring time after 10 ms idle (the third run's target worker
+# took 10.2 ms a forward against 7.2 in-process, not explained yet).
 
 set -u
 OUT=${1:-${OUT:-/tmp/gpu_out}}
