@@ -17,6 +17,7 @@ or another of a pool — gets a new session, told the tokens so far, and the seq
 A sequence whose target is lost (`TargetUnavailable`: its worker gone, or restarted without
 the session) is opened again on it (`SequenceSpec.resumed`) once it answers, within
 `target_resume_timeout`, and the step that failed is verified there: the client sees a pause.
+A caller that gives up meanwhile (`generate`'s `cancelled`) ends the wait at once.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from dataclasses import dataclass, field
 import torch
 
 from rayspec.engine.interfaces import (
-    Draft, DrafterBusy, DrafterUnavailable, Outcome, SequenceSpec, TargetUnavailable, TokenLogprobs,
+    Draft, DrafterBusy, DrafterUnavailable, GenerationCancelled, Outcome, SequenceSpec, TargetUnavailable,
+    TokenLogprobs,
 )
 from rayspec.engine.policy import (
     AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia, planned_tree,
@@ -371,6 +373,7 @@ class SpeculativeEngine:
         prompt_logprobs: int | None = None,
         prediction: Sequence[int] | None = None,
         structured_output: StructuredOutput | str | None = None,
+        cancelled: threading.Event | None = None,
     ) -> Iterator[Chunk]:
         """Yield the tokens of each verification step as soon as it is verified.
 
@@ -402,7 +405,10 @@ class SpeculativeEngine:
         expression or a choice, `rayspec.engine.structured.StructuredOutput`, or a regular
         expression as a string); both models restrict their laws to it, so the output follows
         the constrained law exactly.  It ends where a match does, at a stop token, and needs
-        the models' tokenizers (`LocalTarget(model, tokenizer)`; workers load theirs)."""
+        the models' tokenizers (`LocalTarget(model, tokenizer)`; workers load theirs).
+        cancelled: an event the caller sets when it gives up on the generation (its client
+        left); a wait for a lost target then ends at once with `GenerationCancelled` instead
+        of at `target_resume_timeout` (between steps, a caller simply stops iterating)."""
         replayable = seed is not None if replayable is None else replayable
         stop_ids = self._stop_ids(stop, ignore_eos)
         regex = structured_regex(structured_output)
@@ -521,7 +527,8 @@ class SpeculativeEngine:
                         break
                     except TargetUnavailable as error:
                         resume_by = resume_by or time.monotonic() + self.target_resume_timeout
-                        target = self._resume_target(spec.resumed(produced), error, targeting, resume_by)
+                        target = self._resume_target(spec.resumed(produced), error, targeting, resume_by,
+                                                     cancelled)
                         stats.target_resumes += 1
                 if spec.logprobs is not None and outcome.logprobs is None:
                     raise RuntimeError("the target sent no log-probabilities: its worker predates them")
@@ -580,11 +587,12 @@ class SpeculativeEngine:
                     return
 
     def _resume_target(self, resumed: SequenceSpec, lost: TargetUnavailable, targeting: ExitStack,
-                       deadline: float):
+                       deadline: float, cancelled: threading.Event | None = None):
         """The sequence's target session, lost (`lost`), opened again as `resumed` once the
         target answers: tried every 0.25 s, then 0.5, 1 and 2 s apart, until `deadline`
         (`time.monotonic()`); then the loss is raised.  The deadline is the step's, so that a
-        target that loses every session it opens fails the sequence in time all the same."""
+        target that loses every session it opens fails the sequence in time all the same.
+        `cancelled` set meanwhile: `GenerationCancelled` at once — nobody waits for the tokens."""
         done = len(resumed.completion_ids)
         if time.monotonic() >= deadline:
             raise lost
@@ -598,7 +606,11 @@ class SpeculativeEngine:
                 if time.monotonic() + wait > deadline:
                     log.warning("target still lost after %g s: the sequence fails", self.target_resume_timeout)
                     raise error from lost
-                time.sleep(wait)
+                if cancelled is None:
+                    time.sleep(wait)
+                elif cancelled.wait(wait):
+                    log.info("a sequence waiting for its lost target was cancelled after %d tokens", done)
+                    raise GenerationCancelled(f"cancelled while its target was lost ({lost})") from lost
                 wait = min(2 * wait, 2.0)
                 continue
             log.info("sequence resumed on its target after %d tokens", done)

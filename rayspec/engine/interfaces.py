@@ -185,6 +185,11 @@ class TargetUnavailable(RuntimeError):
     resumed`) once the target answers, within its `target_resume_timeout`."""
 
 
+class GenerationCancelled(RuntimeError):
+    """The generation's caller gave up on it (its client left, its RPC was cancelled) while the
+    engine waited on a worker: the wait ends there rather than at its deadline."""
+
+
 class DrafterBusy(RuntimeError):
     """The drafter has no room for another sequence now (its session limit): the request is
     refused as the service's capacity answer (429), unless a pool has another drafter."""

@@ -8,6 +8,7 @@ and iterate `run()` for the text of each verification step.
 from __future__ import annotations
 
 import secrets
+import threading
 import uuid
 from dataclasses import dataclass
 
@@ -193,6 +194,12 @@ class GenerationRequest:
         )
         self.include_stop = bool(include_stop_str_in_output)
         self.engine, self.tokenizer = engine, tokenizer
+        self.cancelled = threading.Event()  # set by `cancel()`: its client gave up
+
+    def cancel(self) -> None:
+        """The client gave up on this request: a wait of its engine for a lost worker ends now
+        (`GenerationCancelled`) rather than at its deadline."""
+        self.cancelled.set()
 
     def run(self):
         """Yield a `StepText` per step; then `self.finish_reason`, `self.stop_reason` (the stop
@@ -210,7 +217,8 @@ class GenerationRequest:
         stop_texts = [s for s in self.kwargs["stop"] if isinstance(s, str)]
         assembler = TextAssembler(self.tokenizer, stop_texts, self.prompt_ids, self.kwargs["min_tokens"],
                                   self.include_stop, self.kwargs["skip_special_tokens"])
-        for chunk in self.engine.generate(self.prompt_ids, stats=self.stats, **self.kwargs):
+        for chunk in self.engine.generate(self.prompt_ids, stats=self.stats, cancelled=self.cancelled,
+                                          **self.kwargs):
             self.token_ids += chunk.tokens
             if chunk.logprobs is not None:
                 self.logprobs.extend(chunk.logprobs)

@@ -51,6 +51,7 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
     @rpc_errors
     def Generate(self, message, context):
         request = self._request(message)
+        context.add_callback(request.cancel)  # the RPC ended (cancelled, past its deadline): stop waiting
         with closing(request.run()) as steps:
             for _ in steps:
                 if not context.is_active():  # cancelled, or past its deadline: stop, releasing the sessions
@@ -60,6 +61,7 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
     @rpc_errors
     def GenerateStream(self, message, context):
         request = self._request(message)
+        context.add_callback(request.cancel)
         for added in request.run():
             yield generation_pb2.GenerateStreamResponse(
                 chunk=generation_pb2.Chunk(text=added.text, token_ids=added.token_ids,

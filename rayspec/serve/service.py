@@ -247,7 +247,8 @@ class StepStream:
     The engine's generator lives and dies in that thread (a generator cannot be closed while
     another thread is inside it).  `close()` — called when the response ends, fails or loses
     its client — asks the thread to stop after its current step; the thread then closes the
-    generator, which releases the worker sessions, and frees the service's slot.  `finished`
+    generator, which releases the worker sessions, and frees the service's slot; a thread
+    waiting for a lost target worker stops waiting.  `finished`
     is set once that is done.  The thread runs ahead of a slow client: at most one queued
     item per step."""
 
@@ -255,6 +256,7 @@ class StepStream:
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue = asyncio.Queue()
         self._stop = threading.Event()
+        self._request = request
         self._ended = False
         self.finished = threading.Event()
         self._thread = threading.Thread(
@@ -320,3 +322,4 @@ class StepStream:
 
     def close(self) -> None:
         self._stop.set()
+        self._request.cancel()  # a wait for a lost target worker ends now, not at its deadline

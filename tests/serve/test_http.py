@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -1106,6 +1107,28 @@ def test_a_request_whose_target_worker_restarts_is_resumed_and_counted(http, ser
         engine.target = target
     assert "".join(e["choices"][0]["text"] for e in events if e["choices"]) == expected_text
     assert metric_samples(http)[name] == before + 1
+
+
+def test_a_client_that_leaves_while_its_target_is_lost_frees_its_slot_at_once(http, server):
+    """The client of a streamed completion disconnects while the engine waits for its lost
+    target (down for a minute): the wait ends, the abort is counted and the slot freed within
+    seconds, not at the resume timeout."""
+    engine = server["service"].engine
+    aborted = ("rayspec_generations_ended_total", (("reason", "abort"),))
+    aborts = metric_samples(http).get(aborted, 0)
+    target = engine.target
+    engine.target = faulty = LosesItsFirstSession(target, at_step=2, down=60)
+    try:
+        body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 200, "temperature": 0, "stream": True}
+        with http.stream("POST", "/v1/completions", json=body) as reply:
+            next(line for line in reply.iter_lines() if line.startswith("data: {"))
+            eventually(faulty.lost.is_set, what="the target session to be lost")
+        left = time.monotonic()
+        eventually(lambda: metric_samples(http).get(aborted, 0) == aborts + 1, timeout=10, what="the abort")
+        assert time.monotonic() - left < 5
+        assert metric_samples(http)[("rayspec_generations_in_flight", ())] == 0
+    finally:
+        engine.target = target
 
 
 def test_metrics_are_exported_and_count_requests(http):
