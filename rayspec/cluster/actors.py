@@ -97,17 +97,29 @@ def bind_again(serve, host: str, port: int):
     return server, bound
 
 
-def forget_port() -> None:
-    """Drop the port `bind_again` kept for this actor (it stops for good)."""
-    saved = _port_file()
-    if saved is not None:
-        saved.unlink(missing_ok=True)
+def forget_kept() -> None:
+    """Drop what this actor kept for its restarts — its port, its costs — as it stops for good."""
+    for kept in (_port_file(), _costs_file()):
+        if kept is not None:
+            kept.unlink(missing_ok=True)
+
+
+def _kept_file(name: str) -> Path | None:
+    """A file of this actor's node named by its actor id, which a restart keeps (None outside
+    an actor): what the actor needs to come back as it was."""
+    actor = ray.get_runtime_context().get_actor_id()
+    return None if actor is None else Path(tempfile.gettempdir(), "rayspec-actors", f"{actor}{name}")
 
 
 def _port_file() -> Path | None:
-    """Where `bind_again` keeps this actor's port (None outside an actor)."""
-    actor = ray.get_runtime_context().get_actor_id()
-    return None if actor is None else Path(tempfile.gettempdir(), "rayspec-ports", actor)
+    """Where `bind_again` keeps this actor's port."""
+    return _kept_file("")
+
+
+def _costs_file() -> Path | None:
+    """Where a coordinator actor keeps the step costs it measured, so that a restart plans the
+    sequoia:auto trees it planned before — and those the HTTP coordinator, given them, plans."""
+    return _kept_file(".costs.json")
 
 
 def model_runtime_env() -> dict:
@@ -227,7 +239,7 @@ class WorkerActor(_Placed):
         return self.address
 
     def stop(self) -> None:
-        forget_port()
+        forget_kept()
         self.server.stop(grace=1).wait()
 
 
@@ -244,7 +256,7 @@ class GenerationActor(_Placed):
         config = ServiceConfig.from_dict(config)
         if worker_actors:
             target_address, *drafter_addresses = addresses_of(worker_actors)
-        self.service = Service.from_config(config, target_address, drafter_addresses)
+        self.service = Service.from_config(config, target_address, drafter_addresses, costs_file=_costs_file())
         self.watch = watch_workers(self.service, [target_address, *drafter_addresses], worker_actors)
         self.server, self.address = serve_generation_api(self.service, config)
 
@@ -260,7 +272,7 @@ class GenerationActor(_Placed):
         return self.service.measured_costs()
 
     def stop(self) -> None:
-        forget_port()
+        forget_kept()
         if self.watch is not None:
             self.watch.stop()
         self.server.stop(grace=1).wait()

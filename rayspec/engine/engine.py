@@ -22,6 +22,7 @@ A caller that gives up meanwhile (`generate`'s `cancelled`) ends the wait at onc
 
 from __future__ import annotations
 
+import json
 import logging
 import operator
 import secrets
@@ -31,6 +32,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -234,7 +236,7 @@ class SpeculativeEngine:
     def __init__(self, target, drafter=None, verifier: str = "rrsw", tree="sequoia:auto",
                  verifier_params: dict | None = None, tokenizer=None, acceptance_dir=None, adaptive: bool = True,
                  costs=None, graft_predictions: str = "auto", load_aware: bool = True, priced_verifiers=None,
-                 target_resume_timeout: float = TARGET_RESUME_TIMEOUT):
+                 target_resume_timeout: float = TARGET_RESUME_TIMEOUT, costs_file=None):
         """tree: a tree spec (see `rayspec.engine.policy`) or a TreeShape; `acceptance_dir`
         holds the measured acceptance vectors Sequoia trees are planned from; `adaptive`
         lets Sequoia trees re-plan from the ranks accepted while serving; `costs` (measured by
@@ -249,7 +251,10 @@ class SpeculativeEngine:
         and walks sequoia:auto's calibration times (`rayspec.engine.calibrate`), a list or
         "all" (None: `verifier` alone); any other is priced as rrsw.  Each costs about half a
         second of start-up on the demo pair on CPU.  target_resume_timeout: how long a sequence
-        whose target was lost waits for it to answer again (0: it fails at once)."""
+        whose target was lost waits for it to answer again (0: it fails at once).  costs_file:
+        a JSON file the measured costs are kept in — read instead of measuring when it exists,
+        written once measured — so that a process started again (a Ray actor's restart) plans
+        the trees it planned before."""
         check_resume_timeout(target_resume_timeout)
         self.target_resume_timeout = float(target_resume_timeout)
         self.target = target
@@ -268,6 +273,7 @@ class SpeculativeEngine:
         self._costs = None if callable(costs) else costs
         self._costs_source = costs if callable(costs) else None
         self._costs_lock = threading.Lock()  # measured once, whichever requests need them first
+        self.costs_file = None if costs_file is None else Path(costs_file)
         self.tree = tree if drafter is not None else "none"
         self._tree_key = _policy_key(self.tree)
         self._tree_policy = self._build_policy(self._tree_key)  # sequoia:auto calibrates here, at start-up
@@ -282,6 +288,11 @@ class SpeculativeEngine:
             if self._costs is None:
                 if self._costs_source is not None:
                     self._costs = self._costs_source()
+                elif self.costs_file is not None and self.costs_file.exists():
+                    from rayspec.engine.calibrate import Costs
+
+                    self._costs = Costs.from_json(json.loads(self.costs_file.read_text()))
+                    log.info("step costs read from %s, as measured before", self.costs_file)
                 else:
                     from rayspec.engine.calibrate import CALIBRATION_TEMPERATURE, measure_costs
 
@@ -290,6 +301,11 @@ class SpeculativeEngine:
                         self.target, self.drafter, verifiers=self.priced_verifiers,
                         walk_trees=lambda verifier, n: planned_tree(self.library, verifier, CALIBRATION_TEMPERATURE, n),
                         verifier_params={self.verifier: self.verifier_params})
+                    if self.costs_file is not None:
+                        self.costs_file.parent.mkdir(parents=True, exist_ok=True)
+                        kept = self.costs_file.with_suffix(".partial")
+                        kept.write_text(json.dumps(self._costs.to_json()))
+                        kept.replace(self.costs_file)  # a process killed mid-write leaves no half file
             return self._costs
 
     @property

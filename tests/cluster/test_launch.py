@@ -146,8 +146,9 @@ def test_a_worker_whose_process_dies_is_restarted_at_its_address_and_served_agai
     """Last in this module: kills its workers.  Ray restarts a killed worker actor, which binds
     the port it had, so both coordinators take it back without being told: first the drafter
     worker (the service decodes on meanwhile, `degraded`), then the target (`unavailable`
-    until it is back); and the gRPC coordinator, at its configured port.  Afterwards a seed
-    gives the in-process engine's tokens again, through both APIs and both drafters."""
+    until it is back); and the gRPC coordinator, at its configured port and with the step
+    costs it had measured.  Afterwards a seed gives the in-process engine's tokens again,
+    through both APIs and both drafters."""
     import ray
 
     from rayspec.client import Client
@@ -161,11 +162,15 @@ def test_a_worker_whose_process_dies_is_restarted_at_its_address_and_served_agai
         _wait_for_health(url, while_down, timeout=30)
         assert ray.get(worker.ready.remote(), timeout=120) == address
         _wait_for_health(url, "ok")
+    costs = ray.get(running.generation.costs.remote(), timeout=60)
     ray.kill(running.generation, no_restart=False)
     with Client(running.grpc_address, retries=0) as sdk:
         _wait_until(lambda: not sdk.health(timeout=5), "the gRPC coordinator to go", timeout=30)
         _wait_until(lambda: sdk.health(timeout=5), "the gRPC coordinator to come back")
     assert ray.get(running.generation.ready.remote(), timeout=60) == running.grpc_address
+    # it plans from the costs it measured before, which the HTTP coordinator holds too
+    assert costs is not None and ray.get(running.generation.costs.remote(), timeout=60) == costs
+    assert_both_coordinators_plan_from_one_calibration(running)
     assert_serves_in_process_tokens(running, target_path, drafter_path)
 
 

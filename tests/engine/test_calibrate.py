@@ -229,3 +229,24 @@ def test_a_verifier_is_timed_with_the_parameters_it_is_given():
                   verifiers=["is"], verifier_params={"is": {"alphabet_size": 8}})
     assert {params["alphabet_size"] for verifier, params in drafter.params if verifier == "is"} == {8}
     assert all(params == {} for verifier, params in drafter.params if verifier == "rrsw")
+
+
+def test_costs_kept_in_a_file_are_read_back_instead_of_measured_again(tmp_path, monkeypatch):
+    """A coordinator started again (a Ray actor's restart) plans from the costs it measured
+    before, not from a new measurement's: the same trees, so the same tokens for a seed."""
+    import rayspec.engine.calibrate as calibrate
+
+    target = tiny_llama(vocab=64, seed=0)
+    drafter = noisy_copy(target, noise=0.3)
+    kept = tmp_path / "kept" / "costs.json"
+    first = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), tree="sequoia:auto", costs_file=kept)
+    assert kept.exists() and not kept.with_suffix(".partial").exists()  # sequoia:auto measured at start-up
+
+    def measured_again(*args, **kwargs):
+        raise AssertionError("the costs were measured again")
+
+    monkeypatch.setattr(calibrate, "measure_costs", measured_again)
+    again = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), tree="sequoia:auto", costs_file=kept)
+    assert again.measured_costs == first.measured_costs
+    request = dict(max_new_tokens=24, temperature=0.8, seed=4)
+    assert again.run([3, 9, 27, 17], **request).tokens == first.run([3, 9, 27, 17], **request).tokens
