@@ -34,6 +34,7 @@ log = logging.getLogger("rayspec.rpc")
 TRANSPORT_LIMIT = 1024 * 1024 * 1024  # 1 GiB: above every application limit
 DEFAULT_MAX_REQUEST_BYTES = 256 * 1024 * 1024
 KEEPALIVE_MS = 30_000  # an idle connection is pinged this often, so a dead peer is noticed
+MAX_RECONNECT_BACKOFF_MS = 2_000  # a channel tries its lost peer again at least this often
 
 
 def grpc_options(keepalive_ms: int = KEEPALIVE_MS) -> list[tuple[str, int]]:
@@ -43,9 +44,10 @@ def grpc_options(keepalive_ms: int = KEEPALIVE_MS) -> list[tuple[str, int]]:
     accepts pings twice that often.  It must: a gRPC server's default is one ping per five
     minutes without data, and after two pings more frequent than that it closes the
     connection with GOAWAY "too_many_pings", failing a session stream that waited on a slow
-    client.  A channel whose worker went away tries to reconnect at most every 30 s (gRPC's
-    default backs off to 120 s): a worker started again at its address is back in use within
-    that, as a drafter's rest after a loss allows (`rayspec.rpc.remote.RemoteDrafter`).
+    client.  A channel whose worker went away tries to reconnect at least every 2 s, however
+    long the worker was gone: gRPC backs its tries off to 120 s by default, and a call on a
+    channel between tries fails at once, so a target worker back after a long restart would
+    keep its waiting sequences (`SequenceSpec.resumed`) paused for up to that long more.
     Compression stays off (the default): probability rows compress poorly and cost CPU time.
     A server does not share its port (gRPC's default sets SO_REUSEPORT): a second worker
     started on a port in use, or a restarted one whose old port another process took, fails
@@ -58,7 +60,7 @@ def grpc_options(keepalive_ms: int = KEEPALIVE_MS) -> list[tuple[str, int]]:
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.http2.min_ping_interval_without_data_ms", keepalive_ms // 2),
-        ("grpc.max_reconnect_backoff_ms", 30_000),
+        ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
         ("grpc.so_reuseport", 0),
     ]
 

@@ -218,3 +218,33 @@ def test_a_grpc_stream_cancelled_while_its_target_is_lost_stops_waiting(pair):
             assert engine.decoding == 0 and time.monotonic() - cancelled < 3
     finally:
         server.stop(0)
+
+
+@pytest.mark.slow
+def test_a_target_back_after_a_long_outage_is_dialled_within_seconds(pair):
+    """gRPC backs off a channel's tries to reconnect (to 120 s by default), and a call between
+    tries fails at once: after 16 s away the next try would come 7-14 s after the worker is
+    back.  rayspec's channels try every 2 s at most, so the sequence resumes within that and
+    the engine's own 2-s wait."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    target_model, drafter_model = pair
+    server, port = serve_target(LocalTarget(target_model), "127.0.0.1:0")
+    remote = RemoteTarget(f"127.0.0.1:{port}", timeout=10)
+    engine = SpeculativeEngine(remote, LocalDrafter(drafter_model), verifier="gumbel", tree="kary:2x2")
+    stream = engine.generate(PROMPT, **REQUEST)
+    try:
+        next(stream)
+        server.stop(0).wait()
+        with ThreadPoolExecutor(1) as pool:
+            resumed = pool.submit(next, stream)
+            time.sleep(16)
+            assert not resumed.done()
+            server, _ = serve_target(LocalTarget(target_model), f"127.0.0.1:{port}")
+            back = time.monotonic()
+            resumed.result(timeout=30)
+            assert time.monotonic() - back < 5
+    finally:
+        stream.close()
+        remote.close()
+        server.stop(0)
