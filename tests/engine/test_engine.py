@@ -137,7 +137,9 @@ def test_first_three_tokens_follow_the_target_end_to_end(context_pair, name, tre
     assert_frequencies_match(samples, law, what=f"{name}: first 3 tokens through the engine")
 
 
-@pytest.mark.parametrize("name", ["rrsw", "spectr", "is"])
+# the truncation is the drafter's: one verifier in `make test`, the others in `make test-all`
+@pytest.mark.parametrize("name", ["rrsw", pytest.param("spectr", marks=pytest.mark.slow),
+                                  pytest.param("is", marks=pytest.mark.slow)])
 def test_a_drafter_kept_to_its_two_likeliest_tokens_leaves_the_output_law_exact(context_pair, name):
     """Of a vocabulary of 4, the drafter drafts from its 2 likeliest tokens only: the verifier
     checks against that law, so the emitted tokens still follow the target's."""

@@ -74,7 +74,9 @@ def small():
     return target, noisy_copy(target, noise=0.8), exact_law_of_first_tokens(target, [0, 1, 2], 3)
 
 
-@pytest.mark.parametrize("verifier, with_drafter", [("rrsw", True), ("rrsw", False), ("gumbel", True), ("sps", True)])
+# sps as rrsw, drafting differently: `make test-all` only, to keep `make test` short
+@pytest.mark.parametrize("verifier, with_drafter", [("rrsw", True), ("rrsw", False), ("gumbel", True),
+                                                   pytest.param("sps", True, marks=pytest.mark.slow)])
 def test_the_first_tokens_follow_the_target_whatever_the_prediction(small, verifier, with_drafter):
     target, drafter, law = small
     engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter) if with_drafter else None, verifier=verifier,

@@ -161,7 +161,9 @@ def constrained_law(model, cursor_factory, prompt, temperature=1.0) -> dict[tupl
     return law
 
 
-@pytest.mark.parametrize("verifier, tree", [("rrsw", "kary:3x2"), ("sps", "chain:3"), ("gumbel", "kary:2x2")])
+# sps on a chain in `make test-all` only, to keep `make test` short
+@pytest.mark.parametrize("verifier, tree", [("rrsw", "kary:3x2"), pytest.param("sps", "chain:3", marks=pytest.mark.slow),
+                                           ("gumbel", "kary:2x2")])
 def test_constrained_speculative_sampling_follows_the_constrained_law(tokenizer, tiny_pair, verifier, tree):
     target, drafter = tiny_pair
     output = StructuredOutput(choice=CHOICES)
