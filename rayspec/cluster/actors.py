@@ -97,6 +97,9 @@ def bind_again(serve, host: str, port: int):
     return server, bound
 
 
+KEPT_DIR = Path(tempfile.gettempdir(), "rayspec-actors")  # what actors keep for their restarts
+
+
 def forget_kept() -> None:
     """Drop what this actor kept for its restarts — its port, its costs — as it stops for good."""
     for kept in (_port_file(), _costs_file()):
@@ -108,7 +111,7 @@ def _kept_file(name: str) -> Path | None:
     """A file of this actor's node named by its actor id, which a restart keeps (None outside
     an actor): what the actor needs to come back as it was."""
     actor = ray.get_runtime_context().get_actor_id()
-    return None if actor is None else Path(tempfile.gettempdir(), "rayspec-actors", f"{actor}{name}")
+    return None if actor is None else KEPT_DIR / f"{actor}{name}"
 
 
 def _port_file() -> Path | None:

@@ -27,9 +27,13 @@ metrics and the 429 answers themselves); past those Serve queues at most
 
 from __future__ import annotations
 
+import logging
+
 from ray import serve
 
 from rayspec.serve.config import ServiceConfig
+
+log = logging.getLogger("rayspec.serve")
 
 START_TIMEOUT = 600.0  # drafter workers loading their models
 HEADROOM = 16  # ongoing requests beyond the generations: /health, /metrics, /v1/models, 429 answers
@@ -114,10 +118,20 @@ class Coordinator:
         return create_app(self.service, answer_request_ids=False)  # Ray Serve's proxy answers X-Request-Id
 
     def __del__(self):
+        import ray
+
+        from rayspec.cluster.actors import forget_kept
+
         if getattr(self, "watch", None) is not None:
             self.watch.stop()
         if getattr(self, "generation", None) is not None:
             self.generation.stop(grace=1)
+            forget_kept()  # its port: a replica Serve starts again is another actor
+        if getattr(self, "drafters", None):  # those it started die with it: let them stop first
+            try:
+                ray.get([drafter.stop.remote() for drafter in self.drafters], timeout=10)
+            except Exception as error:  # noqa: BLE001 — shutting down: what is not stopped is killed
+                log.warning("the drafter workers did not stop: %s", error)
         if hasattr(self, "service"):  # not when the constructor failed
             self.service.close()
 

@@ -39,12 +39,17 @@ def launched(directory, target: dict, drafters: list[dict], placement: dict | No
     else:
         head = None
         ray.init(address=ray_address, log_to_driver=False)
+    from rayspec.cluster.actors import KEPT_DIR
+
+    kept_before = set(KEPT_DIR.glob("*"))
     try:
         running = Service(config)
         try:
             yield running, target_path, drafter_path
         finally:
             running.stop()
+        # what the actors kept for their restarts (ports, costs) goes with them
+        assert set(KEPT_DIR.glob("*")) <= kept_before, f"left behind: {set(KEPT_DIR.glob('*')) - kept_before}"
     finally:
         if head is None:
             ray.shutdown()
