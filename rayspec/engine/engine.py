@@ -288,11 +288,8 @@ class SpeculativeEngine:
             if self._costs is None:
                 if self._costs_source is not None:
                     self._costs = self._costs_source()
-                elif self.costs_file is not None and self.costs_file.exists():
-                    from rayspec.engine.calibrate import Costs
-
-                    self._costs = Costs.from_json(json.loads(self.costs_file.read_text()))
-                    log.info("step costs read from %s, as measured before", self.costs_file)
+                elif (kept := self._kept_costs()) is not None:
+                    self._costs = kept
                 else:
                     from rayspec.engine.calibrate import CALIBRATION_TEMPERATURE, measure_costs
 
@@ -307,6 +304,20 @@ class SpeculativeEngine:
                         kept.write_text(json.dumps(self._costs.to_json()))
                         kept.replace(self.costs_file)  # a process killed mid-write leaves no half file
             return self._costs
+
+    def _kept_costs(self):
+        """The costs `costs_file` holds, None when it holds none that can be read (measured anew)."""
+        if self.costs_file is None or not self.costs_file.exists():
+            return None
+        from rayspec.engine.calibrate import Costs
+
+        try:
+            costs = Costs.from_json(json.loads(self.costs_file.read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            log.warning("cannot read the step costs kept in %s (%s): measuring them anew", self.costs_file, error)
+            return None
+        log.info("step costs read from %s, as measured before", self.costs_file)
+        return costs
 
     @property
     def measured_costs(self):

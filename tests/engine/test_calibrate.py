@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -250,3 +251,13 @@ def test_costs_kept_in_a_file_are_read_back_instead_of_measured_again(tmp_path, 
     assert again.measured_costs == first.measured_costs
     request = dict(max_new_tokens=24, temperature=0.8, seed=4)
     assert again.run([3, 9, 27, 17], **request).tokens == first.run([3, 9, 27, 17], **request).tokens
+
+
+def test_a_costs_file_that_cannot_be_read_is_measured_over(tmp_path):
+    target = tiny_llama(vocab=64, seed=0)
+    kept = tmp_path / "costs.json"
+    kept.write_text('{"target_seconds": ')  # cut short
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(noisy_copy(target, noise=0.3)), tree="sequoia:auto",
+                               costs_file=kept)
+    assert engine.measured_costs is not None
+    assert Costs.from_json(json.loads(kept.read_text())) == engine.measured_costs
