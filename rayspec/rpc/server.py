@@ -25,7 +25,7 @@ from concurrent import futures
 
 import grpc
 
-from rayspec.engine.interfaces import SessionClosedError
+from rayspec.engine.interfaces import GenerationCancelled, SessionClosedError
 from rayspec.models.threads import honour_torch_threads
 from rayspec.rpc.generated import health_pb2, health_pb2_grpc, worker_pb2
 
@@ -99,6 +99,9 @@ def status_of(error: Exception, where: str) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.NOT_FOUND, str(error)
     if isinstance(error, SessionLimitError):
         return grpc.StatusCode.RESOURCE_EXHAUSTED, str(error)
+    if isinstance(error, GenerationCancelled):  # its caller left: nobody reads this status
+        log.info("%s: %s", where, error)
+        return grpc.StatusCode.CANCELLED, str(error)
     if isinstance(error, RemoteError):  # a coordinator's worker: this service is unavailable, or full
         log.warning("%s: a worker call failed: %s", where, error)
         code = grpc.StatusCode.RESOURCE_EXHAUSTED if error.worker_full else grpc.StatusCode.UNAVAILABLE

@@ -4,6 +4,7 @@ tokens it has (`SequenceSpec.resumed`) and decodes on, the client seeing a pause
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -186,9 +187,10 @@ def test_a_sequence_waiting_for_its_lost_target_stops_when_its_caller_gives_up(p
     assert engine.decoding == 0
 
 
-def test_a_grpc_stream_cancelled_while_its_target_is_lost_stops_waiting(pair):
+def test_a_grpc_stream_cancelled_while_its_target_is_lost_stops_waiting(pair, caplog):
     """The coordinator's GenerateStream, cancelled by its client during a target's absence:
-    the generation ends within a back-off period, not at the 60-s resume timeout."""
+    the generation ends within a back-off period, not at the 60-s resume timeout, and the
+    coordinator logs no error for it."""
     import grpc
     from transformers import AutoTokenizer
 
@@ -218,6 +220,7 @@ def test_a_grpc_stream_cancelled_while_its_target_is_lost_stops_waiting(pair):
             assert engine.decoding == 0 and time.monotonic() - cancelled < 3
     finally:
         server.stop(0)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
 @pytest.mark.slow
