@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.cluster.launching import (
-    assert_both_coordinators_plan_from_one_calibration, assert_serves_in_process_tokens, launched,
+    PROMPT, assert_both_coordinators_plan_from_one_calibration, assert_serves_in_process_tokens, launched,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,6 +140,43 @@ def _wait_for_health(url: str, status: str, timeout: float = 120.0) -> float:
             return False
 
     return _wait_until(answers, f"/health to answer {status!r}", timeout)
+
+
+def test_a_stream_whose_target_worker_is_killed_resumes_with_the_uninterrupted_tokens(service):
+    """The target actor's process is killed under a gRPC stream (a seeded gumbel decode of 480
+    tokens on kary:4x4 trees, some seconds here); Ray restarts it at its address and the
+    sequence resumes there: the stream pauses, then gives exactly the in-process tokens, which
+    gumbel's draws fix whatever the drafts and the session they came from."""
+    import time
+
+    import ray
+
+    from rayspec.client import Client
+    from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+    from rayspec.models import load_causal_lm
+
+    running, target_path, drafter_path = service
+    request = dict(max_tokens=480, temperature=0.8, seed=3, ignore_eos=True)
+    target, tokenizer = load_causal_lm(target_path, "cpu", "float32")
+    drafter, _ = load_causal_lm(drafter_path, "cpu", "float32")
+    expected = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="gumbel", tree="kary:4x4").run(
+        tokenizer.encode(PROMPT, add_special_tokens=False), max_new_tokens=480, temperature=0.8, seed=3,
+        ignore_eos=True).tokens
+    _wait_for_health(running.http_address, "ok")
+    address = ray.get(running.target.ready.remote(), timeout=60)
+    tokens, gaps = [], []
+    with Client(running.grpc_address) as sdk:
+        stream = iter(sdk.stream(PROMPT, **request, verifier="gumbel", tree="kary:4x4", timeout=300))
+        tokens += next(stream).token_ids
+        ray.kill(running.target, no_restart=False)
+        last = time.monotonic()
+        for chunk in stream:
+            tokens += chunk.token_ids
+            gaps.append(time.monotonic() - last)
+            last = time.monotonic()
+    assert len(tokens) == 480 and tokens == expected
+    assert max(gaps) > 1.0, f"no pause: the kill landed after the stream ({len(gaps)} chunks after it)"
+    assert ray.get(running.target.ready.remote(), timeout=60) == address
 
 
 def test_a_worker_whose_process_dies_is_restarted_at_its_address_and_served_again(service):
