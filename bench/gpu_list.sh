@@ -62,6 +62,11 @@ part test_cuda 200 python3 -m pytest tests/test_cuda.py -q -p no:cacheprovider -
 # whose time is in kernels, by tree size.
 part replan 150 python3 bench/replan_bench.py --device "$DEVICE" --prompts 8 --tokens 128 --rounds 2 \
     --out replan_bench_gpu
+# The fourth run left open whether a check beside the steps, whose thread takes the GIL from
+# host-bound GPU steps, beats one in the step (1.059x against 1.156x, one run): the two back-off
+# arms alone, on more prompts and rounds.
+part replan_where 150 python3 bench/replan_bench.py --device "$DEVICE" --prompts 12 --tokens 128 --rounds 3 \
+    --arms "back-off, in the step" "back-off, beside it" --stall-budgets --out replan_where_bench_gpu
 part service_overhead 150 python3 bench/service_bench.py --device "$DEVICE" --parts overhead idle floor --skip-locust \
     --prompts 4 --tokens 64 --out bench/results/service_bench_gpu
 part profile_step 60 python3 bench/profile_step.py --device "$DEVICE" --prompts 2 --tokens 64
