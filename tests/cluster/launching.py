@@ -59,17 +59,19 @@ def launched(directory, target: dict, drafters: list[dict], placement: dict | No
 
 
 
-def in_process_tokens(target_path, drafter_path) -> tuple[list[int], object]:
-    """What the in-process engine answers to PROMPT with SAMPLING on the launched setting:
-    (token ids, tokenizer)."""
+def in_process_tokens(target_path, drafter_path, verifier: str = "rrsw", tree: str = TREE,
+                      **sampling) -> tuple[list[int], object]:
+    """What the in-process engine answers to PROMPT with `sampling` (request fields; default
+    SAMPLING) on the launched setting, or with `verifier` and `tree`: (token ids, tokenizer)."""
     from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
     from rayspec.models import load_causal_lm
 
+    sampling = sampling or SAMPLING
     target, tokenizer = load_causal_lm(target_path, "cpu", "float32")
     drafter, _ = load_causal_lm(drafter_path, "cpu", "float32")
-    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="rrsw", tree=TREE)
-    result = engine.run(tokenizer.encode(PROMPT, add_special_tokens=False), max_new_tokens=SAMPLING["max_tokens"],
-                        temperature=SAMPLING["temperature"], seed=SAMPLING["seed"])
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier=verifier, tree=tree)
+    result = engine.run(tokenizer.encode(PROMPT, add_special_tokens=False), max_new_tokens=sampling["max_tokens"],
+                        **{name: value for name, value in sampling.items() if name != "max_tokens"})
     return result.tokens, tokenizer
 
 

@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from tests.cluster.launching import (
-    PROMPT, assert_both_coordinators_plan_from_one_calibration, assert_serves_in_process_tokens, launched,
+    PROMPT, assert_both_coordinators_plan_from_one_calibration, assert_serves_in_process_tokens, in_process_tokens,
+    launched,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,16 +153,10 @@ def test_a_stream_whose_target_worker_is_killed_resumes_with_the_uninterrupted_t
     import ray
 
     from rayspec.client import Client
-    from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
-    from rayspec.models import load_causal_lm
 
     running, target_path, drafter_path = service
     request = dict(max_tokens=480, temperature=0.8, seed=3, ignore_eos=True)
-    target, tokenizer = load_causal_lm(target_path, "cpu", "float32")
-    drafter, _ = load_causal_lm(drafter_path, "cpu", "float32")
-    expected = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="gumbel", tree="kary:4x4").run(
-        tokenizer.encode(PROMPT, add_special_tokens=False), max_new_tokens=480, temperature=0.8, seed=3,
-        ignore_eos=True).tokens
+    expected, _ = in_process_tokens(target_path, drafter_path, "gumbel", "kary:4x4", **request)
     _wait_for_health(running.http_address, "ok")
     address = ray.get(running.target.ready.remote(), timeout=60)
     tokens, gaps = [], []
