@@ -47,12 +47,14 @@ their walks and drafts, timed apart as above.
 
 from __future__ import annotations
 
+import json
 import statistics
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -121,6 +123,20 @@ class Costs:
             {name: MeasuredTimes.from_dict(lv) for name, lv in data.get("verifier_draft_level_seconds", {}).items()},
             MeasuredTimes.from_dict(data["calibration_walk_seconds"]) if "calibration_walk_seconds" in data else None,
         )
+
+    def save(self, path: Path) -> None:
+        """Write these costs to `path` as JSON, whole or not at all (a process killed mid-write
+        leaves no half file)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        partial.write_text(json.dumps(self.to_json()))
+        partial.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> "Costs":
+        """The costs `save` wrote to `path` (OSError, ValueError, KeyError or TypeError when
+        there are none that can be read)."""
+        return cls.from_json(json.loads(path.read_text()))
 
     def target_for(self, verifier: str) -> MeasuredTimes:
         """Seconds to verify an n-node tree with `verifier`: the measured target time with the

@@ -22,7 +22,6 @@ A caller that gives up meanwhile (`generate`'s `cancelled`) ends the wait at onc
 
 from __future__ import annotations
 
-import json
 import logging
 import operator
 import secrets
@@ -299,10 +298,7 @@ class SpeculativeEngine:
                         walk_trees=lambda verifier, n: planned_tree(self.library, verifier, CALIBRATION_TEMPERATURE, n),
                         verifier_params={self.verifier: self.verifier_params})
                     if self.costs_file is not None:
-                        self.costs_file.parent.mkdir(parents=True, exist_ok=True)
-                        kept = self.costs_file.with_suffix(".partial")
-                        kept.write_text(json.dumps(self._costs.to_json()))
-                        kept.replace(self.costs_file)  # a process killed mid-write leaves no half file
+                        self._costs.save(self.costs_file)
             return self._costs
 
     def _kept_costs(self):
@@ -312,7 +308,7 @@ class SpeculativeEngine:
         from rayspec.engine.calibrate import Costs
 
         try:
-            costs = Costs.from_json(json.loads(self.costs_file.read_text()))
+            costs = Costs.load(self.costs_file)
         except (OSError, ValueError, KeyError, TypeError) as error:
             log.warning("cannot read the step costs kept in %s (%s): measuring them anew", self.costs_file, error)
             return None
