@@ -93,8 +93,8 @@ its other bundles.  It is what `service_bench`'s "target in coordinator" arm mea
 A worker target's `resume_timeout` (seconds, default 60; 0: off): a sequence whose target
 worker is lost under it (gone, or restarted without the session) waits up to that long for the
 target to answer again, and as soon as it does is opened there again after the tokens it has
-and decodes on; the client sees a pause.  Its law stays the target's, and with `gumbel` or `minhash` its tokens are those
-of a sequence never interrupted.  Past the timeout the request fails (503 / UNAVAILABLE).
+and decodes on; the client sees a pause.  Its law stays the target's, and with `gumbel` or
+`minhash` its tokens are those of a sequence never interrupted.  Past the timeout the request fails (503 / UNAVAILABLE).
 
 `placement.max_restarts`: how often Ray starts a worker actor (or the gRPC coordinator actor)
 again after its process died (-1: always; 0: never).  A restarted worker binds the port it had,
