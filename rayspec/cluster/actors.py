@@ -16,11 +16,10 @@ coordinators' `WorkerWatch` finds and dials.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-import tempfile
 import threading
-from pathlib import Path
 
 import ray
 
@@ -78,11 +77,11 @@ def restartable(max_restarts: int) -> dict:
 def bind_again(serve, host: str, port: int):
     """`serve(address)` -> (server, bound port), from an actor Ray may restart: at `port` when
     one is configured; else at any free port at the actor's first start, and at a restart at
-    the port it had then — kept in a file of its node named by its actor id, which a restart
-    keeps — so that its address stays what the coordinators dial.  A restart whose old port
-    was taken in the meantime binds another, where the coordinators' `WorkerWatch` finds it."""
-    saved = _port_file()
-    wanted = port or (int(saved.read_text()) if saved is not None and saved.exists() else 0)
+    the port it had then (`Kept`), so that its address stays what the coordinators dial.  A
+    restart whose old port was taken in the meantime binds another, where the coordinators'
+    `WorkerWatch` finds it."""
+    saved = Kept.of_this_actor("port")
+    wanted = port or int((saved.read() if saved is not None else None) or 0)
     try:
         server, bound = serve(f"{host}:{wanted}")
     except (OSError, RuntimeError) as error:
@@ -92,37 +91,91 @@ def bind_again(serve, host: str, port: int):
                     "coordinators follow it (`WorkerWatch`)", wanted, error)
         server, bound = serve(f"{host}:0")
     if not port and saved is not None:
-        saved.parent.mkdir(parents=True, exist_ok=True)
-        saved.write_text(str(bound))
+        saved.write(str(bound))
     return server, bound
 
 
-KEPT_DIR = Path(tempfile.gettempdir(), "rayspec-actors")  # what actors keep for their restarts
+class Kept:
+    """A value an actor keeps for its restarts — its port, its measured costs — in the Ray
+    cluster's key-value store (the GCS's, `ray.experimental.internal_kv`, where Ray Serve keeps
+    its own state), under its actor id: found again on whichever node Ray restarts it (a file
+    would be found on its first node only), and gone with the cluster when an actor killed
+    outright could not drop it."""
+
+    NAMESPACE = "rayspec-actors"
+
+    def __init__(self, actor_id: str, name: str):
+        self.key = f"{actor_id}/{name}"
+
+    @classmethod
+    def of_this_actor(cls, name: str) -> Kept | None:
+        """This actor's value `name` (None outside an actor)."""
+        actor = ray.get_runtime_context().get_actor_id()
+        return None if actor is None else cls(actor, name)
+
+    def read(self) -> str | None:
+        """The value kept, None when none is, or the store does not answer (logged: the actor
+        then starts as at its first start)."""
+        from ray.experimental import internal_kv
+
+        try:
+            value = internal_kv._internal_kv_get(self.key, namespace=self.NAMESPACE)
+        except Exception as error:  # noqa: BLE001 — Ray's RPC errors vary by version; what is kept is a convenience
+            log.warning("cannot read %s: %s", self, error)
+            return None
+        return None if value is None else value.decode()
+
+    def write(self, text: str) -> None:
+        """Keep `text`; a store that does not answer is logged (a restart then starts afresh)."""
+        from ray.experimental import internal_kv
+
+        try:
+            internal_kv._internal_kv_put(self.key, text, overwrite=True, namespace=self.NAMESPACE)
+        except Exception as error:  # noqa: BLE001 — as in `read`
+            log.warning("cannot keep %s: %s", self, error)
+
+    def __str__(self) -> str:
+        return f"the cluster's key-value store ({self.NAMESPACE}: {self.key})"
+
+
+class KeptCosts(Kept):
+    """The step costs a coordinator actor measured (the engine's `kept_costs`), so that a
+    restart — on any node — plans the sequoia:auto trees it planned before, and those the HTTP
+    coordinator, given them, plans."""
+
+    def __init__(self, actor_id: str):
+        super().__init__(actor_id, "costs")
+
+    def load(self):
+        from rayspec.engine.calibrate import Costs
+
+        text = self.read()
+        return None if text is None else Costs.from_json(json.loads(text))
+
+    def save(self, costs) -> None:
+        self.write(json.dumps(costs.to_json()))
 
 
 def forget_kept() -> None:
-    """Drop what this actor kept for its restarts — its port, its costs — as it stops for good."""
-    for kept in (_port_file(), _costs_file()):
-        if kept is not None:
-            kept.unlink(missing_ok=True)
+    """Drop what this actor kept for its restarts, as it stops for good.  Best effort: an
+    actor stopping as its cluster goes down finds no store to drop them from, nor a need."""
+    from ray.experimental import internal_kv
 
-
-def _kept_file(name: str) -> Path | None:
-    """A file of this actor's node named by its actor id, which a restart keeps (None outside
-    an actor): what the actor needs to come back as it was."""
     actor = ray.get_runtime_context().get_actor_id()
-    return None if actor is None else KEPT_DIR / f"{actor}{name}"
+    if actor is None:
+        return
+    try:
+        internal_kv._internal_kv_del(f"{actor}/", del_by_prefix=True, namespace=Kept.NAMESPACE)
+    except Exception as error:  # noqa: BLE001 — see the docstring
+        log.info("what actor %s kept for its restarts was not dropped: %s", actor, error)
 
 
-def _port_file() -> Path | None:
-    """Where `bind_again` keeps this actor's port."""
-    return _kept_file("")
+def kept_keys() -> set[bytes]:
+    """The keys of what every actor of the cluster keeps for its restarts (tests check that
+    a stopped service leaves none)."""
+    from ray.experimental import internal_kv
 
-
-def _costs_file() -> Path | None:
-    """Where a coordinator actor keeps the step costs it measured, so that a restart plans the
-    sequoia:auto trees it planned before — and those the HTTP coordinator, given them, plans."""
-    return _kept_file(".costs.json")
+    return set(internal_kv._internal_kv_list("", namespace=Kept.NAMESPACE))
 
 
 def model_runtime_env() -> dict:
@@ -259,7 +312,8 @@ class GenerationActor(_Placed):
         config = ServiceConfig.from_dict(config)
         if worker_actors:
             target_address, *drafter_addresses = addresses_of(worker_actors)
-        self.service = Service.from_config(config, target_address, drafter_addresses, costs_file=_costs_file())
+        actor_id = ray.get_runtime_context().get_actor_id()
+        self.service = Service.from_config(config, target_address, drafter_addresses, kept_costs=KeptCosts(actor_id))
         self.watch = watch_workers(self.service, [target_address, *drafter_addresses], worker_actors)
         self.server, self.address = serve_generation_api(self.service, config)
 

@@ -162,6 +162,27 @@ class Costs:
         return levels.extrapolated(max(width, levels.sizes[0]))
 
 
+class CostsFile:
+    """Step costs kept in a JSON file, for a coordinator started again on the same machine
+    to plan the trees it planned before (the engine's `kept_costs`).  Any object with these
+    two methods serves as well: `rayspec.cluster.actors` keeps them in the Ray cluster's
+    key-value store, found again on whichever node the coordinator restarts."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+
+    def load(self) -> Costs | None:
+        """The costs kept, None when none were (OSError, ValueError, KeyError or TypeError
+        when what is kept cannot be read)."""
+        return Costs.load(self.path) if self.path.exists() else None
+
+    def save(self, costs: Costs) -> None:
+        costs.save(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
 def _drafts_chains(verifier: str) -> bool:
     """Whether a verifier takes one draft per node: its trees are chains."""
     return verifier_class(verifier).max_drafts == 1

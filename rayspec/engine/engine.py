@@ -31,10 +31,10 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
+from rayspec.engine.calibrate import CALIBRATION_TEMPERATURE, CostsFile, measure_costs
 from rayspec.engine.interfaces import (
     Draft, DrafterBusy, DrafterUnavailable, GenerationCancelled, Outcome, SequenceSpec, TargetUnavailable,
     TokenLogprobs,
@@ -235,7 +235,7 @@ class SpeculativeEngine:
     def __init__(self, target, drafter=None, verifier: str = "rrsw", tree="sequoia:auto",
                  verifier_params: dict | None = None, tokenizer=None, acceptance_dir=None, adaptive: bool = True,
                  costs=None, graft_predictions: str = "auto", load_aware: bool = True, priced_verifiers=None,
-                 target_resume_timeout: float = TARGET_RESUME_TIMEOUT, costs_file=None):
+                 target_resume_timeout: float = TARGET_RESUME_TIMEOUT, kept_costs=None):
         """tree: a tree spec (see `rayspec.engine.policy`) or a TreeShape; `acceptance_dir`
         holds the measured acceptance vectors Sequoia trees are planned from; `adaptive`
         lets Sequoia trees re-plan from the ranks accepted while serving; `costs` (measured by
@@ -250,10 +250,11 @@ class SpeculativeEngine:
         and walks sequoia:auto's calibration times (`rayspec.engine.calibrate`), a list or
         "all" (None: `verifier` alone); any other is priced as rrsw.  Each costs about half a
         second of start-up on the demo pair on CPU.  target_resume_timeout: how long a sequence
-        whose target was lost waits for it to answer again (0: it fails at once).  costs_file:
-        a JSON file the measured costs are kept in — read instead of measuring when it exists,
+        whose target was lost waits for it to answer again (0: it fails at once).  kept_costs:
+        where the measured costs are kept — read instead of measuring when they are there,
         written once measured — so that a process started again (a Ray actor's restart) plans
-        the trees it planned before."""
+        the trees it planned before: a JSON file's path, or an object with `load()` and
+        `save(costs)` (`rayspec.engine.calibrate.CostsFile`)."""
         check_resume_timeout(target_resume_timeout)
         self.target_resume_timeout = float(target_resume_timeout)
         self.target = target
@@ -272,7 +273,7 @@ class SpeculativeEngine:
         self._costs = None if callable(costs) else costs
         self._costs_source = costs if callable(costs) else None
         self._costs_lock = threading.Lock()  # measured once, whichever requests need them first
-        self.costs_file = None if costs_file is None else Path(costs_file)
+        self.kept_costs = kept_costs if kept_costs is None or hasattr(kept_costs, "load") else CostsFile(kept_costs)
         self.tree = tree if drafter is not None else "none"
         self._tree_key = _policy_key(self.tree)
         self._tree_policy = self._build_policy(self._tree_key)  # sequoia:auto calibrates here, at start-up
@@ -290,29 +291,29 @@ class SpeculativeEngine:
                 elif (kept := self._kept_costs()) is not None:
                     self._costs = kept
                 else:
-                    from rayspec.engine.calibrate import CALIBRATION_TEMPERATURE, measure_costs
-
                     # Each verifier's walk is timed on the trees its plans draft.
                     self._costs = measure_costs(
                         self.target, self.drafter, verifiers=self.priced_verifiers,
                         walk_trees=lambda verifier, n: planned_tree(self.library, verifier, CALIBRATION_TEMPERATURE, n),
                         verifier_params={self.verifier: self.verifier_params})
-                    if self.costs_file is not None:
-                        self._costs.save(self.costs_file)
+                    if self.kept_costs is not None:
+                        try:
+                            self.kept_costs.save(self._costs)
+                        except OSError as error:  # the costs serve all the same; a restart measures anew
+                            log.warning("cannot keep the step costs in %s: %s", self.kept_costs, error)
             return self._costs
 
     def _kept_costs(self):
-        """The costs `costs_file` holds, None when it holds none that can be read (measured anew)."""
-        if self.costs_file is None or not self.costs_file.exists():
+        """The costs `kept_costs` holds, None when it holds none that can be read (measured anew)."""
+        if self.kept_costs is None:
             return None
-        from rayspec.engine.calibrate import Costs
-
         try:
-            costs = Costs.load(self.costs_file)
+            costs = self.kept_costs.load()
         except (OSError, ValueError, KeyError, TypeError) as error:
-            log.warning("cannot read the step costs kept in %s (%s): measuring them anew", self.costs_file, error)
+            log.warning("cannot read the step costs kept in %s (%s): measuring them anew", self.kept_costs, error)
             return None
-        log.info("step costs read from %s, as measured before", self.costs_file)
+        if costs is not None:
+            log.info("step costs read from %s, as measured before", self.kept_costs)
         return costs
 
     @property

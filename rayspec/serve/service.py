@@ -88,7 +88,7 @@ class Service:
 
     @classmethod
     def from_config(cls, config: ServiceConfig, target, drafter_addresses: list[str],
-                    timeout: float | None = None, costs=None, costs_file=None) -> "Service":
+                    timeout: float | None = None, costs=None, kept_costs=None) -> "Service":
         """The coordinator of running workers.  `target`: the target worker's host:port (a
         `RemoteTarget`, verifying where the config says), or the target itself (a
         `LocalTarget`) when it runs in this process.  One `RemoteDrafter` per address (the
@@ -98,7 +98,7 @@ class Service:
         config names none.  `costs` (`rayspec.engine.calibrate.Costs`, or a function giving
         them when first needed): step costs measured by another coordinator of the same
         workers, so that both plan the same sequoia:auto trees (and a seed gives the same
-        tokens through either) instead of measuring their own.  `costs_file`: where the costs
+        tokens through either) instead of measuring their own.  `kept_costs`: where the costs
         this coordinator measures are kept, and read back after a restart (the engine's)."""
         from transformers import AutoTokenizer
 
@@ -121,7 +121,7 @@ class Service:
             target, drafter, verifier=config.verifier, tree=config.tree, verifier_params=config.verifier_params,
             tokenizer=tokenizer, acceptance_dir=config.acceptance_dir or (DEMO_DIR / "acceptance" if demo else None),
             adaptive=config.adaptive_trees, costs=costs, graft_predictions=config.graft_predictions,
-            target_resume_timeout=config.target.resume_timeout, costs_file=costs_file,
+            target_resume_timeout=config.target.resume_timeout, kept_costs=kept_costs,
             load_aware=config.load_aware_trees, priced_verifiers=config.priced_verifiers,
         )
         workers = {f"drafter {d.address}": d.channel for d in remote}

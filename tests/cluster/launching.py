@@ -39,9 +39,9 @@ def launched(directory, target: dict, drafters: list[dict], placement: dict | No
     else:
         head = None
         ray.init(address=ray_address, log_to_driver=False)
-    from rayspec.cluster.actors import KEPT_DIR
+    from rayspec.cluster.actors import kept_keys
 
-    kept_before = set(KEPT_DIR.glob("*"))
+    kept_before = kept_keys()
     try:
         running = Service(config)
         try:
@@ -49,7 +49,7 @@ def launched(directory, target: dict, drafters: list[dict], placement: dict | No
         finally:
             running.stop()
         # what the actors kept for their restarts (ports, costs) goes with them
-        assert set(KEPT_DIR.glob("*")) <= kept_before, f"left behind: {set(KEPT_DIR.glob('*')) - kept_before}"
+        assert kept_keys() <= kept_before, f"left behind: {kept_keys() - kept_before}"
     finally:
         if head is None:
             ray.shutdown()

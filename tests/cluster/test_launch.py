@@ -184,6 +184,8 @@ def test_a_worker_whose_process_dies_is_restarted_at_its_address_and_served_agai
     import ray
 
     from rayspec.client import Client
+    from rayspec.cluster.actors import KeptCosts
+    from rayspec.engine.calibrate import Costs
 
     running, target_path, drafter_path = service
     url = running.http_address
@@ -195,6 +197,8 @@ def test_a_worker_whose_process_dies_is_restarted_at_its_address_and_served_agai
         assert ray.get(worker.ready.remote(), timeout=120) == address
         _wait_for_health(url, "ok")
     costs = ray.get(running.generation.costs.remote(), timeout=60)
+    # kept in the cluster's key-value store, which a restart reads on whichever node it runs
+    assert KeptCosts(running.generation._actor_id.hex()).load() == Costs.from_json(costs)
     ray.kill(running.generation, no_restart=False)
     with Client(running.grpc_address, retries=0) as sdk:
         _wait_until(lambda: not sdk.health(timeout=5), "the gRPC coordinator to go", timeout=30)

@@ -235,19 +235,19 @@ def test_a_verifier_is_timed_with_the_parameters_it_is_given():
 def test_costs_kept_in_a_file_are_read_back_instead_of_measured_again(tmp_path, monkeypatch):
     """A coordinator started again (a Ray actor's restart) plans from the costs it measured
     before, not from a new measurement's: the same trees, so the same tokens for a seed."""
-    import rayspec.engine.calibrate as calibrate
+    import rayspec.engine.engine as engine
 
     target = tiny_llama(vocab=64, seed=0)
     drafter = noisy_copy(target, noise=0.3)
     kept = tmp_path / "kept" / "costs.json"
-    first = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), tree="sequoia:auto", costs_file=kept)
+    first = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), tree="sequoia:auto", kept_costs=kept)
     assert kept.exists() and not kept.with_suffix(".partial").exists()  # sequoia:auto measured at start-up
 
     def measured_again(*args, **kwargs):
         raise AssertionError("the costs were measured again")
 
-    monkeypatch.setattr(calibrate, "measure_costs", measured_again)
-    again = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), tree="sequoia:auto", costs_file=kept)
+    monkeypatch.setattr(engine, "measure_costs", measured_again)
+    again = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), tree="sequoia:auto", kept_costs=kept)
     assert again.measured_costs == first.measured_costs
     request = dict(max_new_tokens=24, temperature=0.8, seed=4)
     assert again.run([3, 9, 27, 17], **request).tokens == first.run([3, 9, 27, 17], **request).tokens
@@ -258,6 +258,37 @@ def test_a_costs_file_that_cannot_be_read_is_measured_over(tmp_path):
     kept = tmp_path / "costs.json"
     kept.write_text('{"target_seconds": ')  # cut short
     engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(noisy_copy(target, noise=0.3)), tree="sequoia:auto",
-                               costs_file=kept)
+                               kept_costs=kept)
     assert engine.measured_costs is not None
     assert Costs.from_json(json.loads(kept.read_text())) == engine.measured_costs
+
+
+class _Keeper:
+    """Keeps costs in memory, as `rayspec.cluster.actors.KeptCosts` keeps them in Ray's store."""
+
+    def __init__(self, fails: bool = False):
+        self.kept, self.fails = None, fails
+
+    def load(self):
+        return self.kept
+
+    def save(self, costs):
+        if self.fails:
+            raise OSError("disk full")
+        self.kept = costs
+
+
+def test_costs_are_kept_by_any_keeper_and_one_that_cannot_keep_them_is_logged(caplog):
+    target = tiny_llama(vocab=64, seed=0)
+    drafter = noisy_copy(target, noise=0.3)
+    keeper = _Keeper()
+    first = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), tree="sequoia:auto", kept_costs=keeper)
+    assert keeper.kept is first.measured_costs is not None
+    again = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), tree="sequoia:auto", kept_costs=keeper)
+    assert again.measured_costs is keeper.kept  # read back, not measured
+
+    with caplog.at_level("WARNING", logger="rayspec.engine.engine"):
+        engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), tree="sequoia:auto",
+                                   kept_costs=_Keeper(fails=True))
+    assert engine.measured_costs is not None  # it plans from them all the same
+    assert "cannot keep the step costs" in caplog.text and "disk full" in caplog.text
