@@ -1,12 +1,13 @@
 """Stand-ins for workers that fail in the ways a service meets: a target whose session goes
-with its worker's process, and which may take a while to come back."""
+with its worker's process, and which may take a while to come back; a drafter late now and
+then."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-from rayspec.engine.interfaces import TargetUnavailable
+from rayspec.engine.interfaces import DrafterUnavailable, TargetUnavailable
 
 
 class LosesItsFirstSession:
@@ -40,4 +41,43 @@ class LosesItsFirstSession:
                 return verify(draft)
 
             session.verify = lost_at_its_step
+        return session
+
+
+class LateDrafter:
+    """A drafter whose sessions' `late` draft calls (1 the first, which prefills) take `delay`
+    seconds more, and whose late calls fail instead with `fails` (a drafter lost meanwhile).
+    `calls`: (session, call, 'drafted' | 'closed') in the order they happened; `told`: the
+    tokens each session was told it had missed, in order."""
+
+    def __init__(self, drafter, late=(), fails: bool = False, delay: float = 0.4):
+        self.drafter, self.late, self.fails, self.delay = drafter, set(late), fails, delay
+        self.calls, self.told, self._lock = [], {}, threading.Lock()
+
+    def __getattr__(self, name):
+        return getattr(self.drafter, name)
+
+    def open(self, spec):
+        session, number, count = self.drafter.open(spec), len({c[0] for c in self.calls}), [0]
+        draft, close = session.draft, session.close
+
+        def late_draft(shape, previous):
+            count[0] += 1
+            call = count[0]
+            self.told.setdefault(number, []).extend(previous.tokens if previous else [])
+            if call in self.late:
+                time.sleep(self.delay)
+                if self.fails:
+                    raise DrafterUnavailable("DEADLINE_EXCEEDED: the drafter did not answer")
+            result = draft(shape, previous)
+            with self._lock:
+                self.calls.append((number, call, "drafted"))
+            return result
+
+        def closed():
+            with self._lock:
+                self.calls.append((number, count[0], "closed"))
+            close()
+
+        session.draft, session.close = late_draft, closed
         return session

@@ -18,6 +18,7 @@ A sequence whose target is lost (`TargetUnavailable`: its worker gone, or restar
 the session) is opened again on it (`SequenceSpec.resumed`) once it answers, within
 `target_resume_timeout`, and the step that failed is verified there: the client sees a pause.
 A caller that gives up meanwhile (`generate`'s `cancelled`) ends the wait at once.
+With `draft_hedge`, a step whose draft is late goes on target-only (`rayspec.engine.hedge`).
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
 from rayspec.engine.calibrate import CALIBRATION_TEMPERATURE, CostsFile, measure_costs
+from rayspec.engine.hedge import DraftHedge, check_hedge_factor
 from rayspec.engine.interfaces import (
     Draft, DrafterBusy, DrafterUnavailable, GenerationCancelled, Outcome, SequenceSpec, TargetUnavailable,
     TokenLogprobs,
@@ -153,6 +156,7 @@ class GenerationStats:
     cached_prompt_tokens: int = 0  # the target's prompt rows taken from its prefix cache
     drafter_lost: str | None = None  # why the drafter was lost mid-sequence (`DrafterUnavailable`), if it was
     drafter_comebacks: int = 0  # times a drafter took the sequence back after it was lost
+    hedged_steps: int = 0  # steps that went on target-only, their draft late (`rayspec.engine.hedge`)
     target_resumes: int = 0  # times the sequence was opened again on its target, lost under it
 
     @property
@@ -235,7 +239,8 @@ class SpeculativeEngine:
     def __init__(self, target, drafter=None, verifier: str = "rrsw", tree="sequoia:auto",
                  verifier_params: dict | None = None, tokenizer=None, acceptance_dir=None, adaptive: bool = True,
                  costs=None, graft_predictions: str = "auto", load_aware: bool = True, priced_verifiers=None,
-                 target_resume_timeout: float = TARGET_RESUME_TIMEOUT, kept_costs=None):
+                 target_resume_timeout: float = TARGET_RESUME_TIMEOUT, kept_costs=None,
+                 draft_hedge: float | None = None):
         """tree: a tree spec (see `rayspec.engine.policy`) or a TreeShape; `acceptance_dir`
         holds the measured acceptance vectors Sequoia trees are planned from; `adaptive`
         lets Sequoia trees re-plan from the ranks accepted while serving; `costs` (measured by
@@ -254,8 +259,14 @@ class SpeculativeEngine:
         where the measured costs are kept — read instead of measuring when they are there,
         written once measured — so that a process started again (a Ray actor's restart) plans
         the trees it planned before: a JSON file's path, or an object with `load()` and
-        `save(costs)` (`rayspec.engine.calibrate.CostsFile`)."""
+        `save(costs)` (`rayspec.engine.calibrate.CostsFile`).  draft_hedge: a step waits for
+        its draft at most this many times the drafter's recent median draft time, then goes
+        on target-only (`rayspec.engine.hedge`); None waits for every draft."""
         check_resume_timeout(target_resume_timeout)
+        check_hedge_factor(draft_hedge)
+        self.draft_hedge = draft_hedge
+        self._hedge_threads: ThreadPoolExecutor | None = None  # where hedged drafts wait, made at the first
+        self._hedge_threads_lock = threading.Lock()
         self.target_resume_timeout = float(target_resume_timeout)
         self.target = target
         self.drafter = drafter
@@ -488,6 +499,8 @@ class SpeculativeEngine:
             prompt_chunk_logprobs = _prompt_logprobs(target, spec)
             drafting = sessions.enter_context(ExitStack())  # the drafter's session
             drafter = None  # opened at the first step that drafts
+            hedges = self.draft_hedge is not None and (not replayable or verifier_class(verifier).drafter_invariant)
+            hedge = None  # the drafter session's, when the sequence hedges
             produced: list[int] = []
             unseen = None  # what the drafter has not been told since it last drafted
             comeback = None  # while the drafter is lost: when to try it again
@@ -501,7 +514,7 @@ class SpeculativeEngine:
                         unseen = Outcome(list(produced), [], []) if produced else None
                 if not drafts:  # past the drafter's context for good: its session, if open, goes now
                     drafting.close()
-                    drafter = unseen = None
+                    drafter = unseen = hedge = None
                 if replayable:
                     planned = policy.first_shape(verifier, params.temperature)
                 else:
@@ -516,7 +529,13 @@ class SpeculativeEngine:
                     try:
                         if drafter is None:
                             drafter = drafting.enter_context(_closing(self.drafter.open(spec)))
-                        drafted = drafter.draft(step_shape, unseen)
+                            if hedges:
+                                hedge = DraftHedge(self.draft_hedge, self._hedge_executor())
+                                drafting.callback(hedge.settle)  # closed after its late draft is in
+                        if hedge is None:
+                            drafted, sent_unseen = drafter.draft(step_shape, unseen), True
+                        else:
+                            drafted, sent_unseen = hedge.draft(drafter, step_shape, unseen)
                     except (DrafterUnavailable, DrafterBusy) as error:
                         if comeback is None:
                             if isinstance(error, DrafterBusy):
@@ -530,18 +549,23 @@ class SpeculativeEngine:
                         # Target-only until the next try, this step included.
                         comeback.failed()
                         drafting.close()
-                        drafter = unseen = None
+                        drafter = unseen = hedge = None
                         drafts = by_drafter = False
                     else:
-                        if comeback is not None:
-                            log.info("drafter back after %d tokens: the sequence drafts again", len(produced))
-                            stats.drafter_comebacks += 1
-                            comeback = None
-                        unseen = None
-                        if draft is None:
-                            draft = drafted
+                        if sent_unseen:
+                            unseen = None
+                        if drafted is None:  # late: the step goes on without it
+                            stats.hedged_steps += 1
+                            by_drafter = False
                         else:
-                            draft, placed = graft_draft(drafted, draft)
+                            if comeback is not None:
+                                log.info("drafter back after %d tokens: the sequence drafts again", len(produced))
+                                stats.drafter_comebacks += 1
+                                comeback = None
+                            if draft is None:
+                                draft = drafted
+                            else:
+                                draft, placed = graft_draft(drafted, draft)
                 if draft is None:
                     draft = Draft(DraftTree(TreeShape.chain(0), torch.tensor([produced[-1] if produced else prompt[-1]])), None)
                 resume_by = None  # the step's deadline to resume by, from its first failure
@@ -639,6 +663,14 @@ class SpeculativeEngine:
                 continue
             log.info("sequence resumed on its target after %d tokens", done)
             return session
+
+    def _hedge_executor(self) -> ThreadPoolExecutor:
+        """The threads hedged drafts are waited for on: one per sequence with a draft out at
+        most, so enough for the requests a service serves at once."""
+        with self._hedge_threads_lock:
+            if self._hedge_threads is None:
+                self._hedge_threads = ThreadPoolExecutor(max_workers=256, thread_name_prefix="rayspec-draft")
+            return self._hedge_threads
 
     @contextmanager
     def _counted(self):

@@ -101,14 +101,15 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
 
 def serve_generation_from_workers(address: str, target, drafter, verifier: str = "rrsw",
                                   tree: str = "kary:2x3", verify_at: str = "target", tokenizer_path=None,
-                                  api_key: str | None = None, draft_timeout: float | None = None):
+                                  api_key: str | None = None, draft_timeout: float | None = None,
+                                  draft_hedge: float | None = None):
     """The coordinator of plain-process workers: Generation on `address` over their handles.
     `target`: a target worker's host:port, or a target in this process (`LocalTarget`) — the
     coordinator then sits with the target, and a step makes one call, to the drafter, whose
     reply is all that crosses.  `drafter`: a drafter worker's host:port, a drafter in this
     process (`LocalDrafter`), or None for target-only decoding.  `api_key`: as `serve_generation`.
     `draft_timeout`: a drafter worker's deadline per draft after a sequence's first (None:
-    `RemoteDrafter`'s default)."""
+    `RemoteDrafter`'s default).  `draft_hedge`: the engine's (None: waits for every draft)."""
     from transformers import AutoTokenizer
 
     from rayspec.demo import TARGET_PATH
@@ -120,5 +121,6 @@ def serve_generation_from_workers(address: str, target, drafter, verifier: str =
         drafter = RemoteDrafter(drafter, target.vocab_size,
                                 **({} if draft_timeout is None else {"draft_timeout": draft_timeout}))
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path or TARGET_PATH))
-    engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=tree, tokenizer=tokenizer)
+    engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=tree, tokenizer=tokenizer,
+                               draft_hedge=draft_hedge)
     return serve_generation(engine, tokenizer, address, api_key=api_key)

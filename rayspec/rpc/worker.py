@@ -23,6 +23,7 @@ import time
 
 import torch
 
+from rayspec.engine.hedge import check_hedge_factor
 from rayspec.engine.interfaces import Draft
 from rayspec.engine.local import LocalDrafter, LocalTarget, check_draft_top_k
 from rayspec.models.batching import (
@@ -219,6 +220,9 @@ def main(argv=None) -> int:
     parser.add_argument("--draft-timeout", type=float, default=None,
                         help="coordinator: seconds a drafter worker has for each draft after a sequence's first, "
                              "past which the sequence decodes on without drafts (default 10)")
+    parser.add_argument("--draft-hedge", type=float, default=None,
+                        help="coordinator: a step waits for its draft at most this many times the drafter's "
+                             "recent median draft time, then goes on target-only (default: waits for every draft)")
     parser.add_argument("--verifier", default="rrsw", help="coordinator: default verifier")
     parser.add_argument("--tree", default="kary:2x3", help="coordinator: default tree")
     parser.add_argument("--verify-at", choices=["target", "coordinator"], default="target",
@@ -237,6 +241,7 @@ def main(argv=None) -> int:
         check_draft_top_k(args.draft_top_k)
         if args.draft_timeout is not None:
             check_draft_timeout(args.draft_timeout)
+        check_hedge_factor(args.draft_hedge)
     except ValueError as error:
         parser.error(str(error))
     if args.threads:
@@ -270,7 +275,7 @@ def main(argv=None) -> int:
             return serve_generation_from_workers(
                 address, target, drafter, verifier=args.verifier, tree=args.tree, verify_at=args.verify_at,
                 tokenizer_path=tokenizer, api_key=os.environ.get("RAYSPEC_API_KEY") or None,
-                draft_timeout=args.draft_timeout,
+                draft_timeout=args.draft_timeout, draft_hedge=args.draft_hedge,
             )
     elif args.role == "target":
         handle = local("target")

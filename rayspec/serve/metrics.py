@@ -105,6 +105,10 @@ class Metrics:
             "Times a generation whose target worker was lost under it was opened again there and decoded on.",
             registry=r,
         )
+        self.hedged_steps = Counter(
+            "rayspec_hedged_steps",
+            "Steps that went on target-only while their draft was late (draft_hedge).", registry=r,
+        )
         self.drafter_comebacks = Counter(
             "rayspec_drafter_comebacks",
             "Times a generation that had lost its drafter took it (or another drafter of the pool) back and "
@@ -167,6 +171,7 @@ class Metrics:
         if stats.drafter_lost is not None:
             self.drafter_lost.inc()
         self.drafter_comebacks.inc(stats.drafter_comebacks)
+        self.hedged_steps.inc(stats.hedged_steps)
         self.target_resumes.inc(stats.target_resumes)
 
     def observe_response(self, endpoint: str, status: int) -> None:

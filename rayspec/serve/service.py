@@ -123,6 +123,7 @@ class Service:
             adaptive=config.adaptive_trees, costs=costs, graft_predictions=config.graft_predictions,
             target_resume_timeout=config.target.resume_timeout, kept_costs=kept_costs,
             load_aware=config.load_aware_trees, priced_verifiers=config.priced_verifiers,
+            draft_hedge=config.draft_hedge,
         )
         workers = {f"drafter {d.address}": d.channel for d in remote}
         handles = list(remote)

@@ -69,6 +69,13 @@ def test_graft_predictions_takes_the_engines_modes():
         ServiceConfig.from_dict({"graft_predictions": "yes"})
 
 
+def test_draft_hedge_is_off_or_a_factor_above_one():
+    assert ServiceConfig.from_dict({}).draft_hedge is None
+    assert ServiceConfig.from_dict({"draft_hedge": 2.5}).draft_hedge == 2.5
+    with pytest.raises(ValueError, match="draft_hedge must be a number above 1 .* got 1"):
+        ServiceConfig.from_dict({"draft_hedge": 1})
+
+
 def test_a_models_batching_limits_reach_its_batcher():
     from rayspec.demo import DRAFTER_PATH
 

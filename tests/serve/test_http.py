@@ -39,7 +39,7 @@ from rayspec.serve.config import LimitsConfig
 from rayspec.serve.http import create_app
 from rayspec.serve.service import FALLBACK_CHAT_TEMPLATE, Service
 from rayspec.serve.tool_parsers import read_tool_calls
-from tests.faults import LosesItsFirstSession
+from tests.faults import LateDrafter, LosesItsFirstSession
 from tests.loopback import ServerThread
 from tests.serve.served import MODEL, PROMPT, SETTING, chat_prompt, eventually, expected
 
@@ -1087,6 +1087,24 @@ def test_a_request_that_takes_its_drafter_back_is_counted(http, server):
     assert reply.json()["rayspec"]["steps"] < 23  # drafts accepted after the first, target-only step
     after = metric_samples(http)
     assert (after[lost], after[back]) == (before[lost] + 1, before[back] + 1)
+
+
+def test_steps_that_go_on_without_a_late_draft_are_counted(http, server):
+    """With `draft_hedge`, a greedy completion whose sixth draft is 0.3 s late: steps go on
+    target-only meanwhile, and the text is the greedy text all the same."""
+    engine = server["service"].engine
+    name = ("rayspec_hedged_steps_total", ())
+    request = {"model": MODEL, "prompt": PROMPT, "max_tokens": 32, "temperature": 0}
+    expected_text = http.post("/v1/completions", json=request).json()["choices"][0]["text"]
+    before = metric_samples(http)[name]
+    drafter = engine.drafter
+    engine.drafter, engine.draft_hedge = LateDrafter(drafter, late={6}, delay=0.3), 3.0
+    try:
+        reply = http.post("/v1/completions", json=request)
+    finally:
+        engine.drafter, engine.draft_hedge = drafter, None
+    assert reply.json()["choices"][0]["text"] == expected_text
+    assert metric_samples(http)[name] >= before + 1
 
 
 def test_a_request_whose_target_worker_restarts_is_resumed_and_counted(http, server):

@@ -1,0 +1,100 @@
+"""Steps that go on target-only while their draft is late (`rayspec.engine.hedge`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.engine.hedge import DraftHedge, check_hedge_factor
+from tests.faults import LateDrafter
+from tests.tiny_models import noisy_copy, tiny_llama
+
+PROMPT = [3, 9, 27, 17]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_llama(vocab=64, seed=0)
+    return target, noisy_copy(target, noise=0.3)
+
+
+def _against_waiting(pair, verifier: str, late: dict, **request):
+    """(the run of an engine hedging over a drafter `LateDrafter(**late)` makes late, the tokens
+    of one waiting for the punctual drafter)."""
+    target, drafter = pair
+    hedging = SpeculativeEngine(LocalTarget(target), LateDrafter(LocalDrafter(drafter), **late), verifier=verifier,
+                                tree="kary:2x3", draft_hedge=3)
+    waiting = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier=verifier, tree="kary:2x3")
+    return hedging.run(PROMPT, **request), waiting.run(PROMPT, **request).tokens
+
+
+def test_gumbel_tokens_for_a_seed_are_the_same_hedged_or_waited_for(pair):
+    """Drafter-invariant: a step without its draft draws the token it would have drawn."""
+    run, waited = _against_waiting(pair, "gumbel", {"late": {8}}, max_new_tokens=64, temperature=0.8, seed=11)
+    assert run.stats.hedged_steps >= 1  # the steps after call 8 (the rest, done within its 0.4 s)
+    assert run.tokens == waited
+
+
+def test_a_drafter_that_missed_steps_is_told_them_with_its_next_draft(pair):
+    """A drafter that is the target itself, decoding greedily: every draft it makes from a
+    state it was told right is accepted whole.  Call 6 is 60 ms late: some steps go on
+    without it, then the drafter drafts again, told every token once and in order."""
+    target, _ = pair
+    late = LateDrafter(LocalDrafter(target), late={6}, delay=0.06)
+    engine = SpeculativeEngine(LocalTarget(target), late, verifier="rrsw", tree="chain:3", draft_hedge=3)
+    run = engine.run(PROMPT, max_new_tokens=100, temperature=0.0, ignore_eos=True)  # no seed: hedged
+    alone = SpeculativeEngine(LocalTarget(target), None).run(PROMPT, max_new_tokens=100, temperature=0.0,
+                                                            ignore_eos=True)
+    assert run.tokens == alone.tokens
+    drafted = [step.drafted > 0 for step in run.stats.steps]
+    hedged = drafted.index(False)
+    assert run.stats.hedged_steps == drafted.count(False) >= 1 and any(drafted[hedged:])  # drafting resumed
+    assert all(step.accepted == step.drafted for step in run.stats.steps)
+    told = late.told[0]
+    assert told == run.tokens[:len(told)] and len(told) > sum(s.emitted for s in run.stats.steps[:hedged + 1])
+
+
+def test_a_seeded_request_of_a_drafter_dependent_verifier_waits_for_its_drafts(pair):
+    """Its tokens for a seed must not depend on timing."""
+    run, waited = _against_waiting(pair, "rrsw", {"late": {5}}, max_new_tokens=40, temperature=0.8, seed=5)
+    assert run.stats.hedged_steps == 0
+    assert run.tokens == waited
+
+
+def test_a_late_draft_that_fails_loses_the_drafter_and_the_sequence_decodes_on(pair):
+    # Failing after 50 ms: tens of steps go on meanwhile, and more after, which find it failed.
+    run, waited = _against_waiting(pair, "gumbel", {"late": {6}, "fails": True, "delay": 0.05},
+                                   max_new_tokens=110, temperature=0.8, seed=2, ignore_eos=True)
+    assert run.stats.hedged_steps >= 1 and "did not answer" in run.stats.drafter_lost
+    assert run.tokens == waited
+
+
+def test_a_sequence_that_ends_with_a_draft_out_closes_its_session_after_the_draft_is_in(pair):
+    target, drafter = pair
+    late = LateDrafter(LocalDrafter(drafter), late={6})
+    engine = SpeculativeEngine(LocalTarget(target), late, verifier="gumbel", tree="chain:2", draft_hedge=3)
+    # at most 15 tokens before call 6, and the rest in far less than its 0.4 s
+    run = engine.run(PROMPT, max_new_tokens=40, temperature=0.8, seed=1, ignore_eos=True)
+    assert run.stats.hedged_steps >= 1 and len(run.tokens) == 40
+    assert late.calls[-2:] == [(0, 6, "drafted"), (0, 6, "closed")]
+
+
+def test_the_deadline_follows_the_drafters_recent_drafts():
+    hedge = DraftHedge(3, executor=None)
+    for seconds in (0.010, 0.011, 0.009):
+        hedge.seconds.append(seconds)
+    assert hedge.deadline() is None  # too few drafts yet: waited for
+    hedge.seconds.append(0.012)
+    assert hedge.deadline() == pytest.approx(3 * 0.0105)
+    hedge.seconds.clear()
+    hedge.seconds.extend([0.001] * 4)
+    assert hedge.deadline() == pytest.approx(0.001 + DraftHedge.MIN_SLACK)  # not a scheduler's hiccup
+
+
+@pytest.mark.parametrize("factor", [1, 0.5, 0, -2, float("inf"), "3", True])
+def test_a_hedge_factor_that_is_not_above_one_is_refused(factor, pair):
+    with pytest.raises(ValueError, match="draft_hedge must be a number above 1"):
+        check_hedge_factor(factor)
+    target, drafter = pair
+    with pytest.raises(ValueError, match="draft_hedge"):
+        SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), draft_hedge=factor)

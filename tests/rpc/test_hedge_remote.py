@@ -1,0 +1,50 @@
+"""Hedged drafts over real gRPC workers in this process: a drafter worker late on one call of
+a sequence; the coordinator's steps go on target-only meanwhile, on the same session streams."""
+
+from __future__ import annotations
+
+import pytest
+
+from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.rpc.worker import serve_drafter, serve_target
+from rayspec.serve.config import ServiceConfig
+from rayspec.serve.service import Service
+from tests.faults import LateDrafter
+from tests.tiny_models import noisy_copy, tiny_llama
+
+VOCAB = 64
+PROMPT = [11, 5, 7, 40]
+
+
+@pytest.fixture(scope="module")
+def workers():
+    target = tiny_llama(vocab=VOCAB, seed=0)
+    drafter = noisy_copy(target, noise=0.3)
+    late = LateDrafter(LocalDrafter(drafter), late={6}, delay=0.1)
+    servers = [serve_target(LocalTarget(target), "127.0.0.1:0"), serve_drafter(late, "127.0.0.1:0")]
+    (_, target_port), (_, drafter_port) = servers
+    yield target, drafter, late, f"127.0.0.1:{target_port}", f"127.0.0.1:{drafter_port}"
+    for server, _ in servers:
+        server.stop(0).wait()
+
+
+def test_a_late_remote_draft_is_hedged_and_the_drafter_drafts_again_on_its_stream(workers):
+    """Through a coordinator the service's config builds (`draft_hedge` reaches its engine)."""
+    target, drafter, late, target_address, drafter_address = workers
+    config = ServiceConfig.from_dict({"draft_hedge": 3, "tree": "kary:2x2", "verifier": "gumbel"})
+    service = Service.from_config(config, target_address, [drafter_address])
+    healthy = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="gumbel", tree="kary:2x2")
+    try:
+        for seed in (5, 6):  # the second sequence's streams and session are as fresh as the first's
+            request = dict(max_new_tokens=100, temperature=1.0, seed=seed, ignore_eos=True)
+            run = service.engine.run(PROMPT, **request)
+            assert run.tokens == healthy.run(PROMPT, **request).tokens
+            drafted = [step.drafted > 0 for step in run.stats.steps]
+            hedged = drafted.index(False)
+            assert run.stats.hedged_steps == drafted.count(False) >= 1 and any(drafted[hedged:])
+            assert run.stats.drafter_lost is None
+    finally:
+        service.close()
+    for session in (0, 1):  # released once, after its late draft was in
+        events = [event for number, _, event in late.calls if number == session]
+        assert events.count("closed") == 1 and events[-1] == "closed"
