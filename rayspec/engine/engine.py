@@ -12,8 +12,9 @@ Without a drafter (or with the tree "none") this is target-only decoding through
 path — the baseline, and the fallback: a sequence whose drafter is lost mid-way
 (`DrafterUnavailable`: a remote drafter gone, hung or restarted) decodes on target-only rather
 than fail, with the target's law all the same (`GenerationStats.drafter_lost` says why), and
-tries the drafter again now and then (`Comeback`): a drafter that answers again — restarted,
-or another of a pool — gets a new session, told the tokens so far, and the sequence drafts again.
+tries the drafter again now and then: a drafter that answers again — restarted, or another of
+a pool — gets a new session, told the tokens so far, and the sequence drafts again
+(`rayspec.engine.drafting`, which keeps each sequence's side of its drafter).
 A sequence whose target is lost (`TargetUnavailable`: its worker gone, or restarted without
 the session) is opened again on it (`SequenceSpec.resumed`) once it answers, within
 `target_resume_timeout`, and the step that failed is verified there: the client sees a pause.
@@ -31,17 +32,15 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
 from rayspec.engine.calibrate import CALIBRATION_TEMPERATURE, CostsFile, measure_costs
-from rayspec.engine.hedge import DraftHedge, check_hedge_factor
-from rayspec.engine.interfaces import (
-    Draft, DrafterBusy, DrafterUnavailable, GenerationCancelled, Outcome, SequenceSpec, TargetUnavailable,
-    TokenLogprobs,
-)
+from rayspec.engine.drafting import SequenceDrafting
+from rayspec.engine.hedge import check_hedge_factor
+from rayspec.engine.interfaces import Draft, GenerationCancelled, SequenceSpec, TargetUnavailable, TokenLogprobs
 from rayspec.engine.policy import (
     AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia, planned_tree,
     step_cost_model,
@@ -124,28 +123,6 @@ def check_resume_timeout(seconds, name: str = "target_resume_timeout") -> None:
     """A clear error for a resume timeout that is not a number of seconds, 0 or more."""
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
         raise ValueError(f"{name} must be a number of seconds, 0 or more, got {seconds!r}")
-
-
-class Comeback:
-    """When a sequence that lost its drafter tries it again: at its next step (a restarted
-    worker that lost the session, or a pool's other drafter, takes it at once), then 1, 2, 4
-    ... up to `MAX_WAIT` seconds after each failed try.  A remote drafter that is still down
-    refuses at once without a call (`rayspec.rpc.remote.RemoteDrafter`), so a try costs the
-    step little; the waits keep a drafter that never comes back from being asked at every
-    step all the same."""
-
-    FIRST_WAIT, MAX_WAIT = 1.0, 30.0
-
-    def __init__(self):
-        self.wait: float | None = None  # after the last failed try (None: none yet)
-        self.at = 0.0
-
-    def failed(self) -> None:
-        self.wait = 0.0 if self.wait is None else min(max(2 * self.wait, self.FIRST_WAIT), self.MAX_WAIT)
-        self.at = time.monotonic() + self.wait
-
-    def due(self) -> bool:
-        return time.monotonic() >= self.at
 
 
 @dataclass
@@ -493,28 +470,18 @@ class SpeculativeEngine:
                                    step_cost_model(costs, verifier, self.target.vocab_size))
         with ExitStack() as sessions:
             targeting = sessions.enter_context(ExitStack())  # the target's session
-            target = targeting.enter_context(_closing(self.target.open(spec)))
+            target = targeting.enter_context(closing(self.target.open(spec)))
             sessions.enter_context(self._counted())
             stats.cached_prompt_tokens = getattr(target, "cached_tokens", 0)
             prompt_chunk_logprobs = _prompt_logprobs(target, spec)
-            drafting = sessions.enter_context(ExitStack())  # the drafter's session
-            drafter = None  # opened at the first step that drafts
             hedges = self.draft_hedge is not None and (not replayable or verifier_class(verifier).drafter_invariant)
-            hedge = None  # the drafter session's, when the sequence hedges
+            drafting = sessions.enter_context(SequenceDrafting(
+                self.drafter, spec, stats, (self.draft_hedge, self._hedge_executor()) if hedges else None))
             produced: list[int] = []
-            unseen = None  # what the drafter has not been told since it last drafted
-            comeback = None  # while the drafter is lost: when to try it again
             while True:
                 step_start = time.perf_counter()
                 length = len(prompt) + len(produced)
-                drafts = self.drafter is not None and length + 1 < draft_context
-                if drafts and comeback is not None:
-                    drafts = comeback.due()
-                    if drafts and unseen is None:  # a new session knows the prompt only
-                        unseen = Outcome(list(produced), [], []) if produced else None
-                if not drafts:  # past the drafter's context for good: its session, if open, goes now
-                    drafting.close()
-                    drafter = unseen = hedge = None
+                drafts = drafting.may_draft(length + 1 < draft_context, produced)
                 if replayable:
                     planned = policy.first_shape(verifier, params.temperature)
                 else:
@@ -526,46 +493,13 @@ class SpeculativeEngine:
                     draft is None or (grafting is not None and grafting.grafts(draft.tree.shape, step_shape)))
                 placed = None  # with a grafted prediction: the node each of the drafter's nodes became
                 if by_drafter:
-                    try:
-                        if drafter is None:
-                            drafter = drafting.enter_context(_closing(self.drafter.open(spec)))
-                            if hedges:
-                                hedge = DraftHedge(self.draft_hedge, self._hedge_executor())
-                                drafting.callback(hedge.settle)  # closed after its late draft is in
-                        if hedge is None:
-                            drafted, sent_unseen = drafter.draft(step_shape, unseen), True
-                        else:
-                            drafted, sent_unseen = hedge.draft(drafter, step_shape, unseen)
-                    except (DrafterUnavailable, DrafterBusy) as error:
-                        if comeback is None:
-                            if isinstance(error, DrafterBusy):
-                                raise  # no room for a new request: the service's capacity answer
-                            log.warning("drafter lost after %d tokens (%s): the sequence decodes on without drafts "
-                                        "until it answers again", len(produced), error)
-                            stats.drafter_lost = str(error)
-                            comeback = Comeback()
-                        else:
-                            log.debug("drafter still unavailable after %d tokens: %s", len(produced), error)
-                        # Target-only until the next try, this step included.
-                        comeback.failed()
-                        drafting.close()
-                        drafter = unseen = hedge = None
-                        drafts = by_drafter = False
+                    drafted = drafting.draft(step_shape, len(produced))
+                    if drafted is None:  # lost, or late: the step goes on without it
+                        by_drafter = False
+                    elif draft is None:
+                        draft = drafted
                     else:
-                        if sent_unseen:
-                            unseen = None
-                        if drafted is None:  # late: the step goes on without it
-                            stats.hedged_steps += 1
-                            by_drafter = False
-                        else:
-                            if comeback is not None:
-                                log.info("drafter back after %d tokens: the sequence drafts again", len(produced))
-                                stats.drafter_comebacks += 1
-                                comeback = None
-                            if draft is None:
-                                draft = drafted
-                            else:
-                                draft, placed = graft_draft(drafted, draft)
+                        draft, placed = graft_draft(drafted, draft)
                 if draft is None:
                     draft = Draft(DraftTree(TreeShape.chain(0), torch.tensor([produced[-1] if produced else prompt[-1]])), None)
                 resume_by = None  # the step's deadline to resume by, from its first failure
@@ -584,12 +518,7 @@ class SpeculativeEngine:
                     predicted.follow(outcome.tokens)
                 if grafting is not None and chained:
                     grafting.observe(outcome, grafted=placed is not None)
-                if drafts:  # the drafter keeps the nodes of its own trees only
-                    if not by_drafter:
-                        told = Outcome(outcome.tokens, [], [])
-                    else:
-                        told = outcome if placed is None else Outcome(outcome.tokens, _own_path(outcome.path, placed), [])
-                    unseen = told if unseen is None else unseen.then(told)
+                drafting.tell(outcome, by_drafter, placed)
                 # What a prediction accepts says nothing of the drafter; the drafter's part of a
                 # grafted tree is verified against p less the prediction's head, not p.
                 if placed is None and (by_drafter or predicted is None):
@@ -649,7 +578,7 @@ class SpeculativeEngine:
         wait = 0.25
         while True:
             try:
-                session = targeting.enter_context(_closing(self.target.open(resumed)))
+                session = targeting.enter_context(closing(self.target.open(resumed)))
             except TargetUnavailable as error:
                 if time.monotonic() + wait > deadline:
                     log.warning("target still lost after %g s: the sequence fails", self.target_resume_timeout)
@@ -715,7 +644,7 @@ class SpeculativeEngine:
         prompt = self.check_prompt(prompt_ids)
         spec = SequenceSpec(tuple(prompt), SamplingParams(), 0, self.verifier, self.verifier_params,
                             prompt_logprobs=int(top))
-        with _closing(self.target.open(spec)) as target:
+        with closing(self.target.open(spec)) as target:
             return _prompt_logprobs(target, spec)
 
     def check_prompt(self, prompt_ids: Sequence[int]) -> list[int]:
@@ -746,15 +675,6 @@ class SpeculativeEngine:
         return Generation(tokens, finish, stats, seed, stop_reason)
 
 
-def _own_path(path: list[int], placed: tuple[int, ...] | None) -> list[int]:
-    """A path through a tree with a grafted prediction as the drafter's own nodes: empty
-    unless the walk went down the drafter's tree (`placed`: the node each of its nodes became)."""
-    if not path or placed is None:
-        return []
-    own = {node: index for index, node in enumerate(placed)}
-    return [own[node] for node in path] if path[0] in own else []
-
-
 def _prompt_logprobs(target, spec: SequenceSpec) -> TokenLogprobs | None:
     """The prompt's log-probabilities that a target session computed at open, if asked for."""
     if spec.prompt_logprobs is None:
@@ -763,16 +683,3 @@ def _prompt_logprobs(target, spec: SequenceSpec) -> TokenLogprobs | None:
     if logprobs is None or len(logprobs) != len(spec.prompt_ids) - 1:
         raise RuntimeError("the target sent no log-probabilities of the prompt: its worker predates them")
     return logprobs
-
-
-class _closing:
-    """Context manager closing a session (sessions are not all context managers)."""
-
-    def __init__(self, session):
-        self.session = session
-
-    def __enter__(self):
-        return self.session
-
-    def __exit__(self, *exc):
-        self.session.close()

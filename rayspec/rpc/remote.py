@@ -456,7 +456,7 @@ class RemoteDrafter(_WorkerHandle):
         session_id = uuid.uuid4().hex
         request = worker_pb2.OpenRequest(session_id=session_id, spec=codec.encode_spec(spec))
         # A drafter that was lately down or hung is probed: the draft deadline, not a minute's
-        # stall of a sequence that tries to take it back (`rayspec.engine.engine.Comeback`).
+        # stall of a sequence that tries to take it back (`rayspec.engine.drafting.Comeback`).
         timeout = min(self.timeout, self.draft_timeout) if self._down_for else self.timeout
         self.guarded(lambda: call(self.stub.Open, request, timeout))
         with self._down_lock:

@@ -365,7 +365,7 @@ def test_a_sequence_takes_its_drafter_back_once_it_answers_again(pair, monkeypat
     """Lost at a step, tried at the next and then after a wait: once it answers, a new session
     is told the whole completion so far and the sequence drafts again; gumbel's tokens stay a
     healthy run's (they never depend on the drafts)."""
-    from rayspec.engine.engine import Comeback
+    from rayspec.engine.drafting import Comeback
 
     monkeypatch.setattr(Comeback, "FIRST_WAIT", 0.2)
     target_model, drafter_model = pair
@@ -399,7 +399,7 @@ def test_a_sequence_takes_its_drafter_back_once_it_answers_again(pair, monkeypat
 def test_a_drafter_worker_started_again_at_its_address_takes_its_sequence_back(pair, monkeypatch):
     """Over gRPC: the drafter worker's server stops under a sequence and a new one starts at
     its port (as a Ray actor restarted by the service does); the sequence drafts on it again."""
-    from rayspec.engine.engine import Comeback
+    from rayspec.engine.drafting import Comeback
 
     monkeypatch.setattr(Comeback, "FIRST_WAIT", 0.1)
     target_model, drafter_model = pair
