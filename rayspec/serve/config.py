@@ -77,9 +77,9 @@ recent median draft time goes on target-only, as do the steps after it until the
 (`rayspec.engine.hedge`); the law stays the target's.  With gumbel and minhash a seed's tokens
 are the same hedged or not; other verifiers hedge only requests without a seed, whose tokens
 need not repeat.  On the demo pair over loopback, with 5 % of drafts 50 ms late, hedging at 3
-gave 1.13x the tokens/s of waiting and cut the p99 step from 71 to 24 ms; with no draft late it
-cost 1.3 % (a thread hand-off per draft), so it is off by default
-(`bench/results/hedge_bench.md`).
+gave 1.09-1.13x the tokens/s of waiting and cut the p99 step from 71-74 to 24-28 ms; with 1 %
+of drafts 200 ms late, the longest step fell from 225 to 32 ms.  With no draft late it cost up
+to 2.5 % (a thread hand-off per draft), so it is off by default (`bench/results/hedge_bench*.md`).
 
 A null model path is the shipped demo pair.  `num_gpus: auto` is 1 when the cluster has
 GPUs and 0 otherwise.  `cpus` ("0-3", "8,9") pins the process that computes with the model
