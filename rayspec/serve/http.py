@@ -557,6 +557,7 @@ def speculation_figures(requests: list[GenerationRequest], default_verifier: str
         "acceptance_histogram": histogram,  # steps by number of accepted drafts
         "depth_acceptance": [round(a, 4) for a in stats.depth_acceptance()],
         "tokens_per_second": round(stats.tokens_per_second, 2),
+        "hedged_steps": sum(r.stats.hedged_steps for r in requests),  # went on without their late draft
     }
 
 

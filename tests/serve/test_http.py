@@ -1104,7 +1104,8 @@ def test_steps_that_go_on_without_a_late_draft_are_counted(http, server):
     finally:
         engine.drafter, engine.draft_hedge = drafter, None
     assert reply.json()["choices"][0]["text"] == expected_text
-    assert metric_samples(http)[name] >= before + 1
+    hedged = reply.json()["rayspec"]["hedged_steps"]
+    assert hedged >= 1 and metric_samples(http)[name] == before + hedged
 
 
 def test_a_request_whose_target_worker_restarts_is_resumed_and_counted(http, server):
