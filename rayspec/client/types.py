@@ -287,6 +287,7 @@ class Usage:
     rejected_draft_tokens: int = 0
     steps: int = 0
     cached_prompt_tokens: int = 0  # the prompt's tokens the target did not compute again (prefix cache)
+    hedged_steps: int = 0  # steps that went on target-only while their draft was late (draft_hedge)
 
     @classmethod
     def from_proto(cls, message: pb.Usage) -> Usage:
@@ -297,6 +298,7 @@ class Usage:
             rejected_draft_tokens=message.rejected_draft_tokens,
             steps=message.steps,
             cached_prompt_tokens=message.cached_prompt_tokens,
+            hedged_steps=message.hedged_steps,
         )
 
     def to_proto(self) -> pb.Usage:
@@ -307,6 +309,7 @@ class Usage:
             rejected_draft_tokens=self.rejected_draft_tokens,
             steps=self.steps,
             cached_prompt_tokens=self.cached_prompt_tokens,
+            hedged_steps=self.hedged_steps,
         )
 
 

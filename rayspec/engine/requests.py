@@ -57,6 +57,7 @@ def usage_of(stats: GenerationStats, prompt_tokens: int) -> dict:
         "rejected_draft_tokens": drafted - accepted,
         "steps": len(stats.steps),
         "cached_prompt_tokens": stats.cached_prompt_tokens,
+        "hedged_steps": stats.hedged_steps,
     }
 
 

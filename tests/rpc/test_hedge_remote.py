@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from rayspec.client import Client
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.rpc.coordinator import serve_generation
 from rayspec.rpc.worker import serve_drafter, serve_target
 from rayspec.serve.config import ServiceConfig
 from rayspec.serve.service import Service
@@ -43,8 +45,18 @@ def test_a_late_remote_draft_is_hedged_and_the_drafter_drafts_again_on_its_strea
             hedged = drafted.index(False)
             assert run.stats.hedged_steps == drafted.count(False) >= 1 and any(drafted[hedged:])
             assert run.stats.drafter_lost is None
+        # and a client of the Generation API is told how many steps went on without their draft
+        server, port = serve_generation(service.engine, service.tokenizer, "127.0.0.1:0")
+        try:
+            with Client(f"127.0.0.1:{port}") as client:
+                completion = client.generate(PROMPT, max_tokens=100, temperature=1.0, seed=7, ignore_eos=True)
+        finally:
+            server.stop(0)
+        request = dict(max_new_tokens=100, temperature=1.0, seed=7, ignore_eos=True)
+        assert list(completion.token_ids) == healthy.run(PROMPT, **request).tokens
+        assert completion.usage.hedged_steps >= 1
     finally:
         service.close()
-    for session in (0, 1):  # released once, after its late draft was in
+    for session in (0, 1, 2):  # released once, after its late draft was in
         events = [event for number, _, event in late.calls if number == session]
         assert events.count("closed") == 1 and events[-1] == "closed"
