@@ -43,8 +43,8 @@ class DraftHedge:
     drafter's last `WINDOW` draft times (at least `MIN_SLACK` seconds more than it), counted
     from `MIN_DRAFTS` drafts on: before that a draft is simply waited for.  The first draft,
     which prefills the prompt, is not counted.  A draft that comes late still counts, so a
-    drafter grown slower for good soon stops being hedged (its trees are then priced by its
-    new times, not hedged away)."""
+    drafter grown slower for good is soon waited for again: the late drafts' times fill the
+    window and raise the median, rather than every step being hedged from then on."""
 
     WINDOW, MIN_DRAFTS = 16, 4
     MIN_SLACK = 0.005  # seconds: below that, a late draft is a scheduler's hiccup, not a stall
