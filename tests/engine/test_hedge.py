@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
@@ -98,3 +101,25 @@ def test_a_hedge_factor_that_is_not_above_one_is_refused(factor, pair):
     target, drafter = pair
     with pytest.raises(ValueError, match="draft_hedge"):
         SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), draft_hedge=factor)
+
+
+def test_a_drafter_grown_slower_for_good_is_soon_waited_for_again():
+    """Drafts of 1 ms, then of 30 ms for good: the first slow ones are left behind, then their
+    times raise the median, and the drafts are waited for again."""
+    class Session:
+        calls = 0
+
+        def draft(self, shape, previous):
+            self.calls += 1
+            time.sleep(0.001 if self.calls <= 6 else 0.03)
+            return "a draft"
+
+    hedge, session = DraftHedge(3, ThreadPoolExecutor(max_workers=1)), Session()
+    answers = []
+    while session.calls < 30:
+        drafted, _ = hedge.draft(session, None, None)
+        answers.append(drafted is not None)
+        time.sleep(0.005)  # a target-only step
+    assert not all(answers[6:]), "the first slow drafts must be left behind"
+    assert all(answers[-5:]), f"slow drafts are waited for again once the median has risen: {answers}"
+    hedge.settle()
