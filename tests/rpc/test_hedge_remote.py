@@ -60,3 +60,12 @@ def test_a_late_remote_draft_is_hedged_and_the_drafter_drafts_again_on_its_strea
     for session in (0, 1, 2):  # released once, after its late draft was in
         events = [event for number, _, event in late.calls if number == session]
         assert events.count("closed") == 1 and events[-1] == "closed"
+
+
+def test_a_coordinator_processs_draft_hedge_flag_is_checked_before_it_starts(capsys):
+    from rayspec.rpc.worker import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--role", "coordinator", "--target", "127.0.0.1:1", "--draft-hedge", "0.5"])
+    assert exited.value.code == 2
+    assert "draft_hedge must be a number above 1 (times a draft's recent median time)" in capsys.readouterr().err
