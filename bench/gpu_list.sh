@@ -74,6 +74,9 @@ part profile_step 60 python3 bench/profile_step.py --device "$DEVICE" --prompts 
 part cost_model 120 python3 bench/cost_model_bench.py --device "$DEVICE" --prompts 3 --tokens 32 \
     --verifiers greedy rrsw spechub is gumbel minhash --trees chain:0 kary:2x3 sequoia:32 sequoia:128 \
     --out cost_model_bench_gpu
+# Hedged drafts (2026-11-28): what a thread hand-off per draft costs a GPU step, and what leaving a
+# late draft behind saves there.
+part hedge 120 python3 bench/hedge_bench.py --device "$DEVICE" --prompts 6 --tokens 64 --name hedge_bench_gpu
 part batched_forward 60 python3 bench/batched_forward_bench.py --out batched_forward_bench_gpu
 part e2e 90 python3 bench/e2e_bench.py --prompts 4 --tokens 64 --temperatures 0 0.6 --skip-grid \
     --out bench/results/e2e_bench_gpu

@@ -85,12 +85,15 @@ def main():
     parser.add_argument("--tree", default="sequoia:auto")
     parser.add_argument("--stall-ms", type=float, default=50.0)
     parser.add_argument("--stall-share", type=float, default=0.05)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="the workers' device (the models of both share it)")
     parser.add_argument("--name", default="hedge_bench")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    *_, prompts = load_demo("cpu")
+    *_, prompts = load_demo("cpu")  # for the prompts: the models decode in the workers
     logs = Path(tempfile.mkdtemp())
-    workers = [Worker(logs / f"{role}.log", "--role", role, "--prefix-cache-mb", "0", "--model", str(path), threads=1)
+    workers = [Worker(logs / f"{role}.log", "--role", role, "--prefix-cache-mb", "0", "--model", str(path),
+                      "--device", args.device, threads=1)
                for role, path in (("target", TARGET_PATH), ("drafter", DRAFTER_PATH))]
     try:
         target = RemoteTarget(workers[0].address)
@@ -112,14 +115,15 @@ def main():
         steps = sum(total for _, total in one.hedged[1:])  # past the warm-up decode
         row["hedged_share"] = sum(h for h, _ in one.hedged[1:]) / max(steps, 1)
         row["same_tokens_as_first_arm"] = all(outputs[one.name][seed] == tokens for seed, tokens in first.items())
-    result = {"machine": machine("cpu"), "args": vars(args), "hedge_factor": HEDGE, "arms": rows}
+    result = {"machine": machine(args.device), "args": vars(args), "hedge_factor": HEDGE, "arms": rows}
     save_results(args.name, result, markdown(result))
 
 
 def markdown(result) -> str:
     args, rows = result["args"], {row["config"]: row for row in result["arms"]}
     lines = [
-        f"# Hedged drafts against waiting (demo pair, workers on loopback gRPC, gumbel, {args['tree']}, "
+        f"# Hedged drafts against waiting (demo pair, workers on loopback gRPC on {result['machine']['device_name']}, "
+        f"gumbel, {args['tree']}, "
         f"T = {args['temperature']}, {args['prompts']} prompts x {args['tokens']} tokens)",
         "",
         f"The stalling link answers {args['stall_share']:.0%} of draft calls {args['stall_ms']:g} ms late.  "
