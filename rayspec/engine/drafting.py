@@ -93,7 +93,7 @@ class SequenceDrafting:
                 self._session_stack.callback(self.session.close)
                 if self.hedge_setting is not None:
                     self.hedge = DraftHedge(*self.hedge_setting)
-                    self._session_stack.callback(self.hedge.settle)  # the session closes after its late draft
+                    self._session_stack.callback(self.hedge.abandon)
             if self.hedge is None:
                 drafted, told = self.session.draft(shape, self.unseen), True
             else:

@@ -8,7 +8,8 @@ drafter's recent drafts verifies without it, and each later step does the same u
 draft is in.  The draft, when it comes, is dropped, and the drafter is told the steps it missed
 with its next draft (`Outcome.then`: none of the late tree accepted, the tokens decoded since),
 as a drafter that skipped steps always is.  A drafter that never answers fails its call at the
-draft deadline (`rayspec.rpc.remote.RemoteDrafter`), and the sequence then loses it as before.
+draft deadline (`rayspec.rpc.remote.RemoteDrafter`), and the sequence then loses it as before;
+a sequence that ends first closes its session under the late call (`DraftHedge.abandon`).
 
 The law is the target's whatever the hedge does.  Which steps draft depends on timing, so for
 the verifiers whose tokens depend on the drafts, a seed's tokens do too: the engine hedges
@@ -92,9 +93,9 @@ class DraftHedge:
             self.seconds.append(time.perf_counter() - started)
         return draft
 
-    def settle(self) -> None:
-        """Wait for a late draft still out (its call has its own deadline), so that the
-        session closes with no call on it."""
-        late, self.pending = self.pending, None
-        if late is not None:
-            late.exception()  # its failure no longer matters: the sequence is done with the drafter
+    def abandon(self) -> None:
+        """Leave a late draft still out behind, as its session closes: a remote session's close
+        cancels the call, a local one's waits for a forward in flight and fails a call that
+        has not begun.  Nobody waits for it, so a drafter that hangs does not hold up the end
+        of a sequence either, and whatever the call then raises concerns no one."""
+        self.pending = None

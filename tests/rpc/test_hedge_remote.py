@@ -3,11 +3,14 @@ a sequence; the coordinator's steps go on target-only meanwhile, on the same ses
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from rayspec.client import Client
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.rpc.coordinator import serve_generation
+from rayspec.rpc.remote import RemoteDrafter, RemoteTarget
 from rayspec.rpc.worker import serve_drafter, serve_target
 from rayspec.serve.config import ServiceConfig
 from rayspec.serve.service import Service
@@ -57,9 +60,36 @@ def test_a_late_remote_draft_is_hedged_and_the_drafter_drafts_again_on_its_strea
         assert completion.usage.hedged_steps >= 1
     finally:
         service.close()
-    for session in (0, 1, 2):  # released once, after its late draft was in
+    for session in (0, 1, 2):  # released once, at the end
         events = [event for number, _, event in late.calls if number == session]
         assert events.count("closed") == 1 and events[-1] == "closed"
+
+
+def test_a_drafter_worker_that_hangs_holds_up_neither_the_steps_nor_the_end_of_a_sequence():
+    """Its sixth draft takes 3 s (the draft deadline is 10 s): the sequence decodes on
+    target-only, ends, and closes the session under the call, which is not counted as a
+    loss of the drafter."""
+    target = tiny_llama(vocab=VOCAB, seed=0)
+    drafter = noisy_copy(target, noise=0.3)
+    servers = [serve_target(LocalTarget(target), "127.0.0.1:0"),
+               serve_drafter(LateDrafter(LocalDrafter(drafter), late={6}, delay=3.0), "127.0.0.1:0")]
+    (_, target_port), (_, drafter_port) = servers
+    try:
+        remote_target = RemoteTarget(f"127.0.0.1:{target_port}", timeout=10)
+        remote_drafter = RemoteDrafter(f"127.0.0.1:{drafter_port}", VOCAB, timeout=10)
+        engine = SpeculativeEngine(remote_target, remote_drafter, verifier="gumbel", tree="kary:2x2", draft_hedge=3)
+        request = dict(max_new_tokens=60, temperature=1.0, seed=3, ignore_eos=True)
+        started = time.monotonic()
+        run = engine.run(PROMPT, **request)
+        assert time.monotonic() - started < 2.0
+        assert run.tokens == SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="gumbel",
+                                               tree="kary:2x2").run(PROMPT, **request).tokens
+        assert run.stats.hedged_steps >= 1 and run.stats.drafter_lost is None
+        time.sleep(0.5)  # the cancelled call has failed by now
+        assert remote_drafter.losses == 0
+    finally:
+        for server, _ in servers:
+            server.stop(0)
 
 
 def test_a_coordinator_processs_draft_hedge_flag_is_checked_before_it_starts(capsys):
