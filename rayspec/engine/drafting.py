@@ -93,7 +93,6 @@ class SequenceDrafting:
                 self._session_stack.callback(self.session.close)
                 if self.hedge_setting is not None:
                     self.hedge = DraftHedge(*self.hedge_setting)
-                    self._session_stack.callback(self.hedge.abandon)
             if self.hedge is None:
                 drafted, told = self.session.draft(shape, self.unseen), True
             else:
@@ -138,7 +137,15 @@ class SequenceDrafting:
         self.unseen = told if self.unseen is None else self.unseen.then(told)
 
     def _close_session(self) -> None:
-        self._session_stack.close()
+        late = None if self.hedge is None else self.hedge.pending
+        if late is not None and not late.done():
+            # Closed once the late draft is in, not under it: its call keeps its own deadline,
+            # so that a drafter that hangs is found out (and not tried for a while), and the
+            # sequence waits for neither.
+            closing = self._session_stack.pop_all()
+            late.add_done_callback(lambda _: closing.close())
+        else:
+            self._session_stack.close()
         self.session = self.hedge = self.unseen = None
 
 

@@ -9,7 +9,8 @@ draft is in.  The draft, when it comes, is dropped, and the drafter is told the 
 with its next draft (`Outcome.then`: none of the late tree accepted, the tokens decoded since),
 as a drafter that skipped steps always is.  A drafter that never answers fails its call at the
 draft deadline (`rayspec.rpc.remote.RemoteDrafter`), and the sequence then loses it as before;
-a sequence that ends first closes its session under the late call (`DraftHedge.abandon`).
+a sequence that ends first does not wait for it: its session closes once the call ends
+(`rayspec.engine.drafting.SequenceDrafting`).
 
 The law is the target's whatever the hedge does.  Which steps draft depends on timing, so for
 the verifiers whose tokens depend on the drafts, a seed's tokens do too: the engine hedges
@@ -92,10 +93,3 @@ class DraftHedge:
         else:
             self.seconds.append(time.perf_counter() - started)
         return draft
-
-    def abandon(self) -> None:
-        """Leave a late draft still out behind, as its session closes: a remote session's close
-        cancels the call, a local one's waits for a forward in flight and fails a call that
-        has not begun.  Nobody waits for it, so a drafter that hangs does not hold up the end
-        of a sequence either, and whatever the call then raises concerns no one."""
-        self.pending = None

@@ -30,8 +30,7 @@ import grpc
 import torch
 
 from rayspec.engine.interfaces import (
-    Draft, DrafterBusy, DrafterUnavailable, Outcome, SequenceSpec, SessionClosedError, TargetUnavailable,
-    stream_generator,
+    Draft, DrafterBusy, DrafterUnavailable, Outcome, SequenceSpec, TargetUnavailable, stream_generator,
 )
 from rayspec.coupling import KeyedNoise
 from rayspec.rpc import codec
@@ -289,7 +288,6 @@ class _RemoteSession:
         self.stub, self.call_type, self.timeout, self.session_id = stub, call_type, timeout, session_id
         self.steps = CallStream(channel, call_type, timeout, what) if streams else None
         self.lost = False  # its worker stopped answering: closing asks nothing of it
-        self.closed = False
 
     def _new(self, kind: str):
         """A call message and its `kind` request, to be filled in place: building the request
@@ -313,7 +311,6 @@ class _RemoteSession:
         return reply, request.ByteSize() + reply.ByteSize()
 
     def close(self) -> None:
-        self.closed = True
         if self.steps is not None:
             self.steps.close()
         if self.lost:
@@ -506,17 +503,8 @@ class RemoteDrafterSession(_RemoteSession):
         if previous is not None:
             request.previous.CopyFrom(codec.encode_outcome(previous))
         timeout = self.drafter.draft_timeout if self.drafted else None
-
-        def send():
-            try:
-                return self._step(message, timeout)
-            except RemoteError:
-                if self.closed:  # a late draft left behind (`rayspec.engine.hedge`): not the drafter's failure
-                    raise SessionClosedError(f"drafter {self.drafter.address}: closed under its draft") from None
-                raise
-
         try:
-            reply, wire_bytes = self.drafter.guarded(send)
+            reply, wire_bytes = self.drafter.guarded(lambda: self._step(message, timeout))
         except DrafterLost:
             self.lost = True
             raise
