@@ -124,20 +124,6 @@ class Costs:
             MeasuredTimes.from_dict(data["calibration_walk_seconds"]) if "calibration_walk_seconds" in data else None,
         )
 
-    def save(self, path: Path) -> None:
-        """Write these costs to `path` as JSON, whole or not at all (a process killed mid-write
-        leaves no half file)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".partial")
-        partial.write_text(json.dumps(self.to_json()))
-        partial.replace(path)
-
-    @classmethod
-    def load(cls, path: Path) -> "Costs":
-        """The costs `save` wrote to `path` (OSError, ValueError, KeyError or TypeError when
-        there are none that can be read)."""
-        return cls.from_json(json.loads(path.read_text()))
-
     def target_for(self, verifier: str) -> MeasuredTimes:
         """Seconds to verify an n-node tree with `verifier`: the measured target time with the
         calibration trees' walk (which stops near the root) taken out and `verifier`'s walk on
@@ -174,10 +160,15 @@ class CostsFile:
     def load(self) -> Costs | None:
         """The costs kept, None when none were (OSError, ValueError, KeyError or TypeError
         when what is kept cannot be read)."""
-        return Costs.load(self.path) if self.path.exists() else None
+        return Costs.from_json(json.loads(self.path.read_text())) if self.path.exists() else None
 
     def save(self, costs: Costs) -> None:
-        costs.save(self.path)
+        """Write `costs` as JSON, whole or not at all (a process killed mid-write leaves no
+        half file)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_suffix(".partial")
+        partial.write_text(json.dumps(costs.to_json()))
+        partial.replace(self.path)
 
     def __str__(self) -> str:
         return str(self.path)
