@@ -1,7 +1,7 @@
 """sequoia:auto per verifier: the tree each verifier's costs plan, and what it decodes at.
 
     python bench/verifier_pricing_bench.py [--verifiers minhash gumbel is-weighted spectr rrsw]
-        [--temperature 0.6] [--prompts 6] [--tokens 64] [--out NAME]
+        [--temperature 0.6] [--prompts 6] [--tokens 64] [--tree sequoia:auto] [--out NAME]
 
 sequoia:auto prices trees from costs calibrated at start (`rayspec.engine.calibrate`).  Until
 2026-11-27 every verifier was priced as rrsw, the calibration's verifier; since, each
@@ -11,7 +11,8 @@ in-process with sequoia:auto (seeded, so the tree planned before serving, withou
 adaptation) and with target-only decoding, interleaved prompt by prompt, and reports the
 planned tree, its predicted and measured tokens/s, and the ratio to target-only.  Run it on
 two versions of the code in turn (ABBA) to compare them.  Writes
-bench/results/{out}.{json,md}.
+bench/results/{out}.{json,md}.  `--tree` decodes a fixed tree instead of sequoia:auto's,
+with the cost model's price for it.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def main() -> int:
     parser.add_argument("--temperature", type=float, default=0.6)
     parser.add_argument("--prompts", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--tree", default="sequoia:auto", help="the tree to decode (default: sequoia:auto's plan)")
     parser.add_argument("--out", default="verifier_pricing_bench")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -56,7 +58,7 @@ def main() -> int:
     results = {"machine": machine("cpu"), "args": vars(args), "costs": costs.to_json(), "rows": []}
     with torch.inference_mode():
         for verifier in args.verifiers:
-            auto = engine_arm("sequoia:auto", target, drafter, verifier, "sequoia:auto", args.temperature, ACCEPTANCE,
+            auto = engine_arm(args.tree, target, drafter, verifier, args.tree, args.temperature, ACCEPTANCE,
                               costs=costs, adaptive=False)
             alone = engine_arm("target-only", target, None, verifier, "none", args.temperature, ACCEPTANCE,
                                costs=costs, adaptive=False)
@@ -70,11 +72,12 @@ def main() -> int:
 
 def markdown(results) -> str:
     m, a = results["machine"], results["args"]
-    lines = [f"# sequoia:auto per verifier ({m['device_name']}, {m['device']}, torch {m['torch']})", "",
+    tree = a.get("tree", "sequoia:auto")
+    lines = [f"# {tree} per verifier ({m['device_name']}, {m['device']}, torch {m['torch']})", "",
              f"Demo pair in-process, {a['prompts']} held-out prompts x {a['tokens']} tokens, T = {a['temperature']:g}, "
              "seeded (the tree planned before serving), interleaved with target-only decoding prompt by prompt.", "",
              "| verifier | planned tree (nodes, depth) | predicted step ms | predicted tokens/s | measured tokens/s "
-             "| target-only tokens/s | sequoia:auto / target-only | measured draft / score / verify / other ms per step |",
+             f"| target-only tokens/s | {tree} / target-only | measured draft / score / verify / other ms per step |",
              "|---|---|---|---|---|---|---|---|"]
     for row in results["rows"]:
         auto, plan_ = row["auto"], row["plan"]

@@ -25,9 +25,10 @@ The two verifiers differ only in S:
                    (w_a(i) + w_b(j)) with w = p / (input law); at k = 2 that is choosing a
                    draft with probability proportional to p/q.
     "is-weighted"  the weights maximising sum_y min(p(y), c(y)) (Thm. 1; §4 eqs. 10-11 for
-                   k = 2, App. G for non-identical inputs), by linear programming, with the
-                   truncated LP of Alg. 1 (eq. 12).  At k = 2 untruncated, its acceptance is
-                   the optimum over all valid schemes, min_S {p(S) + 1 - q(S)^2} (Thm. 3).
+                   k = 2, App. G for non-identical inputs), the paper's LP solved as the
+                   maximum flow it is, with the truncated LP of Alg. 1 (eq. 12).  At k = 2
+                   untruncated, its acceptance is the optimum over all valid schemes,
+                   min_S {p(S) + 1 - q(S)^2} (Thm. 3).
 
 Large vocabularies use the *truncated alphabet* of §4: Omega_0 = the top-M tokens of p,
 gamma = p(Omega_0).  The drafts outside Omega_0 are dropped; given how many are left, those
@@ -39,8 +40,8 @@ else, otherwise a token is drawn from p restricted to the complement of Omega_0.
 emitted token then follows gamma p~ + p|Omega_0^c = p exactly.  With V <= M nothing is
 truncated.
 
-The small M-sized computations run in float64 whatever the input dtype: the LP needs it and
-they are cheap; the vocabulary-sized work (top-M, tail mass, tail sampling) stays in the
+The small M-sized computations run in float64 whatever the input dtype: the rules need it
+and they are cheap; the vocabulary-sized work (top-M, tail mass, tail sampling) stays in the
 input dtype.
 """
 
@@ -52,15 +53,14 @@ from math import comb
 
 import numpy as np
 import torch
-from scipy.optimize import linprog
-from scipy.sparse import csr_matrix
+from scipy.sparse import csr_array
+from scipy.sparse.csgraph import maximum_flow
 
 from rayspec.verify.base import IIDDrafts, Verifier, draw_uniform, sample_categorical
 from rayspec.verify.chain import acceptance_ratio
 from rayspec.verify.sps import SpeculativeSampling
 
 F64 = torch.float64
-NEGLIGIBLE_PAIR = 1e-15  # pairs rarer than this are not LP variables (HiGHS misreads such LPs)
 
 
 # --------------------------------------------------------------------------- selection rules
@@ -97,74 +97,93 @@ def _keep_first_on_ties(rule: torch.Tensor) -> torch.Tensor:
 def optimal_rules(p: np.ndarray, a: np.ndarray, b: np.ndarray, free_tokens: int | None) -> np.ndarray:
     """The pairwise rules maximising sum_y min(p(y), c(y)), c = `pair_law(a, b, rule)`.
 
-    p, a, b [U, m] -> rules [U, m, m].  Seed 002 Thm. 1 for two drafts: §4 eqs. 10-11 (a = b)
-    and App. G (a != b).  One variable w per unordered pair i < j: rule[i, j] = w and
-    rule[j, i] = 1 - w.  That is the paper's LP for a = b; for a != b (App. G has one
-    variable per ordered pair) it loses nothing, since c depends only on how much of the
-    pair's mass a(i) b(j) + a(j) b(i) goes to each of its two tokens.
+    p, a, b [U, m] -> rules [U, m, m].  Seed 002 Thm. 1 for two drafts: the LP of §4
+    eqs. 10-11 (a = b) and App. G (a != b), solved as the maximum flow it is.  One weight w
+    per unordered pair i < j: rule[i, j] = w and rule[j, i] = 1 - w, so of the pair's mass
+    a(i) b(j) + a(j) b(i) a share w goes to token i and the rest to j.  That is the paper's
+    LP for a = b; for a != b (App. G has one variable per ordered pair) it loses nothing,
+    since c depends only on how the pair's mass is split between its two tokens.  Splitting
+    masses so as to maximise sum_y min(p(y), c(y)) is a flow: source -> pair (its mass) ->
+    either token -> sink (what p(y) still lacks after the fixed pairs).  By max-flow min-cut
+    its value is a minimum over token sets, which at a = b untruncated is Thm. 3's
+    min_S {p(S) + 1 - q(S)^2}.
 
     Truncated LP (Alg. 1, eq. 12): tokens ranked by decreasing p - a b; only pairs touching
     the top `free_tokens` are free, the others keep the higher-ranked token (the one whose
     target deficit is larger).  For a != b the paper fixes one mixed case to a constant
     lost in the seed; here every pair touching the top tokens is free, which can only help.
-    Pairs rarer than NEGLIGIBLE_PAIR keep the rank rule: they barely move c, and such tiny
-    coefficients made HiGHS presolve misreport feasible LPs as infeasible (presolve is off
-    as well).
 
-    The U problems are independent, so they are solved as one block-diagonal LP: scipy's
-    per-call overhead (~5 ms) dwarfs HiGHS's own time on these small problems.  Whatever
-    the solver returns is clipped to [0, 1] and p_I is recomputed from it, so solver
-    tolerance costs acceptance, never exactness; if HiGHS fails, rows fall back to the
-    importance-sampling rule.
+    The U problems are independent, so they are one flow network.  Any split is a valid
+    rule and p_I is recomputed from the rule, so the flow's rounding (~1e-13) costs
+    acceptance, never exactness.
     """
     count, m = p.shape
     pair = a[:, :, None] * b[:, None, :]
     rank = np.argsort(np.argsort(-(p - a * b), axis=-1, kind="stable"), axis=-1, kind="stable")
     rule = (rank[:, :, None] < rank[:, None, :]).astype(np.float64)
-    eye = np.eye(m, dtype=bool)
-    rule[:, eye] = 1.0
+    rule[:, np.eye(m, dtype=bool)] = 1.0
     top = m if free_tokens is None else free_tokens
     both = pair + pair.transpose(0, 2, 1)
     upper = np.triu(np.ones((m, m), dtype=bool), 1)
-    free = ((rank[:, :, None] < top) | (rank[:, None, :] < top)) & (both > NEGLIGIBLE_PAIR) & upper
+    free = ((rank[:, :, None] < top) | (rank[:, None, :] < top)) & (both > 0) & upper
     block, first, second = np.nonzero(free)
     if block.size == 0:
         return rule
+    mass = both[free]
+    # The fixed part of c: the law with every free pair's mass on its second token, less that.
     rule[block, first, second], rule[block, second, first] = 0.0, 1.0
-    # One constraint t_y <= c(y) per (block, token the target can emit); c is affine in the
-    # free w: +both[i, j] at i, -both[i, j] at j.
-    emits = p > 0
-    row_of = np.where(emits, np.cumsum(emits).reshape(count, m) - 1, -1)
-    n_free, n_rows = block.size, int(emits.sum())
-    coef = both[free]
-    rows = np.concatenate([row_of[block, first], row_of[block, second], np.arange(n_rows)])
-    cols = np.concatenate([np.arange(n_free), np.arange(n_free), n_free + np.arange(n_rows)])
-    vals = np.concatenate([-coef, coef, np.ones(n_rows)])
-    used = rows >= 0
-    a_ub = csr_matrix((vals[used], (rows[used], cols[used])), shape=(n_rows, n_free + n_rows))
-    b_ub = _pair_law_np(pair, rule)[emits]
-    bounds = np.concatenate([np.tile([0.0, 1.0], (n_free, 1)), np.stack([np.zeros(n_rows), p[emits]], 1)])
-    objective = np.concatenate([np.zeros(n_free), -np.ones(n_rows)])
-    result = linprog(
-        objective,
-        A_ub=a_ub,
-        b_ub=b_ub,
-        bounds=bounds,
-        method="highs",
-        options={
-            "presolve": False,
-            "primal_feasibility_tolerance": 1e-10,
-            "dual_feasibility_tolerance": 1e-10,
-        },
-    )
-    if result.status == 0:
-        w = np.clip(result.x[:n_free], 0.0, 1.0)
-        rule[block, first, second], rule[block, second, first] = w, 1.0 - w
-        return rule
-    if count > 1:  # find the failing block(s) alone
-        alone = [optimal_rules(p[i : i + 1], a[i : i + 1], b[i : i + 1], free_tokens) for i in range(count)]
-        return np.concatenate(alone)
-    return importance_rule(*(torch.from_numpy(x) for x in (p, a, b))).numpy()
+    fixed = _pair_law_np(pair, rule)
+    np.subtract.at(fixed, (block, second), mass)
+    lacking = np.clip(p - fixed, 0.0, None)
+    to_first = _split_pair_masses(mass, block * m + first, block * m + second, lacking.ravel())
+    w = np.clip(to_first / mass, 0.0, 1.0)
+    rule[block, first, second], rule[block, second, first] = w, 1.0 - w
+    return rule
+
+
+_FLOW_UNITS = float(2**30)  # scipy's flows are int32; every capacity here is a mass, at most 1
+
+
+def _split_pair_masses(mass, first, second, lacking) -> np.ndarray:
+    """How much of each pair's mass to send to its first token so as to cover as much as
+    possible of what the tokens lack: a maximum flow, source -> pair -> token -> sink.
+
+    mass [n] of each pair; first, second [n] its tokens' indices into lacking [t].
+
+    scipy's maximum flow takes integer capacities.  A first flow runs on capacities rounded
+    down to 2^-30, so it is feasible.  Rounding moved each edge's capacity by less than a
+    unit, hence every cut's capacity by less than a unit per edge, so the real maximum flow
+    exceeds the first by at most that.  A second flow, on the residual network and at the
+    resolution that bound allows, finds the rest; its augmenting paths may return part of
+    the first flow from a token to its pair."""
+    n, tokens = mass.size, lacking.size
+    pairs = 2 + np.arange(n)  # node 0 is the source, node 1 the sink, then pairs, then tokens
+    token_nodes = 2 + n + np.arange(tokens)
+    tails = np.concatenate([np.zeros(n, dtype=np.int64), pairs, pairs, token_nodes])
+    heads = np.concatenate([pairs, token_nodes[first], token_nodes[second], np.ones(tokens, dtype=np.int64)])
+    capacity = np.concatenate([mass, mass, mass, lacking])
+    nodes = 2 + n + tokens
+    flow = _max_flow(tails, heads, capacity, nodes, _FLOW_UNITS)
+    left = capacity - flow
+    if left.max() > 0:
+        bound = tails.size / _FLOW_UNITS
+        to_tokens = slice(n, 3 * n)
+        more = _max_flow(
+            np.concatenate([tails, heads[to_tokens]]),
+            np.concatenate([heads, tails[to_tokens]]),
+            np.minimum(np.concatenate([left, flow[to_tokens]]), bound),
+            nodes,
+            _FLOW_UNITS / bound,
+        )
+        flow = flow + more[: tails.size]  # net flows: pair -> token less token -> pair
+    return flow[n : 2 * n]
+
+
+def _max_flow(tails, heads, capacity, nodes, units) -> np.ndarray:
+    """The net flow along each edge of a maximum flow from node 0 to node 1, capacities
+    rounded down to multiples of 1/units.  No two edges join the same ordered nodes."""
+    graph = csr_array((np.floor(capacity * units).astype(np.int32), (tails, heads)), shape=(nodes, nodes))
+    return np.asarray(maximum_flow(graph, 0, 1).flow[tails, heads]).ravel() / units
 
 
 def _pair_law_np(pair: np.ndarray, rule: np.ndarray) -> np.ndarray:

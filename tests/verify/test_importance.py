@@ -97,20 +97,42 @@ def test_full_lp_reaches_the_optimum_of_theorem_3():
     cases += [(p, q) for _, p, q in adversarial_pairs()]
     for p, q in cases:
         optimum = cut_bound(p, q, 2)
-        assert abs(verifier.acceptance(p, q, 2) - optimum) < 1e-7
+        assert abs(verifier.acceptance(p, q, 2) - optimum) < 1e-12
         # membership acceptance can exceed the algorithmic one, never the optimum
-        assert abs(exact_acceptance(verifier, p, q, 2) - optimum) < 1e-7
+        assert abs(exact_acceptance(verifier, p, q, 2) - optimum) < 1e-12
 
 
 def test_lp_survives_masses_near_1e_14():
-    """HiGHS presolve called such LPs infeasible; the optimum must still be reached."""
+    """Masses far below the first flow's 2^-30 unit (HiGHS presolve, before the flow, called
+    such LPs infeasible): the optimum must still be reached."""
     tiny = 1e-14
     p = torch.tensor([0.3, tiny, 0.2, 0.5 - 2 * tiny, tiny, 0.0], dtype=F64)
     q = torch.tensor([tiny, 0.4, tiny, 0.1, 0.5 - 3 * tiny, tiny], dtype=F64)
     verifier = WeightedImportanceSampling(free_tokens=None)
-    assert abs(verifier.acceptance(p, q, 2) - cut_bound(p, q, 2)) < 1e-7
+    assert abs(verifier.acceptance(p, q, 2) - cut_bound(p, q, 2)) < 1e-12
     rules = optimal_rules(*(x.unsqueeze(0).numpy() for x in (p, q, q)), None)
     assert np.isfinite(rules).all() and rules.min() >= 0 and rules.max() <= 1
+
+
+def test_stage_rule_for_unequal_inputs_reaches_the_min_cut():
+    """A stage with inputs of different laws (App. G; every stage after the first): the
+    split of pair masses reaches max sum_y min(p, c).  By max-flow min-cut that is
+    sum_y min(p, a b) + min_A {sum_{y in A} (p - a b)^+ + (mass of pairs with a token
+    outside A)}, enumerated here over every token set A."""
+    rng = np.random.default_rng(37)
+    for case in range(40):
+        size = 2 + case % 6
+        p, a, b = (random_law(rng, size).numpy() for _ in range(3))
+        rule = optimal_rules(p[None], a[None], b[None], None)[0]
+        reached = float(np.minimum(p, pair_law(*(torch.from_numpy(x) for x in (a, b, rule))).numpy()).sum())
+        diagonal = a * b
+        pairs = np.triu(np.outer(a, b) + np.outer(b, a), 1)
+        best = np.inf
+        for subset in itertools.product([False, True], repeat=size):
+            inside = np.array(subset)
+            cut = np.clip(p - diagonal, 0, None)[inside].sum() + pairs.sum() - pairs[np.ix_(inside, inside)].sum()
+            best = min(best, cut)
+        assert reached == pytest.approx(np.minimum(p, diagonal).sum() + best, abs=1e-12)
 
 
 def test_optimised_weights_beat_classical_importance_sampling_at_two_drafts():
