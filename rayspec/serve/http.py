@@ -84,430 +84,46 @@ input (malformed JSON, wrong types, unknown verifier, a prompt longer than the c
 before it is read), 429 when `limits.max_concurrent_requests` generations are
 running or a worker has no room for another session, 503 when a worker fails or cannot be
 reached, 500 for anything else.
+
+Here: the endpoints and their answers.  The request bodies are `rayspec.serve.bodies`, the
+errors `rayspec.serve.errors`, the ASGI middleware `rayspec.serve.middleware`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import time
-import uuid
-from typing import Any, ClassVar, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rayspec.engine.engine import GenerationStats
-from rayspec.engine.interfaces import MAX_LOGPROBS, TokenLogprobs
-from rayspec.engine.policy import check_tree_spec
+from rayspec.engine.interfaces import TokenLogprobs
 from rayspec.engine.requests import GenerationRequest, StepText
-from rayspec.engine.structured import StructuredOutput
 from rayspec.engine.text import check_text
 from rayspec.rpc.remote import RemoteError
-from rayspec.rpc.server import key_refusal
+from rayspec.serve.bodies import (
+    ChatBody,
+    CompletionBody,
+    DetokenizeBody,
+    GenerationBody,
+    TokenizeBody,
+    render_messages,
+    tool_calling_read_by_service,
+)
+from rayspec.serve.errors import ApiError, bad_request, error_body, validation_error
 from rayspec.serve.metrics import CONTENT_TYPE
-from rayspec.serve.service import ChatRenderError, Overloaded, Service, StepStream
-from rayspec.serve.tools import ToolCalling, ToolError
-from rayspec.verify.processing import MAX_PRESENCE_OR_FREQUENCY_PENALTY as PENALTY_BOUND
+from rayspec.serve.middleware import AnswerFailures, CountResponses, LimitBodies, RequestIds, RequireKey
+from rayspec.serve.service import Overloaded, Service, StepStream
+from rayspec.serve.tools import ToolCalling
 
-log = logging.getLogger("rayspec.serve")
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 LOGPROB_FLOOR = -9999.0  # what a log-probability of -inf is reported as (vLLM's choice)
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
-
-
-def _bad(message: str, param: str | None = None) -> ApiError:
-    return ApiError(400, message, param)
-
-
-# ---------------------------------------------------------------------------- requests
-
-
-class _Strict(BaseModel):
-    # strict: "5" is not 5; forbid: an unknown field is refused rather than ignored.
-    model_config = ConfigDict(strict=True, extra="forbid")
-
-
-class RayspecOptions(_Strict):
-    verifier: str | None = None
-    tree: str | None = None
-    verifier_params: dict[str, Any] | None = None
-
-
-class StreamOptions(_Strict):
-    include_usage: bool | None = None
-    continuous_usage_stats: bool | None = None  # vLLM's: every chunk carries its choice's usage so far
-    include_obfuscation: bool | None = None  # OpenAI's padding against side channels: accepted, none added
-
-
-class _GenerationBody(_Strict):
-    model: str | None = None
-    max_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    seed: int | None = Field(None, ge=-2**63, lt=2**63)  # any int64, as vLLM and the gRPC API take
-    stop: str | list[str] | None = None
-    stream: bool | None = None
-    stream_options: StreamOptions | None = None
-    n: int | None = Field(None, ge=1)
-    # bounds checked here too, so that the 400 names the field
-    presence_penalty: float | None = Field(None, ge=-PENALTY_BOUND, le=PENALTY_BOUND)
-    frequency_penalty: float | None = Field(None, ge=-PENALTY_BOUND, le=PENALTY_BOUND)
-    repetition_penalty: float | None = Field(None, gt=0)
-    logit_bias: dict[str, float] | None = None
-    # vLLM's extensions (the openai client sends them in extra_body)
-    min_p: float | None = Field(None, ge=0, le=1)
-    min_tokens: int | None = Field(None, ge=0)
-    stop_token_ids: list[int] | None = None
-    allowed_token_ids: list[int] | None = None
-    bad_words: str | list[str] | None = None
-    add_special_tokens: bool | None = None  # vLLM's: completions default true, chat false
-    truncate_prompt_tokens: int | None = Field(None, ge=-1)
-    return_tokens_as_token_ids: bool | None = None  # vLLM's: log-probabilities name tokens "token_id:{id}"
-    prompt_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)  # vLLM's: the prompt's, with ranks
-    prediction: dict[str, Any] | None = None  # OpenAI's Predicted Outputs: {"type": "content", "content": ...}
-    # structured output: OpenAI's response_format, vLLM's structured_outputs and guided_* fields
-    response_format: dict[str, Any] | None = None
-    structured_outputs: dict[str, Any] | None = None
-    guided_json: dict[str, Any] | str | None = None
-    guided_regex: str | None = None
-    guided_choice: list[str] | None = None
-    guided_grammar: str | None = None
-    ignore_eos: bool | None = None
-    include_stop_str_in_output: bool | None = None
-    skip_special_tokens: bool | None = None
-    user: str | None = None
-    metadata: dict[str, Any] | None = None
-    store: bool | None = None
-    service_tier: str | None = None
-    safety_identifier: str | None = None  # OpenAI's user id for abuse monitoring
-    prompt_cache_key: str | None = None  # OpenAI's hint for its prompt cache
-    rayspec: RayspecOptions | None = None
-
-    def refuse_unsupported(self) -> None:
-        """Refuse, with a 400 naming the field, what the endpoint does not implement."""
-
-    def generation_fields(self) -> dict:
-        """The `GenerationRequest` fields other than the prompt and max_tokens."""
-        options = self.rayspec or RayspecOptions()
-        if options.tree:
-            _check_tree(options.tree)
-        return dict(
-            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, stop=self.stop,
-            presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
-            repetition_penalty=self.repetition_penalty, logit_bias=self.token_biases(), min_p=self.min_p,
-            min_tokens=self.min_tokens, stop_token_ids=self.stop_token_ids, ignore_eos=self.ignore_eos,
-            allowed_token_ids=self.allowed_token_ids, bad_words=self.bad_words,
-            truncate_prompt_tokens=self.truncate_prompt_tokens,
-            include_stop_str_in_output=self.include_stop_str_in_output, skip_special_tokens=self.skip_special_tokens,
-            verifier=options.verifier, tree=options.tree, verifier_params=options.verifier_params,
-            logprobs=self.alternatives(), prompt_logprobs=self.prompt_alternatives(),
-            prediction=self.predicted_text(), structured_output=self.structured_output(),
-        )
-
-    STRUCTURED_FIELDS: ClassVar[tuple[str, ...]] = (
-        "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice")
-
-    def structured_field(self) -> str:
-        """The field that gave the structured output."""
-        given = (field for field in self.STRUCTURED_FIELDS if getattr(self, field) is not None)
-        return next(given, "response_format")
-
-    def structured_output(self) -> StructuredOutput | None:
-        """What the completion must be, from whichever one of OpenAI's `response_format`
-        ({"type": "json_object"} or {"type": "json_schema", "json_schema": {"schema": ...}}),
-        vLLM's `structured_outputs` ({"json" | "regex" | "choice" | "json_object": ...}) and
-        vLLM's older `guided_json`, `guided_regex`, `guided_choice` the request gives."""
-        given = {}
-        if self.response_format is not None:
-            given["response_format"] = _response_format(self.response_format, "response_format")
-        if self.structured_outputs is not None:
-            given["structured_outputs"] = _structured_outputs(self.structured_outputs)
-        for field, name in (("guided_json", "json_schema"), ("guided_regex", "regex"), ("guided_choice", "choice")):
-            if getattr(self, field) is not None:
-                given[field] = {name: getattr(self, field)}
-        if self.guided_grammar is not None:
-            raise _bad(GRAMMAR_UNSUPPORTED, "guided_grammar")
-        given = {field: kind for field, kind in given.items() if kind is not None}  # not response_format text
-        if len(given) > 1:
-            raise _bad(f"give one structured output, not {len(given)}: {', '.join(given)}", next(iter(given)))
-        for field, kind in given.items():
-            try:
-                return StructuredOutput(**kind)
-            except ValueError as error:
-                raise _bad(f"{field}: {error}", field) from None
-        return None
-
-    def predicted_text(self) -> str | None:
-        """The text of OpenAI's `prediction` ({"type": "content", "content": text or text
-        parts}), None without one."""
-        if self.prediction is None:
-            return None
-        text = _joined_text(self.prediction.get("content"))
-        if self.prediction.get("type") != "content" or text is None or set(self.prediction) - {"type", "content"}:
-            raise _bad('prediction must be {"type": "content", "content": text, or a list of {"type": "text", '
-                       '"text": ...} parts}', "prediction")
-        return text or None
-
-    def token_biases(self) -> dict[int, float] | None:
-        """`logit_bias` with its keys, token ids written as JSON strings as OpenAI's are, read."""
-        if not self.logit_bias:
-            return None
-        try:
-            return {int(token): bias for token, bias in self.logit_bias.items()}
-        except ValueError:
-            raise _bad("logit_bias keys must be token ids, such as \"50256\"", "logit_bias") from None
-
-    def alternatives(self) -> int | None:
-        """How many most likely tokens' log-probabilities to give at each token; None: none."""
-        return None
-
-    def prompt_alternatives(self) -> int | None:
-        """The same for the prompt's tokens (what the target's prefill must report)."""
-        return self.prompt_logprobs
-
-
-GRAMMAR_UNSUPPORTED = ("grammars (EBNF, Lark) are not supported; JSON schemas, json_object, regular expressions and "
-                       "choices are")
-
-
-def _response_format(value: dict, field: str) -> dict | None:
-    """The `StructuredOutput` fields of OpenAI's response_format (None for plain text)."""
-    kind = value.get("type")
-    if kind == "text" and set(value) == {"type"}:
-        return None
-    if kind == "json_object" and set(value) == {"type"}:
-        return {"json_object": True}
-    if kind == "json_schema" and set(value) == {"type", "json_schema"} and isinstance(value["json_schema"], dict):
-        spec = value["json_schema"]
-        if "schema" not in spec or set(spec) - {"name", "schema", "strict", "description"}:
-            raise _bad(f'{field}.json_schema must hold the schema: {{"name": ..., "schema": {{...}}, "strict": ...}}',
-                       field)
-        return {"json_schema": spec["schema"]}
-    raise _bad(f'{field} must be {{"type": "text"}}, {{"type": "json_object"}} or {{"type": "json_schema", '
-               f'"json_schema": {{"name": ..., "schema": {{...}}}}}}', field)
-
-
-def _structured_outputs(value: dict) -> dict:
-    """The `StructuredOutput` fields of vLLM's structured_outputs."""
-    if "grammar" in value:
-        raise _bad(GRAMMAR_UNSUPPORTED, "structured_outputs")
-    names = {"json": "json_schema", "regex": "regex", "choice": "choice", "json_object": "json_object"}
-    unknown = set(value) - set(names)
-    if unknown or len(value) != 1:
-        raise _bad("structured_outputs takes exactly one of json, regex, choice and json_object"
-                   + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else ""), "structured_outputs")
-    (key, spec), = value.items()
-    if key == "json_object" and spec is not True:
-        raise _bad("structured_outputs.json_object must be true", "structured_outputs")
-    return {names[key]: spec}
-
-
-def _check_tree(spec: str) -> None:
-    """`GenerationRequest`'s check of the tree, run here first so the error names the field."""
-    try:
-        check_tree_spec(spec)
-    except ValueError as error:
-        raise _bad(f"rayspec.tree: {error}", "rayspec.tree") from None
-
-
-class CompletionBody(_GenerationBody):
-    prompt: Any  # text, token ids, or a batch of one of those: checked by `prompt_fields`
-    max_tokens: int | None = Field(None, ge=0)  # 0 with echo: the prompt scored, nothing generated
-    echo: bool | None = None
-    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    best_of: int | None = None
-    suffix: str | None = None
-
-    def refuse_unsupported(self) -> None:
-        super().refuse_unsupported()
-        if self.max_tokens == 0 and not self.echo:
-            raise _bad("max_tokens must be at least 1 (0 only with echo: true, which returns the prompt and, with "
-                       "logprobs, its tokens' log-probabilities)", "max_tokens")
-        if self.best_of not in (None, 1):
-            raise _bad("best_of: only 1 is supported", "best_of")
-        if self.suffix:
-            raise _bad("suffix (insertion) is not supported", "suffix")
-
-    def alternatives(self) -> int | None:
-        return self.logprobs
-
-    def prompt_alternatives(self) -> int | None:
-        asked = [k for k in (self.prompt_logprobs, self.logprobs if self.echo else None) if k is not None]
-        return max(asked, default=None)  # the echo's and vLLM's prompt_logprobs, from one prefill
-
-    def prompts(self) -> list[dict]:
-        """The `GenerationRequest` prompt field of each prompt: OpenAI's text, token ids, or a
-        batch (a list) of either."""
-        prompt = self.prompt
-        if _is_prompt(prompt):
-            return [_prompt_field(prompt)]
-        if isinstance(prompt, list) and prompt and all(_is_prompt(p) for p in prompt):
-            if len({type(p) for p in prompt}) == 1:  # texts, or token id lists, not both
-                return [_prompt_field(p) for p in prompt]
-        raise _bad("prompt must be a string, a non-empty list of token ids, or a non-empty list (a batch) of "
-                   "strings or of token id lists", "prompt")
-
-
-def _is_prompt(prompt) -> bool:
-    """Text, or a non-empty list of token ids (bool is an int to Python, not to JSON)."""
-    return isinstance(prompt, str) or (
-        isinstance(prompt, list) and bool(prompt) and all(type(t) is int for t in prompt)
-    )
-
-
-def _prompt_field(prompt: str | list[int]) -> dict:
-    return {"prompt": prompt} if isinstance(prompt, str) else {"prompt_ids": prompt}
-
-
-def _joined_text(content) -> str | None:
-    """OpenAI's text content: a string, or a list of {"type": "text", "text": ...} parts
-    joined; None for anything else."""
-    if isinstance(content, str):
-        return content
-    parts = content if isinstance(content, list) else None
-    if parts is None or not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-                                for p in parts):
-        return None
-    return "".join(part["text"] for part in parts)
-
-
-class Message(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")  # e.g. `refusal: null` from clients
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Any = None
-    name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None  # an assistant's calls, given back in the conversation
-    tool_call_id: str | None = None  # a tool message: the call it answers
-
-    @field_validator("content")
-    @classmethod
-    def _text(cls, content) -> str:
-        """The message's text: a string, or text parts joined."""
-        text = "" if content is None else _joined_text(content)
-        if text is None:
-            raise ValueError('only text content is supported: a string, or a list of {"type": "text", "text": ...} '
-                             'parts')
-        return check_text(text, "the content")
-
-    def as_template_input(self) -> dict:
-        message = {"role": self.role, "content": self.content}
-        if self.tool_calls:
-            message["tool_calls"] = self.tool_calls
-        if self.tool_call_id is not None:
-            message["tool_call_id"] = self.tool_call_id
-        return message
-
-
-class ChatBody(_GenerationBody):
-    messages: list[Message] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    logprobs: bool | None = None
-    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    tools: list[Any] | None = None
-    tool_choice: Any = None
-    functions: list[Any] | None = None
-    function_call: Any = None
-    parallel_tool_calls: bool | None = None
-    # vLLM's: the reply opened, or the last (assistant) message continued; template variables
-    add_generation_prompt: bool = True
-    continue_final_message: bool = False
-    chat_template_kwargs: dict[str, Any] | None = None
-
-    def prompt(self, service: Service) -> str:
-        """The conversation rendered by the model's chat template, as this request asks (the
-        tools shown to it)."""
-        return _render(service, self.messages, self.add_generation_prompt, self.continue_final_message,
-                       self.chat_template_kwargs, self.tools)
-
-    def tool_calling(self) -> ToolCalling | None:
-        """How the reply calls the tools (`rayspec.serve.tools`), None for a text reply."""
-        try:
-            return ToolCalling.of(self.tools, self.tool_choice, self.parallel_tool_calls)
-        except ToolError as error:
-            raise _bad(str(error), error.field) from None
-
-    def generation_fields(self) -> dict:
-        fields = super().generation_fields()
-        calling = self.tool_calling()
-        forced = None if calling is None else calling.structured_output()
-        if forced is not None:
-            if fields["structured_output"] is not None:
-                raise _bad(f"tool_choice {'required' if calling.mode == 'required' else 'naming a function'} makes "
-                           f"the reply JSON already: give no {self.structured_field()} with it", "tool_choice")
-            fields["structured_output"] = forced
-        return fields
-
-    def structured_field(self) -> str:
-        given = any(getattr(self, field) is not None for field in self.STRUCTURED_FIELDS)
-        calling = None if given else self.tool_calling()
-        return "tools" if calling is not None and calling.mode != "auto" else super().structured_field()
-
-    def refuse_unsupported(self) -> None:
-        super().refuse_unsupported()
-        if self.top_logprobs is not None and not self.logprobs:
-            raise _bad("top_logprobs needs logprobs: true", "top_logprobs")
-        if self.prompt_logprobs is not None and self.stream:
-            raise _bad("prompt_logprobs: a chat gives them in its non-streamed response only (completions stream "
-                       "them too)", "prompt_logprobs")
-        if self.functions or self.function_call not in (None, "none"):
-            raise _bad("functions and function_call (deprecated by OpenAI) are not supported: give tools and "
-                       "tool_choice", "functions")
-        if self.logprobs and self.tool_calling() is not None:
-            raise _bad("logprobs are not given with tool calls", "logprobs")
-        if self.max_tokens and self.max_completion_tokens and self.max_tokens != self.max_completion_tokens:
-            raise _bad("max_tokens and max_completion_tokens disagree; give one", "max_completion_tokens")
-
-    def alternatives(self) -> int | None:
-        return (self.top_logprobs or 0) if self.logprobs else None
-
-
-def tool_calling_read_by_service(calling: ToolCalling | None, service: Service) -> ToolCalling | None:
-    """A request's tool calling, an auto choice's reply read by the service's parser; a 400
-    when the service has none."""
-    try:
-        return None if calling is None else calling.read_by(service.tool_parser)
-    except ToolError as error:
-        raise _bad(str(error), error.field) from None
-
-
-def _render(service: Service, messages: list[Message], add_generation_prompt: bool, continue_final_message: bool,
-            template_kwargs: dict | None, tools: list | None = None) -> str:
-    try:
-        return service.render_chat([m.as_template_input() for m in messages], add_generation_prompt,
-                                   continue_final_message, template_kwargs, tools)
-    except ChatRenderError as error:
-        raise _bad(str(error), error.field) from None
-
-
-class TokenizeBody(_Strict):
-    """vLLM's /tokenize: a completion prompt, or a conversation as the chat endpoint renders it."""
-
-    model: str | None = None
-    prompt: str | None = None
-    messages: list[Message] | None = Field(None, min_length=1)
-    add_special_tokens: bool | None = None  # as the endpoints' defaults: prompt true, messages false
-    add_generation_prompt: bool = True
-    continue_final_message: bool = False
-    chat_template_kwargs: dict[str, Any] | None = None
-    return_token_strs: bool = False
-
-
-class DetokenizeBody(_Strict):
-    model: str | None = None
-    tokens: list[int]
 
 
 # ---------------------------------------------------------------------------- responses
@@ -891,7 +507,7 @@ async def _events(reply: _Reply, streams: list[StepStream], include_usage: bool,
     yield "data: [DONE]\n\n"
 
 
-class _EventStream(StreamingResponse):
+class EventStream(StreamingResponse):
     """Server-sent events that stop the generation when the response ends, however it ends
     (done, failed, or cancelled because the client went away)."""
 
@@ -908,7 +524,7 @@ class _EventStream(StreamingResponse):
             self._on_close()
 
 
-class _Primed:
+class Primed:
     """A step stream whose first step was already awaited."""
 
     def __init__(self, first, rest: StepStream):
@@ -924,7 +540,7 @@ class _Primed:
         return await anext(self.rest)
 
 
-def _start(service: Service, requests: list[GenerationRequest]) -> list[StepStream]:
+def start_streams(service: Service, requests: list[GenerationRequest]) -> list[StepStream]:
     """Every choice's generation started, or none: Overloaded when the slots run out."""
     streams = []
     try:
@@ -953,7 +569,7 @@ async def _drain(stream: StepStream) -> None:
 
 
 async def _answer(reply: _Reply, stream: bool, include_usage: bool, continuous_usage: bool = False) -> Response:
-    streams = _start(reply.service, reply.requests)
+    streams = start_streams(reply.service, reply.requests)
 
     def close() -> None:
         for step_stream in streams:
@@ -970,229 +586,8 @@ async def _answer(reply: _Reply, stream: bool, include_usage: bool, continuous_u
     except BaseException:
         close()
         raise
-    primed = [_Primed(first, s) if first is not None else s for first, s in zip(firsts, streams)]
-    return _EventStream(_events(reply, primed, include_usage, continuous_usage), on_close=close)
-
-
-# ---------------------------------------------------------------------------- errors
-
-
-def _error(status: int, message: str, param: str | None = None, code: str | None = None,
-           kind: str = "invalid_request_error") -> tuple[int, dict]:
-    return status, {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
-def error_body(error: BaseException) -> tuple[int, dict]:
-    """(HTTP status, OpenAI error body) for an exception raised while answering."""
-    if isinstance(error, ApiError):
-        return _error(error.status, error.message, error.param, error.code)
-    if isinstance(error, ValueError):  # the engine's and GenerationRequest's word for bad input
-        return _error(400, str(error))
-    if isinstance(error, Overloaded):
-        return _error(429, str(error), code="too_many_requests", kind="rate_limit_error")
-    if isinstance(error, RemoteError) and error.worker_full:
-        return _error(429, f"a model worker is full: {error}", code="too_many_requests", kind="rate_limit_error")
-    if isinstance(error, RemoteError):
-        log.error("worker failure: %s", error)
-        return _error(503, f"a model worker failed or cannot be reached: {error}", kind="service_unavailable")
-    log.error("internal error", exc_info=error)
-    return _error(500, f"internal error: {type(error).__name__}: {error}", kind="internal_error")
-
-
-def _validation_error(error: RequestValidationError) -> ApiError:
-    """The first problem of a body that failed validation, in words."""
-    problem = error.errors()[0]
-    where = [str(part) for part in problem["loc"][1:]]  # loc[0] is "body"
-    if problem["type"] == "json_invalid":
-        return _bad(f"malformed JSON body: {problem.get('ctx', {}).get('error', problem['msg'])}")
-    if not where:
-        return _bad(f"the request body must be a JSON object (Content-Type: application/json): {problem['msg']}")
-    if problem["type"] == "extra_forbidden":
-        return _bad(f"unrecognized request argument: {'.'.join(where)}", where[0])
-    where, message = _without_union_tags(where, problem["msg"], error.errors())
-    return _bad(f"{'.'.join(where)}: {message}", where[0])
-
-
-def _is_union_tag(part: str) -> bool:
-    """Whether a location part is pydantic's name of one type of a union ("str", "list[str]")
-    rather than a field name or an index."""
-    return part.split("[")[0] in ("str", "int", "float", "bool", "list", "dict") or part[:1].isupper()
-
-
-def _without_union_tags(where: list[str], message: str, problems: list[dict]) -> tuple[list[str], str]:
-    """The place and message of a problem with a field that takes several types (`stop`: a
-    string or a list of strings) as a client reads them: pydantic reports one problem per type,
-    each under the type's name ("stop.str", "stop.list[str].0").  When the input got inside
-    one type (a list holding a number), that type's problem, its name dropped ("stop.0: Input
-    should be a valid string"); else the types it could have been ("stop: Input should be str
-    or list[str]")."""
-    tags = [i for i, part in enumerate(where) if _is_union_tag(part)]
-    if not tags:
-        return where, message
-    field = where[:tags[0]]
-    branches = [[str(part) for part in p["loc"][1:]] + [p["msg"]] for p in problems]
-    branches = [b for b in branches if b[:len(field)] == field and len(b) > len(field) + 1]
-    deepest = max(branches, key=len)
-    if len(deepest) > len(field) + 2:  # the field's name, the type's, then a place inside it
-        inside = [part for part in deepest[len(field) + 1:-1] if not _is_union_tag(part)]
-        return field + inside, deepest[-1]
-    kinds = list(dict.fromkeys(b[len(field)] for b in branches))
-    return field, f"Input should be {' or '.join(kinds)}"
-
-
-_ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize",
-              "/tokenizer_info", "/v1/models", "/health", "/metrics")
-
-
-class _RequireKey:
-    """ASGI middleware answering 401, before anything is read, to a request without
-    `Authorization: Bearer <key>` — every path but the probes, /health and /metrics."""
-
-    OPEN = ("/health", "/metrics")
-
-    def __init__(self, app, key: str):
-        self.app, self.expected = app, f"Bearer {key}".encode()
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["path"] in self.OPEN:
-            return await self.app(scope, receive, send)
-        message = key_refusal(dict(scope["headers"]).get(b"authorization", b""), self.expected,
-                              "it as Authorization: Bearer <key>")
-        if message is None:
-            return await self.app(scope, receive, send)
-        status, body = _error(401, message, code="invalid_api_key")
-        await JSONResponse(body, status_code=status, headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
-
-
-class _AnswerFailures:
-    """ASGI middleware answering an unexpected exception with a 500 and its OpenAI error body,
-    and going on.  (Starlette answers those from its outermost layer and then re-raises, so the
-    server drops the connection: a client's next request on it, from a connection pool such as
-    the `openai` client's, would fail too.)  A failure after the response has started is
-    re-raised: nothing else can be sent."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        started = False
-
-        async def send_and_note(message):
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_and_note)
-        except Exception as error:
-            if started:
-                raise
-            status, body = error_body(error)
-            await JSONResponse(body, status_code=status)(scope, receive, send)
-
-
-MAX_REQUEST_ID_CHARS = 256
-
-
-class _RequestIds:
-    """ASGI middleware giving every request an id — the client's `X-Request-Id` header when it
-    sends a usable one (1-256 printable ASCII characters; another is replaced), else a fresh
-    one — and answering it in the response's `X-Request-Id`, as vLLM does with
-    --enable-request-id-headers.  Generations take it as their request id: it names them in the
-    logs and in their responses' ids (`cmpl-<id>`, `chatcmpl-<id>`)."""
-
-    def __init__(self, app, answer: bool = True):
-        self.app, self.answer = app, answer
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        given = dict(scope["headers"]).get(b"x-request-id", b"")
-        usable = 0 < len(given) <= MAX_REQUEST_ID_CHARS and all(32 < byte < 127 for byte in given)
-        request_id = given.decode() if usable else uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = request_id
-
-        async def send_with_id(message):
-            if self.answer and message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []),
-                                                  (b"x-request-id", request_id.encode())]}
-            await send(message)
-
-        await self.app(scope, receive, send_with_id)
-
-
-class _CountResponses:
-    """ASGI middleware counting answered requests by endpoint and status (streams included)."""
-
-    def __init__(self, app, metrics):
-        self.app, self.metrics = app, metrics
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        status = 500
-
-        async def send_and_note(message):
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_and_note)
-        finally:
-            path = scope["path"]
-            endpoint = path if path in _ENDPOINTS else "/v1/models/{model}" if path.startswith("/v1/models/") else "other"
-            self.metrics.observe_response(endpoint, status)
-
-
-class _LimitBodies:
-    """ASGI middleware answering 413 to a request whose body is over `limit` bytes, before the
-    app reads any of it: by its Content-Length or, for a body sent in chunks, as soon as more
-    than `limit` bytes have arrived (the chunks are held, then handed to the app whole)."""
-
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        headers = dict(scope["headers"])
-        length = headers.get(b"content-length", b"")
-        if length.isdigit() and int(length) > self.limit:
-            return await self._refuse(f"{int(length)} bytes", scope, receive, send)
-        if b"chunked" not in headers.get(b"transfer-encoding", b"").lower():
-            return await self.app(scope, receive, send)
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > self.limit:
-                return await self._refuse(f"more than {self.limit} bytes", scope, receive, send)
-            if not message.get("more_body"):
-                break
-        whole = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-
-        async def replay():
-            nonlocal whole
-            if whole is None:
-                return await receive()  # after the body: the disconnect, when it comes
-            message, whole = whole, None
-            return message
-
-        return await self.app(scope, replay, send)
-
-    async def _refuse(self, size: str, scope, receive, send) -> None:
-        message = (f"the request body has {size}, more than this service takes ({self.limit} bytes, "
-                   "limits.max_request_bytes)")
-        status, body = _error(413, message, code="request_too_large")
-        response = JSONResponse(body, status_code=status, headers={"Connection": "close"})
-        await response(scope, receive, send)
+    primed = [Primed(first, s) if first is not None else s for first, s in zip(firsts, streams)]
+    return EventStream(_events(reply, primed, include_usage, continuous_usage), on_close=close)
 
 
 # ---------------------------------------------------------------------------- the app
@@ -1204,16 +599,16 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
     or one it made)."""
     app = FastAPI(title="rayspec", summary="Tree speculative decoding, OpenAI-compatible")
     app.state.service = service
-    app.add_middleware(_LimitBodies, limit=service.limits.max_request_bytes)
+    app.add_middleware(LimitBodies, limit=service.limits.max_request_bytes)
     if service.api_key:  # outside the body limit: a request without the key is refused unread
-        app.add_middleware(_RequireKey, key=service.api_key)
-    app.add_middleware(_AnswerFailures)
-    app.add_middleware(_RequestIds, answer=answer_request_ids)  # outside the refusals: they carry the id too
-    app.add_middleware(_CountResponses, metrics=service.metrics)  # added last: outermost, it counts the 413s too
+        app.add_middleware(RequireKey, key=service.api_key)
+    app.add_middleware(AnswerFailures)
+    app.add_middleware(RequestIds, answer=answer_request_ids)  # outside the refusals: they carry the id too
+    app.add_middleware(CountResponses, metrics=service.metrics)  # added last: outermost, it counts the 413s too
 
     async def answer_error(request: Request, error: Exception) -> JSONResponse:
         if isinstance(error, RequestValidationError):
-            error = _validation_error(error)
+            error = validation_error(error)
         elif isinstance(error, StarletteHTTPException):
             detail = f"{error.detail} ({request.method} {request.url.path})" if error.status_code in (404, 405) else error.detail
             error = ApiError(error.status_code, str(detail))
@@ -1221,7 +616,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
         return JSONResponse(body, status_code=status)
 
     for kind in (RequestValidationError, StarletteHTTPException, ApiError, ValueError, Overloaded, RemoteError):
-        app.add_exception_handler(kind, answer_error)  # anything else: `_AnswerFailures`
+        app.add_exception_handler(kind, answer_error)  # anything else: `AnswerFailures`
 
     def check_model(model: str | None) -> None:
         if model not in (None, service.model_id):
@@ -1231,7 +626,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
     def max_tokens_field(value: int | None) -> dict:
         return {} if value is None else {"max_tokens": value}
 
-    async def choices(body: _GenerationBody, prompts: list[dict], **fields) -> list[GenerationRequest]:
+    async def choices(body: GenerationBody, prompts: list[dict], **fields) -> list[GenerationRequest]:
         """One generation per prompt and choice (`n` per prompt, prompt by prompt), run side by
         side: a prompt's choice i is seeded with the request's seed + i — the completion a
         request with that prompt and seed gets — and unseeded choices draw a seed each."""
@@ -1239,16 +634,16 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
         limit = service.limits.max_concurrent_requests
         if len(prompts) * n > limit:
             if len(prompts) == 1:
-                raise _bad(f"n={n} asks for more completions than this service runs at once ({limit})", "n")
-            raise _bad(f"{len(prompts)} prompts × n={n} ask for more completions than this service runs at once "
+                raise bad_request(f"n={n} asks for more completions than this service runs at once ({limit})", "n")
+            raise bad_request(f"{len(prompts)} prompts × n={n} ask for more completions than this service runs at once "
                        f"({limit}); send fewer prompts per request", "prompt")
         if seed is not None and seed + n > 2**63:  # the int64 a worker's session is keyed by
-            raise _bad("seed + n - 1 must stay below 2^63: choice i is seeded with seed + i", "seed")
+            raise bad_request("seed + n - 1 must stay below 2^63: choice i is seeded with seed + i", "seed")
         if fields.get("structured_output") is not None:
             try:  # compiled off the event loop (a large schema takes seconds), once for all the choices
                 await run_in_threadpool(service.compile_structured, fields["structured_output"])
             except ValueError as error:
-                raise _bad(str(error), body.structured_field()) from None
+                raise bad_request(str(error), body.structured_field()) from None
         requests = []
         for index, prompt in enumerate(prompts):
             try:
@@ -1256,7 +651,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
             except ValueError as error:
                 if len(prompts) == 1:
                     raise
-                raise _bad(f"prompt {index} of the batch: {error}", "prompt") from None
+                raise bad_request(f"prompt {index} of the batch: {error}", "prompt") from None
             same_prompt = {**fields, "prompt_ids": first.prompt_ids}  # tokenized once
             requests += [first] + [service.request(seed=None if seed is None else seed + i, **same_prompt)
                                    for i in range(1, n)]
@@ -1309,9 +704,9 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
         """vLLM's: the token ids a completion (prompt) or chat (messages) request would read."""
         check_model(body.model)
         if (body.prompt is None) == (body.messages is None):
-            raise _bad("give exactly one of prompt and messages", "prompt")
+            raise bad_request("give exactly one of prompt and messages", "prompt")
         if body.messages is not None:
-            text = _render(service, body.messages, body.add_generation_prompt, body.continue_final_message,
+            text = render_messages(service, body.messages, body.add_generation_prompt, body.continue_final_message,
                            body.chat_template_kwargs)
             special = bool(body.add_special_tokens)
         else:
@@ -1319,7 +714,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
         try:
             check_text(text, "the prompt")
         except ValueError as error:
-            raise _bad(str(error), "prompt" if body.messages is None else "messages") from None
+            raise bad_request(str(error), "prompt" if body.messages is None else "messages") from None
         tokens = await run_in_threadpool(service.tokenizer.encode, text, add_special_tokens=special)
         answer = {"count": len(tokens), "max_model_len": service.engine.target.context_length, "tokens": tokens}
         if body.return_token_strs:
@@ -1332,7 +727,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
         check_model(body.model)
         vocab = service.engine.target.vocab_size
         if bad := [t for t in body.tokens if not 0 <= t < vocab]:
-            raise _bad(f"token ids out of the vocabulary [0, {vocab}): {bad[:5]}", "tokens")
+            raise bad_request(f"token ids out of the vocabulary [0, {vocab}): {bad[:5]}", "tokens")
         return {"prompt": await run_in_threadpool(service.tokenizer.decode, body.tokens)}
 
     from rayspec.serve.responses import add_responses_api  # here: it builds on this module
@@ -1378,7 +773,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
     return app
 
 
-def _usage_options(body: _GenerationBody) -> dict:
+def _usage_options(body: GenerationBody) -> dict:
     """Whether a stream ends with a usage chunk (`include_usage`) and, with it, whether every
     chunk carries its choice's usage so far (vLLM's `continuous_usage_stats`)."""
     options = body.stream_options

@@ -46,25 +46,16 @@ from pydantic import Field
 from rayspec.engine.requests import GenerationRequest
 from rayspec.engine.structured import StructuredOutput
 from rayspec.engine.text import check_text
-from rayspec.serve.http import (
-    RayspecOptions,
-    _bad,
-    _check_tree,
-    _EventStream,
-    _Primed,
-    _start,
-    _Strict,
-    error_body,
-    speculation_figures,
-    tool_calling_read_by_service,
-)
+from rayspec.serve.bodies import RayspecOptions, StrictBody, check_tree, tool_calling_read_by_service
+from rayspec.serve.errors import bad_request, error_body
+from rayspec.serve.http import EventStream, Primed, speculation_figures, start_streams
 from rayspec.serve.service import Service
 from rayspec.serve.tools import ToolCalling, ToolError
 
 ROLES = ("system", "developer", "user", "assistant")
 
 
-class ResponsesBody(_Strict):
+class ResponsesBody(StrictBody):
     model: str | None = None
     input: Any
     instructions: str | None = None
@@ -118,7 +109,7 @@ class ResponsesBody(_Strict):
         ]
         for asked, message in refusals:
             if asked:
-                raise _bad(message, message.split(":")[0])
+                raise bad_request(message, message.split(":")[0])
 
     def chat_tools(self) -> list[dict] | None:
         """The tools in the chat API's shape ({"type": "function", "function": {...}}): the
@@ -129,7 +120,7 @@ class ResponsesBody(_Strict):
         for index, tool in enumerate(self.tools):
             if not isinstance(tool, dict) or tool.get("type") != "function":
                 kind = tool.get("type") if isinstance(tool, dict) else type(tool).__name__
-                raise _bad(f"tools[{index}]: only function tools are supported, not {kind!r}", "tools")
+                raise bad_request(f"tools[{index}]: only function tools are supported, not {kind!r}", "tools")
             shaped.append({"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}})
         return shaped
 
@@ -141,7 +132,7 @@ class ResponsesBody(_Strict):
         try:
             return ToolCalling.of(self.chat_tools(), choice, self.parallel_tool_calls)
         except ToolError as error:
-            raise _bad(str(error), error.field) from None
+            raise bad_request(str(error), error.field) from None
 
     def text_format(self) -> dict:
         return (self.text or {}).get("format") or {"type": "text"}
@@ -159,15 +150,15 @@ class ResponsesBody(_Strict):
                                                                                      "description"}:
                 return StructuredOutput(json_schema=format["schema"])
         except ValueError as error:
-            raise _bad(f"text.format: {error}", "text") from None
-        raise _bad('text.format must be {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", '
+            raise bad_request(f"text.format: {error}", "text") from None
+        raise bad_request('text.format must be {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", '
                    '"name": ..., "schema": {...}}', "text")
 
     def messages(self) -> list[dict]:
         """The conversation as chat template messages: the instructions first, then the input."""
         items = [{"role": "user", "content": self.input}] if isinstance(self.input, str) else self.input
         if not isinstance(items, list) or not items:
-            raise _bad("input must be a string or a non-empty list of messages", "input")
+            raise bad_request("input must be a string or a non-empty list of messages", "input")
         messages = [{"role": "system", "content": self.instructions}] if self.instructions else []
         for index, item in enumerate(items):
             messages.append(_message(item, f"input[{index}]"))
@@ -180,7 +171,7 @@ def _message(item, where: str) -> dict:
     kind = item.get("type", "message") if isinstance(item, dict) else type(item).__name__
     needs = {"function_call": ("call_id", "name", "arguments"), "function_call_output": ("call_id", "output")}
     if kind in needs and not all(isinstance(item.get(key), str) for key in needs[kind]):
-        raise _bad(f"{where}: a {kind} item needs {' and '.join(needs[kind])} as strings", "input")
+        raise bad_request(f"{where}: a {kind} item needs {' and '.join(needs[kind])} as strings", "input")
     if kind == "function_call":
         call = {"id": item["call_id"], "type": "function",
                 "function": {"name": item["name"], "arguments": item["arguments"]}}
@@ -188,23 +179,23 @@ def _message(item, where: str) -> dict:
     if kind == "function_call_output":
         return {"role": "tool", "tool_call_id": item["call_id"], "content": check_text(item["output"], where)}
     if kind != "message":
-        raise _bad(f"{where}: only messages, function_call and function_call_output items are supported as input, "
+        raise bad_request(f"{where}: only messages, function_call and function_call_output items are supported as input, "
                    f"not {kind!r}", "input")
     role, content = item.get("role"), item.get("content")
     if role not in ROLES:
-        raise _bad(f"{where}.role must be one of {', '.join(ROLES)}, got {role!r}", "input")
+        raise bad_request(f"{where}.role must be one of {', '.join(ROLES)}, got {role!r}", "input")
     if isinstance(content, list) and all(
         isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text")
         and isinstance(part.get("text"), str) for part in content
     ):
         content = "".join(part["text"] for part in content)
     if not isinstance(content, str):
-        raise _bad(f"{where}.content must be a string or a list of input_text parts (only text is supported)",
+        raise bad_request(f"{where}.content must be a string or a list of input_text parts (only text is supported)",
                    "input")
     try:
         return {"role": role, "content": check_text(content, f"{where}.content")}
     except ValueError as error:
-        raise _bad(str(error), "input") from None
+        raise bad_request(str(error), "input") from None
 
 
 class _Answer:
@@ -411,21 +402,21 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
         body.refuse_unsupported()
         options = body.rayspec or RayspecOptions()
         if options.tree:
-            _check_tree(options.tree)
+            check_tree(options.tree)
         calling = tool_calling_read_by_service(body.tool_calling(), service)
         prompt = service.render_chat(body.messages(), tools=body.chat_tools())
         structured = body.structured_output()
         forced = None if calling is None else calling.structured_output()
         if forced is not None:
             if structured is not None:
-                raise _bad("a tool_choice that calls tools makes the answer JSON already: give no text.format with it",
+                raise bad_request("a tool_choice that calls tools makes the answer JSON already: give no text.format with it",
                            "tool_choice")
             structured = forced
         if structured is not None:
             try:  # off the event loop: a large schema takes seconds to compile
                 await run_in_threadpool(service.compile_structured, structured)
             except ValueError as error:
-                raise _bad(f"text.format: {error}", "text") from None
+                raise bad_request(f"text.format: {error}", "text") from None
         request = service.request(
             prompt=prompt, add_special_tokens=False, max_tokens=body.max_output_tokens, temperature=body.temperature,
             top_p=body.top_p, top_k=body.top_k, min_p=body.min_p, repetition_penalty=body.repetition_penalty,
@@ -434,7 +425,7 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
             skip_special_tokens=None if calling is None else calling.skip_special_tokens(None),
         )
         answer = _Answer(service, request, body, calling)
-        [steps] = _start(service, [request])
+        [steps] = start_streams(service, [request])
         if not body.stream:
             try:
                 async for _ in steps:
@@ -447,5 +438,5 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
         except BaseException:
             steps.close()
             raise
-        primed = _Primed(first, steps) if first is not None else steps
-        return _EventStream(answer.events(primed), on_close=steps.close)
+        primed = Primed(first, steps) if first is not None else steps
+        return EventStream(answer.events(primed), on_close=steps.close)

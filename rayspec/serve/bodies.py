@@ -1,0 +1,395 @@
+"""The HTTP front end's request bodies (pydantic, strict, unknown fields refused): what each
+endpoint accepts, and how a body becomes the engine's generation fields.  The fields
+themselves are listed in `rayspec.serve.http`."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from rayspec.engine.interfaces import MAX_LOGPROBS
+from rayspec.engine.policy import check_tree_spec
+from rayspec.engine.structured import StructuredOutput
+from rayspec.engine.text import check_text
+from rayspec.serve.errors import bad_request
+from rayspec.serve.service import ChatRenderError, Service
+from rayspec.serve.tools import ToolCalling, ToolError
+from rayspec.verify.processing import MAX_PRESENCE_OR_FREQUENCY_PENALTY as PENALTY_BOUND
+
+
+
+class StrictBody(BaseModel):
+    # strict: "5" is not 5; forbid: an unknown field is refused rather than ignored.
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class RayspecOptions(StrictBody):
+    verifier: str | None = None
+    tree: str | None = None
+    verifier_params: dict[str, Any] | None = None
+
+
+class StreamOptions(StrictBody):
+    include_usage: bool | None = None
+    continuous_usage_stats: bool | None = None  # vLLM's: every chunk carries its choice's usage so far
+    include_obfuscation: bool | None = None  # OpenAI's padding against side channels: accepted, none added
+
+
+class GenerationBody(StrictBody):
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = Field(None, ge=-2**63, lt=2**63)  # any int64, as vLLM and the gRPC API take
+    stop: str | list[str] | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    n: int | None = Field(None, ge=1)
+    # bounds checked here too, so that the 400 names the field
+    presence_penalty: float | None = Field(None, ge=-PENALTY_BOUND, le=PENALTY_BOUND)
+    frequency_penalty: float | None = Field(None, ge=-PENALTY_BOUND, le=PENALTY_BOUND)
+    repetition_penalty: float | None = Field(None, gt=0)
+    logit_bias: dict[str, float] | None = None
+    # vLLM's extensions (the openai client sends them in extra_body)
+    min_p: float | None = Field(None, ge=0, le=1)
+    min_tokens: int | None = Field(None, ge=0)
+    stop_token_ids: list[int] | None = None
+    allowed_token_ids: list[int] | None = None
+    bad_words: str | list[str] | None = None
+    add_special_tokens: bool | None = None  # vLLM's: completions default true, chat false
+    truncate_prompt_tokens: int | None = Field(None, ge=-1)
+    return_tokens_as_token_ids: bool | None = None  # vLLM's: log-probabilities name tokens "token_id:{id}"
+    prompt_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)  # vLLM's: the prompt's, with ranks
+    prediction: dict[str, Any] | None = None  # OpenAI's Predicted Outputs: {"type": "content", "content": ...}
+    # structured output: OpenAI's response_format, vLLM's structured_outputs and guided_* fields
+    response_format: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    ignore_eos: bool | None = None
+    include_stop_str_in_output: bool | None = None
+    skip_special_tokens: bool | None = None
+    user: str | None = None
+    metadata: dict[str, Any] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    safety_identifier: str | None = None  # OpenAI's user id for abuse monitoring
+    prompt_cache_key: str | None = None  # OpenAI's hint for its prompt cache
+    rayspec: RayspecOptions | None = None
+
+    def refuse_unsupported(self) -> None:
+        """Refuse, with a 400 naming the field, what the endpoint does not implement."""
+
+    def generation_fields(self) -> dict:
+        """The `GenerationRequest` fields other than the prompt and max_tokens."""
+        options = self.rayspec or RayspecOptions()
+        if options.tree:
+            check_tree(options.tree)
+        return dict(
+            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, stop=self.stop,
+            presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
+            repetition_penalty=self.repetition_penalty, logit_bias=self.token_biases(), min_p=self.min_p,
+            min_tokens=self.min_tokens, stop_token_ids=self.stop_token_ids, ignore_eos=self.ignore_eos,
+            allowed_token_ids=self.allowed_token_ids, bad_words=self.bad_words,
+            truncate_prompt_tokens=self.truncate_prompt_tokens,
+            include_stop_str_in_output=self.include_stop_str_in_output, skip_special_tokens=self.skip_special_tokens,
+            verifier=options.verifier, tree=options.tree, verifier_params=options.verifier_params,
+            logprobs=self.alternatives(), prompt_logprobs=self.prompt_alternatives(),
+            prediction=self.predicted_text(), structured_output=self.structured_output(),
+        )
+
+    STRUCTURED_FIELDS: ClassVar[tuple[str, ...]] = (
+        "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice")
+
+    def structured_field(self) -> str:
+        """The field that gave the structured output."""
+        given = (field for field in self.STRUCTURED_FIELDS if getattr(self, field) is not None)
+        return next(given, "response_format")
+
+    def structured_output(self) -> StructuredOutput | None:
+        """What the completion must be, from whichever one of OpenAI's `response_format`
+        ({"type": "json_object"} or {"type": "json_schema", "json_schema": {"schema": ...}}),
+        vLLM's `structured_outputs` ({"json" | "regex" | "choice" | "json_object": ...}) and
+        vLLM's older `guided_json`, `guided_regex`, `guided_choice` the request gives."""
+        given = {}
+        if self.response_format is not None:
+            given["response_format"] = _response_format(self.response_format, "response_format")
+        if self.structured_outputs is not None:
+            given["structured_outputs"] = _structured_outputs(self.structured_outputs)
+        for field, name in (("guided_json", "json_schema"), ("guided_regex", "regex"), ("guided_choice", "choice")):
+            if getattr(self, field) is not None:
+                given[field] = {name: getattr(self, field)}
+        if self.guided_grammar is not None:
+            raise bad_request(GRAMMAR_UNSUPPORTED, "guided_grammar")
+        given = {field: kind for field, kind in given.items() if kind is not None}  # not response_format text
+        if len(given) > 1:
+            raise bad_request(f"give one structured output, not {len(given)}: {', '.join(given)}", next(iter(given)))
+        for field, kind in given.items():
+            try:
+                return StructuredOutput(**kind)
+            except ValueError as error:
+                raise bad_request(f"{field}: {error}", field) from None
+        return None
+
+    def predicted_text(self) -> str | None:
+        """The text of OpenAI's `prediction` ({"type": "content", "content": text or text
+        parts}), None without one."""
+        if self.prediction is None:
+            return None
+        text = _joined_text(self.prediction.get("content"))
+        if self.prediction.get("type") != "content" or text is None or set(self.prediction) - {"type", "content"}:
+            raise bad_request('prediction must be {"type": "content", "content": text, or a list of {"type": "text", '
+                       '"text": ...} parts}', "prediction")
+        return text or None
+
+    def token_biases(self) -> dict[int, float] | None:
+        """`logit_bias` with its keys, token ids written as JSON strings as OpenAI's are, read."""
+        if not self.logit_bias:
+            return None
+        try:
+            return {int(token): bias for token, bias in self.logit_bias.items()}
+        except ValueError:
+            raise bad_request("logit_bias keys must be token ids, such as \"50256\"", "logit_bias") from None
+
+    def alternatives(self) -> int | None:
+        """How many most likely tokens' log-probabilities to give at each token; None: none."""
+        return None
+
+    def prompt_alternatives(self) -> int | None:
+        """The same for the prompt's tokens (what the target's prefill must report)."""
+        return self.prompt_logprobs
+
+
+GRAMMAR_UNSUPPORTED = ("grammars (EBNF, Lark) are not supported; JSON schemas, json_object, regular expressions and "
+                       "choices are")
+
+
+def _response_format(value: dict, field: str) -> dict | None:
+    """The `StructuredOutput` fields of OpenAI's response_format (None for plain text)."""
+    kind = value.get("type")
+    if kind == "text" and set(value) == {"type"}:
+        return None
+    if kind == "json_object" and set(value) == {"type"}:
+        return {"json_object": True}
+    if kind == "json_schema" and set(value) == {"type", "json_schema"} and isinstance(value["json_schema"], dict):
+        spec = value["json_schema"]
+        if "schema" not in spec or set(spec) - {"name", "schema", "strict", "description"}:
+            raise bad_request(f'{field}.json_schema must hold the schema: {{"name": ..., "schema": {{...}}, "strict": ...}}',
+                       field)
+        return {"json_schema": spec["schema"]}
+    raise bad_request(f'{field} must be {{"type": "text"}}, {{"type": "json_object"}} or {{"type": "json_schema", '
+               f'"json_schema": {{"name": ..., "schema": {{...}}}}}}', field)
+
+
+def _structured_outputs(value: dict) -> dict:
+    """The `StructuredOutput` fields of vLLM's structured_outputs."""
+    if "grammar" in value:
+        raise bad_request(GRAMMAR_UNSUPPORTED, "structured_outputs")
+    names = {"json": "json_schema", "regex": "regex", "choice": "choice", "json_object": "json_object"}
+    unknown = set(value) - set(names)
+    if unknown or len(value) != 1:
+        raise bad_request("structured_outputs takes exactly one of json, regex, choice and json_object"
+                   + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else ""), "structured_outputs")
+    (key, spec), = value.items()
+    if key == "json_object" and spec is not True:
+        raise bad_request("structured_outputs.json_object must be true", "structured_outputs")
+    return {names[key]: spec}
+
+
+def check_tree(spec: str) -> None:
+    """`GenerationRequest`'s check of the tree, run here first so the error names the field."""
+    try:
+        check_tree_spec(spec)
+    except ValueError as error:
+        raise bad_request(f"rayspec.tree: {error}", "rayspec.tree") from None
+
+
+class CompletionBody(GenerationBody):
+    prompt: Any  # text, token ids, or a batch of one of those: checked by `prompt_fields`
+    max_tokens: int | None = Field(None, ge=0)  # 0 with echo: the prompt scored, nothing generated
+    echo: bool | None = None
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    best_of: int | None = None
+    suffix: str | None = None
+
+    def refuse_unsupported(self) -> None:
+        super().refuse_unsupported()
+        if self.max_tokens == 0 and not self.echo:
+            raise bad_request("max_tokens must be at least 1 (0 only with echo: true, which returns the prompt and, with "
+                       "logprobs, its tokens' log-probabilities)", "max_tokens")
+        if self.best_of not in (None, 1):
+            raise bad_request("best_of: only 1 is supported", "best_of")
+        if self.suffix:
+            raise bad_request("suffix (insertion) is not supported", "suffix")
+
+    def alternatives(self) -> int | None:
+        return self.logprobs
+
+    def prompt_alternatives(self) -> int | None:
+        asked = [k for k in (self.prompt_logprobs, self.logprobs if self.echo else None) if k is not None]
+        return max(asked, default=None)  # the echo's and vLLM's prompt_logprobs, from one prefill
+
+    def prompts(self) -> list[dict]:
+        """The `GenerationRequest` prompt field of each prompt: OpenAI's text, token ids, or a
+        batch (a list) of either."""
+        prompt = self.prompt
+        if _is_prompt(prompt):
+            return [_prompt_field(prompt)]
+        if isinstance(prompt, list) and prompt and all(_is_prompt(p) for p in prompt):
+            if len({type(p) for p in prompt}) == 1:  # texts, or token id lists, not both
+                return [_prompt_field(p) for p in prompt]
+        raise bad_request("prompt must be a string, a non-empty list of token ids, or a non-empty list (a batch) of "
+                   "strings or of token id lists", "prompt")
+
+
+def _is_prompt(prompt) -> bool:
+    """Text, or a non-empty list of token ids (bool is an int to Python, not to JSON)."""
+    return isinstance(prompt, str) or (
+        isinstance(prompt, list) and bool(prompt) and all(type(t) is int for t in prompt)
+    )
+
+
+def _prompt_field(prompt: str | list[int]) -> dict:
+    return {"prompt": prompt} if isinstance(prompt, str) else {"prompt_ids": prompt}
+
+
+def _joined_text(content) -> str | None:
+    """OpenAI's text content: a string, or a list of {"type": "text", "text": ...} parts
+    joined; None for anything else."""
+    if isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else None
+    if parts is None or not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                                for p in parts):
+        return None
+    return "".join(part["text"] for part in parts)
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")  # e.g. `refusal: null` from clients
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Any = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # an assistant's calls, given back in the conversation
+    tool_call_id: str | None = None  # a tool message: the call it answers
+
+    @field_validator("content")
+    @classmethod
+    def _text(cls, content) -> str:
+        """The message's text: a string, or text parts joined."""
+        text = "" if content is None else _joined_text(content)
+        if text is None:
+            raise ValueError('only text content is supported: a string, or a list of {"type": "text", "text": ...} '
+                             'parts')
+        return check_text(text, "the content")
+
+    def as_template_input(self) -> dict:
+        message = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = self.tool_calls
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message
+
+
+class ChatBody(GenerationBody):
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+    parallel_tool_calls: bool | None = None
+    # vLLM's: the reply opened, or the last (assistant) message continued; template variables
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    def prompt(self, service: Service) -> str:
+        """The conversation rendered by the model's chat template, as this request asks (the
+        tools shown to it)."""
+        return render_messages(service, self.messages, self.add_generation_prompt, self.continue_final_message,
+                       self.chat_template_kwargs, self.tools)
+
+    def tool_calling(self) -> ToolCalling | None:
+        """How the reply calls the tools (`rayspec.serve.tools`), None for a text reply."""
+        try:
+            return ToolCalling.of(self.tools, self.tool_choice, self.parallel_tool_calls)
+        except ToolError as error:
+            raise bad_request(str(error), error.field) from None
+
+    def generation_fields(self) -> dict:
+        fields = super().generation_fields()
+        calling = self.tool_calling()
+        forced = None if calling is None else calling.structured_output()
+        if forced is not None:
+            if fields["structured_output"] is not None:
+                raise bad_request(f"tool_choice {'required' if calling.mode == 'required' else 'naming a function'} makes "
+                           f"the reply JSON already: give no {self.structured_field()} with it", "tool_choice")
+            fields["structured_output"] = forced
+        return fields
+
+    def structured_field(self) -> str:
+        given = any(getattr(self, field) is not None for field in self.STRUCTURED_FIELDS)
+        calling = None if given else self.tool_calling()
+        return "tools" if calling is not None and calling.mode != "auto" else super().structured_field()
+
+    def refuse_unsupported(self) -> None:
+        super().refuse_unsupported()
+        if self.top_logprobs is not None and not self.logprobs:
+            raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
+        if self.prompt_logprobs is not None and self.stream:
+            raise bad_request("prompt_logprobs: a chat gives them in its non-streamed response only (completions stream "
+                       "them too)", "prompt_logprobs")
+        if self.functions or self.function_call not in (None, "none"):
+            raise bad_request("functions and function_call (deprecated by OpenAI) are not supported: give tools and "
+                       "tool_choice", "functions")
+        if self.logprobs and self.tool_calling() is not None:
+            raise bad_request("logprobs are not given with tool calls", "logprobs")
+        if self.max_tokens and self.max_completion_tokens and self.max_tokens != self.max_completion_tokens:
+            raise bad_request("max_tokens and max_completion_tokens disagree; give one", "max_completion_tokens")
+
+    def alternatives(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+
+def tool_calling_read_by_service(calling: ToolCalling | None, service: Service) -> ToolCalling | None:
+    """A request's tool calling, an auto choice's reply read by the service's parser; a 400
+    when the service has none."""
+    try:
+        return None if calling is None else calling.read_by(service.tool_parser)
+    except ToolError as error:
+        raise bad_request(str(error), error.field) from None
+
+
+def render_messages(service: Service, messages: list[Message], add_generation_prompt: bool,
+                    continue_final_message: bool, template_kwargs: dict | None, tools: list | None = None) -> str:
+    try:
+        return service.render_chat([m.as_template_input() for m in messages], add_generation_prompt,
+                                   continue_final_message, template_kwargs, tools)
+    except ChatRenderError as error:
+        raise bad_request(str(error), error.field) from None
+
+
+class TokenizeBody(StrictBody):
+    """vLLM's /tokenize: a completion prompt, or a conversation as the chat endpoint renders it."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[Message] | None = Field(None, min_length=1)
+    add_special_tokens: bool | None = None  # as the endpoints' defaults: prompt true, messages false
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+    return_token_strs: bool = False
+
+
+class DetokenizeBody(StrictBody):
+    model: str | None = None
+    tokens: list[int]

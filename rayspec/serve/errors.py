@@ -1,0 +1,87 @@
+"""OpenAI-shaped errors of the HTTP front end: `ApiError`, and the status and body
+`{"error": {"message", "type", "param", "code"}}` of any exception raised while answering
+(`error_body`), a body that failed validation included (`validation_error`)."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi.exceptions import RequestValidationError
+
+from rayspec.rpc.remote import RemoteError
+from rayspec.serve.service import Overloaded
+
+log = logging.getLogger("rayspec.serve")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+
+def bad_request(message: str, param: str | None = None) -> ApiError:
+    return ApiError(400, message, param)
+
+
+def openai_error(status: int, message: str, param: str | None = None, code: str | None = None,
+                 kind: str = "invalid_request_error") -> tuple[int, dict]:
+    return status, {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def error_body(error: BaseException) -> tuple[int, dict]:
+    """(HTTP status, OpenAI error body) for an exception raised while answering."""
+    if isinstance(error, ApiError):
+        return openai_error(error.status, error.message, error.param, error.code)
+    if isinstance(error, ValueError):  # the engine's and GenerationRequest's word for bad input
+        return openai_error(400, str(error))
+    if isinstance(error, Overloaded):
+        return openai_error(429, str(error), code="too_many_requests", kind="rate_limit_error")
+    if isinstance(error, RemoteError) and error.worker_full:
+        return openai_error(429, f"a model worker is full: {error}", code="too_many_requests", kind="rate_limit_error")
+    if isinstance(error, RemoteError):
+        log.error("worker failure: %s", error)
+        return openai_error(503, f"a model worker failed or cannot be reached: {error}", kind="service_unavailable")
+    log.error("internal error", exc_info=error)
+    return openai_error(500, f"internal error: {type(error).__name__}: {error}", kind="internal_error")
+
+
+def validation_error(error: RequestValidationError) -> ApiError:
+    """The first problem of a body that failed validation, in words."""
+    problem = error.errors()[0]
+    where = [str(part) for part in problem["loc"][1:]]  # loc[0] is "body"
+    if problem["type"] == "json_invalid":
+        return bad_request(f"malformed JSON body: {problem.get('ctx', {}).get('error', problem['msg'])}")
+    if not where:
+        return bad_request(f"the request body must be a JSON object (Content-Type: application/json): {problem['msg']}")
+    if problem["type"] == "extra_forbidden":
+        return bad_request(f"unrecognized request argument: {'.'.join(where)}", where[0])
+    where, message = _without_union_tags(where, problem["msg"], error.errors())
+    return bad_request(f"{'.'.join(where)}: {message}", where[0])
+
+
+def _is_union_tag(part: str) -> bool:
+    """Whether a location part is pydantic's name of one type of a union ("str", "list[str]")
+    rather than a field name or an index."""
+    return part.split("[")[0] in ("str", "int", "float", "bool", "list", "dict") or part[:1].isupper()
+
+
+def _without_union_tags(where: list[str], message: str, problems: list[dict]) -> tuple[list[str], str]:
+    """The place and message of a problem with a field that takes several types (`stop`: a
+    string or a list of strings) as a client reads them: pydantic reports one problem per type,
+    each under the type's name ("stop.str", "stop.list[str].0").  When the input got inside
+    one type (a list holding a number), that type's problem, its name dropped ("stop.0: Input
+    should be a valid string"); else the types it could have been ("stop: Input should be str
+    or list[str]")."""
+    tags = [i for i, part in enumerate(where) if _is_union_tag(part)]
+    if not tags:
+        return where, message
+    field = where[:tags[0]]
+    branches = [[str(part) for part in p["loc"][1:]] + [p["msg"]] for p in problems]
+    branches = [b for b in branches if b[:len(field)] == field and len(b) > len(field) + 1]
+    deepest = max(branches, key=len)
+    if len(deepest) > len(field) + 2:  # the field's name, the type's, then a place inside it
+        inside = [part for part in deepest[len(field) + 1:-1] if not _is_union_tag(part)]
+        return field + inside, deepest[-1]
+    kinds = list(dict.fromkeys(b[len(field)] for b in branches))
+    return field, f"Input should be {' or '.join(kinds)}"

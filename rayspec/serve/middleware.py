@@ -1,0 +1,167 @@
+"""The HTTP front end's ASGI middleware: the API key, request ids, body size limits, response
+counts, and an OpenAI-shaped 500 for whatever escapes the endpoints."""
+
+from __future__ import annotations
+
+import uuid
+
+from fastapi.responses import JSONResponse
+
+from rayspec.rpc.server import key_refusal
+from rayspec.serve.errors import error_body, openai_error
+
+
+
+_ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/responses", "/tokenize", "/detokenize",
+              "/tokenizer_info", "/v1/models", "/health", "/metrics")
+
+
+class RequireKey:
+    """ASGI middleware answering 401, before anything is read, to a request without
+    `Authorization: Bearer <key>` — every path but the probes, /health and /metrics."""
+
+    OPEN = ("/health", "/metrics")
+
+    def __init__(self, app, key: str):
+        self.app, self.expected = app, f"Bearer {key}".encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"] in self.OPEN:
+            return await self.app(scope, receive, send)
+        message = key_refusal(dict(scope["headers"]).get(b"authorization", b""), self.expected,
+                              "it as Authorization: Bearer <key>")
+        if message is None:
+            return await self.app(scope, receive, send)
+        status, body = openai_error(401, message, code="invalid_api_key")
+        await JSONResponse(body, status_code=status, headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
+
+
+class AnswerFailures:
+    """ASGI middleware answering an unexpected exception with a 500 and its OpenAI error body,
+    and going on.  (Starlette answers those from its outermost layer and then re-raises, so the
+    server drops the connection: a client's next request on it, from a connection pool such as
+    the `openai` client's, would fail too.)  A failure after the response has started is
+    re-raised: nothing else can be sent."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def send_and_note(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        except Exception as error:
+            if started:
+                raise
+            status, body = error_body(error)
+            await JSONResponse(body, status_code=status)(scope, receive, send)
+
+
+MAX_REQUEST_ID_CHARS = 256
+
+
+class RequestIds:
+    """ASGI middleware giving every request an id — the client's `X-Request-Id` header when it
+    sends a usable one (1-256 printable ASCII characters; another is replaced), else a fresh
+    one — and answering it in the response's `X-Request-Id`, as vLLM does with
+    --enable-request-id-headers.  Generations take it as their request id: it names them in the
+    logs and in their responses' ids (`cmpl-<id>`, `chatcmpl-<id>`)."""
+
+    def __init__(self, app, answer: bool = True):
+        self.app, self.answer = app, answer
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        given = dict(scope["headers"]).get(b"x-request-id", b"")
+        usable = 0 < len(given) <= MAX_REQUEST_ID_CHARS and all(32 < byte < 127 for byte in given)
+        request_id = given.decode() if usable else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+
+        async def send_with_id(message):
+            if self.answer and message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []),
+                                                  (b"x-request-id", request_id.encode())]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+class CountResponses:
+    """ASGI middleware counting answered requests by endpoint and status (streams included)."""
+
+    def __init__(self, app, metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        status = 500
+
+        async def send_and_note(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            path = scope["path"]
+            endpoint = path if path in _ENDPOINTS else "/v1/models/{model}" if path.startswith("/v1/models/") else "other"
+            self.metrics.observe_response(endpoint, status)
+
+
+class LimitBodies:
+    """ASGI middleware answering 413 to a request whose body is over `limit` bytes, before the
+    app reads any of it: by its Content-Length or, for a body sent in chunks, as soon as more
+    than `limit` bytes have arrived (the chunks are held, then handed to the app whole)."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.limit:
+            return await self._refuse(f"{int(length)} bytes", scope, receive, send)
+        if b"chunked" not in headers.get(b"transfer-encoding", b"").lower():
+            return await self.app(scope, receive, send)
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                return await self._refuse(f"more than {self.limit} bytes", scope, receive, send)
+            if not message.get("more_body"):
+                break
+        whole = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+        async def replay():
+            nonlocal whole
+            if whole is None:
+                return await receive()  # after the body: the disconnect, when it comes
+            message, whole = whole, None
+            return message
+
+        return await self.app(scope, replay, send)
+
+    async def _refuse(self, size: str, scope, receive, send) -> None:
+        message = (f"the request body has {size}, more than this service takes ({self.limit} bytes, "
+                   "limits.max_request_bytes)")
+        status, body = openai_error(413, message, code="request_too_large")
+        response = JSONResponse(body, status_code=status, headers={"Connection": "close"})
+        await response(scope, receive, send)
