@@ -143,7 +143,7 @@ class GenerationBody(StrictBody):
         text = _joined_text(self.prediction.get("content"))
         if self.prediction.get("type") != "content" or text is None or set(self.prediction) - {"type", "content"}:
             raise bad_request('prediction must be {"type": "content", "content": text, or a list of {"type": "text", '
-                       '"text": ...} parts}', "prediction")
+                              '"text": ...} parts}', "prediction")
         return text or None
 
     def token_biases(self) -> dict[int, float] | None:
@@ -178,11 +178,11 @@ def _response_format(value: dict, field: str) -> dict | None:
     if kind == "json_schema" and set(value) == {"type", "json_schema"} and isinstance(value["json_schema"], dict):
         spec = value["json_schema"]
         if "schema" not in spec or set(spec) - {"name", "schema", "strict", "description"}:
-            raise bad_request(f'{field}.json_schema must hold the schema: {{"name": ..., "schema": {{...}}, "strict": ...}}',
-                       field)
+            raise bad_request(f'{field}.json_schema must hold the schema: '
+                              '{"name": ..., "schema": {...}, "strict": ...}', field)
         return {"json_schema": spec["schema"]}
     raise bad_request(f'{field} must be {{"type": "text"}}, {{"type": "json_object"}} or {{"type": "json_schema", '
-               f'"json_schema": {{"name": ..., "schema": {{...}}}}}}', field)
+                      f'"json_schema": {{"name": ..., "schema": {{...}}}}}}', field)
 
 
 def _structured_outputs(value: dict) -> dict:
@@ -193,7 +193,7 @@ def _structured_outputs(value: dict) -> dict:
     unknown = set(value) - set(names)
     if unknown or len(value) != 1:
         raise bad_request("structured_outputs takes exactly one of json, regex, choice and json_object"
-                   + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else ""), "structured_outputs")
+                          + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else ""), "structured_outputs")
     (key, spec), = value.items()
     if key == "json_object" and spec is not True:
         raise bad_request("structured_outputs.json_object must be true", "structured_outputs")
@@ -219,8 +219,8 @@ class CompletionBody(GenerationBody):
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
         if self.max_tokens == 0 and not self.echo:
-            raise bad_request("max_tokens must be at least 1 (0 only with echo: true, which returns the prompt and, with "
-                       "logprobs, its tokens' log-probabilities)", "max_tokens")
+            raise bad_request("max_tokens must be at least 1 (0 only with echo: true, which returns the prompt "
+                              "and, with logprobs, its tokens' log-probabilities)", "max_tokens")
         if self.best_of not in (None, 1):
             raise bad_request("best_of: only 1 is supported", "best_of")
         if self.suffix:
@@ -243,7 +243,7 @@ class CompletionBody(GenerationBody):
             if len({type(p) for p in prompt}) == 1:  # texts, or token id lists, not both
                 return [_prompt_field(p) for p in prompt]
         raise bad_request("prompt must be a string, a non-empty list of token ids, or a non-empty list (a batch) of "
-                   "strings or of token id lists", "prompt")
+                          "strings or of token id lists", "prompt")
 
 
 def _is_prompt(prompt) -> bool:
@@ -315,7 +315,7 @@ class ChatBody(GenerationBody):
         """The conversation rendered by the model's chat template, as this request asks (the
         tools shown to it)."""
         return render_messages(service, self.messages, self.add_generation_prompt, self.continue_final_message,
-                       self.chat_template_kwargs, self.tools)
+                               self.chat_template_kwargs, self.tools)
 
     def tool_calling(self) -> ToolCalling | None:
         """How the reply calls the tools (`rayspec.serve.tools`), None for a text reply."""
@@ -330,8 +330,9 @@ class ChatBody(GenerationBody):
         forced = None if calling is None else calling.structured_output()
         if forced is not None:
             if fields["structured_output"] is not None:
-                raise bad_request(f"tool_choice {'required' if calling.mode == 'required' else 'naming a function'} makes "
-                           f"the reply JSON already: give no {self.structured_field()} with it", "tool_choice")
+                forcing = "required" if calling.mode == "required" else "naming a function"
+                raise bad_request(f"tool_choice {forcing} makes the reply JSON already: give no "
+                                  f"{self.structured_field()} with it", "tool_choice")
             fields["structured_output"] = forced
         return fields
 
@@ -345,11 +346,11 @@ class ChatBody(GenerationBody):
         if self.top_logprobs is not None and not self.logprobs:
             raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
         if self.prompt_logprobs is not None and self.stream:
-            raise bad_request("prompt_logprobs: a chat gives them in its non-streamed response only (completions stream "
-                       "them too)", "prompt_logprobs")
+            raise bad_request("prompt_logprobs: a chat gives them in its non-streamed response only "
+                              "(completions stream them too)", "prompt_logprobs")
         if self.functions or self.function_call not in (None, "none"):
             raise bad_request("functions and function_call (deprecated by OpenAI) are not supported: give tools and "
-                       "tool_choice", "functions")
+                              "tool_choice", "functions")
         if self.logprobs and self.tool_calling() is not None:
             raise bad_request("logprobs are not given with tool calls", "logprobs")
         if self.max_tokens and self.max_completion_tokens and self.max_tokens != self.max_completion_tokens:

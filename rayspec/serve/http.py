@@ -635,8 +635,8 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
         if len(prompts) * n > limit:
             if len(prompts) == 1:
                 raise bad_request(f"n={n} asks for more completions than this service runs at once ({limit})", "n")
-            raise bad_request(f"{len(prompts)} prompts × n={n} ask for more completions than this service runs at once "
-                       f"({limit}); send fewer prompts per request", "prompt")
+            raise bad_request(f"{len(prompts)} prompts × n={n} ask for more completions than this service runs "
+                              f"at once ({limit}); send fewer prompts per request", "prompt")
         if seed is not None and seed + n > 2**63:  # the int64 a worker's session is keyed by
             raise bad_request("seed + n - 1 must stay below 2^63: choice i is seeded with seed + i", "seed")
         if fields.get("structured_output") is not None:
@@ -707,7 +707,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
             raise bad_request("give exactly one of prompt and messages", "prompt")
         if body.messages is not None:
             text = render_messages(service, body.messages, body.add_generation_prompt, body.continue_final_message,
-                           body.chat_template_kwargs)
+                                   body.chat_template_kwargs)
             special = bool(body.add_special_tokens)
         else:
             text, special = body.prompt, body.add_special_tokens is not False

@@ -152,7 +152,7 @@ class ResponsesBody(StrictBody):
         except ValueError as error:
             raise bad_request(f"text.format: {error}", "text") from None
         raise bad_request('text.format must be {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", '
-                   '"name": ..., "schema": {...}}', "text")
+                          '"name": ..., "schema": {...}}', "text")
 
     def messages(self) -> list[dict]:
         """The conversation as chat template messages: the instructions first, then the input."""
@@ -179,8 +179,8 @@ def _message(item, where: str) -> dict:
     if kind == "function_call_output":
         return {"role": "tool", "tool_call_id": item["call_id"], "content": check_text(item["output"], where)}
     if kind != "message":
-        raise bad_request(f"{where}: only messages, function_call and function_call_output items are supported as input, "
-                   f"not {kind!r}", "input")
+        raise bad_request(f"{where}: only messages, function_call and function_call_output items are supported "
+                          f"as input, not {kind!r}", "input")
     role, content = item.get("role"), item.get("content")
     if role not in ROLES:
         raise bad_request(f"{where}.role must be one of {', '.join(ROLES)}, got {role!r}", "input")
@@ -191,7 +191,7 @@ def _message(item, where: str) -> dict:
         content = "".join(part["text"] for part in content)
     if not isinstance(content, str):
         raise bad_request(f"{where}.content must be a string or a list of input_text parts (only text is supported)",
-                   "input")
+                          "input")
     try:
         return {"role": role, "content": check_text(content, f"{where}.content")}
     except ValueError as error:
@@ -409,8 +409,8 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
         forced = None if calling is None else calling.structured_output()
         if forced is not None:
             if structured is not None:
-                raise bad_request("a tool_choice that calls tools makes the answer JSON already: give no text.format with it",
-                           "tool_choice")
+                raise bad_request("a tool_choice that calls tools makes the answer JSON already: give no "
+                                  "text.format with it", "tool_choice")
             structured = forced
         if structured is not None:
             try:  # off the event loop: a large schema takes seconds to compile
