@@ -62,7 +62,7 @@ def measure(target, drafter, costs, vocab, verifier, temperature, tree, prompts,
         steps += len(stats.steps)
         for phase, seconds in stats.phase_seconds().items():
             phases[phase] = phases.get(phase, 0.0) + seconds
-    model = step_cost_model(costs, verifier, vocab)
+    model = step_cost_model(costs, verifier, vocab, temperature=temperature)
     predicted, measured = model.step(shape), statistics.median(per_step)
     return {"verifier": verifier, "temperature": temperature, "tree": tree, "nodes": shape.size,
             "depth": shape.max_depth, "predicted_ms": predicted * 1e3, "measured_ms": measured * 1e3,

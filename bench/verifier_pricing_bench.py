@@ -33,7 +33,7 @@ def plan(engine, verifier: str, temperature: float, vocab: int) -> dict:
     """The tree sequoia:auto drafts for seeded requests, with the cost model's figures."""
     policy = engine.policy()
     shape = policy.first_shape(verifier, temperature)
-    model = step_cost_model(engine.costs(), verifier, vocab)
+    model = step_cost_model(engine.costs(), verifier, vocab, temperature=temperature)
     vector, _ = engine.library.lookup(verifier, temperature)
     tokens = expected_tokens(shape, vector) if shape.size > 1 else 1.0
     return {"nodes": shape.size, "depth": shape.max_depth, "predicted_ms": model.step(shape) * 1e3,

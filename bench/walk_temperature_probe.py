@@ -5,7 +5,8 @@
 
 sequoia:auto prices a step as drafting + the target's forward + the verifier's walk, and the
 calibration (`rayspec.engine.calibrate`) times each verifier's walk on the trees it would plan,
-drafted by the drafter and verified by the target, at T = 1 only (`CALIBRATION_TEMPERATURE`).
+drafted by the drafter and verified by the target, at T = 1 and at `COOL_TEMPERATURE` (0.5),
+and prices a request's temperature between the two (at T = 1 only before 2026-11-28).
 A walk's cost grows with the levels it accepts and, for the LP verifiers, with the distinct
 tokens its drafts hold, both of which change with the temperature.  This times the same walks
 (`_walks_of_steps`, the calibration's own) at each temperature, on that temperature's planned
@@ -34,19 +35,13 @@ def main() -> int:
     target, drafter, *_ = load_demo("cpu")
     library = AcceptanceLibrary(ACCEPTANCE)
     rows = []
-    try:
-        for verifier in args.verifiers:
-            for temperature in args.temperatures:
-                # The calibration's spec reads its temperature from the module when it builds it.
-                calibrate.CALIBRATION_TEMPERATURE = temperature
-                times = calibrate._walks_of_steps(
-                    target, drafter, verifier, args.repeats,
-                    lambda v, n, t=temperature: planned_tree(library, v, t, n), None)
-                rows.append({"verifier": verifier, "temperature": temperature,
-                             "walk_ms": {int(n): 1e3 * s for n, s in zip(times.sizes, times.seconds)}})
-                print(rows[-1], flush=True)
-    finally:
-        calibrate.CALIBRATION_TEMPERATURE = 1.0
+    for verifier in args.verifiers:
+        for temperature in args.temperatures:
+            times = calibrate._walks_of_steps(target, drafter, verifier, args.repeats,
+                                              lambda v, n, t: planned_tree(library, v, t, n), None, temperature)
+            rows.append({"verifier": verifier, "temperature": temperature,
+                         "walk_ms": {int(n): 1e3 * s for n, s in zip(times.sizes, times.seconds)}})
+            print(rows[-1], flush=True)
     save_results(args.out, {"machine": machine("cpu"), "args": vars(args), "rows": rows}, markdown(rows, args))
     return 0
 

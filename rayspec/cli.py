@@ -189,11 +189,11 @@ def cmd_tree_plan(args) -> int:
     cost = step_cost_model(
         costs, args.verifier, target.vocab_size, rtt=args.rtt_ms / 1e3, draft_rtt=args.draft_rtt_ms / 1e3,
         bandwidth=args.bandwidth_gbps * 1e9 / 8 if args.bandwidth_gbps else float("inf"),
-        draft_top_k=args.draft_top_k,
+        draft_top_k=args.draft_top_k, temperature=args.temperature,
     )
     budgets = [n for n in costs.target.sizes if n <= args.max_budget]
     best = plan_tree(vector, cost, budgets, args.max_depth, verifier_class(args.verifier).max_drafts)
-    verifying, levels = costs.target_for(args.verifier), costs.levels_for(args.verifier)
+    verifying, levels = costs.target_for(args.verifier, args.temperature), costs.levels_for(args.verifier)
     print(f"measured for {args.verifier}: target verify "
           + ", ".join(f"{n}:{s * 1e3:.1f}ms" for n, s in zip(verifying.sizes, verifying.seconds)))
     print("          drafter per level " + ", ".join(f"{w}:{s * 1e3:.2f}ms" for w, s in zip(levels.sizes, levels.seconds)))

@@ -31,7 +31,9 @@ deployment adds — gRPC and the network for remote workers.
     walks differ where forwards do not, and grow with the levels they accept and the
     children they try, which random tokens under a uniform law never show.  On one H100 `is`
     verified a planned 128-node tree in 11 ms and rrsw in 4.6, beside an 8 ms forward, and the
-    planner had priced both alike;
+    planner had priced both alike.  The walks are timed at T = 1 and again at
+    `COOL_TEMPERATURE`, on the trees planned for each, and a request's temperature mixes the two
+    (`Costs.target_for`): below T = 1 walks accept more levels;
   * under load (`CostModel.under_load`): B = `LOAD_SEQUENCES` sessions of each model step at
     once (one thread each, as concurrent requests do), their forwards batched by the model's
     batcher: the round's time beyond one call of all B sessions' rows is the part of a call
@@ -73,6 +75,10 @@ DRAFT_WIDTHS = (1, 2, 4, 8, 16, 32)
 # CPU plans are often that small.
 WALK_SIZES = (2, 4, 16, 64)
 CHAIN_WALK_SIZES = (2, 5, 11)  # chains up to the planner's default depth of 10 drafts
+# Walks are timed at the calibration temperature and again at this one: a walk grows with the
+# levels it accepts, and below T = 1 more are accepted (on this CPU is-weighted walked a
+# 64-node plan in 7 ms at T = 1 and in 15-16 ms at T = 0.6 and 0.3: walk_temperature_probe.md).
+COOL_TEMPERATURE = 0.5
 VERIFIER_DRAFT_WIDTHS = (1, 4, 16)  # other verifiers' drafted levels
 LOAD_SEQUENCES = 8  # sessions at once for the load terms
 
@@ -97,6 +103,8 @@ class Costs:
     # are `draft_level`): each verifier draws its drafts its own way.  Missing: priced as it.
     verifier_levels: dict[str, MeasuredTimes] = field(default_factory=dict)
     calibration_walk: MeasuredTimes | None = None  # the walk inside `target`, by size
+    # The same walks as `walks`, timed at COOL_TEMPERATURE.  Missing: priced at T = 1's.
+    cool_walks: dict[str, MeasuredTimes] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {
@@ -108,6 +116,7 @@ class Costs:
             "walk_seconds": {name: _table(walk) for name, walk in self.walks.items()},
             "verifier_draft_level_seconds": {name: _table(levels) for name, levels in self.verifier_levels.items()},
             **({"calibration_walk_seconds": _table(self.calibration_walk)} if self.calibration_walk else {}),
+            "cool_walk_seconds": {name: _table(walk) for name, walk in self.cool_walks.items()},
         }
 
     @classmethod
@@ -122,18 +131,29 @@ class Costs:
             {name: MeasuredTimes.from_dict(walk) for name, walk in data.get("walk_seconds", {}).items()},
             {name: MeasuredTimes.from_dict(lv) for name, lv in data.get("verifier_draft_level_seconds", {}).items()},
             MeasuredTimes.from_dict(data["calibration_walk_seconds"]) if "calibration_walk_seconds" in data else None,
+            {name: MeasuredTimes.from_dict(walk) for name, walk in data.get("cool_walk_seconds", {}).items()},
         )
 
-    def target_for(self, verifier: str) -> MeasuredTimes:
-        """Seconds to verify an n-node tree with `verifier`: the measured target time with the
-        calibration trees' walk (which stops near the root) taken out and `verifier`'s walk on
-        speculative steps put in, interpolated between the sizes measured (past the largest,
-        `MeasuredTimes.extrapolated`).  Unchanged when either walk is unmeasured."""
+    def target_for(self, verifier: str, temperature: float = CALIBRATION_TEMPERATURE) -> MeasuredTimes:
+        """Seconds to verify an n-node tree with `verifier` at `temperature`: the measured
+        target time with the calibration trees' walk (which stops near the root) taken out and
+        `verifier`'s walk on speculative steps put in, interpolated between the sizes measured
+        (past the largest, `MeasuredTimes.extrapolated`).  The walk is the one timed at T = 1
+        and the one timed at COOL_TEMPERATURE mixed linearly in the temperature, the nearer
+        of the two outside them.  Unchanged when either walk is unmeasured."""
         own, inside = self.walks.get(verifier), self.calibration_walk
         if own is None or inside is None:
             return self.target
+        cool = self.cool_walks.get(verifier)
+        share = 0.0 if cool is None else min(max((CALIBRATION_TEMPERATURE - temperature)
+                                                 / (CALIBRATION_TEMPERATURE - COOL_TEMPERATURE), 0.0), 1.0)
+
+        def walk(n: int) -> float:
+            seconds = own.extrapolated(n)
+            return seconds if share == 0 else (1 - share) * seconds + share * cool.extrapolated(n)
+
         return MeasuredTimes(self.target.sizes, tuple(
-            max(seconds - inside.extrapolated(n) + own.extrapolated(n), 0.0)
+            max(seconds - inside.extrapolated(n) + walk(n), 0.0)
             for n, seconds in zip(self.target.sizes, self.target.seconds)))
 
     def levels_for(self, verifier: str) -> MeasuredTimes:
@@ -215,15 +235,15 @@ def _parallel_chains(width: int, depth: int, max_children: int | None = None) ->
 
 
 def _spec(vocab_size: int, length: int = 64, verifier: str = CALIBRATION_VERIFIER,
-          verifier_params: dict | None = None) -> SequenceSpec:
+          verifier_params: dict | None = None, temperature: float = CALIBRATION_TEMPERATURE) -> SequenceSpec:
     prompt = tuple(1 + (7 * i) % (vocab_size - 1) for i in range(length))
-    return SequenceSpec(prompt, SamplingParams(temperature=CALIBRATION_TEMPERATURE), seed=0, verifier=verifier,
+    return SequenceSpec(prompt, SamplingParams(temperature=temperature), seed=0, verifier=verifier,
                         verifier_params=dict(verifier_params or {}))
 
 
-def _walk_shape(verifier: str, n: int) -> TreeShape:
-    """The calibration tree of `n` nodes for a verifier: binary, or a chain for one that takes
-    a single draft per node."""
+def _walk_shape(verifier: str, n: int, temperature: float = CALIBRATION_TEMPERATURE) -> TreeShape:
+    """The calibration tree of `n` nodes for a verifier, at any temperature: binary, or a chain
+    for one that takes a single draft per node."""
     return TreeShape.chain(n - 1) if _drafts_chains(verifier) else _binary(n)
 
 
@@ -283,12 +303,13 @@ def _per_sequence(round_seconds: float, batched_seconds: float, sequences: int) 
 
 def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS, repeats: int = 5,
                   load_sequences: int = LOAD_SEQUENCES, verifiers=None,
-                  walk_trees: Callable[[str, int], TreeShape] | None = None,
+                  walk_trees: Callable[[str, int, float], TreeShape] | None = None,
                   verifier_params: dict[str, dict] | None = None) -> Costs:
     """The costs of the module docstring; `load_sequences` < 2 leaves the load terms 0.
     `verifiers`: those whose walks and drafts are timed beside the calibration verifier's
-    (None: every one); walks need a drafter.  `walk_trees(verifier, n)`: the tree of about n
-    nodes a verifier's walk is timed on — the planner's, where the caller knows it (a walk's
+    (None: every one); walks need a drafter.  `walk_trees(verifier, n, temperature)`: the tree
+    of about n nodes a verifier's walk is timed on at a temperature — the planner's, where the
+    caller knows it (a walk's
     cost grows with its nodes' children: is-weighted walked a 32-node binary tree in 0.9 ms
     and the 32-node Sequoia tree planned for it, 16 children at the root, in 13 ms); by
     default binary trees, chains for a one-draft verifier.  `verifier_params`: a verifier's
@@ -376,7 +397,7 @@ def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS,
     finally:
         for stepper in drafting:
             stepper.close()
-    verifier_levels, walks = {}, {}
+    verifier_levels, walks, cool_walks = {}, {}, {}
     params = verifier_params or {}
     for verifier in [CALIBRATION_VERIFIER, *verifiers]:
         if verifier != CALIBRATION_VERIFIER:
@@ -386,28 +407,32 @@ def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS,
                 verifier_levels[verifier], _ = drafted_levels(stepper, _draft_widths(verifier, widths))
             finally:
                 stepper.close()
-        walks[verifier] = _walks_of_steps(target, drafter, verifier, max(repeats - 2, 1), walk_trees or _walk_shape,
-                                          params.get(verifier))
+        walks[verifier], cool_walks[verifier] = (
+            _walks_of_steps(target, drafter, verifier, max(repeats - 2, 1), walk_trees or _walk_shape,
+                            params.get(verifier), temperature)
+            for temperature in (CALIBRATION_TEMPERATURE, COOL_TEMPERATURE))
     return Costs(target_times, levels, base, target_per_sequence, draft_per_sequence, walks, verifier_levels,
-                 calibration_walk)
+                 calibration_walk, cool_walks)
 
 
 def _warm_median(seconds: list[float]) -> float:
     return statistics.median(seconds[1:] or seconds)  # the first call warms up
 
 
-def _walks_of_steps(target, drafter, verifier: str, repeats: int, walk_trees, params: dict | None) -> MeasuredTimes:
+def _walks_of_steps(target, drafter, verifier: str, repeats: int, walk_trees, params: dict | None,
+                    temperature: float = CALIBRATION_TEMPERATURE) -> MeasuredTimes:
     """Median seconds of `verifier`'s walk (the verify phase its target session reports) by tree
     size: on target-only steps (one node: minhash's coupled sample of the root costs 1.5 ms on
     this CPU, rrsw's 0.1), and on speculative steps of the calibration's prompt — the
     drafter's trees `walk_trees(verifier, n)` for n in `WALK_SIZES` (`CHAIN_WALK_SIZES` for a
-    one-draft verifier), verified by the target.  A walk's cost grows with the levels it
-    accepts, so its trees must be real drafts: on random tokens every walk stops at the root."""
+    one-draft verifier), verified by the target, at `temperature`.  A walk's cost grows with the
+    levels it accepts, so its trees must be real drafts: on random tokens every walk stops at
+    the root."""
     context = min(target.context_length, drafter.context_length)
-    spec = _spec(target.vocab_size, verifier=verifier, verifier_params=params)
+    spec = _spec(target.vocab_size, verifier=verifier, verifier_params=params, temperature=temperature)
     shapes = {}
     for n in _walk_sizes(verifier):
-        shape = walk_trees(verifier, n)
+        shape = walk_trees(verifier, n, temperature)
         if shape.size > 1 and shape.max_depth + 2 < context // 4:
             shapes.setdefault(shape.size, shape)  # a planner's chain stops growing at its depth
     seconds = {1: []}

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rayspec.engine.calibrate import CALIBRATION_TEMPERATURE, CostsFile, measure_costs
+from rayspec.engine.calibrate import CostsFile, measure_costs
 from rayspec.engine.drafting import SequenceDrafting
 from rayspec.engine.hedge import check_hedge_factor
 from rayspec.engine.interfaces import Draft, GenerationCancelled, SequenceSpec, TargetUnavailable, TokenLogprobs
@@ -282,7 +282,7 @@ class SpeculativeEngine:
                     # Each verifier's walk is timed on the trees its plans draft.
                     self._costs = measure_costs(
                         self.target, self.drafter, verifiers=self.priced_verifiers,
-                        walk_trees=lambda verifier, n: planned_tree(self.library, verifier, CALIBRATION_TEMPERATURE, n),
+                        walk_trees=lambda verifier, n, temperature: planned_tree(self.library, verifier, temperature, n),
                         verifier_params={self.verifier: self.verifier_params})
                     if self.kept_costs is not None:
                         try:
@@ -467,7 +467,8 @@ class SpeculativeEngine:
         if predicted is not None and not params.greedy and getattr(self.target, "verifies_predictions", False):
             costs = self.measured_costs
             grafting = GraftChoice(self.graft_predictions, None if costs is None else
-                                   step_cost_model(costs, verifier, self.target.vocab_size))
+                                   step_cost_model(costs, verifier, self.target.vocab_size,
+                                                   temperature=params.temperature))
         with ExitStack() as sessions:
             targeting = sessions.enter_context(ExitStack())  # the target's session
             target = targeting.enter_context(closing(self.target.open(spec)))

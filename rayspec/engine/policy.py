@@ -161,14 +161,15 @@ class AcceptanceLibrary:
 
 
 def step_cost_model(costs, verifier: str, vocab_size: int, rtt: float = 0.0, draft_rtt: float = 0.0,
-                    bandwidth: float = float("inf"), sequences: int = 1, draft_top_k: int = 0) -> CostModel:
+                    bandwidth: float = float("inf"), sequences: int = 1, draft_top_k: int = 0,
+                    temperature: float = 1.0) -> CostModel:
     """The planner's cost of a step from measured costs (`rayspec.engine.calibrate.Costs`),
-    plus optional network terms, with `sequences` decoding at once; the verifier decides
-    its walk's time and whether the q rows travel, and a drafter's `draft_top_k` how large
-    they are."""
+    plus optional network terms, with `sequences` decoding at once; the verifier and the
+    temperature decide its walk's time, the verifier whether the q rows travel, and a
+    drafter's `draft_top_k` how large they are."""
     ships_q = verifier_class(verifier).needs_draft_probs
     return CostModel(
-        target_seconds=costs.target_for(verifier),
+        target_seconds=costs.target_for(verifier, temperature),
         draft_seconds=lambda width: costs.draft_seconds(width, verifier),
         overhead=costs.draft_base,
         rtt=rtt,
@@ -429,19 +430,20 @@ class SequoiaTrees(TreePolicy):
     def _key(verifier: str, temperature: float) -> tuple[str, float]:
         return verifier, round(float(temperature), 1)
 
-    def cost_model(self, verifier: str, sequences: int = 1) -> CostModel:
+    def cost_model(self, verifier: str, sequences: int = 1, temperature: float = 1.0) -> CostModel:
         return step_cost_model(self.costs() if callable(self.costs) else self.costs, verifier, self.vocab_size,
-                               sequences=sequences)
+                               sequences=sequences, temperature=temperature)
 
     def _budgets(self) -> list[int]:
         """The tree sizes sequoia:auto prices: those whose target time was measured, up to a cap."""
         costs = self.costs() if callable(self.costs) else self.costs
         return [n for n in costs.target.sizes if n <= AUTO_MAX_BUDGET]
 
-    def plan(self, verifier: str, vector) -> Plan | TreeShape:
+    def plan(self, verifier: str, vector, temperature: float = 1.0) -> Plan | TreeShape:
         max_children = verifier_class(verifier).max_drafts
         if self.spec.budget is None:
-            return plan_tree(vector, self.cost_model(verifier), self._budgets(), self.spec.depth, max_children)
+            return plan_tree(vector, self.cost_model(verifier, temperature=temperature), self._budgets(),
+                             self.spec.depth, max_children)
         return solve(vector, self.spec.budget, self.spec.depth, max_children).tree()
 
     def shape_for(self, verifier, temperature):
@@ -449,7 +451,7 @@ class SequoiaTrees(TreePolicy):
         with self._lock:
             if key not in self._plans:
                 vector, source = self.library.lookup(verifier, key[1])
-                planned = self.plan(verifier, vector)
+                planned = self.plan(verifier, vector, temperature=key[1])
                 self._plans[key] = self._first_plans[key] = planned.shape if isinstance(planned, Plan) else planned
                 self._vectors[key] = np.asarray(vector)
                 log.info("tree for %s at T=%.1f: %d nodes, depth %d, from the %s vector",
@@ -489,7 +491,7 @@ class SequoiaTrees(TreePolicy):
                     solution = solve(self._vectors[key], max(budgets), self.spec.depth,
                                      verifier_class(verifier).max_drafts)
                     candidates = self._candidates[key] = candidates_from_solution(solution, budgets)
-                shape = self._load_plans[key, level] = price(candidates, self.cost_model(verifier, level))[0].shape
+                shape = self._load_plans[key, level] = price(candidates, self.cost_model(verifier, level, key[1]))[0].shape
                 log.info("tree for %s at T=%.1f with %d sequences at once: %d nodes, depth %d",
                          verifier, key[1], level, shape.size, shape.max_depth)
             return shape
@@ -601,7 +603,7 @@ class SequoiaTrees(TreePolicy):
         at the same steps whether the check ran in the decode loop or beside it."""
         started = time.perf_counter()
         try:
-            better, gain = self._replan(verifier, current, vector)
+            better, gain = self._replan(verifier, current, vector, temperature=key[1])
         except BaseException as error:
             handled = background and isinstance(error, Exception)
             if handled:  # before the check ends: `wait_for_checks` returns after its report
@@ -645,11 +647,13 @@ class SequoiaTrees(TreePolicy):
         with self._lock:
             return self._checks_done.wait_for(lambda: not self._replanning, timeout)
 
-    def _replan(self, verifier: str, current: TreeShape, vector) -> tuple[TreeShape, float]:
-        """The tree `vector` calls for, and its predicted relative gain over `current`."""
+    def _replan(self, verifier: str, current: TreeShape, vector,
+                temperature: float = 1.0) -> tuple[TreeShape, float]:
+        """The tree `vector` calls for at `temperature`, and its predicted relative gain over `current`."""
         if self.spec.budget is None:
-            decision = replan_decision(current, vector, self.cost_model(verifier), self._budgets(), self.spec.depth,
-                                       self.threshold, verifier_class(verifier).max_drafts)
+            decision = replan_decision(current, vector, self.cost_model(verifier, temperature=temperature),
+                                       self._budgets(), self.spec.depth, self.threshold,
+                                       verifier_class(verifier).max_drafts)
             return decision.best.shape, decision.gain
-        better = self.plan(verifier, vector)
+        better = self.plan(verifier, vector, temperature=temperature)
         return better, 1 - expected_tokens(current, vector) / max(expected_tokens(better, vector), 1e-12)

@@ -11,7 +11,7 @@ import torch
 
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.engine.calibrate import (
-    CALIBRATION_VERIFIER, CHAIN_WALK_SIZES, WALK_SIZES, Costs, _parallel_chains, measure_costs,
+    CALIBRATION_VERIFIER, CHAIN_WALK_SIZES, COOL_TEMPERATURE, WALK_SIZES, Costs, _parallel_chains, measure_costs,
 )
 from rayspec.engine.engine import resolve_priced_verifiers
 from rayspec.engine.interfaces import Outcome
@@ -125,6 +125,7 @@ def _priced_costs() -> Costs:
                CALIBRATION_VERIFIER: MeasuredTimes((1, 4, 16, 64), (0.0002, 0.0012, 0.0015, 0.0020))},
         verifier_levels={"minhash": MeasuredTimes((1, 4, 16), (0.003, 0.006, 0.012))},
         calibration_walk=MeasuredTimes((1, 4, 16, 64), (0.0002, 0.0010, 0.0011, 0.0012)),
+        cool_walks={"is": MeasuredTimes((1, 4, 16, 64), (0.0003, 0.005, 0.011, 0.031))},
     )
 
 
@@ -143,6 +144,22 @@ def test_a_verifier_is_priced_with_its_own_walk_in_place_of_the_calibration_tree
     assert model.target_seconds(16) == pytest.approx(priced(16))
 
 
+def test_a_walk_is_priced_at_the_request_s_temperature_between_the_two_timed():
+    """Timed at T = 1 and at COOL_TEMPERATURE (0.5): mixed linearly between, the nearer outside."""
+    costs = _priced_costs()
+    assert COOL_TEMPERATURE == 0.5
+    forward = 0.030 - 0.0012  # the 64-node target time without the calibration trees' walk
+    assert costs.target_for("is", 1.0)(64) == pytest.approx(forward + 0.015) == costs.target_for("is")(64)
+    assert costs.target_for("is", 0.5)(64) == pytest.approx(forward + 0.031)
+    assert costs.target_for("is", 0.75)(64) == pytest.approx(forward + 0.023)  # halfway
+    assert costs.target_for("is", 0.6)(16) == pytest.approx(0.016 - 0.0011 + 0.2 * 0.007 + 0.8 * 0.011)
+    assert costs.target_for("is", 0.0)(64) == costs.target_for("is", 0.3)(64) == costs.target_for("is", 0.5)(64)
+    assert costs.target_for("is", 1.5)(64) == costs.target_for("is", 1.0)(64)
+    # a verifier with no cool walk timed (costs kept before 2026-11-28) is priced at T = 1's at any temperature
+    assert costs.target_for(CALIBRATION_VERIFIER, 0.3) == costs.target_for(CALIBRATION_VERIFIER, 1.0)
+    assert step_cost_model(costs, "is", 64, temperature=0.5).target_seconds(64) == pytest.approx(forward + 0.031)
+
+
 def test_a_verifier_is_priced_with_its_own_drafted_levels():
     costs = _priced_costs()
     assert costs.draft_seconds(4, "minhash") == pytest.approx(0.006)
@@ -157,7 +174,8 @@ def test_costs_with_walks_round_trip_and_older_costs_price_every_verifier_alike(
     assert Costs.from_json(costs.to_json()) == costs
     older = {key: value for key, value in costs.to_json().items() if "walk" not in key and "verifier" not in key}
     restored = Costs.from_json(older)
-    assert restored.walks == {} and restored.verifier_levels == {} and restored.calibration_walk is None
+    assert restored.walks == restored.cool_walks == {} and restored.verifier_levels == {}
+    assert restored.calibration_walk is None
     assert restored.target_for("is") == restored.target
     assert restored.draft_seconds(4, "minhash") == pytest.approx(0.002)
 
@@ -190,16 +208,19 @@ def test_walks_are_timed_on_the_drafter_s_trees_of_the_shapes_asked_for_each_ver
     drafter = RecordingDrafter(LocalDrafter(noisy_copy(model)))
     asked = []
 
-    def walk_trees(verifier, n):
-        asked.append((verifier, n))
+    def walk_trees(verifier, n, temperature):
+        asked.append((verifier, n, temperature))
         return TreeShape.chain(n - 1) if verifier == "sps" else TreeShape((-1, *((i - 1) // 2 for i in range(1, n))))
 
     costs = measure_costs(recording, drafter, sizes=(1, 2, 4), widths=(1, 2, 4), repeats=2, load_sequences=1,
                           verifiers=["spechub", "sps"], walk_trees=walk_trees)
-    assert sorted(asked) == sorted([("rrsw", n) for n in WALK_SIZES] + [("spechub", n) for n in WALK_SIZES]
-                                   + [("sps", n) for n in CHAIN_WALK_SIZES])
-    assert set(costs.walks) == {"rrsw", "spechub", "sps"} and set(costs.verifier_levels) == {"spechub", "sps"}
+    assert sorted(asked) == sorted([(v, n, t) for t in (1.0, COOL_TEMPERATURE)
+                                    for v, sizes in (("rrsw", WALK_SIZES), ("spechub", WALK_SIZES),
+                                                     ("sps", CHAIN_WALK_SIZES)) for n in sizes])
+    assert set(costs.walks) == set(costs.cool_walks) == {"rrsw", "spechub", "sps"}
+    assert set(costs.verifier_levels) == {"spechub", "sps"}
     assert costs.walks["sps"].sizes == (1, *CHAIN_WALK_SIZES) and costs.walks["spechub"].sizes == (1, *WALK_SIZES)
+    assert costs.cool_walks["sps"].sizes == costs.walks["sps"].sizes
     assert costs.verifier_levels["sps"].sizes == (1,)  # a one-draft verifier's trees are chains
     assert costs.verifier_levels["spechub"].sizes == (1, 4)
     assert costs.calibration_walk.sizes == (1, 2, 4)

@@ -84,6 +84,24 @@ def test_auto_grows_the_tree_when_the_target_costs_the_same_for_any_size(tmp_pat
     assert drafter_costly.shape_for("rrsw", 1.0).size == 1  # drafting never pays: target-only
 
 
+def test_auto_prices_the_walk_at_the_request_s_temperature(tmp_path):
+    """The same vector at T = 1 and 0.5, a target that costs the same for any size, and a walk
+    that is free at T = 1 and grows with the tree at 0.5 (as is-weighted's does): the planner
+    grows the tree at T = 1 and keeps it small at 0.5, and its re-planning checks price it so."""
+    vector = [0.6, 0.15, 0.05]
+    for temperature in (1.0, 0.5):
+        write_vector(tmp_path, "is", temperature, vector)
+    sizes = (1, 2, 4, 8, 16, 32, 64, 128)
+    free, growing = MeasuredTimes(sizes, (0.0,) * 8), MeasuredTimes(sizes, tuple(0.002 * n for n in sizes))
+    walked = Costs(MeasuredTimes(sizes, (0.02,) * 8), MeasuredTimes((1, 32), (0.001, 0.001)), 0.0,
+                   walks={"is": free}, calibration_walk=free, cool_walks={"is": growing})
+    policy = SequoiaTrees(SequoiaSpec(None), AcceptanceLibrary(tmp_path), walked, adaptive=False)
+    warm, cool = policy.shape_for("is", 1.0), policy.shape_for("is", 0.5)
+    assert warm.size >= 32 and cool.size <= 8
+    assert policy._replan("is", warm, vector, temperature=0.5)[0].size <= 8
+    assert policy._replan("is", cool, vector, temperature=1.0)[0].size >= 32
+
+
 def simulate_walk(shape, vector, rng):
     """One step of a walk whose acceptance follows `vector` exactly."""
     node, path, ranks = 0, [], []
@@ -127,11 +145,11 @@ def test_a_replan_does_not_hold_up_the_sequences_drafting_meanwhile(tmp_path):
     replanning, release = threading.Event(), threading.Event()
 
     class SlowReplans(SequoiaTrees):
-        def plan(self, verifier, vector):
+        def plan(self, verifier, vector, temperature=1.0):
             if self._plans:  # the first plan is made at once; re-plans wait for the test
                 replanning.set()
                 assert release.wait(30)
-            return super().plan(verifier, vector)
+            return super().plan(verifier, vector, temperature)
 
     policy = SlowReplans(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25,
                          min_samples=10, background_checks=False)
@@ -211,7 +229,7 @@ def test_a_check_that_fails_is_tried_again_replan_every_steps_later_not_at_the_n
     write_vector(tmp_path, "rrsw", 1.0, vector)
 
     class FailingChecks(CountedChecks):
-        def _replan(self, verifier, current, vector):
+        def _replan(self, verifier, current, vector, temperature=1.0):
             raise RuntimeError("the planner failed")
 
     policy = FailingChecks(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25,
@@ -235,10 +253,10 @@ def test_a_check_in_the_background_holds_up_no_step_and_lands_when_done(tmp_path
     checking, release = threading.Event(), threading.Event()
 
     class HeldChecks(CountedChecks):
-        def _replan(self, verifier, current, vector):
+        def _replan(self, verifier, current, vector, temperature=1.0):
             checking.set()
             assert release.wait(30)
-            return super()._replan(verifier, current, vector)
+            return super()._replan(verifier, current, vector, temperature)
 
     policy = HeldChecks(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25, min_samples=100)
     rng = np.random.default_rng(0)
@@ -264,7 +282,7 @@ def test_a_check_that_fails_in_the_background_is_logged_and_tried_again_later(tm
     write_vector(tmp_path, "rrsw", 1.0, vector)
 
     class FailingChecks(CountedChecks):
-        def _replan(self, verifier, current, vector):
+        def _replan(self, verifier, current, vector, temperature=1.0):
             raise RuntimeError("the planner failed")
 
     policy = FailingChecks(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25, min_samples=100)
