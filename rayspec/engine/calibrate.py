@@ -309,10 +309,9 @@ def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS,
     `verifiers`: those whose walks and drafts are timed beside the calibration verifier's
     (None: every one); walks need a drafter.  `walk_trees(verifier, n, temperature)`: the tree
     of about n nodes a verifier's walk is timed on at a temperature — the planner's, where the
-    caller knows it (a walk's
-    cost grows with its nodes' children: is-weighted walked a 32-node binary tree in 0.9 ms
-    and the 32-node Sequoia tree planned for it, 16 children at the root, in 13 ms); by
-    default binary trees, chains for a one-draft verifier.  `verifier_params`: a verifier's
+    caller knows it (a walk's cost grows with its nodes' children: is-weighted walked a 32-node
+    binary tree in 0.9 ms and the 32-node Sequoia tree planned for it, 16 children at the root,
+    in 13 ms); by default binary trees, chains for a one-draft verifier.  `verifier_params`: a verifier's
     parameters to time it with, by name (is-weighted's LP grows with its `alphabet_size`)."""
     generator = torch.Generator().manual_seed(0)
     sizes = [n for n in sizes if n < target.context_length // 4]
@@ -423,11 +422,11 @@ def _walks_of_steps(target, drafter, verifier: str, repeats: int, walk_trees, pa
                     temperature: float = CALIBRATION_TEMPERATURE) -> MeasuredTimes:
     """Median seconds of `verifier`'s walk (the verify phase its target session reports) by tree
     size: on target-only steps (one node: minhash's coupled sample of the root costs 1.5 ms on
-    this CPU, rrsw's 0.1), and on speculative steps of the calibration's prompt — the
-    drafter's trees `walk_trees(verifier, n)` for n in `WALK_SIZES` (`CHAIN_WALK_SIZES` for a
-    one-draft verifier), verified by the target, at `temperature`.  A walk's cost grows with the
-    levels it accepts, so its trees must be real drafts: on random tokens every walk stops at
-    the root."""
+    this CPU, rrsw's 0.1), and on speculative steps of the calibration's prompt at
+    `temperature` — the drafter's trees `walk_trees(verifier, n, temperature)` for n in
+    `WALK_SIZES` (`CHAIN_WALK_SIZES` for a one-draft verifier), verified by the target.  A
+    walk's cost grows with the levels it accepts, so its trees must be real drafts: on random
+    tokens every walk stops at the root."""
     context = min(target.context_length, drafter.context_length)
     spec = _spec(target.vocab_size, verifier=verifier, verifier_params=params, temperature=temperature)
     shapes = {}
