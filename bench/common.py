@@ -4,7 +4,6 @@ rotating order, so that a slow stretch of this shared machine hits every arm ali
 from __future__ import annotations
 
 import json
-import os
 import platform
 import statistics
 import sys
@@ -15,12 +14,6 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from rayspec.rpc import grpc_environment  # noqa: E402
-
-# The benchmarks call workers as rayspec's coordinators do, so gRPC polls as it does there;
-# set before grpc loads, which reads it once (scripts import this module before grpc).
-os.environ.update(grpc_environment())
 
 from rayspec.demo import DEMO_DIR, DRAFTER_PATH, TARGET_PATH, load_prompts  # noqa: E402
 from rayspec.engine import GenerationStats, LocalDrafter, LocalTarget, SpeculativeEngine  # noqa: E402

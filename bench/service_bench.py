@@ -68,10 +68,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import grpc
 import torch
 from common import ACCEPTANCE, RESULTS, fits, load_demo, machine
-
-import grpc  # after common, which chooses how gRPC polls before it loads
 from rayspec.demo import DRAFTER_PATH, TARGET_PATH
 from rayspec.engine import GenerationStats, LocalTarget, SpeculativeEngine
 from rayspec.models import load_causal_lm

@@ -23,7 +23,6 @@ import threading
 
 import ray
 
-from rayspec.rpc import grpc_environment
 from rayspec.serve.config import DrafterConfig, ServiceConfig, TargetConfig
 
 log = logging.getLogger(__name__)
@@ -181,19 +180,9 @@ def kept_keys() -> set[bytes]:
 
 def model_runtime_env() -> dict:
     """The runtime environment of a process that computes with a model: idle OpenMP threads
-    of one spinning would steal the core another computes on (as for plain-process workers),
-    and gRPC polls as in every rayspec process that serves or calls workers
-    (`coordinator_runtime_env`); the driver's own settings win."""
-    env = coordinator_runtime_env()
-    env["env_vars"]["OMP_WAIT_POLICY"] = os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
-    return env
-
-
-def coordinator_runtime_env() -> dict:
-    """The runtime environment of a process that calls workers over gRPC: gRPC reads its
-    polling settings once, as it loads, and Ray loads it in its processes before any of ours
-    (`rayspec.rpc.grpc_environment`)."""
-    return {"env_vars": grpc_environment()}
+    of one spinning would steal the core another computes on (as for plain-process workers);
+    the driver's own setting wins."""
+    return {"env_vars": {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}}
 
 
 def start_drafters(config: ServiceConfig, group, timeout: float) -> tuple[list, list[str]]:

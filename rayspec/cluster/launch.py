@@ -27,7 +27,7 @@ import signal
 import threading
 
 from rayspec.cluster.actors import (
-    BUNDLE_CPUS, GenerationActor, WorkerActor, bundles, coordinator_runtime_env, placed, restartable, start_drafters,
+    BUNDLE_CPUS, GenerationActor, WorkerActor, bundles, placed, restartable, start_drafters,
 )
 from rayspec.serve.config import ServiceConfig
 
@@ -88,7 +88,7 @@ class Service:
         self.drafters, self.drafter_addresses = start_drafters(config, self.group, start_timeout)
         self.target_address = ray.get(self.target.ready.remote(), timeout=start_timeout)
         coordinator = dict(
-            num_cpus=BUNDLE_CPUS / 4, runtime_env=coordinator_runtime_env(), **restartable(restarts),
+            num_cpus=BUNDLE_CPUS / 4, **restartable(restarts),
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=0),
         )
         workers = [self.target, *self.drafters]

@@ -9,16 +9,13 @@ import sys
 import time
 from pathlib import Path
 
-from rayspec.rpc import grpc_environment
-
 
 class Worker:
     """A worker process; `address` once it printed READY.  `stop()` terminates it."""
 
     def __init__(self, log: Path, *args: str, timeout: float = 120.0, threads: int = 1, cpus: str | None = None):
         # Idle OpenMP threads spinning in one worker steal the core another is computing on.
-        env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, **grpc_environment(), "HF_HUB_OFFLINE": "1",
-               "PYTHONUNBUFFERED": "1"}
+        env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
         self.log = open(log, "w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "rayspec.rpc.worker", "--port", "0", "--threads", str(threads),

@@ -13,15 +13,9 @@ coordinator started with $RAYSPEC_API_KEY set refuses Generation calls without t
 
 from __future__ import annotations
 
-import os
-
-from rayspec.rpc import grpc_environment
-
-if __name__ == "__main__":  # before anything loads grpc, which reads its settings once (`rayspec.rpc`)
-    os.environ.update(grpc_environment())
-
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading

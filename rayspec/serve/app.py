@@ -31,7 +31,6 @@ import logging
 
 from ray import serve
 
-from rayspec.rpc import grpc_environment
 from rayspec.serve.config import ServiceConfig
 
 log = logging.getLogger("rayspec.serve")
@@ -175,11 +174,10 @@ def build_serve_app(config: ServiceConfig, target_address: str | None, drafter_a
 
 def coordinator_actor_options(node_id: str | None) -> dict:
     """Ray options of the coordinator replica: no CPU reserved (it waits on the workers; it
-    fits a 2-core machine), gRPC polling as in rayspec's other processes
-    (`rayspec.rpc.grpc_environment`), and pinned to `node_id` when one is given."""
+    fits a 2-core machine), and pinned to `node_id` when one is given."""
     from ray.util.placement_group import NODE_ID_LABEL_KEY
 
-    options = {"num_cpus": 0, "runtime_env": {"env_vars": grpc_environment()}}
+    options = {"num_cpus": 0}
     if node_id is not None:
         options["label_selector"] = {NODE_ID_LABEL_KEY: node_id}
     return options
