@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import threading
+import uuid
 
 import ray
 
@@ -185,10 +186,20 @@ def model_runtime_env() -> dict:
     return {"env_vars": {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}}
 
 
-def start_drafters(config: ServiceConfig, group, timeout: float) -> tuple[list, list[str]]:
-    """A `WorkerActor` per `where: worker` drafter, in bundles 1.. of `group`; (actors, addresses)."""
+def worker_actor_names(drafters: int) -> list[str]:
+    """Names for a service's target and drafter `WorkerActor`s, in that order, unique in the
+    cluster (another service may run beside this one)."""
+    service = f"rayspec-{uuid.uuid4().hex[:8]}"
+    return [f"{service}-target", *(f"{service}-drafter-{i}" for i in range(drafters))]
+
+
+def start_drafters(config: ServiceConfig, group, timeout: float,
+                   names: list[str] | None = None) -> tuple[list, list[str]]:
+    """A `WorkerActor` per `where: worker` drafter, in bundles 1.. of `group`, named `names`
+    when given; (actors, addresses)."""
     actors = [
-        WorkerActor.options(**placed(group, i + 1, config.placement.max_restarts)).remote("drafter", vars(d))
+        WorkerActor.options(**placed(group, i + 1, config.placement.max_restarts),
+                            **({"name": names[i]} if names else {})).remote("drafter", vars(d))
         for i, d in enumerate(config.worker_drafters)
     ]
     return actors, ray.get([a.ready.remote() for a in actors], timeout=timeout)
@@ -303,13 +314,16 @@ class WorkerActor(_Placed):
 class GenerationActor(_Placed):
     """The `rayspec.v1.Generation` gRPC coordinator: the engine over the workers' handles."""
 
-    def __init__(self, config: dict, target_address: str, drafter_addresses: list[str], worker_actors=None):
-        """worker_actors: the target's and the drafters' `WorkerActor`s, in that order, which
-        it follows (`WorkerWatch`); their addresses are asked afresh (this actor may be
-        restarted after they moved)."""
+    def __init__(self, config: dict, target_address: str, drafter_addresses: list[str],
+                 worker_names: list[str] | None = None):
+        """worker_names: the names of the target's and the drafters' `WorkerActor`s, in that
+        order, which it follows (`WorkerWatch`); their addresses are asked afresh (this actor
+        may be restarted after they moved).  Names, not handles: Ray keeps a restartable
+        actor's handle arguments in its object store, from where a restart may find them gone."""
         from rayspec.serve.service import Service
 
         config = ServiceConfig.from_dict(config)
+        worker_actors = [ray.get_actor(name) for name in worker_names or ()]
         if worker_actors:
             target_address, *drafter_addresses = addresses_of(worker_actors)
         actor_id = ray.get_runtime_context().get_actor_id()

@@ -28,8 +28,11 @@ import threading
 
 from rayspec.cluster.actors import (
     BUNDLE_CPUS, GenerationActor, WorkerActor, bundles, placed, restartable, start_drafters,
+    worker_actor_names,
 )
 from rayspec.serve.config import ServiceConfig
+
+APP = "rayspec"  # the Serve application's name
 
 
 def ray_to_join(ray_address: str | None) -> str:
@@ -47,8 +50,11 @@ class Service:
         import ray
 
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        self.started_ray = False  # a local Ray instance of this service's own, which `stop` ends
         if not ray.is_initialized():
-            ray.init(address=ray_to_join(ray_address), include_dashboard=False, log_to_driver=False)
+            address = ray_to_join(ray_address)
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            self.started_ray = address == "local"
         # resolved here, where $RAYSPEC_API_KEY is set, and carried in the config to the actors
         self.config = config = dataclasses.replace(config, api_key=config.resolved_api_key)
         self.group, self.target, self.generation, self.drafters = None, None, None, []
@@ -69,7 +75,7 @@ class Service:
         from ray import serve
 
         serve.start(http_options={"host": self.config.http.host, "port": self.config.http.port})
-        serve.run(app, name="rayspec", route_prefix="/")
+        serve.run(app, name=APP, route_prefix="/")
 
     def _target_in_worker(self, spec: list[dict], start_timeout: float) -> None:
         import ray
@@ -82,10 +88,11 @@ class Service:
         self.group = placement_group(spec, strategy=config.placement.strategy, name="rayspec")
         ray.get(self.group.ready(), timeout=start_timeout)
         restarts = config.placement.max_restarts
-        self.target = WorkerActor.options(**placed(self.group, 0, restarts)).remote(
+        names = worker_actor_names(len(config.worker_drafters))
+        self.target = WorkerActor.options(name=names[0], **placed(self.group, 0, restarts)).remote(
             "target", vars(config.target), config.model_id
         )
-        self.drafters, self.drafter_addresses = start_drafters(config, self.group, start_timeout)
+        self.drafters, self.drafter_addresses = start_drafters(config, self.group, start_timeout, names=names[1:])
         self.target_address = ray.get(self.target.ready.remote(), timeout=start_timeout)
         coordinator = dict(
             num_cpus=BUNDLE_CPUS / 4, **restartable(restarts),
@@ -93,7 +100,7 @@ class Service:
         )
         workers = [self.target, *self.drafters]
         self.generation = GenerationActor.options(**coordinator).remote(
-            config.to_dict(), self.target_address, self.drafter_addresses, workers
+            config.to_dict(), self.target_address, self.drafter_addresses, names
         )
         self.grpc_address = ray.get(self.generation.ready.remote(), timeout=start_timeout)
         # Serve places its replicas itself: the target's node is named, not its bundle
@@ -110,16 +117,23 @@ class Service:
         from rayspec.serve.app import build_serve_app
 
         self._run_http_app(build_serve_app(self.config, None, [], placement_group=(spec, self.config.placement.strategy)))
-        replica = serve.get_deployment_handle("rayspec-coordinator", app_name="rayspec")
+        replica = serve.get_deployment_handle("rayspec-coordinator", app_name=APP)
         self.grpc_address = replica.grpc_address.remote().result(timeout_s=start_timeout)
         self.target_node = replica.node_id.remote().result(timeout_s=start_timeout)
 
     def stop(self) -> None:
+        """Delete the Serve application and stop the actors.  Then a Ray instance the service
+        started ends; on a cluster it joined, Serve itself stops when no other application is
+        left, as it was before (another service may then start it with other ports)."""
         import ray
         from ray import serve
         from ray.util.placement_group import remove_placement_group
 
-        serve.shutdown()  # a replica holding the target takes its drafters and group with it
+        # Not `serve.shutdown()` first: it would end the cluster's other applications too,
+        # and it kills Serve's controller under its own call, which Ray reports as a failed
+        # task (a line at every Ctrl-C).  A replica holding the target takes its drafters and
+        # group with it.
+        serve.delete(APP)
         for actor in [self.generation, self.target, *self.drafters]:
             if actor is None:
                 continue
@@ -130,6 +144,10 @@ class Service:
             ray.kill(actor)
         if self.group is not None:
             remove_placement_group(self.group)
+        if self.started_ray:
+            ray.shutdown()
+        elif not serve.status().applications:
+            serve.shutdown()
 
 
 def serve_forever(config: ServiceConfig, ray_address: str | None = None) -> int:
