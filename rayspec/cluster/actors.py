@@ -186,10 +186,14 @@ def model_runtime_env() -> dict:
     return {"env_vars": {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}}
 
 
-def worker_actor_names(drafters: int) -> list[str]:
-    """Names for a service's target and drafter `WorkerActor`s, in that order, unique in the
-    cluster (another service may run beside this one)."""
-    service = f"rayspec-{uuid.uuid4().hex[:8]}"
+def service_name() -> str:
+    """A name for one service's placement group and actors, unique in the cluster (another
+    service may run beside this one)."""
+    return f"rayspec-{uuid.uuid4().hex[:8]}"
+
+
+def worker_actor_names(service: str, drafters: int) -> list[str]:
+    """Names for `service`'s target and drafter `WorkerActor`s, in that order."""
     return [f"{service}-target", *(f"{service}-drafter-{i}" for i in range(drafters))]
 
 

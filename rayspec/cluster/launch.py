@@ -28,7 +28,7 @@ import threading
 
 from rayspec.cluster.actors import (
     BUNDLE_CPUS, GenerationActor, WorkerActor, bundles, placed, restartable, start_drafters,
-    worker_actor_names,
+    service_name, worker_actor_names,
 )
 from rayspec.serve.config import ServiceConfig
 
@@ -85,10 +85,11 @@ class Service:
         from rayspec.serve.app import build_serve_app
 
         config = self.config
-        self.group = placement_group(spec, strategy=config.placement.strategy, name="rayspec")
+        service = service_name()
+        self.group = placement_group(spec, strategy=config.placement.strategy, name=service)
         ray.get(self.group.ready(), timeout=start_timeout)
         restarts = config.placement.max_restarts
-        names = worker_actor_names(len(config.worker_drafters))
+        names = worker_actor_names(service, len(config.worker_drafters))
         self.target = WorkerActor.options(name=names[0], **placed(self.group, 0, restarts)).remote(
             "target", vars(config.target), config.model_id
         )

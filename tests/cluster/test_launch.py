@@ -54,6 +54,19 @@ def test_the_coordinators_run_on_the_targets_node(service):
     assert ray.get(running.generation.node_id.remote()) == target_node
 
 
+def test_the_placement_group_and_worker_actors_carry_one_name_of_the_services_own(service):
+    """Unique in the cluster, so that a second service beside this one does not meet its
+    names; the gRPC coordinator finds the workers by them after a restart."""
+    import ray
+    from ray.util.placement_group import placement_group_table
+
+    running, _, _ = service
+    name = placement_group_table(running.group)["name"]
+    assert name.startswith("rayspec-") and len(name) == len("rayspec-") + 8
+    assert ray.get_actor(f"{name}-target")._actor_id == running.target._actor_id
+    assert ray.get_actor(f"{name}-drafter-0")._actor_id == running.drafters[0]._actor_id
+
+
 def test_the_http_coordinator_is_pinned_to_a_node_by_its_ray_node_id_label():
     from rayspec.serve.app import coordinator_actor_options
 
