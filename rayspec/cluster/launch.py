@@ -21,7 +21,9 @@ one coordinator, and a step makes one call, to the drafter.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import os
 import signal
 import threading
@@ -41,6 +43,24 @@ def ray_to_join(ray_address: str | None) -> str:
     cluster `ray start` brought up on this machine, and when that one has died it waits for
     its GCS for ever instead of starting."""
     return ray_address or os.environ.get("RAY_ADDRESS") or "local"
+
+
+@contextlib.contextmanager
+def _without_serve_reconnect_line():
+    """`serve.run` starts Serve again without options, finds the Serve `serve.start` just
+    started, and logs 'Connecting to existing Serve app ... New http_options will not be
+    applied' — at every start, about options it never passed.  `serve.start`'s own line of
+    the kind, on a cluster where Serve already ran, still comes."""
+    serve_log = logging.getLogger("ray.serve")
+
+    def reconnect(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Connecting to existing Serve app")
+
+    serve_log.addFilter(reconnect)
+    try:
+        yield
+    finally:
+        serve_log.removeFilter(reconnect)
 
 
 class Service:
@@ -75,7 +95,8 @@ class Service:
         from ray import serve
 
         serve.start(http_options={"host": self.config.http.host, "port": self.config.http.port})
-        serve.run(app, name=APP, route_prefix="/")
+        with _without_serve_reconnect_line():
+            serve.run(app, name=APP, route_prefix="/")
 
     def _target_in_worker(self, spec: list[dict], start_timeout: float) -> None:
         import ray

@@ -89,6 +89,8 @@ def test_serve_prints_a_ready_line_answers_and_stops_on_ctrl_c(tmp_path):
         logged = ready + "".join(after) + (tmp_path / "serve.err").read_text()
         assert "constructor arguments in the object store" not in logged
         assert "graceful_shutdown failed" not in logged
+        # nor Serve's claim that the ports given "will not be applied" (they were: see above)
+        assert "will not be applied" not in logged
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
