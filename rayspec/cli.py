@@ -112,11 +112,16 @@ def cmd_generate(args) -> int:
 
 
 def cmd_serve(args) -> int:
+    from rayspec.cluster.actors import ServiceStartError
     from rayspec.cluster.launch import serve_forever
     from rayspec.serve.config import ServiceConfig
 
     config = ServiceConfig.from_yaml(args.config) if args.config else ServiceConfig()
-    return serve_forever(config, args.address)
+    try:
+        return serve_forever(config, args.address)
+    except ServiceStartError as error:
+        print(f"rayspec serve: error: {error}", file=sys.stderr)
+        return 1
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -19,7 +19,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
+import time
 import uuid
 
 import ray
@@ -197,16 +199,48 @@ def worker_actor_names(service: str, drafters: int) -> list[str]:
     return [f"{service}-target", *(f"{service}-drafter-{i}" for i in range(drafters))]
 
 
+class ServiceStartError(RuntimeError):
+    """A part of the service could not start; the message says which, and why, in a line."""
+
+
+def started(actors: list, parts: list[str], timeout: float) -> list[str]:
+    """The addresses of actors just created (their `ready` replies), or a `ServiceStartError`
+    naming the first of `parts` that did not start and the error its constructor raised: one
+    line, not Ray's three tracebacks of it.  `ready` is not retried here: an actor whose
+    constructor failed is not restarted, and Ray would log every retry of the call."""
+    deadline = time.monotonic() + timeout
+    calls = [actor.ready.options(max_task_retries=0).remote() for actor in actors]
+    addresses = []
+    for call, part in zip(calls, parts):
+        try:
+            addresses.append(ray.get(call, timeout=max(deadline - time.monotonic(), 0.0)))
+        except ray.exceptions.GetTimeoutError:
+            raise ServiceStartError(f"the {part} did not start within {timeout:g} s") from None
+        except ray.exceptions.RayActorError as error:
+            raise ServiceStartError(f"the {part} could not start: {why_not_started(error)}") from None
+    return addresses
+
+
+def why_not_started(error: Exception) -> str:
+    """The line of a Ray error that says what went wrong: for an actor whose constructor
+    raised, that exception (the last line of the remote traceback Ray quotes)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(getattr(error, "error_msg", None) or error))
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    return lines[-1] if getattr(error, "actor_init_failed", False) else lines[0]
+
+
 def start_drafters(config: ServiceConfig, group, timeout: float,
                    names: list[str] | None = None) -> tuple[list, list[str]]:
     """A `WorkerActor` per `where: worker` drafter, in bundles 1.. of `group`, named `names`
-    when given; (actors, addresses)."""
+    when given; (actors, addresses), or a `ServiceStartError`."""
     actors = [
         WorkerActor.options(**placed(group, i + 1, config.placement.max_restarts),
                             **({"name": names[i]} if names else {})).remote("drafter", vars(d))
         for i, d in enumerate(config.worker_drafters)
     ]
-    return actors, ray.get([a.ready.remote() for a in actors], timeout=timeout)
+    return actors, started(actors, [f"drafter worker {i}" for i in range(len(actors))], timeout)
 
 
 def serve_generation_api(service, config: ServiceConfig) -> tuple:

@@ -29,8 +29,8 @@ import signal
 import threading
 
 from rayspec.cluster.actors import (
-    BUNDLE_CPUS, GenerationActor, WorkerActor, bundles, placed, restartable, start_drafters,
-    service_name, worker_actor_names,
+    BUNDLE_CPUS, GenerationActor, ServiceStartError, WorkerActor, bundles, placed, restartable, start_drafters,
+    service_name, started, why_not_started, worker_actor_names,
 )
 from rayspec.serve.config import ServiceConfig
 
@@ -63,6 +63,20 @@ def _without_serve_reconnect_line():
         serve_log.removeFilter(reconnect)
 
 
+def _deployment_failure(error: RuntimeError) -> str:
+    """Why `serve.run` failed, in a line: the error a replica's constructor raised, the last
+    line of the traceback Serve keeps in the deployment's status (its exception says only
+    "Failed to update the deployments")."""
+    from ray import serve
+
+    app = serve.status().applications.get(APP)
+    for deployment in (app.deployments.values() if app else ()):
+        lines = [line.strip() for line in (deployment.message or "").splitlines() if line.strip()]
+        if lines and "FAILED" in str(deployment.status):
+            return lines[-1]
+    return why_not_started(error)
+
+
 class Service:
     """A running service: its actors, placement group and Serve application."""
 
@@ -85,18 +99,25 @@ class Service:
                 f"STRICT_SPREAD needs {len(spec)} nodes (a target and {len(spec) - 1} drafter(s)), "
                 f"the cluster has {len(nodes)}; use PACK on one node"
             )
-        if config.target.where == "coordinator":
-            self._target_in_coordinator(spec, start_timeout)
-        else:
-            self._target_in_worker(spec, start_timeout)
+        try:
+            if config.target.where == "coordinator":
+                self._target_in_coordinator(spec, start_timeout)
+            else:
+                self._target_in_worker(spec, start_timeout)
+        except BaseException:
+            self.stop()  # what did start goes, on a cluster that outlives this process too
+            raise
         self.http_address = f"http://{config.http.host}:{config.http.port}"
 
     def _run_http_app(self, app) -> None:
         from ray import serve
 
         serve.start(http_options={"host": self.config.http.host, "port": self.config.http.port})
-        with _without_serve_reconnect_line():
-            serve.run(app, name=APP, route_prefix="/")
+        try:
+            with _without_serve_reconnect_line():
+                serve.run(app, name=APP, route_prefix="/")
+        except RuntimeError as error:
+            raise ServiceStartError(f"the HTTP app could not start: {_deployment_failure(error)}") from None
 
     def _target_in_worker(self, spec: list[dict], start_timeout: float) -> None:
         import ray
@@ -115,7 +136,7 @@ class Service:
             "target", vars(config.target), config.model_id
         )
         self.drafters, self.drafter_addresses = start_drafters(config, self.group, start_timeout, names=names[1:])
-        self.target_address = ray.get(self.target.ready.remote(), timeout=start_timeout)
+        [self.target_address] = started([self.target], ["target worker"], start_timeout)
         coordinator = dict(
             num_cpus=BUNDLE_CPUS / 4, **restartable(restarts),
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=0),
@@ -124,7 +145,7 @@ class Service:
         self.generation = GenerationActor.options(**coordinator).remote(
             config.to_dict(), self.target_address, self.drafter_addresses, names
         )
-        self.grpc_address = ray.get(self.generation.ready.remote(), timeout=start_timeout)
+        [self.grpc_address] = started([self.generation], ["gRPC coordinator"], start_timeout)
         # Serve places its replicas itself: the target's node is named, not its bundle
         self.target_node = placement_group_table(self.group)["bundles_to_node_id"][0]
         # One calibration for both coordinators, the gRPC one's: each measuring its own would
@@ -149,13 +170,18 @@ class Service:
         left, as it was before (another service may then start it with other ports)."""
         import ray
         from ray import serve
+        from ray.serve.exceptions import RayServeException
         from ray.util.placement_group import remove_placement_group
 
         # Not `serve.shutdown()` first: it would end the cluster's other applications too,
         # and it kills Serve's controller under its own call, which Ray reports as a failed
         # task (a line at every Ctrl-C).  A replica holding the target takes its drafters and
         # group with it.
-        serve.delete(APP)
+        try:
+            serve.delete(APP)
+            serving = True
+        except RayServeException:  # Serve never started: the service failed before
+            serving = False
         for actor in [self.generation, self.target, *self.drafters]:
             if actor is None:
                 continue
@@ -168,7 +194,7 @@ class Service:
             remove_placement_group(self.group)
         if self.started_ray:
             ray.shutdown()
-        elif not serve.status().applications:
+        elif serving and not serve.status().applications:
             serve.shutdown()
 
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 from tests.loopback import free_port
@@ -105,3 +106,25 @@ def test_serve_refuses_a_bad_config_with_a_message(tmp_path, capsys):
     bad.write_text("target: {where: edge}\n")
     assert main(["serve", str(bad)]) == 2
     assert "target.where must be worker or coordinator, got 'edge'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["worker", "coordinator"])
+def test_a_model_that_cannot_load_stops_the_start_with_one_line_saying_why(tmp_path, where):
+    """A drafter worker whose checkpoint is missing, or a target in the Serve replica (which
+    Serve quotes only in its deployment status): exit status 1 and one error line naming the
+    part and the loader's message, not Ray's tracebacks of it."""
+    missing = tmp_path / "no-such-model"
+    if where == "worker":
+        models, part = {"drafters": [{"path": str(missing)}]}, "the drafter worker 0"
+    else:
+        models, part = {"target": {"path": str(missing), "where": "coordinator"}}, "the HTTP app"
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml.safe_dump({**models, "http": {"port": free_port()}, "grpc": {"port": free_port()}}))
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    done = subprocess.run([sys.executable, "-m", "rayspec.cli", "serve", str(config)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, start_new_session=True)
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"rayspec serve: error: {part} could not start: FileNotFoundError: "
+                           f"cannot load a causal LM from '{missing}'"), done.stderr
+    assert "Traceback" not in done.stdout + done.stderr and "retries" not in done.stderr
