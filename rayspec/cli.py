@@ -122,6 +122,9 @@ def cmd_serve(args) -> int:
     except ServiceStartError as error:
         print(f"rayspec serve: error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C before the ready line: what had started is stopped
+        print("rayspec serve: stopped while starting", file=sys.stderr)
+        return 130
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -221,9 +221,44 @@ def started(actors: list, parts: list[str], timeout: float) -> list[str]:
     return addresses
 
 
+def wait_for_group(group, spec: list[dict], strategy: str, timeout: float, notice_after: float = 10.0) -> None:
+    """Wait until the placement group's bundles are placed.  After `notice_after` seconds, say
+    on stderr what it waits for (a cluster may be adding nodes, or may lack them for good:
+    a GPU asked of a machine with none); at `timeout`, a `ServiceStartError` saying what the
+    cluster has."""
+    import sys
+
+    ready = group.ready()
+    wanted = f"bundles {spec} ({strategy})"
+    try:
+        ray.get(ready, timeout=min(notice_after, timeout))
+        return
+    except ray.exceptions.GetTimeoutError:
+        pass
+    print(f"rayspec: waiting for the cluster to place {wanted}; it has {_resources()} (Ctrl-C stops)",
+          file=sys.stderr, flush=True)
+    try:
+        ray.get(ready, timeout=max(timeout - notice_after, 0.0))
+    except ray.exceptions.GetTimeoutError:
+        raise ServiceStartError(f"the cluster did not place {wanted} within {timeout:g} s; it has "
+                                f"{_resources()}") from None
+
+
+def _resources() -> str:
+    nodes = sum(1 for node in ray.nodes() if node["Alive"])
+    # less Ray's own entries: memory, node ids, and the bundles of placement groups
+    total = {name: amount for name, amount in sorted(ray.cluster_resources().items())
+             if not ("memory" in name or name.startswith(("node:", "accelerator_type:")) or "group" in name)}
+    return f"{total} on {nodes} node(s)"
+
+
 def why_not_started(error: Exception) -> str:
-    """The line of a Ray error that says what went wrong: for an actor whose constructor
-    raised, that exception (the last line of the remote traceback Ray quotes)."""
+    """The line of a Ray error that says what went wrong: the exception a remote call raised,
+    or for an actor whose constructor raised, that one (the last line of the remote traceback
+    Ray quotes)."""
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, Exception):
+        return f"{type(cause).__name__}: {cause}".splitlines()[0]
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(getattr(error, "error_msg", None) or error))
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:

@@ -30,7 +30,7 @@ import threading
 
 from rayspec.cluster.actors import (
     BUNDLE_CPUS, GenerationActor, ServiceStartError, WorkerActor, bundles, placed, restartable, start_drafters,
-    service_name, started, why_not_started, worker_actor_names,
+    service_name, started, wait_for_group, why_not_started, worker_actor_names,
 )
 from rayspec.serve.config import ServiceConfig
 
@@ -112,7 +112,14 @@ class Service:
     def _run_http_app(self, app) -> None:
         from ray import serve
 
-        serve.start(http_options={"host": self.config.http.host, "port": self.config.http.port})
+        import ray
+
+        http = self.config.http
+        try:
+            serve.start(http_options={"host": http.host, "port": http.port})
+        except ray.exceptions.RayError as error:  # its proxy's: the port is taken, mostly
+            raise ServiceStartError(f"the HTTP server could not start on {http.host}:{http.port}: "
+                                    f"{why_not_started(error)}") from None
         try:
             with _without_serve_reconnect_line():
                 serve.run(app, name=APP, route_prefix="/")
@@ -120,7 +127,6 @@ class Service:
             raise ServiceStartError(f"the HTTP app could not start: {_deployment_failure(error)}") from None
 
     def _target_in_worker(self, spec: list[dict], start_timeout: float) -> None:
-        import ray
         from ray.util.placement_group import placement_group, placement_group_table
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -129,7 +135,7 @@ class Service:
         config = self.config
         service = service_name()
         self.group = placement_group(spec, strategy=config.placement.strategy, name=service)
-        ray.get(self.group.ready(), timeout=start_timeout)
+        wait_for_group(self.group, spec, config.placement.strategy, start_timeout)
         restarts = config.placement.max_restarts
         names = worker_actor_names(service, len(config.worker_drafters))
         self.target = WorkerActor.options(name=names[0], **placed(self.group, 0, restarts)).remote(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
 import signal
 import socket
 import subprocess
@@ -128,3 +129,46 @@ def test_a_model_that_cannot_load_stops_the_start_with_one_line_saying_why(tmp_p
     assert last.startswith(f"rayspec serve: error: {part} could not start: FileNotFoundError: "
                            f"cannot load a causal LM from '{missing}'"), done.stderr
     assert "Traceback" not in done.stdout + done.stderr and "retries" not in done.stderr
+
+
+@pytest.mark.parametrize("taken", ["http", "grpc"])
+def test_a_port_in_use_stops_the_start_with_one_line_saying_which(tmp_path, taken):
+    ports = {"http": free_port(), "grpc": free_port()}
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml.safe_dump({name: {"port": port} for name, port in ports.items()}))
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", ports[taken]))
+    squatter.listen()
+    try:
+        done = subprocess.run([sys.executable, "-m", "rayspec.cli", "serve", str(config)], cwd=ROOT,
+                              env={**os.environ, "RAY_AUTH_MODE": "disabled"}, capture_output=True, text=True,
+                              timeout=300, start_new_session=True)
+    finally:
+        squatter.close()
+    assert done.returncode == 1, done.stderr
+    expected = {
+        "http": f"the HTTP server could not start on 127.0.0.1:{ports['http']}: RuntimeError: Failed to bind",
+        "grpc": f"the gRPC coordinator could not start: OSError: cannot bind a gRPC server to 127.0.0.1:{ports['grpc']}",
+    }[taken]
+    assert done.stderr.strip().splitlines()[-1].startswith(f"rayspec serve: error: {expected}"), done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="asks for a GPU the machine must not have")
+def test_a_start_waiting_for_resources_says_what_it_waits_for_and_stops_on_ctrl_c(tmp_path):
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml.safe_dump({"target": {"num_gpus": 1}, "http": {"port": free_port()},
+                                      "grpc": {"port": free_port()}}))
+    server = subprocess.Popen([sys.executable, "-m", "rayspec.cli", "serve", str(config)], cwd=ROOT,
+                              env={**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1"},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        lines = _lines(server.stderr)
+        waiting = _read_until(lines, "rayspec: waiting for the cluster to place", 120)[-1]
+        assert "'GPU': 1.0" in waiting and "(PACK); it has {'CPU'" in waiting and "Ctrl-C stops" in waiting
+        server.send_signal(signal.SIGINT)
+        assert server.wait(60) == 130
+        assert any("rayspec serve: stopped while starting" in line for line in _read_until(lines, "stopped", 10))
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)

@@ -67,6 +67,23 @@ def test_the_placement_group_and_worker_actors_carry_one_name_of_the_services_ow
     assert ray.get_actor(f"{name}-drafter-0")._actor_id == running.drafters[0]._actor_id
 
 
+def test_a_placement_group_the_cluster_cannot_place_ends_the_start_saying_what_it_has(service, capsys):
+    import pytest
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from rayspec.cluster.actors import ServiceStartError, wait_for_group
+
+    spec = [{"CPU": 0.5, "GPU": 1.0}]
+    group = placement_group(spec)
+    try:
+        with pytest.raises(ServiceStartError, match=r"did not place bundles \[\{'CPU': 0.5, 'GPU': 1.0\}\] \(PACK\) "
+                                                    r"within 3 s; it has \{'CPU': 2.0\} on 1 node\(s\)"):
+            wait_for_group(group, spec, "PACK", timeout=3, notice_after=1)
+        assert "rayspec: waiting for the cluster to place bundles [{'CPU': 0.5, 'GPU': 1.0}] (PACK)" in capsys.readouterr().err
+    finally:
+        remove_placement_group(group)
+
+
 def test_the_http_coordinator_is_pinned_to_a_node_by_its_ray_node_id_label():
     from rayspec.serve.app import coordinator_actor_options
 
