@@ -7,8 +7,10 @@
     python -m rayspec.rpc.worker --role coordinator --port 9000 --target here [--model PATH] --drafter HOST:50052
 
 Plain processes, no Ray: the GPU machines run them as they are; `rayspec.cluster` wraps the
-same servers in Ray actors.  Each prints one line `READY <role> <host:port>` once serving.  A
-coordinator started with $RAYSPEC_API_KEY set refuses Generation calls without that key.
+same servers in Ray actors.  Each prints one line `READY <role> <host:port>` once serving,
+or one error line (exit status 1) when it cannot: a model that does not load, a port in use,
+a worker the coordinator waited for in vain (`--wait-for-workers`).  A coordinator started
+with $RAYSPEC_API_KEY set refuses Generation calls without that key.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ from rayspec.models.threads import pin_process_to_cpus
 from rayspec.rpc import codec
 from rayspec.rpc.generated import health_pb2_grpc, worker_pb2, worker_pb2_grpc
 from rayspec.rpc.remote import check_draft_timeout
-from rayspec.rpc.server import HealthServicer, Servicer, rpc_errors, start_server
+from rayspec.rpc.server import HealthServicer, RemoteError, Servicer, rpc_errors, start_server
 
+
+log = logging.getLogger("rayspec.worker")
 
 # Server threads beyond one per session (each session's `Steps` stream holds one): room for
 # the unary Open, Release, Info and health calls.
@@ -189,6 +193,28 @@ def serve_drafter(drafter: LocalDrafter, address: str, model_id: str = "drafter"
     return start_server(register, address, max_workers=servicer.max_sessions + _SPARE_THREADS)
 
 
+def wait_for_worker(role: str, address: str, timeout: float) -> bool:
+    """Whether the worker at `address` accepts a connection within `timeout` seconds; a line
+    in the log if it is not up at once (a coordinator started beside its workers comes up
+    before they have loaded their models)."""
+    import grpc
+
+    channel = grpc.insecure_channel(address)
+    try:
+        try:
+            grpc.channel_ready_future(channel).result(timeout=min(2.0, timeout))
+            return True
+        except grpc.FutureTimeoutError:
+            log.info("waiting for the %s worker at %s (up to %g s)", role, address, timeout)
+        try:
+            grpc.channel_ready_future(channel).result(timeout=max(timeout - 2.0, 0.0))
+            return True
+        except grpc.FutureTimeoutError:
+            return False
+    finally:
+        channel.close()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="A rayspec gRPC worker (no Ray needed).")
     parser.add_argument("--role", choices=["target", "drafter", "coordinator"], required=True)
@@ -223,6 +249,9 @@ def main(argv=None) -> int:
     parser.add_argument("--draft-hedge", type=float, default=None,
                         help="coordinator: a step waits for its draft at most this many times the drafter's "
                              "recent median draft time, then goes on target-only (default: waits for every draft)")
+    parser.add_argument("--wait-for-workers", type=float, default=600.0,
+                        help="coordinator: seconds to wait for --target and --drafter workers that are not "
+                             "up yet (still loading their models, say) before giving up (default 600)")
     parser.add_argument("--verifier", default="rrsw", help="coordinator: default verifier")
     parser.add_argument("--tree", default="kary:2x3", help="coordinator: default tree")
     parser.add_argument("--verify-at", choices=["target", "coordinator"], default="target",
@@ -267,29 +296,34 @@ def main(argv=None) -> int:
             parser.error("--role coordinator needs --target HOST:PORT or --target here")
         if args.target == args.drafter == "here":
             parser.error("--target here and --drafter here: --model names one model; run `rayspec serve` instead")
-        target = local("target") if args.target == "here" else args.target
-        drafter = local("drafter") if args.drafter == "here" else args.drafter
+        for role, where in (("target", args.target), ("drafter", args.drafter)):
+            if where not in (None, "here") and not wait_for_worker(role, where, args.wait_for_workers):
+                print(f"rayspec worker: error: the {role} worker at {where} did not answer within "
+                      f"{args.wait_for_workers:g} s", file=sys.stderr)
+                return 1
         tokenizer = args.tokenizer or (args.model if args.target == "here" else None)
 
         def serve():
+            target = local("target") if args.target == "here" else args.target
+            drafter = local("drafter") if args.drafter == "here" else args.drafter
             return serve_generation_from_workers(
                 address, target, drafter, verifier=args.verifier, tree=args.tree, verify_at=args.verify_at,
                 tokenizer_path=tokenizer, api_key=os.environ.get("RAYSPEC_API_KEY") or None,
                 draft_timeout=args.draft_timeout, draft_hedge=args.draft_hedge,
             )
     elif args.role == "target":
-        handle = local("target")
-
         def serve():
+            handle = local("target")
             return serve_target(handle, address, model_id=str(args.model or "rayspec-demo-target"))
     else:
-        handle = local("drafter")
-
         def serve():
+            handle = local("drafter")
             return serve_drafter(handle, address, model_id=str(args.model or "rayspec-demo-drafter"))
     try:
         server, port = serve()
-    except OSError as error:  # the port is taken (say, by a worker started before)
+    except (OSError, RemoteError) as error:
+        # a checkpoint that cannot load, a port taken (say, by a worker started before), a
+        # worker that answers with an error
         print(f"rayspec worker: error: {error}", file=sys.stderr)
         return 1
 
