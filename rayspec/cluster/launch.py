@@ -77,18 +77,30 @@ def _deployment_failure(error: RuntimeError) -> str:
     return why_not_started(error)
 
 
+def join_ray(ray_address: str | None) -> bool:
+    """Connect this process to Ray as `ray_to_join` says, unless it is already; whether that
+    started a local Ray instance."""
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    if ray.is_initialized():
+        return False
+    address = ray_to_join(ray_address)
+    ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    return address == "local"
+
+
 class Service:
     """A running service: its actors, placement group and Serve application."""
 
-    def __init__(self, config: ServiceConfig, ray_address: str | None = None, start_timeout: float = 600.0):
+    def __init__(self, config: ServiceConfig, ray_address: str | None = None, start_timeout: float = 600.0,
+                 owns_ray: bool = False):
+        """owns_ray: the caller started the local Ray this service runs on, for `stop` to end
+        (as it does one the service starts itself)."""
         import ray
 
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        self.started_ray = False  # a local Ray instance of this service's own, which `stop` ends
-        if not ray.is_initialized():
-            address = ray_to_join(ray_address)
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
-            self.started_ray = address == "local"
+        # a local Ray instance of this service's own, which `stop` ends
+        self.started_ray = join_ray(ray_address) or owns_ray
         # resolved here, where $RAYSPEC_API_KEY is set, and carried in the config to the actors
         self.config = config = dataclasses.replace(config, api_key=config.resolved_api_key)
         self.group, self.target, self.generation, self.drafters = None, None, None, []
@@ -208,7 +220,13 @@ def serve_forever(config: ServiceConfig, ray_address: str | None = None) -> int:
     """Start the service, print where it listens, and run until Ctrl-C or SIGTERM."""
     import ray
 
-    service = Service(config, ray_address)
+    def interrupt(*_):
+        raise KeyboardInterrupt  # SIGTERM while starting: stop what started, as Ctrl-C does
+
+    started_ray = join_ray(ray_address)
+    # after `ray.init`, whose own SIGTERM handler would print a stack dump and exit
+    signal.signal(signal.SIGTERM, interrupt)
+    service = Service(config, ray_address, owns_ray=started_ray)
     http, model = service.http_address, config.model_id
     key = " -H \"Authorization: Bearer $RAYSPEC_API_KEY\"" if service.config.api_key else ""
     print(

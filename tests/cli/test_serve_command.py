@@ -155,7 +155,10 @@ def test_a_port_in_use_stops_the_start_with_one_line_saying_which(tmp_path, take
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="asks for a GPU the machine must not have")
-def test_a_start_waiting_for_resources_says_what_it_waits_for_and_stops_on_ctrl_c(tmp_path):
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
+def test_a_start_waiting_for_resources_says_what_it_waits_for_and_stops_on_a_signal(tmp_path, stop_signal):
+    """Ctrl-C, or SIGTERM (as a process manager stops it), while waiting: a line and exit
+    status 130, not Ray's stack dump."""
     config = tmp_path / "serve.yaml"
     config.write_text(yaml.safe_dump({"target": {"num_gpus": 1}, "http": {"port": free_port()},
                                       "grpc": {"port": free_port()}}))
@@ -166,7 +169,7 @@ def test_a_start_waiting_for_resources_says_what_it_waits_for_and_stops_on_ctrl_
         lines = _lines(server.stderr)
         waiting = _read_until(lines, "rayspec: waiting for the cluster to place", 120)[-1]
         assert "'GPU': 1.0" in waiting and "(PACK); it has {'CPU'" in waiting and "Ctrl-C stops" in waiting
-        server.send_signal(signal.SIGINT)
+        server.send_signal(stop_signal)
         assert server.wait(60) == 130
         assert any("rayspec serve: stopped while starting" in line for line in _read_until(lines, "stopped", 10))
     finally:
