@@ -221,11 +221,13 @@ def serve_forever(config: ServiceConfig, ray_address: str | None = None) -> int:
     import ray
 
     def interrupt(*_):
-        raise KeyboardInterrupt  # SIGTERM while starting: stop what started, as Ctrl-C does
+        raise KeyboardInterrupt  # Ctrl-C or SIGTERM while starting: stop what started
 
     started_ray = join_ray(ray_address)
-    # after `ray.init`, whose own SIGTERM handler would print a stack dump and exit
-    signal.signal(signal.SIGTERM, interrupt)
+    # After `ray.init`, whose own SIGTERM handler would print a stack dump and exit.  SIGINT
+    # too: a process started in the background of a shell inherits SIGINT ignored.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, interrupt)
     service = Service(config, ray_address, owns_ray=started_ray)
     http, model = service.http_address, config.model_id
     key = " -H \"Authorization: Bearer $RAYSPEC_API_KEY\"" if service.config.api_key else ""
