@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import re
+import sys
 import threading
 import time
 import uuid
@@ -226,8 +227,6 @@ def wait_for_group(group, spec: list[dict], strategy: str, timeout: float, notic
     on stderr what it waits for (a cluster may be adding nodes, or may lack them for good:
     a GPU asked of a machine with none); at `timeout`, a `ServiceStartError` saying what the
     cluster has."""
-    import sys
-
     ready = group.ready()
     wanted = f"bundles {spec} ({strategy})"
     try:

@@ -122,9 +122,8 @@ class Service:
         self.http_address = f"http://{config.http.host}:{config.http.port}"
 
     def _run_http_app(self, app) -> None:
-        from ray import serve
-
         import ray
+        from ray import serve
 
         http = self.config.http
         try:
