@@ -200,18 +200,20 @@ def wait_for_worker(role: str, address: str, timeout: float) -> bool:
     import grpc
 
     channel = grpc.insecure_channel(address)
+    connected = grpc.channel_ready_future(channel)
     try:
         try:
-            grpc.channel_ready_future(channel).result(timeout=min(2.0, timeout))
+            connected.result(timeout=min(2.0, timeout))
             return True
         except grpc.FutureTimeoutError:
             log.info("waiting for the %s worker at %s (up to %g s)", role, address, timeout)
         try:
-            grpc.channel_ready_future(channel).result(timeout=max(timeout - 2.0, 0.0))
+            connected.result(timeout=max(timeout - 2.0, 0.0))
             return True
         except grpc.FutureTimeoutError:
             return False
     finally:
+        connected.cancel()
         channel.close()
 
 

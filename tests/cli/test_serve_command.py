@@ -109,6 +109,13 @@ def test_serve_refuses_a_bad_config_with_a_message(tmp_path, capsys):
     assert "target.where must be worker or coordinator, got 'edge'" in capsys.readouterr().err
 
 
+def _serve_until_it_exits(config: Path) -> subprocess.CompletedProcess:
+    """`rayspec serve config` as a process of its own, for a start that must fail."""
+    return subprocess.run([sys.executable, "-m", "rayspec.cli", "serve", str(config)], cwd=ROOT,
+                          env={**os.environ, "RAY_AUTH_MODE": "disabled"}, capture_output=True, text=True,
+                          timeout=300, start_new_session=True)
+
+
 @pytest.mark.parametrize("where", ["worker", "coordinator"])
 def test_a_model_that_cannot_load_stops_the_start_with_one_line_saying_why(tmp_path, where):
     """A drafter worker whose checkpoint is missing, or a target in the Serve replica (which
@@ -121,9 +128,7 @@ def test_a_model_that_cannot_load_stops_the_start_with_one_line_saying_why(tmp_p
         models, part = {"target": {"path": str(missing), "where": "coordinator"}}, "the HTTP app"
     config = tmp_path / "serve.yaml"
     config.write_text(yaml.safe_dump({**models, "http": {"port": free_port()}, "grpc": {"port": free_port()}}))
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    done = subprocess.run([sys.executable, "-m", "rayspec.cli", "serve", str(config)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300, start_new_session=True)
+    done = _serve_until_it_exits(config)
     assert done.returncode == 1, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"rayspec serve: error: {part} could not start: FileNotFoundError: "
@@ -140,9 +145,7 @@ def test_a_port_in_use_stops_the_start_with_one_line_saying_which(tmp_path, take
     squatter.bind(("127.0.0.1", ports[taken]))
     squatter.listen()
     try:
-        done = subprocess.run([sys.executable, "-m", "rayspec.cli", "serve", str(config)], cwd=ROOT,
-                              env={**os.environ, "RAY_AUTH_MODE": "disabled"}, capture_output=True, text=True,
-                              timeout=300, start_new_session=True)
+        done = _serve_until_it_exits(config)
     finally:
         squatter.close()
     assert done.returncode == 1, done.stderr
