@@ -32,8 +32,12 @@ def test_the_half_precision_law_is_a_law_close_to_the_full_one_and_rebuilt_exact
 
 def test_a_tiny_temperature_is_the_argmax_law_not_nan():
     logits = torch.tensor([[1.0, 3.0, 2.0, -50.0]])
-    for temperature in (1e-30, 1e-45):  # 3 / 1e-45 overflows float32
+    for temperature in (1e-30, 1e-45, 1e-46, 3.5e-235):  # 3 / 1e-45 overflows float32; 1e-46 is 0 in float32
         assert torch.equal(logits_to_probs(logits, SamplingParams(temperature)), torch.tensor([[0.0, 1.0, 0.0, 0.0]]))
+        assert torch.equal(logits_to_probs(logits.double(), SamplingParams(temperature), torch.float64),
+                           torch.tensor([[0.0, 1.0, 0.0, 0.0]], dtype=torch.float64))
+    tied = logits_to_probs(torch.tensor([[3.0, 1.0, 3.0]]), SamplingParams(1e-300))
+    assert torch.equal(tied, torch.tensor([[0.5, 0.0, 0.5]]))  # the limit law: uniform over the argmax's ties
 
 
 def test_an_infinite_or_nan_temperature_is_refused():
