@@ -284,8 +284,13 @@ def adjust_logits(logits: torch.Tensor, params: SamplingParams, history: RowHist
     if params.penalised:
         touched = logits[:, history.columns]
         if params.repetition_penalty != 1:
-            penalty = params.repetition_penalty
-            touched = torch.where(history.seen, torch.where(touched > 0, touched / penalty, touched * penalty), touched)
+            # In the logits' dtype, and saturating: a penalty of 1e-300 is 0 in float32 and 1e300
+            # infinite, and a logit of 30 / 1e-38 overflows, where 0 / 0, 0 * inf and inf - inf
+            # would each make the law NaN.  Ordinary penalties and logits are left exactly as is.
+            limits = torch.finfo(logits.dtype)
+            penalty = min(max(params.repetition_penalty, limits.tiny), limits.max)
+            penalised = torch.where(touched > 0, touched / penalty, touched * penalty).clamp(-limits.max, limits.max)
+            touched = torch.where(history.seen, penalised, touched)
         if params.frequency_penalty:
             touched = touched - params.frequency_penalty * history.counts
         if params.presence_penalty:
@@ -376,8 +381,10 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams, dtype=torch.fl
         sorted_probs, order = torch.sort(probs, dim=-1, descending=True, stable=True)
         mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
         # Keep the smallest prefix reaching top_p: a token stays if the mass before it is
-        # still short of top_p (so the most likely token always stays).
+        # still short of top_p.  The most likely token always stays, even for a top_p of
+        # 1e-60, which is 0 in float32.
         keep_sorted = mass_before < params.top_p
+        keep_sorted[..., 0] = True
         keep = torch.zeros_like(keep_sorted).scatter_(-1, order, keep_sorted)
         probs = torch.where(keep, probs, torch.zeros_like(probs))
         probs = probs / probs.sum(-1, keepdim=True)

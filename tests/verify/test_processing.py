@@ -40,6 +40,30 @@ def test_a_tiny_temperature_is_the_argmax_law_not_nan():
     assert torch.equal(tied, torch.tensor([[0.5, 0.0, 0.5]]))  # the limit law: uniform over the argmax's ties
 
 
+def test_a_tiny_top_p_keeps_the_most_likely_token():
+    logits = torch.tensor([[1.0, 3.0, 2.0, -50.0]])
+    for top_p in (1e-30, 1e-60):  # 1e-60 is 0 in float32, and no token's mass before it is below 0
+        assert torch.equal(logits_to_probs(logits, SamplingParams(1.0, top_p=top_p)),
+                           torch.tensor([[0.0, 1.0, 0.0, 0.0]]))
+
+
+@pytest.mark.parametrize("penalty", [1e-300, 1e-40, 1e-20, 1e20, 1e38, 1e300])
+def test_an_extreme_repetition_penalty_saturates_into_a_law_not_nan(penalty):
+    """Tokens 0 and 1 were seen.  A vanishing penalty (1e-300 is 0 in float32) sends a seen
+    positive logit to the top and a negative one to 0; an enormous one sends a positive logit
+    to 0 and a negative one to the bottom.  Either way the law is a law: the limit the penalty
+    tends to."""
+    logits = torch.tensor([[2.0, -1.0, 0.5, 0.0], [2.0, 1.0, 0.5, -3.0]])
+    history = TokenHistory(prompt_ids=[0, 1]).rows([[], []])
+    probs = logits_to_probs(logits, SamplingParams(1.0, repetition_penalty=penalty), history=history)
+    assert bool(probs.isfinite().all()) and torch.allclose(probs.sum(-1), torch.ones(2))
+    if penalty < 1:  # each row's largest seen positive logit takes all (row 1: 2 / p beats 1 / p)
+        assert torch.equal(probs, torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]))
+    else:
+        expected = torch.softmax(torch.tensor([[0.0, -math.inf, 0.5, 0.0], [0.0, 0.0, 0.5, -3.0]]), -1)
+        assert torch.allclose(probs, expected, atol=1e-6)
+
+
 def test_an_infinite_or_nan_temperature_is_refused():
     for temperature in (float("inf"), float("nan")):
         with pytest.raises(ValueError, match="temperature must be >= 0 and finite"):
