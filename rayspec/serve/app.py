@@ -167,6 +167,10 @@ def build_serve_app(config: ServiceConfig, target_address: str | None, drafter_a
         num_replicas=1,
         max_ongoing_requests=limit + HEADROOM,
         max_queued_requests=limit,
+        # A constructor that fails at the start fails again (a missing checkpoint, a worker
+        # refusing the session): Serve's three tries only tripled the wait for its message.
+        # Once a replica has started, Serve replaces one that dies whatever this says.
+        max_constructor_retry_count=1,
         **options,
     )
     return deployment.bind(config, target_address, list(drafter_addresses), costs_from, worker_actors)
