@@ -136,7 +136,9 @@ def test_a_model_that_cannot_load_stops_the_start_with_one_line_saying_why(tmp_p
     assert "Traceback" not in done.stdout + done.stderr and "retries" not in done.stderr
 
 
-@pytest.mark.parametrize("taken", ["http", "grpc"])
+# Each start costs `make test` some 20 s of Ray: the gRPC port's own message (start_server's,
+# tests/rpc/test_keepalive.py) and the SIGTERM handler (SIGINT's) run in `make test-all`.
+@pytest.mark.parametrize("taken", ["http", pytest.param("grpc", marks=pytest.mark.slow)])
 def test_a_port_in_use_stops_the_start_with_one_line_saying_which(tmp_path, taken):
     ports = {"http": free_port(), "grpc": free_port()}
     config = tmp_path / "serve.yaml"
@@ -158,7 +160,7 @@ def test_a_port_in_use_stops_the_start_with_one_line_saying_which(tmp_path, take
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="asks for a GPU the machine must not have")
-@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])
 def test_a_start_waiting_for_resources_says_what_it_waits_for_and_stops_on_a_signal(tmp_path, stop_signal):
     """Ctrl-C, or SIGTERM (as a process manager stops it), while waiting: a line and exit
     status 130, not Ray's stack dump."""
