@@ -51,9 +51,9 @@ def verifier_class(name: str) -> type[Verifier]:
 def _parameters(cls: type[Verifier]) -> dict[str, inspect.Parameter]:
     """A verifier class's keyword parameters.  Cached: `inspect.signature` of an inherited
     `object.__init__` parses its text signature (0.14 ms here) and a request asks three times."""
-    parameters = dict(inspect.signature(cls.__init__).parameters)
-    parameters.pop("self")
-    return parameters
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {name: parameter for name, parameter in inspect.signature(cls.__init__).parameters.items()
+            if name != "self" and parameter.kind in named}  # not object.__init__'s *args, **kwargs
 
 
 def get_verifier(name: str, **params) -> Verifier:

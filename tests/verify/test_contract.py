@@ -138,8 +138,12 @@ def test_refuses_too_many_drafts_or_none(name):
 def test_unknown_verifier_and_parameter_are_refused():
     with pytest.raises(ValueError, match="unknown verifier 'nope'.*rrsw"):
         get_verifier("nope")
-    with pytest.raises(ValueError, match="takes no parameter"):
+    with pytest.raises(ValueError, match="verifier 'rrsw' takes no parameter\\(s\\) temperature; its parameters: none$"):
         get_verifier("rrsw", temperature=2)
+    with pytest.raises(ValueError, match="takes no parameter\\(s\\) args; its parameters: none$"):
+        get_verifier("rrsw", args=1)  # object.__init__'s *args is no parameter
+    with pytest.raises(ValueError, match="its parameters: kl_budget, within_target_support$"):
+        get_verifier("mentored", budget=0.1)
     # parameters come from requests: a wrong type is bad input, not a crash inside the verifier
     with pytest.raises(ValueError, match="verifier 'is': alphabet_size must be int, got 'x'"):
         get_verifier("is", alphabet_size="x")
