@@ -48,8 +48,9 @@ def _decodes_or_refuses(decode, *args, valid: bool):
 
 @st.composite
 def tensors(draw, dtypes=tuple(codec.DTYPES), rows: int | None = None, values=None):
-    """(a Tensor message, whether it is known to be valid): a tensor of one of `dtypes` (shape [rows] when
-    given), its values from `values` when given; or, spoiled, any dtype, shape and bytes."""
+    """(a Tensor message, whether it is known to be valid): a tensor of one of `dtypes`
+    (shape [rows] when given), its values from `values` when given; or, spoiled, any dtype,
+    shape and bytes."""
     dtype = draw(st.sampled_from(sorted(dtypes)))
     shape = [rows] if rows is not None else draw(st.lists(st.integers(0, 4), max_size=3))
     torch_dtype = codec.DTYPES[dtype]

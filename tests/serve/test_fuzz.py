@@ -39,7 +39,8 @@ integers = st.one_of(st.integers(-3, 40), st.integers(-2**65, 2**65), st.sampled
 # and the floats float32 cannot hold: 1e-300 and 5e-324 are 0 there, 1e300 infinite
 floats = st.one_of(st.floats(-3, 3), st.floats(allow_nan=True, allow_infinity=True),
                    st.sampled_from([0.0, 1.0, -0.0, 1e-300, 5e-324, 1e-46, 1e300, 3.5e38]))
-texts = st.one_of(st.text(max_size=12), st.sampled_from(["", " ", "\x00", "\ud7ff", "def", "</s>", "<|im_end|>", "a" * 300]))
+texts = st.one_of(st.text(max_size=12),
+                  st.sampled_from(["", " ", "\x00", "\ud7ff", "def", "</s>", "<|im_end|>", "a" * 300]))
 scalars = st.one_of(st.none(), st.booleans(), integers, floats, texts)
 anything = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
                         | st.dictionaries(st.text(max_size=6), inner, max_size=4), max_leaves=8)
