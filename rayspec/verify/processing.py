@@ -365,9 +365,12 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams, dtype=torch.fl
         probs = torch.zeros_like(logits)
         return probs.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
     # Shifted first: logits / T overflows float32 for a tiny T (1e-40), and softmax of inf is NaN.
-    # T is at least the dtype's smallest normal number: a T below float32's subnormals (1e-46)
-    # is 0 in float32, and 0 / 0 is NaN.  Either T leaves only the argmax (and its ties).
-    temperature = max(params.temperature, torch.finfo(logits.dtype).tiny)
+    # T is kept within the dtype's finite normal numbers: a T below float32's subnormals (1e-46)
+    # is 0 in float32, and 0 / 0 is NaN; one above its largest (3.5e38) is inf, and a banned
+    # token's -inf / inf is NaN.  The law is the limit either way: the argmax (and its ties),
+    # or uniform over the tokens not banned.
+    limits = torch.finfo(logits.dtype)
+    temperature = min(max(params.temperature, limits.tiny), limits.max)
     logits = (logits - logits.amax(-1, keepdim=True)) / temperature
     if params.min_p > 0:
         # The most likely token has the shifted logit 0, so p / p_max is exp(logit): the

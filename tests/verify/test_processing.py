@@ -40,6 +40,14 @@ def test_a_tiny_temperature_is_the_argmax_law_not_nan():
     assert torch.equal(tied, torch.tensor([[0.5, 0.0, 0.5]]))  # the limit law: uniform over the argmax's ties
 
 
+def test_a_temperature_past_float32s_largest_is_the_uniform_law_over_the_allowed_tokens():
+    logits = torch.tensor([[1.0, 3.0, 2.0, -50.0]])
+    for temperature in (1e30, 3.5e38, 1e300):  # 3.5e38 and 1e300 are inf in float32
+        params = SamplingParams(temperature, allowed_token_ids=(0, 2))
+        assert torch.allclose(logits_to_probs(logits, params), torch.tensor([[0.5, 0.0, 0.5, 0.0]]))
+        assert torch.allclose(logits_to_probs(logits, SamplingParams(temperature)), torch.full((1, 4), 0.25))
+
+
 def test_a_tiny_top_p_keeps_the_most_likely_token():
     logits = torch.tensor([[1.0, 3.0, 2.0, -50.0]])
     for top_p in (1e-30, 1e-60):  # 1e-60 is 0 in float32, and no token's mass before it is below 0
