@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import uuid
 from collections.abc import Sequence
 from importlib import metadata
@@ -11,7 +12,7 @@ import grpc
 
 from rayspec.client.errors import InvalidRequestError, RayspecError
 from rayspec.client.retry import RetryPolicy
-from rayspec.client.types import GenerateRequest
+from rayspec.client.types import GenerateRequest, GenerationParams
 from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, health_pb2_grpc
 
 DEFAULT_TIMEOUT = 60.0
@@ -89,6 +90,17 @@ class BaseClient:
             raise InvalidRequestError(f"the server at {self.target} predates {fields}, and would ignore "
                                       f"{'them' if len(missing) > 1 else 'it'}: upgrade the server, or leave "
                                       f"{'them' if len(missing) > 1 else 'the field'} out")
+
+    @staticmethod
+    def _request(prompt: str | Sequence[int], params: GenerationParams) -> GenerateRequest:
+        """`generate`'s and `stream`'s request, with an id made here when none is given."""
+        known = GenerationParams.__annotations__
+        for name in params:
+            if name not in known:
+                near = difflib.get_close_matches(name, known, n=1)
+                hint = f" (did you mean {near[0]!r}?)" if near else ""
+                raise TypeError(f"unexpected keyword argument {name!r}{hint}; the parameters are GenerateRequest's")
+        return GenerateRequest(prompt, **{**params, "request_id": params.get("request_id") or new_request_id()})
 
     def _timeout(self, timeout: float | None) -> float:
         return self.timeout if timeout is None else timeout

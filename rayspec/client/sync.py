@@ -11,12 +11,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from rayspec.client._base import INFO_REQUEST, BaseClient, new_request_id
+from rayspec.client._base import INFO_REQUEST, BaseClient
 from rayspec.client.errors import (
     DeadlineExceededError,
     NotFoundError,
@@ -25,8 +25,11 @@ from rayspec.client.errors import (
     error_from_rpc,
 )
 from rayspec.client.retry import Deadline, RetryPolicy
-from rayspec.client.types import Completion, CompletionChunk, GenerateRequest
+from rayspec.client.types import Completion, CompletionChunk, GenerateRequest, GenerationParams
 from rayspec.rpc.generated import health_pb2
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 class Client(BaseClient):
@@ -39,109 +42,23 @@ class Client(BaseClient):
     """
 
     def generate(
-        self,
-        prompt: str | Sequence[int],
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        top_k: int | None = None,
-        presence_penalty: float | None = None,
-        frequency_penalty: float | None = None,
-        repetition_penalty: float | None = None,
-        logit_bias: Mapping[int, float] | None = None,
-        min_p: float | None = None,
-        min_tokens: int | None = None,
-        stop_token_ids: Sequence[int] | None = None,
-        allowed_token_ids: Sequence[int] | None = None,
-        bad_words: str | Sequence[str] | None = None,
-        ignore_eos: bool | None = None,
-        seed: int | None = None,
-        stop: str | Sequence[str] | None = None,
-        verifier: str | None = None,
-        tree: str | None = None,
-        verifier_params: Mapping[str, Any] | None = None,
-        request_id: str | None = None,
-        logprobs: int | None = None,
-        prompt_logprobs: int | None = None,
-        include_stop_str_in_output: bool | None = None,
-        skip_special_tokens: bool | None = None,
-        add_special_tokens: bool | None = None,
-        truncate_prompt_tokens: int | None = None,
-        prediction: str | Sequence[int] | None = None,
-        structured_output: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
+        self, prompt: str | Sequence[int], *, timeout: float | None = None, **params: Unpack[GenerationParams]
     ) -> Completion:
         """Generate a completion; the parameters are `GenerateRequest`'s.  Replayed after
         UNAVAILABLE only when `seed` is given (see `rayspec.client.retry`)."""
-        request = GenerateRequest(
-            prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
-            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-            repetition_penalty=repetition_penalty, logit_bias=logit_bias or {}, min_p=min_p,
-            min_tokens=min_tokens, stop_token_ids=stop_token_ids or (),
-            allowed_token_ids=allowed_token_ids or (), bad_words=bad_words or (), ignore_eos=ignore_eos, seed=seed,
-            stop=stop,
-            verifier=verifier, tree=tree, verifier_params=verifier_params or {},
-            request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
-            include_stop_str_in_output=include_stop_str_in_output, skip_special_tokens=skip_special_tokens,
-            add_special_tokens=add_special_tokens, truncate_prompt_tokens=truncate_prompt_tokens,
-            prediction=prediction, structured_output=structured_output,
-        )
+        request = self._request(prompt, params)
         self._check_features(request, timeout)
         message = request.to_proto()
         response = self._call(self._generation.Generate, message, timeout, idempotent=request.idempotent)
         return Completion.from_proto(response)
 
     def stream(
-        self,
-        prompt: str | Sequence[int],
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        top_k: int | None = None,
-        presence_penalty: float | None = None,
-        frequency_penalty: float | None = None,
-        repetition_penalty: float | None = None,
-        logit_bias: Mapping[int, float] | None = None,
-        min_p: float | None = None,
-        min_tokens: int | None = None,
-        stop_token_ids: Sequence[int] | None = None,
-        allowed_token_ids: Sequence[int] | None = None,
-        bad_words: str | Sequence[str] | None = None,
-        ignore_eos: bool | None = None,
-        seed: int | None = None,
-        stop: str | Sequence[str] | None = None,
-        verifier: str | None = None,
-        tree: str | None = None,
-        verifier_params: Mapping[str, Any] | None = None,
-        request_id: str | None = None,
-        logprobs: int | None = None,
-        prompt_logprobs: int | None = None,
-        include_stop_str_in_output: bool | None = None,
-        skip_special_tokens: bool | None = None,
-        add_special_tokens: bool | None = None,
-        truncate_prompt_tokens: int | None = None,
-        prediction: str | Sequence[int] | None = None,
-        structured_output: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
+        self, prompt: str | Sequence[int], *, timeout: float | None = None, **params: Unpack[GenerationParams]
     ) -> CompletionStream:
         """Generate, chunk by chunk as the server verifies them: a `CompletionStream` to
         iterate, whose `.completion` holds the totals once it is exhausted.  The call starts
         at the first iteration; `timeout` bounds the whole stream."""
-        request = GenerateRequest(
-            prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
-            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-            repetition_penalty=repetition_penalty, logit_bias=logit_bias or {}, min_p=min_p,
-            min_tokens=min_tokens, stop_token_ids=stop_token_ids or (),
-            allowed_token_ids=allowed_token_ids or (), bad_words=bad_words or (), ignore_eos=ignore_eos, seed=seed,
-            stop=stop,
-            verifier=verifier, tree=tree, verifier_params=verifier_params or {},
-            request_id=request_id or new_request_id(), logprobs=logprobs, prompt_logprobs=prompt_logprobs,
-            include_stop_str_in_output=include_stop_str_in_output, skip_special_tokens=skip_special_tokens,
-            add_special_tokens=add_special_tokens, truncate_prompt_tokens=truncate_prompt_tokens,
-            prediction=prediction, structured_output=structured_output,
-        )
+        request = self._request(prompt, params)
         message = request.to_proto()
         return CompletionStream(
             lambda remaining: self._generation.GenerateStream(message, timeout=remaining, metadata=self._metadata),

@@ -11,7 +11,7 @@ import json
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import msgpack
 
@@ -42,6 +42,41 @@ def unpack_params(data: bytes) -> dict[str, Any]:
 # those it knows in `Info`; the SDK refuses to send one to a server that does not.
 GENERATION_FEATURES = ("bad_words", "add_special_tokens", "truncate_prompt_tokens", "prediction", "structured_output")
 STRUCTURED_KINDS = ("json_schema", "json_object", "regex", "choice")
+
+
+class GenerationParams(TypedDict, total=False):
+    """The keyword arguments of `Client.generate` and `stream` (and `AsyncClient`'s): the
+    fields of `GenerateRequest`, which documents them, but the prompt.  Type checkers and
+    IDEs read them from the methods' `**params: Unpack[GenerationParams]`."""
+
+    max_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+    presence_penalty: float | None
+    frequency_penalty: float | None
+    repetition_penalty: float | None
+    logit_bias: Mapping[int, float] | None
+    min_p: float | None
+    min_tokens: int | None
+    stop_token_ids: Sequence[int] | None
+    ignore_eos: bool | None
+    seed: int | None
+    stop: str | Sequence[str] | None
+    verifier: str | None
+    tree: str | None
+    verifier_params: Mapping[str, Any] | None
+    request_id: str | None
+    logprobs: int | None
+    prompt_logprobs: int | None
+    include_stop_str_in_output: bool | None
+    skip_special_tokens: bool | None
+    allowed_token_ids: Sequence[int] | None
+    bad_words: str | Sequence[str] | None
+    add_special_tokens: bool | None
+    truncate_prompt_tokens: int | None
+    prediction: str | Sequence[int] | None
+    structured_output: Mapping[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -120,6 +155,10 @@ class GenerateRequest:
             object.__setattr__(self, name, texts)
             if not all(isinstance(s, str) for s in texts):
                 raise TypeError(f"{name} must be a string or a sequence of strings")
+        for name, empty in (("logit_bias", {}), ("verifier_params", {}), ("stop_token_ids", ()),
+                            ("allowed_token_ids", ())):
+            if getattr(self, name) is None:  # a keyword given as None leaves it to the default
+                object.__setattr__(self, name, empty)
         if not isinstance(self.verifier_params, Mapping):
             raise TypeError(f"verifier_params must be a mapping, got {type(self.verifier_params).__name__}")
         try:

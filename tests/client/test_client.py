@@ -8,6 +8,7 @@ next N calls, UNAVAILABLE in the middle of a stream, a delay, any status code.""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from concurrent import futures
@@ -34,7 +35,7 @@ from rayspec.client import (
     UnavailableError,
     Usage,
 )
-from rayspec.client.types import GENERATION_FEATURES
+from rayspec.client.types import GENERATION_FEATURES, GenerationParams
 from rayspec.rpc.generated import generation_pb2 as pb
 from rayspec.rpc.generated import generation_pb2_grpc, health_pb2, health_pb2_grpc
 from tests.loopback import free_port
@@ -216,6 +217,35 @@ def test_token_id_prompt_and_server_defaults(client, server):
     assert (sent.max_tokens, sent.top_k, sent.verifier, sent.tree, sent.verifier_params) == (0, 0, "", "", b"")
     assert completion.seed == 424242 and completion.request_id == "mine"
     assert len(completion.token_ids) == 8
+
+
+def test_the_methods_keywords_are_the_requests_fields_and_a_typo_is_named(client, server):
+    """generate and stream (both clients) take GenerationParams, the request's fields but the
+    prompt: a misspelt one is refused before any call with the nearest name, and None is the
+    default of each, as if left out."""
+    fields = [f.name for f in dataclasses.fields(GenerateRequest)]
+    assert list(GenerationParams.__annotations__) == [f for f in fields if f != "prompt"]
+    typo = r"unexpected keyword argument 'tempature' \(did you mean 'temperature'\?\)"
+    unknown = r"unexpected keyword argument 'prompt_text'; the parameters are GenerateRequest's"
+
+    async def refused_by_the_async_client():
+        async with AsyncClient(server.address) as async_client:
+            for message, kwargs in ((typo, {"tempature": 0.5}), (unknown, {"prompt_text": "x"})):
+                with pytest.raises(TypeError, match=message):
+                    await async_client.generate("abc", **kwargs)
+                with pytest.raises(TypeError, match=message):
+                    async_client.stream("abc", **kwargs)
+        return True
+
+    for call in (client.generate, client.stream):
+        with pytest.raises(TypeError, match=typo):
+            call("abc", tempature=0.5)
+        with pytest.raises(TypeError, match=unknown):
+            call("abc", prompt_text="x")
+    assert run(refused_by_the_async_client()) and server.generation.requests == []
+    client.generate("abc", **dict.fromkeys(GenerationParams.__annotations__))
+    [sent] = server.generation.requests
+    assert sent == GenerateRequest("abc", request_id=sent.request_id).to_proto() and len(sent.request_id) == 32
 
 
 def test_verifier_params_arrive_intact_as_msgpack(client, server):
