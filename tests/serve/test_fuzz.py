@@ -56,9 +56,12 @@ tree_specs = st.one_of(
     st.sampled_from(["sequoia:auto", "none", "file:/etc/passwd", "kary:", "chain:-1", " chain:2 "]),
     texts,
 )
-verifier_params = st.dictionaries(
-    st.sampled_from(["kl_budget", "alphabet_size", "free_tokens", "within_target_support", "k", "temperature", "x"]),
-    scalars, max_size=3)
+parameter_names = st.sampled_from(["kl_budget", "alphabet_size", "free_tokens", "within_target_support", "k",
+                                   "temperature", "x"])
+verifier_params = st.dictionaries(parameter_names, scalars, max_size=3)
+# what msgpack can hold (gRPC's verifier_params are msgpack): integers within 64 bits
+packable_params = st.dictionaries(
+    parameter_names, st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64 - 1), floats, texts), max_size=3)
 rayspec_options = st.fixed_dictionaries({}, optional={
     "verifier": st.one_of(st.sampled_from(available_verifiers()), texts),
     "tree": tree_specs,
@@ -260,7 +263,7 @@ GENERATE = {
     "prompt": texts, "prompt_ids": ids32, "max_tokens": int32s, "temperature": float32s, "top_p": float32s,
     "top_k": int32s, "seed": int64s, "stop": st.lists(texts, max_size=3),
     "verifier": st.one_of(st.sampled_from(available_verifiers()), texts), "tree": tree_specs,
-    "verifier_params": st.one_of(st.builds(lambda d: msgpack.packb(d), verifier_params), st.binary(max_size=12)),
+    "verifier_params": st.one_of(st.builds(msgpack.packb, packable_params), st.binary(max_size=12)),
     "request_id": texts, "logprobs": int32s, "prompt_logprobs": int32s, "presence_penalty": float32s,
     "frequency_penalty": float32s, "repetition_penalty": float32s,
     "logit_bias": st.dictionaries(int32s, float32s, max_size=3), "min_p": float32s, "min_tokens": int32s,
