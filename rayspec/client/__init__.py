@@ -8,7 +8,8 @@
 
 - `Client` (blocking, `rayspec.client.sync`) and `AsyncClient` (asyncio,
   `rayspec.client.aio`): `generate`, `stream`, `health`, `close`, context managers.
-- Typed values (`rayspec.client.types`): `GenerateRequest`, `Completion`, `CompletionChunk`,
+- Typed values (`rayspec.client.types`): `GenerateRequest` (and `GenerationParams`, its
+  fields as `generate`'s and `stream`'s keywords), `Completion`, `CompletionChunk`,
   `TokenLogprob`, `Usage`.
 - Exceptions mapped from gRPC status codes (`rayspec.client.errors`), all `RayspecError`.
 - Retries only for idempotent calls, with exponential backoff (`rayspec.client.retry`).
@@ -27,7 +28,7 @@ from rayspec.client.errors import (
 )
 from rayspec.client.retry import RetryPolicy
 from rayspec.client.sync import Client, CompletionStream
-from rayspec.client.types import Completion, CompletionChunk, GenerateRequest, TokenLogprob, Usage
+from rayspec.client.types import Completion, CompletionChunk, GenerateRequest, GenerationParams, TokenLogprob, Usage
 
 __all__ = [
     "AsyncClient",
@@ -39,6 +40,7 @@ __all__ = [
     "CompletionStream",
     "DeadlineExceededError",
     "GenerateRequest",
+    "GenerationParams",
     "InvalidRequestError",
     "NotFoundError",
     "OverloadedError",
