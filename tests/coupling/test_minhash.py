@@ -1,6 +1,7 @@
-"""The Weighted MinHash coupling (seed 000, Protocol 2) in its Poisson record-lows form:
-the same joint law as literal dart throwing, exact pruning, and Monte Carlo over many seeds
-against Claim 5 and the top-k formula (chi-square, fixed seeds)."""
+"""The Weighted MinHash coupling (seed 000, Protocol 2) in its Poisson record-lows form: the
+same joint law as literal dart throwing (Claim 5 checked against it), and exact pruning.  The
+laws it shares with the Gumbel coupling, by Monte Carlo over many seeds against Claim 5 and the
+top-k formula, are in `test_coupling_laws.py`."""
 
 from __future__ import annotations
 
@@ -14,22 +15,9 @@ from scipy import stats
 from rayspec.coupling import bounds, minhash
 from rayspec.coupling.minhash import STREAM, first_hits
 from rayspec.coupling.noise import KeyedNoise
-from rayspec.verify import get_verifier
-from rayspec.verify.base import without_replacement_draft_law
 from tests.cases import random_law
-from tests.stats import ALPHA, assert_frequencies_match, law_of_tensor
-
-F64 = torch.float64
-PAIRS = [  # (target p, drafter q)
-    (torch.tensor([1 / 3, 1 / 3, 1 / 3], dtype=F64), torch.tensor([0.5, 0.5, 0.0], dtype=F64)),
-    (torch.tensor([0.5, 0.3, 0.2], dtype=F64), torch.tensor([0.7, 0.2, 0.1], dtype=F64)),
-    (torch.tensor([0.35, 0.25, 0.2, 0.15, 0.05], dtype=F64), torch.tensor([0.6, 0.1, 0.05, 0.05, 0.2], dtype=F64)),
-    (torch.tensor([0.9, 0.1, 0, 0], dtype=F64), torch.tensor([1e-12, 0.5 - 1e-12, 0.5, 0], dtype=F64)),
-]
-
-
-def many_seeds(n: int, position: int = 0, offset: int = 0) -> KeyedNoise:
-    return KeyedNoise(np.arange(n) + offset, position)
+from tests.coupling.cases import F64, PAIRS, many_seeds
+from tests.stats import ALPHA, assert_frequencies_match
 
 
 # ---------------------------------------------------------------- the literal protocol
@@ -159,51 +147,3 @@ def test_tiny_masses_float32_and_normalisation():
     noise = many_seeds(1, 9)
     assert torch.equal(first_hits(r, 3, noise), first_hits(r.double(), 3, noise))
     assert torch.equal(first_hits(7 * r.double(), 3, noise), first_hits(r.double(), 3, noise))
-
-
-# --------------------------------------------------------------------- Monte Carlo
-
-
-@pytest.mark.parametrize("case", range(len(PAIRS)))
-def test_target_follows_p_and_drafts_follow_plackett_luce_over_seeds(case):
-    p, q = PAIRS[case]
-    verifier, n = get_verifier("minhash"), 20_000
-    noise = many_seeds(n, position=17, offset=1000 * case)
-    tokens = verifier.sample_target_batch(p.expand(n, -1), noise)
-    assert_frequencies_match(tokens.tolist(), law_of_tensor(p), what="minhash target")
-    drafts = verifier.sample_drafts_batch(q.expand(n, -1), 3, noise)
-    samples = [tuple(x for x in row if x >= 0) for row in drafts.tolist()]
-    assert_frequencies_match(samples, dict(without_replacement_draft_law(q, 3)), what="minhash drafts")
-
-
-def test_target_follows_p_along_positions_of_one_seed():
-    p = PAIRS[2][0]
-    verifier = get_verifier("minhash")
-    tokens = [verifier.sample_target(p, KeyedNoise(5, t)) for t in range(2000)]
-    assert_frequencies_match(tokens, law_of_tensor(p), what="minhash target over positions")
-
-
-@pytest.mark.parametrize("case", range(len(PAIRS)))
-def test_collisions_follow_claim_5_token_by_token(case):
-    p, q = PAIRS[case]
-    verifier, n = get_verifier("minhash"), 20_000
-    noise = many_seeds(n, position=2, offset=7 + 1000 * case)
-    target = verifier.sample_target_batch(p.expand(n, -1), noise)
-    first = verifier.sample_drafts_batch(q.expand(n, -1), 1, noise)[:, 0]
-    per_token = bounds.minhash_collision_per_token(p, q)
-    law = {("same", j): float(x) for j, x in enumerate(per_token) if x > 0}
-    law["different"] = 1 - float(per_token.sum())
-    samples = [("same", int(a)) if a == b else "different" for a, b in zip(target, first)]
-    assert_frequencies_match(samples, law, what="minhash collisions")
-
-
-@pytest.mark.parametrize("k", [2, 3])
-def test_top_k_hits_follow_the_exact_formula(k):
-    p, q = PAIRS[2]
-    verifier, n = get_verifier("minhash"), 20_000
-    noise = many_seeds(n, position=9, offset=k)
-    target = verifier.sample_target_batch(p.expand(n, -1), noise)
-    drafts = verifier.sample_drafts_batch(q.expand(n, -1), k, noise)
-    hits = (drafts == target[:, None]).any(-1).tolist()
-    exact = bounds.minhash_top_k_hit(p, q, k)
-    assert_frequencies_match(hits, {True: exact, False: 1 - exact}, what=f"minhash top-{k} hits")
