@@ -173,21 +173,21 @@ class DrafterServicer(Servicer, worker_pb2_grpc.DrafterServiceServicer):
 
 def serve_target(target: LocalTarget, address: str, model_id: str = "target", **limits):
     servicer = TargetServicer(target, model_id, **limits)
-    health = HealthServicer(["rayspec.v1.TargetService"])
-
-    def register(server):
-        worker_pb2_grpc.add_TargetServiceServicer_to_server(servicer, server)
-        health_pb2_grpc.add_HealthServicer_to_server(health, server)
-
-    return start_server(register, address, max_workers=servicer.max_sessions + _SPARE_THREADS)
+    return _serve(servicer, "rayspec.v1.TargetService", worker_pb2_grpc.add_TargetServiceServicer_to_server, address)
 
 
 def serve_drafter(drafter: LocalDrafter, address: str, model_id: str = "drafter", **limits):
     servicer = DrafterServicer(drafter, model_id, **limits)
-    health = HealthServicer(["rayspec.v1.DrafterService"])
+    return _serve(servicer, "rayspec.v1.DrafterService", worker_pb2_grpc.add_DrafterServiceServicer_to_server, address)
+
+
+def _serve(servicer, service: str, add_servicer, address: str):
+    """A server of `servicer` and of the health service reporting on it: a thread for each
+    session the servicer admits (its `Steps` stream), and spare ones for the unary calls."""
+    health = HealthServicer([service])
 
     def register(server):
-        worker_pb2_grpc.add_DrafterServiceServicer_to_server(servicer, server)
+        add_servicer(servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
 
     return start_server(register, address, max_workers=servicer.max_sessions + _SPARE_THREADS)
