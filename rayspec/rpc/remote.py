@@ -238,6 +238,23 @@ class _WorkerHandle:
     def close(self) -> None:
         self.channel.close()
 
+    def _open(self, request: worker_pb2.OpenRequest, timeout: float) -> worker_pb2.OpenReply:
+        """The Open call.  One that ended not knowing whether the worker opened the session (past
+        its deadline the worker still finishes the prefill; a connection cut mid-call) has the
+        session released, or each such Open would hold a session, KV cache and all, until the
+        worker's idle expiry: and a client retries them."""
+        try:
+            return call(self.stub.Open, request, timeout)
+        except RemoteError as error:
+            if error.code in UNSETTLED_CODES:
+                release_unwatched(self.stub, request.session_id)
+            raise
+
+
+# The codes of a call that may or may not have reached the worker and done its work.
+UNSETTLED_CODES = frozenset({grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
+                             grpc.StatusCode.UNAVAILABLE})
+
 
 class RemoteTarget(_WorkerHandle):
     """A target worker at `address` (host:port)."""
@@ -267,7 +284,7 @@ class RemoteTarget(_WorkerHandle):
         codec.check_worker_features(spec, self.features, f"target worker at {self.address}")
         session_id = uuid.uuid4().hex
         request = worker_pb2.OpenRequest(session_id=session_id, spec=codec.encode_spec(spec))
-        reply = target_guarded(lambda: call(self.stub.Open, request, self.timeout))
+        reply = target_guarded(lambda: self._open(request, self.timeout))
         session = RemoteTargetSession(self, session_id, spec)
         session.cached_tokens = reply.cached_tokens
         if spec.prompt_logprobs is not None and reply.HasField("prompt_logprobs"):
@@ -314,11 +331,37 @@ class _RemoteSession:
         if self.steps is not None:
             self.steps.close()
         if self.lost:
-            return  # a Release would wait for the lost worker; it expires idle sessions anyway
+            # Lost may be only late (a missed deadline, a broken stream): its session would hold
+            # the worker's KV cache and a session slot until the idle expiry.  Waiting for a
+            # worker that is gone or hung would stall the sequence's end, so the Release goes
+            # unwatched.
+            release_unwatched(self.stub, self.session_id)
+            return
         try:
-            self.stub.Release(worker_pb2.ReleaseRequest(session_id=self.session_id), timeout=5.0)
+            self.stub.Release(worker_pb2.ReleaseRequest(session_id=self.session_id), timeout=RELEASE_TIMEOUT)
         except grpc.RpcError:
             pass  # the worker expires idle sessions anyway
+
+
+RELEASE_TIMEOUT = 5.0
+_unwatched_releases: set = set()  # their calls, kept from garbage collection (which cancels a call)
+_unwatched_lock = threading.Lock()
+
+
+def release_unwatched(stub, session_id: str) -> None:
+    """Ask a worker to release `session_id` without waiting for its answer: after a call that
+    failed in a way that leaves the session's fate unknown (an Open or a step past its
+    deadline, a broken stream), to a worker that may be gone, hung or merely slow.  Releasing
+    an id the worker does not know, or one still opening, is harmless (`Servicer.release`)."""
+    future = stub.Release.future(worker_pb2.ReleaseRequest(session_id=session_id), timeout=RELEASE_TIMEOUT)
+    with _unwatched_lock:
+        _unwatched_releases.add(future)
+    future.add_done_callback(_forget_release)
+
+
+def _forget_release(future) -> None:
+    with _unwatched_lock:
+        _unwatched_releases.discard(future)
 
 
 class RemoteTargetSession(_RemoteSession):
@@ -458,7 +501,7 @@ class RemoteDrafter(_WorkerHandle):
         # A drafter that was lately down or hung is probed: the draft deadline, not a minute's
         # stall of a sequence that tries to take it back (`rayspec.engine.drafting.Comeback`).
         timeout = min(self.timeout, self.draft_timeout) if self._down_for else self.timeout
-        self.guarded(lambda: call(self.stub.Open, request, timeout))
+        self.guarded(lambda: self._open(request, timeout))
         with self._down_lock:
             self._down_for = 0.0
         return RemoteDrafterSession(self, session_id)

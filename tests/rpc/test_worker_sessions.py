@@ -14,9 +14,11 @@ import torch
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.rpc import codec
 from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, worker_pb2, worker_pb2_grpc
-from rayspec.rpc.remote import RemoteError, RemoteTarget
+from rayspec.engine.interfaces import SequenceSpec
+from rayspec.rpc.remote import RemoteDrafter, RemoteError, RemoteTarget
 from rayspec.rpc.server import status_of
 from rayspec.rpc.worker import serve_drafter, serve_target
+from rayspec.verify.processing import SamplingParams
 from tests.tiny_models import tiny_llama
 
 VOCAB = 64
@@ -311,3 +313,78 @@ def test_bytes_that_are_no_message_are_invalid_argument_and_the_server_goes_on(t
     code, details = _status(lambda: list(steps(iter([raw]), timeout=10)))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "not a valid rayspec.v1.TargetCall message" in details
     assert stub.Info(worker_pb2.InfoRequest(), timeout=10).vocab_size == VOCAB
+
+
+def _tracking(worker, open_seconds: float = 0.0, late_draft: tuple[int, float] | None = None):
+    """The sessions `worker` (a local target or drafter) opens and those it closes, in two
+    lists; its Opens take `open_seconds` more, and with `late_draft` = (n, seconds) the n-th
+    draft of a session that many seconds more."""
+    opened, closed = [], []
+    open_ = worker.open
+
+    def open(spec):
+        time.sleep(open_seconds)
+        session = open_(spec)
+        close, draft, drafts = session.close, getattr(session, "draft", None), []
+        session.close = lambda: (close(), closed.append(session))
+        if late_draft is not None:
+            def slow_draft(shape, previous):
+                drafts.append(shape)
+                if len(drafts) == late_draft[0]:
+                    time.sleep(late_draft[1])
+                return draft(shape, previous)
+            session.draft = slow_draft
+        opened.append(session)
+        return session
+
+    worker.open = open
+    return opened, closed
+
+
+def _eventually(condition, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return condition()
+
+
+@pytest.mark.parametrize("role", ["target", "drafter"])
+def test_a_session_whose_open_outlived_its_deadline_is_released(role):
+    """The worker finishes an Open its caller stopped waiting for; the caller, not knowing
+    whether it did, releases the session, or it would hold a KV cache and a session slot until
+    the idle expiry (and a client retrying such requests one more each time)."""
+    model = tiny_llama(vocab=VOCAB, seed=0)
+    worker = LocalTarget(model) if role == "target" else LocalDrafter(model)
+    opened, closed = _tracking(worker, open_seconds=0.6)
+    server, port = (serve_target if role == "target" else serve_drafter)(worker, "127.0.0.1:0")
+    try:
+        address = f"127.0.0.1:{port}"
+        remote = RemoteTarget(address, timeout=0.3) if role == "target" else RemoteDrafter(address, VOCAB, timeout=0.3)
+        spec = SequenceSpec((11, 5, 7, 40), SamplingParams(temperature=1.0), seed=3, verifier="rrsw")
+        with pytest.raises(RemoteError, match="DEADLINE_EXCEEDED"):
+            remote.open(spec)
+        assert _eventually(lambda: len(closed) == 1), f"{len(opened)} opened, {len(closed)} released"
+        assert closed == opened
+        remote.close()
+    finally:
+        server.stop(0)
+
+
+def test_a_drafter_session_lost_to_a_late_draft_is_released():
+    """A draft past its deadline loses the sequence its drafts, not the drafter its session: the
+    worker is alive, only late, and the coordinator releases the session without waiting."""
+    model = tiny_llama(vocab=VOCAB, seed=0)
+    drafter = LocalDrafter(model)
+    opened, closed = _tracking(drafter, late_draft=(3, 0.8))
+    server, port = serve_drafter(drafter, "127.0.0.1:0")
+    try:
+        remote = RemoteDrafter(f"127.0.0.1:{port}", VOCAB, timeout=30, draft_timeout=0.3, retry_after=0.01)
+        engine = SpeculativeEngine(LocalTarget(model), remote, verifier="gumbel", tree="chain:2")
+        for seed in (1, 2):
+            run = engine.run([11, 5, 7, 40], max_new_tokens=16, temperature=1.0, seed=seed)
+            assert "did not answer within 0.3 s" in run.stats.drafter_lost
+        assert _eventually(lambda: len(closed) == 2), f"{len(opened)} opened, {len(closed)} released"
+        assert closed == opened
+        remote.close()
+    finally:
+        server.stop(0)
