@@ -563,12 +563,56 @@ async def _all(awaitables) -> list:
             task.cancel()
 
 
-async def _drain(stream: StepStream) -> None:
+async def drain(stream: StepStream) -> None:
     async for _ in stream:
         pass
 
 
-async def _answer(reply: _Reply, stream: bool, include_usage: bool, continuous_usage: bool = False) -> Response:
+# nginx's status for a request whose client left before the answer: never read, but logged and
+# counted as what it was.
+CLIENT_CLOSED_REQUEST = 499
+
+
+class ClientGone(Exception):
+    """The client disconnected while its request waited for its answer."""
+
+
+async def unless_client_leaves(work, http: Request):
+    """`await work`, cancelled if the client disconnects first (ClientGone): a generation
+    whose client left stops then, freeing its slot and its workers' sessions, rather than run
+    on to max_tokens, or wait out a lost target's resume timeout, for nobody.  A stream's
+    response sees the disconnect itself (`EventStream`); this covers the wait before it."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_client_gone(http))
+    try:
+        done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        raise
+    finally:
+        gone.cancel()
+    if task in done:
+        return task.result()
+    task.cancel()
+    try:
+        await task  # its own clean-up (closing the streams) done before the answer
+    except asyncio.CancelledError:
+        pass
+    raise ClientGone
+
+
+async def _client_gone(http: Request) -> None:
+    """Returns when the ASGI server says the client disconnected (the body was read already:
+    the next message is the disconnect).  A receive that fails has lost the client too."""
+    try:
+        while (await http.receive())["type"] != "http.disconnect":
+            pass
+    except Exception:  # noqa: BLE001
+        return
+
+
+async def _answer(reply: _Reply, http: Request, stream: bool, include_usage: bool,
+                  continuous_usage: bool = False) -> Response:
     streams = start_streams(reply.service, reply.requests)
 
     def close() -> None:
@@ -577,12 +621,12 @@ async def _answer(reply: _Reply, stream: bool, include_usage: bool, continuous_u
 
     if not stream:
         try:
-            await _all(map(_drain, streams))
+            await unless_client_leaves(_all(map(drain, streams)), http)
         finally:
             close()
         return JSONResponse(reply.response())
     try:  # a request that fails before its choices' first steps gets an HTTP error status
-        firsts = await _all(anext(s, None) for s in streams)
+        firsts = await unless_client_leaves(_all(anext(s, None) for s in streams), http)
     except BaseException:
         close()
         raise
@@ -617,6 +661,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
 
     for kind in (RequestValidationError, StarletteHTTPException, ApiError, ValueError, Overloaded, RemoteError):
         app.add_exception_handler(kind, answer_error)  # anything else: `AnswerFailures`
+    app.add_exception_handler(ClientGone, lambda request, error: Response(status_code=CLIENT_CLOSED_REQUEST))
 
     def check_model(model: str | None) -> None:
         if model not in (None, service.model_id):
@@ -679,7 +724,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
             ]
         reply = _CompletionReply(service, requests, body.n or 1, echoes, bool(body.return_tokens_as_token_ids),
                                  body.prompt_logprobs)
-        return await _answer(reply, bool(body.stream), **_usage_options(body))
+        return await _answer(reply, http, bool(body.stream), **_usage_options(body))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatBody, http: Request):
@@ -697,7 +742,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
         )
         reply = _ChatReply(service, requests, body.n or 1, bool(body.return_tokens_as_token_ids), body.prompt_logprobs,
                            tool_calling=calling)
-        return await _answer(reply, bool(body.stream), **_usage_options(body))
+        return await _answer(reply, http, bool(body.stream), **_usage_options(body))
 
     @app.post("/tokenize")
     async def tokenize(body: TokenizeBody):

@@ -48,7 +48,7 @@ from rayspec.engine.structured import StructuredOutput
 from rayspec.engine.text import check_text
 from rayspec.serve.bodies import RayspecOptions, StrictBody, check_tree, tool_calling_read_by_service
 from rayspec.serve.errors import bad_request, error_body
-from rayspec.serve.http import EventStream, Primed, speculation_figures, start_streams
+from rayspec.serve.http import EventStream, Primed, drain, speculation_figures, start_streams, unless_client_leaves
 from rayspec.serve.service import Service
 from rayspec.serve.tools import ToolCalling, ToolError
 
@@ -428,13 +428,12 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
         [steps] = start_streams(service, [request])
         if not body.stream:
             try:
-                async for _ in steps:
-                    pass
+                await unless_client_leaves(drain(steps), http)
             finally:
                 steps.close()
             return answer.response(done=True)
         try:  # a request that fails before its first step gets an HTTP error status
-            first = await anext(steps, None)
+            first = await unless_client_leaves(anext(steps, None), http)
         except BaseException:
             steps.close()
             raise

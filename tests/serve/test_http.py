@@ -1303,6 +1303,32 @@ def test_a_client_disconnect_stops_the_generation_and_releases_the_sessions(http
     eventually(lambda: metric_samples(http).get(aborted, 0) == aborts + 1, what="the abort to be counted")
 
 
+@pytest.mark.parametrize("endpoint, body", [
+    ("/v1/completions", {"prompt": PROMPT}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+    ("/v1/responses", {"input": "hi"}),
+    ("/v1/completions", {"prompt": PROMPT, "stream": True}),  # left before its first chunk
+])
+def test_a_client_that_leaves_before_its_answer_stops_the_generation(http, server, endpoint, body):
+    """A client that gives up on a request not yet answered (no chunk of it sent) stops the
+    generation and frees its sessions as one that leaves mid-stream does: not decoding on to
+    max_tokens for nobody.  The server logs and counts the request as 499."""
+    target, drafter = server["target"], server["drafter"]
+    target.permits = threading.Semaphore(0 if body.get("stream") else 2)  # then the generation waits
+    before = answered(http, endpoint, 499)
+    body = {**body, "max_tokens" if endpoint != "/v1/responses" else "max_output_tokens": 200, "seed": 1}
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            with httpx.Client(base_url=http.base_url, timeout=1.0) as leaving:
+                leaving.post(endpoint, json=body).read()
+        eventually(lambda: answered(http, endpoint, 499) == before + 1, what="the server to see the client leave")
+    finally:
+        target.permits.release(1000)
+    eventually(lambda: target.open_sessions == 0 and drafter.open_sessions == 0, what="sessions released")
+    assert target.steps <= 3  # of the >= 50 that 200 tokens would take
+    assert http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4}).status_code == 200
+
+
 def test_beyond_the_concurrency_limit_requests_get_429(http, server):
     target = server["target"]
     target.permits = threading.Semaphore(0)
