@@ -147,6 +147,13 @@ def _unenforced(schema, where: str = "") -> list[str]:
 
 @functools.lru_cache(maxsize=64)
 def _schema_regex(schema_text: str) -> str:
+    try:
+        return _compile_schema(schema_text)
+    except RecursionError:  # reading and walking the schema recurse once per level
+        raise ValueError("json_schema nests too deeply to compile") from None
+
+
+def _compile_schema(schema_text: str) -> str:
     from outlines_core.json_schema import build_regex_from_schema
 
     try:

@@ -187,6 +187,9 @@ class Service:
             )
         except (TemplateError, ValueError) as error:  # templates refuse conversations they cannot render
             raise ChatRenderError(f"the model's chat template refused these messages: {error}", "messages") from error
+        except RecursionError:  # JSON nests deeper than Python's stack lets a template walk it
+            raise ChatRenderError("the messages, tools or chat_template_kwargs nest values too deeply to render",
+                                  "messages") from None
 
     def start(self, request: GenerationRequest) -> "StepStream":
         """Run `request` off the event loop; Overloaded when every slot is taken."""

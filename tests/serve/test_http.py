@@ -838,6 +838,8 @@ BAD_COMPLETIONS = [
     ({"prompt": "x", "stop_token_ids": [-1]}, 400, "stop_token_ids must be a list of token ids (integers >= 0)", None),
     ({"prompt": "x", "stop_token_ids": [99999]}, 400, "stop token 99999 is outside the vocabulary of 8192 tokens", None),
     ({"prompt": "x", "ignore_eos": "yes"}, 400, "ignore_eos: Input should be a valid boolean", "ignore_eos"),
+    ({"prompt": "x", "guided_json": "[" * 2000 + "]" * 2000}, 400, "json_schema nests too deeply to compile",
+     "guided_json"),
 ]
 BAD_CHATS = [
     ({"messages": [{"role": "user", "content": "hi"}], "prompt_logprobs": 1, "stream": True}, 400,
@@ -853,6 +855,8 @@ BAD_CHATS = [
       "add_generation_prompt": False}, 400, "the model's chat template refused these messages", "messages"),
     ({"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": [1]}, 400,
      "chat_template_kwargs: Input should be a valid dictionary", "chat_template_kwargs"),
+    ('{"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"x": %s}}' % ("[" * 600 + "]" * 600),
+     400, "the messages, tools or chat_template_kwargs nest values too deeply to render", "messages"),
     ({"messages": []}, 400, "messages", "messages"),
     ({"messages": [{"role": "robot", "content": "hi"}]}, 400, "role", "messages"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400, "only text content", "messages"),
