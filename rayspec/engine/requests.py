@@ -164,6 +164,9 @@ class GenerationRequest:
                            bad_words_ids=bad_words_token_ids(tokenizer, bad_words)).check_vocabulary(
                 engine.target.vocab_size)
         if isinstance(prediction, str):
+            if len(prediction) > MAX_CHARS_PER_TOKEN * context:  # as the prompt: refused before it is tokenized
+                raise ValueError(f"the prediction has {len(prediction)} characters, far more than the model's "
+                                 f"context of {context} tokens can hold")
             prediction = tokenizer.encode(check_text(prediction, "prediction"), add_special_tokens=False) or None
         elif prediction is not None and not (prediction and all(type(t) is int for t in prediction)):
             raise ValueError("prediction must be text or a non-empty list of token ids")

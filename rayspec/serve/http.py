@@ -689,18 +689,24 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
                 await run_in_threadpool(service.compile_structured, fields["structured_output"])
             except ValueError as error:
                 raise bad_request(str(error), body.structured_field()) from None
-        requests = []
-        for index, prompt in enumerate(prompts):
-            try:
-                first = service.request(seed=seed, **prompt, **fields)
-            except ValueError as error:
-                if len(prompts) == 1:
-                    raise
-                raise bad_request(f"prompt {index} of the batch: {error}", "prompt") from None
-            same_prompt = {**fields, "prompt_ids": first.prompt_ids}  # tokenized once
-            requests += [first] + [service.request(seed=None if seed is None else seed + i, **same_prompt)
-                                   for i in range(1, n)]
-        return requests
+
+        def build() -> list[GenerationRequest]:
+            requests = []
+            for index, prompt in enumerate(prompts):
+                try:
+                    first = service.request(seed=seed, **prompt, **fields)
+                except ValueError as error:
+                    if len(prompts) == 1:
+                        raise
+                    raise bad_request(f"prompt {index} of the batch: {error}", "prompt") from None
+                same = {**fields, "prompt_ids": first.prompt_ids, "prediction": first.kwargs["prediction"]}  # tokenized once
+                requests += [first] + [service.request(seed=None if seed is None else seed + i, **same)
+                                       for i in range(1, n)]
+            return requests
+
+        # Off the event loop: tokenizing megabytes of prompt or prediction takes seconds, and
+        # would hold up every other request (and /health) meanwhile.
+        return await run_in_threadpool(build)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionBody, http: Request):
@@ -730,7 +736,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
     async def chat_completions(body: ChatBody, http: Request):
         check_model(body.model)
         body.refuse_unsupported()
-        prompt = body.prompt(service)
+        prompt = await run_in_threadpool(body.prompt, service)  # a long conversation renders for a while
         calling = tool_calling_read_by_service(body.tool_calling(), service)
         fields = body.generation_fields()
         if calling is not None:
@@ -751,8 +757,8 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
         if (body.prompt is None) == (body.messages is None):
             raise bad_request("give exactly one of prompt and messages", "prompt")
         if body.messages is not None:
-            text = render_messages(service, body.messages, body.add_generation_prompt, body.continue_final_message,
-                                   body.chat_template_kwargs)
+            text = await run_in_threadpool(render_messages, service, body.messages, body.add_generation_prompt,
+                                           body.continue_final_message, body.chat_template_kwargs)
             special = bool(body.add_special_tokens)
         else:
             text, special = body.prompt, body.add_special_tokens is not False

@@ -404,7 +404,8 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
         if options.tree:
             check_tree(options.tree)
         calling = tool_calling_read_by_service(body.tool_calling(), service)
-        prompt = service.render_chat(body.messages(), tools=body.chat_tools())
+        # Rendered and tokenized off the event loop (as the chat endpoint's): megabytes of text take seconds.
+        prompt = await run_in_threadpool(service.render_chat, body.messages(), tools=body.chat_tools())
         structured = body.structured_output()
         forced = None if calling is None else calling.structured_output()
         if forced is not None:
@@ -417,9 +418,9 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
                 await run_in_threadpool(service.compile_structured, structured)
             except ValueError as error:
                 raise bad_request(f"text.format: {error}", "text") from None
-        request = service.request(
-            prompt=prompt, add_special_tokens=False, max_tokens=body.max_output_tokens, temperature=body.temperature,
-            top_p=body.top_p, top_k=body.top_k, min_p=body.min_p, repetition_penalty=body.repetition_penalty,
+        request = await run_in_threadpool(
+            service.request, prompt=prompt, add_special_tokens=False, max_tokens=body.max_output_tokens,
+            temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, min_p=body.min_p, repetition_penalty=body.repetition_penalty,
             seed=body.seed, stop=body.stop, verifier=options.verifier, tree=options.tree,
             verifier_params=options.verifier_params, structured_output=structured, request_id=http.state.request_id,
             skip_special_tokens=None if calling is None else calling.skip_special_tokens(None),

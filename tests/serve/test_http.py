@@ -840,6 +840,8 @@ BAD_COMPLETIONS = [
     ({"prompt": "x", "ignore_eos": "yes"}, 400, "ignore_eos: Input should be a valid boolean", "ignore_eos"),
     ({"prompt": "x", "guided_json": "[" * 2000 + "]" * 2000}, 400, "json_schema nests too deeply to compile",
      "guided_json"),
+    ({"prompt": "x", "prediction": {"type": "content", "content": "a" * (64 * 512 + 1)}}, 400,
+     "the prediction has 32769 characters, far more than the model's context of 512 tokens can hold", None),
 ]
 BAD_CHATS = [
     ({"messages": [{"role": "user", "content": "hi"}], "prompt_logprobs": 1, "stream": True}, 400,
@@ -1035,6 +1037,31 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(parts):
     assert counted[("rayspec_http_requests_total", (("endpoint", "/v1/completions"), ("status", "413")))] == 3
     with pytest.raises(ValueError, match="limits.max_request_bytes must be a positive integer"):
         LimitsConfig(max_request_bytes=0)
+
+
+@pytest.mark.parametrize("endpoint, body", [
+    ("/v1/completions", {"prompt": PROMPT, "max_tokens": 4}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}),
+    ("/v1/responses", {"input": "hi", "max_output_tokens": 4}),
+])
+def test_a_request_being_read_holds_up_no_other(http, server, endpoint, body, monkeypatch):
+    """Tokenizing (and rendering a chat of) megabytes of text takes seconds: it runs off the
+    event loop, which meanwhile answers other requests."""
+    service = server["service"]
+    request = service.request
+
+    def slow_request(**fields):
+        time.sleep(1.5)  # a prompt or prediction of megabytes, tokenized
+        return request(**fields)
+
+    monkeypatch.setattr(service, "request", slow_request)
+    with ThreadPoolExecutor(1) as pool:
+        reading = pool.submit(http.post, endpoint, json=body)
+        time.sleep(0.3)
+        started = time.monotonic()
+        assert http.get("/health").status_code == 200
+        assert time.monotonic() - started < 0.8
+        assert reading.result().status_code == 200
 
 
 def test_health_follows_the_workers_grpc_health(http, server):
