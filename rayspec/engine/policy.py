@@ -160,6 +160,12 @@ class AcceptanceLibrary:
         return vector, f"measured ({verifier}, T = {found_temperature:g})"
 
 
+# Trees are planned (and adapted, and shown in /metrics) per verifier and temperature to a tenth,
+# those above this one together: OpenAI's largest, past which distributions are near flat alike.
+# A plan per value that clients send would grow without bound.
+MAX_PLANNED_TEMPERATURE = 2.0
+
+
 def step_cost_model(costs, verifier: str, vocab_size: int, rtt: float = 0.0, draft_rtt: float = 0.0,
                     bandwidth: float = float("inf"), sequences: int = 1, draft_top_k: int = 0,
                     temperature: float = 1.0) -> CostModel:
@@ -428,7 +434,7 @@ class SequoiaTrees(TreePolicy):
 
     @staticmethod
     def _key(verifier: str, temperature: float) -> tuple[str, float]:
-        return verifier, round(float(temperature), 1)
+        return verifier, round(min(float(temperature), MAX_PLANNED_TEMPERATURE), 1)
 
     def cost_model(self, verifier: str, sequences: int = 1, temperature: float = 1.0) -> CostModel:
         return step_cost_model(self.costs() if callable(self.costs) else self.costs, verifier, self.vocab_size,

@@ -69,6 +69,17 @@ def test_sequoia_trees_are_the_dp_optimum_within_the_verifiers_limits(tmp_path, 
     assert shape.max_depth <= 6 and shape.size <= 32 and shape.max_children <= (width or 4)
 
 
+def test_temperatures_are_planned_to_a_tenth_and_those_above_two_together(tmp_path):
+    """A plan (and its /metrics series) per temperature a client sends would grow without bound."""
+    write_vector(tmp_path, "rrsw", 0.6, [0.55, 0.15, 0.08, 0.05])
+    write_vector(tmp_path, "rrsw", 2.0, [0.3, 0.1, 0.05])
+    policy = SequoiaTrees(SequoiaSpec(32, 6), AcceptanceLibrary(tmp_path), adaptive=False)
+    shapes = {t: policy.shape_for("rrsw", t) for t in (0.6, 0.61, 0.64, 2.0, 2.04, 3.0, 7.5, 1e12)}
+    assert sorted(temperature for _, temperature, _ in policy.plans()) == [0.6, 2.0]
+    assert shapes[0.61] == shapes[0.64] == shapes[0.6] == solve([0.55, 0.15, 0.08, 0.05], 32, 6).tree()
+    assert shapes[3.0] == shapes[7.5] == shapes[1e12] == shapes[2.0] == solve([0.3, 0.1, 0.05], 32, 6).tree()
+
+
 def costs(target, level=0.001):
     sizes = (1, 2, 4, 8, 16, 32, 64, 128)
     return Costs(MeasuredTimes(sizes, tuple(target(n) for n in sizes)), MeasuredTimes((1, 32), (level, level)), 0.0)
