@@ -84,6 +84,12 @@ class RemoteError(RuntimeError):
         """The worker refused for want of room (a session or call limit), not for a failure."""
         return self.code == grpc.StatusCode.RESOURCE_EXHAUSTED
 
+    @property
+    def worker_fault(self) -> bool:
+        """The worker failed on the call itself (an error in it, not a worker gone or full): the
+        same call would fail again, so it is no outage to retry."""
+        return self.code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+
 
 class UnknownSessionError(KeyError):
     pass
@@ -102,9 +108,10 @@ def status_of(error: Exception, where: str) -> tuple[grpc.StatusCode, str]:
     if isinstance(error, GenerationCancelled):  # its caller left: nobody reads this status
         log.info("%s: %s", where, error)
         return grpc.StatusCode.CANCELLED, str(error)
-    if isinstance(error, RemoteError):  # a coordinator's worker: this service is unavailable, or full
+    if isinstance(error, RemoteError):  # a coordinator's worker: this service is unavailable, full, or at fault
         log.warning("%s: a worker call failed: %s", where, error)
-        code = grpc.StatusCode.RESOURCE_EXHAUSTED if error.worker_full else grpc.StatusCode.UNAVAILABLE
+        code = (grpc.StatusCode.RESOURCE_EXHAUSTED if error.worker_full else
+                grpc.StatusCode.INTERNAL if error.worker_fault else grpc.StatusCode.UNAVAILABLE)
         return code, f"a model worker failed: {error}"
     log.error("internal error in %s", where, exc_info=error)
     return grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}"

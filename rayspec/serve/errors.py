@@ -39,6 +39,9 @@ def error_body(error: BaseException) -> tuple[int, dict]:
         return openai_error(429, str(error), code="too_many_requests", kind="rate_limit_error")
     if isinstance(error, RemoteError) and error.worker_full:
         return openai_error(429, f"a model worker is full: {error}", code="too_many_requests", kind="rate_limit_error")
+    if isinstance(error, RemoteError) and error.worker_fault:
+        log.error("worker failure: %s", error)
+        return openai_error(500, f"a model worker failed: {error}", kind="internal_error")
     if isinstance(error, RemoteError):
         log.error("worker failure: %s", error)
         return openai_error(503, f"a model worker failed or cannot be reached: {error}", kind="service_unavailable")

@@ -1381,6 +1381,11 @@ def test_worker_failures_are_503_and_the_service_recovers(http, server):
     for stream in (False, True):
         reply = http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 8, "stream": stream})
         assert reply.status_code == 503 and "worker" in reply.json()["error"]["message"]
+    # a worker's own error is no outage to retry: a 500
+    target.fail = (0, RemoteError("INTERNAL: RuntimeError: CUDA error", grpc.StatusCode.INTERNAL))
+    reply = http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 8})
+    assert reply.status_code == 500 and reply.json()["error"]["type"] == "internal_error"
+    assert reply.json()["error"]["message"] == "a model worker failed: INTERNAL: RuntimeError: CUDA error"
     # a failure mid-stream: the status line is sent, the error arrives as an event
     target.fail = (target.steps + 2, RemoteError("UNAVAILABLE: connection reset"))
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100, "seed": 1, "stream": True}
