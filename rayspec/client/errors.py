@@ -1,7 +1,8 @@
 """Exceptions of the client SDK, one class per kind of failure a caller handles differently.
 
     RayspecError                  any failed call; .code (grpc.StatusCode or None), .message
-    ├── InvalidRequestError       INVALID_ARGUMENT: fix the request, do not retry it
+    ├── InvalidRequestError       INVALID_ARGUMENT, or a message over a size limit: fix the request,
+    │                             do not retry it
     ├── NotFoundError             NOT_FOUND: unknown session, model or health service
     ├── OverloadedError           RESOURCE_EXHAUSTED: the server sheds load; back off
     ├── DeadlineExceededError     DEADLINE_EXCEEDED: the call's timeout ran out
@@ -75,5 +76,10 @@ _BY_CODE: dict[grpc.StatusCode, type[RayspecError]] = {
 
 def error_from_rpc(error: grpc.RpcError) -> RayspecError:
     """The SDK exception for a failed gRPC call (sync `grpc.RpcError` or `grpc.aio.AioRpcError`)."""
-    code = error.code()
-    return _BY_CODE.get(code, RayspecError)(error.details() or code.name, code)
+    code, details = error.code(), error.details() or error.code().name
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "message larger than max" in details:
+        # gRPC's own refusal of a message over a size limit (this client's max_message_bytes, or
+        # the server's): no server shedding load, and the same request would be refused again.
+        return InvalidRequestError(f"{details}: a message over the size limit (the client's is max_message_bytes)",
+                                   code)
+    return _BY_CODE.get(code, RayspecError)(details, code)

@@ -308,6 +308,15 @@ def test_status_codes_map_to_exceptions(client, server, code, error):
     assert len(server.generation.requests) == 1
 
 
+def test_a_request_over_the_message_size_limit_is_an_invalid_request_not_an_overload(server):
+    with Client(server.address, timeout=5, retries=FAST, max_message_bytes=1000) as client:
+        with pytest.raises(InvalidRequestError) as info:
+            client.generate("a" * 2000, seed=1)
+    assert info.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "Sent message larger than max" in info.value.message and "max_message_bytes" in info.value.message
+    assert len(server.generation.requests) == 0  # refused here, never sent
+
+
 def test_a_server_exception_is_a_server_error(client, server):
     server.generation.crash = True
     with pytest.raises(ServerError) as info:
