@@ -63,8 +63,11 @@ _ROUNDING_STEP = 8 * _EPS  # how far r and the realised rejection mass can be of
 class MentoredPlan(NamedTuple):
     """The optimal scheme for each row: accept draft i with accept[i], else draw from residual.
 
-    accept [B, V], residual [B, V] (sums to 1) in the dtype of p; alpha, beta, acceptance [B]
-    in float64.  alpha = 0 marks the second stage (p = 0 drafts partly accepted)."""
+    accept [B, V], residual [B, V] (sums to 1), alpha, beta, acceptance [B]: all float64,
+    whatever the dtype of p — the optimal rejection mass can lie far below a float32 step
+    (about 1e-15 when a token is never drafted, q = 0 < p), and r rounded to float32 would
+    accept every draft and make that token impossible (KL = inf).  alpha = 0 marks the
+    second stage (p = 0 drafts partly accepted)."""
 
     accept: torch.Tensor
     residual: torch.Tensor
@@ -83,6 +86,19 @@ def target_draft_ratio(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 def _padded(x: torch.Tensor, value: float) -> torch.Tensor:
     """x [B, V] with `value` prepended: column j of the result is entry j - 1."""
     return torch.cat([torch.full_like(x[:, :1], value), x], dim=-1)
+
+
+def _mass(rows: torch.Tensor) -> torch.Tensor:
+    """The total of each row [B] in float64, 1 for an empty row (left as it is)."""
+    total = rows.sum(-1, dtype=_F64)
+    return torch.where(total > 0, total, 1.0)
+
+
+def _as_law(rows: torch.Tensor) -> torch.Tensor:
+    """rows [B, V] normalised in float64.  Sampling draws from rows / their total, and a
+    float32 row sums to 1 only within ~1e-7, which would move KL(p || pi) by as much
+    (ln(Q / P) for totals P, Q): the plan is solved for the laws that are sampled."""
+    return rows.to(_F64) / _mass(rows).unsqueeze(-1)
 
 
 class _Point(NamedTuple):
@@ -195,7 +211,10 @@ def _smallest_feasible_rejection(profile: _RatioProfile, tv: torch.Tensor, budge
         # Undefined candidates (inf KL, zero slope or lo = 0) fall back to the midpoint.
         rho = torch.where(torch.isfinite(rho), rho, 0.5 * (lo + hi)).clamp(lo, hi)
         point = profile.at(rho)
-        feasible = point.kl <= budget
+        # KL(hi) <= budget is known: at rho = hi, where the groups' boundaries can fall on
+        # either side of rho by rounding (rho = TV with only p = 0 drafts rejected), a
+        # larger evaluation is an artefact and must not close the bracket at hi.
+        feasible = (point.kl <= budget) | (rho >= hi)
         # The largest infeasible candidate becomes lo, the smallest feasible one hi.
         left = torch.where(feasible, -1.0, rho).argmax(-1, keepdim=True)
         right = torch.where(feasible, rho, math.inf).argmin(-1, keepdim=True)
@@ -226,12 +245,14 @@ def mentored_plan(
     """The acceptance-optimal single-draft scheme with KL(p || pi) <= kl_budget (seed 004,
     problem (1)-(4), solved as the module docstring describes).
 
-    p (target), q (draft) [B, V].  Solved in float64.  For float64 rows the budget holds
-    for the returned (r, s) in exact arithmetic; the acceptance is the optimum for a budget
-    a few 1e-15 nats under D (the rounding slack), to ~1e-14.  `within_target_support`
-    adds the constraint pi = 0 where p = 0 (the first stage only: rejection >= Q0)."""
+    p (target), q (draft) [B, V] in any float dtype.  Solved and returned in float64 for
+    the normalised rows: the budget holds in exact arithmetic for the returned (r, s) and
+    the laws sampling draws from, p / sum p and q / sum q; the acceptance is the optimum
+    for a budget a few 1e-15 nats under D (the rounding slack), to ~1e-14.
+    `within_target_support` adds the constraint pi = 0 where p = 0 (the first stage only:
+    rejection >= Q0)."""
     budget = check_kl_budget(kl_budget)
-    p64, q64 = p.to(_F64), q.to(_F64)
+    p64, q64 = _as_law(p), _as_law(q)
     t = target_draft_ratio(p64, q64)
     tv = (q64 - p64).clamp_min(0).sum(-1)
     floor = torch.where(p64 == 0, q64, 0.0).sum(-1) if within_target_support else torch.zeros_like(tv)
@@ -252,7 +273,15 @@ def mentored_plan(
     # With rho = 0 the residual is never reached; the target is a harmless stand-in.
     residual = torch.where(total > 0, excess / torch.where(total > 0, total, 1), p64)
     acceptance = (q64 * accept).sum(-1)
-    return MentoredPlan(accept.to(p.dtype), residual.to(p.dtype), point.alpha, point.beta, acceptance)
+    return MentoredPlan(accept, residual, point.alpha, point.beta, acceptance)
+
+
+def _fast_path(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """min(1, p_x/q_x) [B] for the normalised rows in float64, as the plan's t: a float32
+    ratio, or one of unnormalised rows, can exceed r_x = t_x / alpha when alpha is within
+    1e-7 of 1, and accepting more than r_x spends more than the budget."""
+    p_x, q_x = (gather_rows(rows, x).to(_F64) / _mass(rows) for rows in (p, q))
+    return acceptance_ratio(p_x, q_x)
 
 
 class _MentoredChain(RejectionChain):
@@ -264,7 +293,7 @@ class _MentoredChain(RejectionChain):
     def __init__(self, p, q, drafts, kl_budget, within_target_support):
         super().__init__(p, q, drafts)
         self.x = drafts[:, 0]
-        self.fast = acceptance_ratio(gather_rows(p, self.x), gather_rows(q, self.x)) * self.valid[:, 0]
+        self.fast = _fast_path(p, q, self.x) * self.valid[:, 0]
         self.plan = mentored_plan(p, q, kl_budget, within_target_support)
 
     def column(self, j):
@@ -307,6 +336,11 @@ class MentoredDecoding(IIDDrafts, SequentialVerifier):
     def chain(self, p, q, drafts):
         return _MentoredChain(p, q, drafts, self.kl_budget, self.within_target_support)
 
+    def output_law_batch(self, p, q, drafts):
+        """The chain's law summed in float64, like the plan it follows (a float32 1 - r_x
+        would lose a rejection mass below a float32 step), rounded to the dtype of p."""
+        return super().output_law_batch(p.to(_F64), q.to(_F64), drafts).to(p.dtype)
+
     def verify_batch(self, p, q, drafts, generator):
         """The chain's two steps driven by one uniform u (seed 004 §6): u < min(1, p_x/q_x)
         accepts without solving, so only the rows that fail it pay for the plan; u < r_x
@@ -315,7 +349,7 @@ class MentoredDecoding(IIDDrafts, SequentialVerifier):
         self._check_k(drafts.shape[-1])
         x, valid = drafts[:, 0], drafts[:, 0] >= 0
         u = draw_uniform(generator, (p.shape[0], 2), p.device)
-        accept = valid & (u[:, 0] < acceptance_ratio(gather_rows(p, x), gather_rows(q, x)))
+        accept = valid & (u[:, 0] < _fast_path(p, q, x))
         token = torch.where(accept, x, -1)
         # index_select / index_copy rather than advanced indexing (see tree_walk.rows_of).
         rows = torch.nonzero(valid & ~accept).flatten()

@@ -45,10 +45,12 @@ def kl(p, pi):
 
 
 def exact_kl(p, q, plan) -> mpmath.mpf:
-    """KL(p || pi) of the scheme exactly as stored: the float64 entries are exact binary
-    numbers, the arithmetic carries 60 digits and s is renormalised as sampling does."""
+    """KL(p || pi) of the scheme exactly as stored: the entries (of any dtype) are exact
+    binary numbers, the arithmetic carries 60 digits and p, q and s are renormalised as
+    sampling does."""
     with mpmath.workdps(60):
         p, q, r, s = ([mpmath.mpf(float(x)) for x in v] for v in (p, q, plan.accept, plan.residual))
+        p, q = ([x / mpmath.fsum(v) for x in v] for v in (p, q))
         rejection = mpmath.fsum(qi * (1 - ri) for qi, ri in zip(q, r))
         total_s = mpmath.fsum(s)
         out = mpmath.mpf(0)
@@ -150,7 +152,8 @@ def test_budget_zero_is_speculative_sampling_exactly():
     for p, q in all_pairs(100):
         plan = plan1(p, q, 0.0)
         drafted = q > 0
-        assert torch.equal(plan.accept[drafted], acceptance_ratio(p, q)[drafted])
+        # the ratio of the laws sampled, p / sum p and q / sum q, rows that sum to 1 within ulps
+        assert torch.equal(plan.accept[drafted], acceptance_ratio(p / p.sum(), q / q.sum())[drafted])
         excess = (p - q).clamp_min(0)
         if float(excess.sum()) > 0:
             torch.testing.assert_close(plan.residual, excess / excess.sum(), atol=1e-15, rtol=0)
@@ -367,20 +370,53 @@ def test_float32_rows_at_a_large_vocabulary():
     p[0, 5000:] = 0  # a top-k truncated target row
     p[0] /= p[0].sum()
     plan = mentored_plan(p, q, 0.05)
-    assert plan.accept.dtype == torch.float32 and torch.isfinite(plan.accept).all()
+    assert plan.accept.dtype == plan.residual.dtype == F64 and torch.isfinite(plan.accept).all()
     assert ((plan.accept >= 0) & (plan.accept <= 1)).all() and (plan.residual >= 0).all()
-    p64, q64 = p.double(), q.double()
+    p64, q64 = (x.double() / x.double().sum(-1, keepdim=True) for x in (p, q))  # the laws sampled
     for b in range(4):
-        row = MentoredPlan(plan.accept[b].double(), plan.residual[b].double(), None, None, None)
+        row = MentoredPlan(plan.accept[b], plan.residual[b], None, None, None)
         pi = emitted_law(q64[b], row)
-        assert float(pi.sum()) == pytest.approx(1, abs=1e-5)
-        assert kl(p64[b], pi) <= 0.05 + 1e-5  # r and s rounded to float32
+        assert float(pi.sum()) == pytest.approx(1, abs=1e-12)
+        assert kl(p64[b], pi) <= 0.05 + 1e-12  # the float64 evaluation's own rounding
         assert float(plan.acceptance[b]) > 1 - float(total_variation(p64[b], q64[b]))
     generator = torch.Generator().manual_seed(3)
     verifier = MentoredDecoding(kl_budget=0.05)
     drafts = verifier.sample_drafts_batch(q, 1, generator)
     tokens, _ = verifier.verify_batch(p, q, drafts, generator)
     assert ((tokens >= 0) & (tokens < 32_000)).all()
+
+
+# The drafter never proposes token 1 (q = 0 < p): at D = 0.5 the optimal rejection mass is
+# ~1e-15, far below a float32 step of the acceptance probabilities.
+NEVER_DRAFTED = (
+    torch.tensor([0.15211527855488793, 0.00042572418357791366, 0.3666888943603712,
+                  0.08279763413529623, 0.35351241618788726, 0.04446005257797939], dtype=F64),
+    torch.tensor([0.10412837454956506, 0.0, 0.19444613270211258,
+                  0.1742641656861102, 0.4201443513500616, 0.10701697571215042], dtype=F64),
+)
+LAW_ROUNDING = {torch.float32: 1e-6, torch.bfloat16: 1e-2}  # KL moved by rounding pi to the dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("budget", [0.5, 3.0])
+def test_low_precision_rows_keep_the_budget_and_the_never_drafted_tokens(dtype, budget):
+    """Rows in float32 (what the engine passes), bfloat16 or float16 with never-drafted
+    tokens: the scheme must still reject now and then and emit them (else KL = inf), with
+    KL(p || pi) <= D exactly for the laws sampled.  The output law is rounded to the rows'
+    dtype, so it is held to D only within that rounding (float16 cannot hold a 1e-15 mass)."""
+    verifier = MentoredDecoding(kl_budget=budget)
+    pairs = [NEVER_DRAFTED] + [(p, q) for _, p, q in random_pairs(300, seed=77) if ((q == 0) & (p > 0)).any()]
+    for p, q in pairs:
+        p, q = p.to(dtype), q.to(dtype)
+        never = (q == 0) & (p > 0)
+        plan = plan1(p, q, budget)
+        assert plan.accept.dtype == F64
+        assert exact_kl(p, q, plan) <= budget, f"p={p.tolist()} q={q.tolist()}"
+        assert float((q.double() * (1 - plan.accept)).sum()) > 0 and (plan.residual[never] > 0).all()
+        if dtype in LAW_ROUNDING:
+            law = mixture_output_law(verifier, p, q, 1).double()
+            assert (law[never] > 0).all(), f"p={p.tolist()} q={q.tolist()}"
+            assert kl(p.double() / p.double().sum(), law / law.sum()) <= budget + LAW_ROUNDING[dtype]
 
 
 def test_bad_budgets_are_refused():
