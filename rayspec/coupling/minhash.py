@@ -51,8 +51,14 @@ def first_hits(r: torch.Tensor, k: int, noise: KeyedNoise) -> torch.Tensor:
     """The first k distinct tokens hit under each row of r [B, V], in order of first hit.
 
     Returns [B, k] on r's device, -1 padded where r has fewer than k positive entries.
-    Column 0 is the row's Protocol 2 sample.  r is normalised per row first."""
+    Column 0 is the row's Protocol 2 sample.  r is normalised per row first.  A row with a
+    NaN or infinite entry is refused (ValueError): normalised, it would have no positive
+    entry and pass for an empty row, all -1."""
     x = r.detach().to("cpu", torch.float64).numpy()
+    finite = np.isfinite(x).all(-1)
+    if not finite.all():
+        rows = np.flatnonzero(~finite).tolist()
+        raise ValueError(f"first_hits: rows {rows[:8]} of r hold NaN or infinite weights, which make no law")
     total = x.sum(-1, keepdims=True)
     x = np.divide(x, total, out=np.zeros_like(x), where=total > 0)
     batch, size = x.shape

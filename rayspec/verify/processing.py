@@ -355,12 +355,35 @@ def ban_bad_words(logits: torch.Tensor, words: tuple[tuple[int, ...], ...], hist
     return banned
 
 
+def _limit_of_infinite_logits(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits, their row maxima [..., 1]), each row holding a +inf logit (a float16 model
+    overflows) replaced by its T -> 0 limit: 0 on the +inf entries, -inf elsewhere.  At any
+    T > 0 the law is then uniform over them, the limit of the argmax's ties as T -> 0, and
+    greedy decoding keeps the first of them, as argmax did; inf - inf would make the row NaN.
+
+    A row holding NaN, or nothing above -inf, has no law (any law sampled from it would be
+    garbage: token 0, or -1 from the coupling verifiers) and is refused."""
+    top = logits.amax(-1, keepdim=True)  # NaN where the row holds one
+    # One [..., 1] test, and one look from the host, per call: an ordinary batch goes on.
+    if bool(torch.isfinite(top).all()):
+        return logits, top
+    empty = torch.isnan(top) | (top == -math.inf)
+    if bool(empty.any()):
+        rows = empty.flatten().nonzero().flatten().tolist()
+        raise ValueError(f"logits_to_probs: rows {rows[:8]} of the logits hold NaN or no logit above -inf, "
+                         "and so no law to sample from")
+    infinite = top == math.inf
+    limit = torch.full_like(logits, -math.inf).masked_fill(logits == math.inf, 0.0)
+    return torch.where(infinite, limit, logits), top.masked_fill(infinite, 0.0)
+
+
 def logits_to_probs(logits: torch.Tensor, params: SamplingParams, dtype=torch.float32,
                     history: RowHistory | None = None) -> torch.Tensor:
     """[..., V] logits -> [..., V] probabilities after the ban of stop tokens before
     min_tokens, the logit bias, the penalties (given the `history` before each row when one
-    of those is on), allowed_token_ids, temperature, min-p, top-k and top-p."""
-    logits = adjust_logits(logits.to(dtype), params, history)
+    of those is on), allowed_token_ids, temperature, min-p, top-k and top-p.  A row with +inf
+    logits is uniform over them at any T > 0; one with NaN or only -inf is refused (ValueError)."""
+    logits, top = _limit_of_infinite_logits(adjust_logits(logits.to(dtype), params, history))
     if params.greedy:
         probs = torch.zeros_like(logits)
         return probs.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
@@ -371,7 +394,7 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams, dtype=torch.fl
     # or uniform over the tokens not banned.
     limits = torch.finfo(logits.dtype)
     temperature = min(max(params.temperature, limits.tiny), limits.max)
-    logits = (logits - logits.amax(-1, keepdim=True)) / temperature
+    logits = (logits - top) / temperature
     if params.min_p > 0:
         # The most likely token has the shifted logit 0, so p / p_max is exp(logit): the
         # comparison needs no softmax.

@@ -147,3 +147,14 @@ def test_tiny_masses_float32_and_normalisation():
     noise = many_seeds(1, 9)
     assert torch.equal(first_hits(r, 3, noise), first_hits(r.double(), 3, noise))
     assert torch.equal(first_hits(7 * r.double(), 3, noise), first_hits(r.double(), 3, noise))
+
+
+def test_rows_with_nan_or_infinite_weights_are_refused_not_read_as_empty():
+    """Normalised, such a row has no positive entry: it would come back as -1s, the answer
+    for a row of zero mass (kept, as the padding of an absent law)."""
+    noise = KeyedNoise(1, 2)
+    for bad in (float("nan"), float("inf")):
+        r = torch.tensor([[0.2, 0.8, 0.0], [0.5, bad, 0.5]], dtype=F64)
+        with pytest.raises(ValueError, match=r"first_hits: rows \[1\] of r hold NaN or infinite weights"):
+            first_hits(r, 2, noise)
+    assert first_hits(torch.zeros(1, 3, dtype=F64), 2, noise).tolist() == [[-1, -1]]

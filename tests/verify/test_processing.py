@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from rayspec.verify import available_verifiers, get_verifier
 from rayspec.verify.processing import (
     SamplingParams, TokenHistory, adjust_logits, half_precision, logits_to_probs, token_logprobs,
     truncated_law,
@@ -70,6 +71,40 @@ def test_an_extreme_repetition_penalty_saturates_into_a_law_not_nan(penalty):
     else:
         expected = torch.softmax(torch.tensor([[0.0, -math.inf, 0.5, 0.0], [0.0, 0.0, 0.5, -3.0]]), -1)
         assert torch.allclose(probs, expected, atol=1e-6)
+
+
+def test_a_plus_infinite_logit_is_the_limit_law_at_every_temperature_not_nan():
+    """A float16 model overflows to +inf: the law is the T -> 0 limit, uniform over the row's
+    +inf entries, at any T > 0 and under min-p, top-k or top-p; T = 0 keeps the first of them.
+    The other rows of the batch are untouched, and every verifier emits the only token allowed."""
+    inf = math.inf
+    logits = torch.tensor([[1.0, 7e4, 0.0, -1.0], [inf, 2.0, inf, -inf], [0.5, 1.0, 2.0, 3.0]], dtype=torch.float16)
+    assert logits[0, 1] == inf  # 7e4 overflows float16
+    limit = torch.tensor([[0.0, 1.0, 0.0, 0.0], [0.5, 0.0, 0.5, 0.0]])
+    for temperature in (1e-30, 0.7, 1.0, 1e30, 1e300):
+        for extra in ({}, dict(top_p=0.9), dict(top_k=2), dict(min_p=0.1)):
+            params = SamplingParams(temperature, **extra)
+            probs = logits_to_probs(logits, params)
+            assert torch.equal(probs[:2], limit), (temperature, extra)
+            assert torch.equal(probs[2], logits_to_probs(logits[2:], params)[0])
+    greedy = logits_to_probs(logits, SamplingParams(0.0))
+    assert torch.equal(greedy[:2], torch.tensor([[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]))
+    p = logits_to_probs(logits[:1], SamplingParams(1.0))
+    q = torch.full((1, 4), 0.25)
+    for name in available_verifiers():
+        verifier = get_verifier(name)
+        generator = torch.Generator().manual_seed(0)
+        tokens, _ = verifier.verify_batch(p, q, verifier.sample_drafts_batch(q, 1, generator), generator)
+        assert tokens.tolist() == [1], name
+
+
+def test_rows_of_nan_or_only_minus_infinite_logits_are_refused():
+    nan, inf = math.nan, math.inf
+    for bad in ([nan, 1.0, 2.0], [inf, nan, 0.0], [-inf, -inf, -inf]):
+        logits = torch.tensor([[0.0, 1.0, 2.0], bad])
+        for params in (SamplingParams(0.0), SamplingParams(1.0), SamplingParams(0.5, top_p=0.9)):
+            with pytest.raises(ValueError, match=r"rows \[1\] of the logits hold NaN or no logit above -inf"):
+                logits_to_probs(logits, params)
 
 
 def test_an_infinite_or_nan_temperature_is_refused():
