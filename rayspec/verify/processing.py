@@ -362,16 +362,17 @@ def _limit_of_infinite_logits(logits: torch.Tensor) -> tuple[torch.Tensor, torch
     greedy decoding keeps the first of them, as argmax did; inf - inf would make the row NaN.
 
     A row holding NaN, or nothing above -inf, has no law (any law sampled from it would be
-    garbage: token 0, or -1 from the coupling verifiers) and is refused."""
+    garbage: token 0, or -1 from the coupling verifiers) and is refused: NaN is the model's
+    fault (FloatingPointError, a server error), every token banned the request's (ValueError)."""
     top = logits.amax(-1, keepdim=True)  # NaN where the row holds one
     # One [..., 1] test, and one look from the host, per call: an ordinary batch goes on.
     if bool(torch.isfinite(top).all()):
         return logits, top
-    empty = torch.isnan(top) | (top == -math.inf)
-    if bool(empty.any()):
-        rows = empty.flatten().nonzero().flatten().tolist()
-        raise ValueError(f"logits_to_probs: rows {rows[:8]} of the logits hold NaN or no logit above -inf, "
-                         "and so no law to sample from")
+    for empty, error, what in ((torch.isnan(top), FloatingPointError, "hold NaN (the model's output)"),
+                               (top == -math.inf, ValueError, "ban every token")):
+        if bool(empty.any()):
+            rows = empty.flatten().nonzero().flatten().tolist()
+            raise error(f"logits_to_probs: rows {rows[:8]} of the logits {what}, and so have no law to sample from")
     infinite = top == math.inf
     limit = torch.full_like(logits, -math.inf).masked_fill(logits == math.inf, 0.0)
     return torch.where(infinite, limit, logits), top.masked_fill(infinite, 0.0)
@@ -382,7 +383,8 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams, dtype=torch.fl
     """[..., V] logits -> [..., V] probabilities after the ban of stop tokens before
     min_tokens, the logit bias, the penalties (given the `history` before each row when one
     of those is on), allowed_token_ids, temperature, min-p, top-k and top-p.  A row with +inf
-    logits is uniform over them at any T > 0; one with NaN or only -inf is refused (ValueError)."""
+    logits is uniform over them at any T > 0; one with NaN (FloatingPointError) or only -inf
+    (ValueError) is refused."""
     logits, top = _limit_of_infinite_logits(adjust_logits(logits.to(dtype), params, history))
     if params.greedy:
         probs = torch.zeros_like(logits)

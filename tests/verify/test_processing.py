@@ -99,11 +99,14 @@ def test_a_plus_infinite_logit_is_the_limit_law_at_every_temperature_not_nan():
 
 
 def test_rows_of_nan_or_only_minus_infinite_logits_are_refused():
+    """NaN is the model's fault (a server error), a row with every token banned the request's."""
     nan, inf = math.nan, math.inf
-    for bad in ([nan, 1.0, 2.0], [inf, nan, 0.0], [-inf, -inf, -inf]):
+    for bad, error, message in (([nan, 1.0, 2.0], FloatingPointError, "hold NaN"),
+                                ([inf, nan, 0.0], FloatingPointError, "hold NaN"),
+                                ([-inf, -inf, -inf], ValueError, "ban every token")):
         logits = torch.tensor([[0.0, 1.0, 2.0], bad])
         for params in (SamplingParams(0.0), SamplingParams(1.0), SamplingParams(0.5, top_p=0.9)):
-            with pytest.raises(ValueError, match=r"rows \[1\] of the logits hold NaN or no logit above -inf"):
+            with pytest.raises(error, match=rf"rows \[1\] of the logits {message}"):
                 logits_to_probs(logits, params)
 
 
