@@ -22,8 +22,35 @@ def tiny_llama(vocab: int = 64, seed: int = 0, context: int = 128, layers: int =
 
 def noisy_copy(model, noise: float = 0.05, seed: int = 1):
     torch.manual_seed(seed)
-    copy = LlamaForCausalLM(model.config).eval()
+    copy = type(model)(model.config).eval()
     with torch.no_grad():
         for mine, theirs in zip(copy.parameters(), model.parameters()):
             mine.copy_(theirs + noise * theirs.std() * torch.randn_like(theirs))
     return copy
+
+
+SLIDING_WINDOW_ARCHITECTURES = ("mistral", "qwen2", "gemma2", "gemma3")
+
+
+def tiny_sliding_window(architecture: str, window: int = 4, vocab: int = 64, seed: int = 0):
+    """A tiny random model whose attention slides over `window` positions: Mistral's in every
+    layer; Qwen2's, Gemma2's and Gemma3's in one of their two, beside a full one (HF's hybrid
+    models, which take a mask per layer type)."""
+    import transformers
+
+    common = dict(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  intermediate_size=64, max_position_embeddings=128, sliding_window=window)
+    configs = {
+        "mistral": lambda: transformers.MistralConfig(**common),
+        "qwen2": lambda: transformers.Qwen2Config(**common, use_sliding_window=True, max_window_layers=1),
+        "gemma2": lambda: transformers.Gemma2Config(**common, head_dim=8),
+        "gemma3": lambda: transformers.Gemma3TextConfig(**common, head_dim=8,
+                                                         layer_types=["full_attention", "sliding_attention"]),
+    }
+    if architecture not in configs:
+        raise ValueError(f"architecture must be one of {', '.join(configs)}; got {architecture!r}")
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(configs[architecture]()).eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(8.0)
+    return model

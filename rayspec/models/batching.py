@@ -22,8 +22,8 @@ the one drawn alone.  Which calls share a forward depends on timing, so a seed r
 tokens byte for byte under load only with batching off (`max_sequences=1`), as with the
 prefix cache (`rayspec.models.prefix_cache`).
 
-Batched: plain growing caches (`TreeLM.reuses_prefixes`; sliding-window layers keep rows by
-rules of their own, and such a model's calls run alone) and calls whose padded batch stays
+Batched: plain growing caches without a sliding window (`TreeLM.reuses_prefixes`; the padded
+mask here applies no window, so such a model's calls run alone) and calls whose padded batch stays
 within `max_tokens` query rows, at most half of them padding (so a long prefill runs alone
 or nearly, instead of padding a batch of small trees to its length: on a CPU a padding row
 costs what a real one does).  A batch that fails (memory, say) is undone — each cache cut

@@ -33,7 +33,7 @@ import logging
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, get_layer_types_and_kwargs
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +133,26 @@ def _regrown(cached: torch.Tensor, new: torch.Tensor, rows: int) -> torch.Tensor
     return buffer
 
 
+def sliding_window_of(config) -> tuple[int | None, list[str]]:
+    """(the window of a model's sliding-window attention layers, or None if it has none; its
+    layers' types as HF names them, e.g. "full_attention", "sliding_attention").
+
+    In HF's semantics a query at position t sees the keys at positions t - window + 1 .. t."""
+    layer_types, layer_kwargs = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
+    windows = {kwargs["sliding_window"] for layer_type, kwargs in zip(layer_types, layer_kwargs)
+               if layer_type == "sliding_attention"}
+    if len(windows) > 1:
+        raise ValueError(f"the model's sliding_window differs between its layers ({sorted(windows)}); "
+                         "one window for every sliding_attention layer is supported")
+    return (windows.pop() if windows else None), list(layer_types)
+
+
 class TreeLM:
-    """A causal LM with the KV cache of one sequence; tree-masked forwards and compaction."""
+    """A causal LM with the KV cache of one sequence; tree-masked forwards and compaction.
+
+    A sliding-window model's sliding layers keep every row, as full layers do, and the window
+    is applied in the tree mask instead: HF's sliding layers drop all but the last rows, so a
+    row's index would no longer be its position, which the tree mask and `keep` rely on."""
 
     def __init__(self, model, batcher=None):
         self.model = model
@@ -145,9 +163,15 @@ class TreeLM:
         # every forward runs at once, alone.
         self.batcher = batcher
         self.cache = self.new_cache()
-        # Sliding-window and other special layers keep their own update rules.
-        self.cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in self.cache.layers]
+        self.sliding_window, self.layer_types = sliding_window_of(model.config)
+        # Other special layers (chunked attention, recurrent states) keep their own update rules.
+        self.cache.layers = [GrowingLayer() if type(layer) is DynamicLayer
+                             or (type(layer) is DynamicSlidingWindowLayer and layer_type == "sliding_attention")
+                             else layer for layer, layer_type in zip(self.cache.layers, self.layer_types)]
         self.committed = 0  # cache rows of committed tokens (a prefix of the cache)
+        # With a sliding window: the position ids of the appended, uncommitted rows (a committed
+        # row's position is its index), which the window is measured from.
+        self.pending_positions = torch.zeros(0, dtype=torch.long, device=self.device)
         self.batch_sizes: list[int] = []  # sequences in each forward since `batch_sizes` was last emptied
         accepted = forward_keywords(type(model))
         # HF causal LMs project only the last positions onto the vocabulary when told to: a
@@ -193,17 +217,33 @@ class TreeLM:
         hidden = ~visible_beyond_prefix(parents, pending, visible_slots).to(self.device)
         mask = torch.zeros(n, self.committed + pending + n, dtype=self.dtype, device=self.device)
         mask[:, self.committed :].masked_fill_(hidden, torch.finfo(self.dtype).min)
+        positions = self.committed + offsets
         keep = {"logits_to_keep": last} if last and last < n and self.keeps_last_logits else {}
         out = self.model(
             input_ids=tokens,
-            attention_mask=mask.view(1, 1, n, -1),
-            position_ids=(self.committed + offsets).view(1, n),
+            attention_mask=self.attention_masks(mask.view(1, 1, n, -1), positions),
+            position_ids=positions.view(1, n),
             use_cache=True,
             **{self.cache_argument: self.cache},
             **keep,
         )
+        if self.sliding_window is not None:
+            self.pending_positions = torch.cat((self.pending_positions, positions))
         logits = out.logits[0]
         return (logits if last is None else logits[-last:]).float()
+
+    def attention_masks(self, mask: torch.Tensor, positions: torch.Tensor):
+        """A forward's `attention_mask` from its tree mask [1, 1, n, cached + n] and its new
+        nodes' position ids [n]: the mask itself; with a sliding window, the mask that also
+        hides the keys a node's window leaves out, for every layer if all of them slide, else
+        as HF's hybrid models take it, one mask per layer type."""
+        if self.sliding_window is None:
+            return mask
+        keys = torch.cat((torch.arange(self.committed, device=self.device), self.pending_positions, positions))
+        windowed = mask.masked_fill(keys <= positions[:, None] - self.sliding_window, torch.finfo(self.dtype).min)
+        if all(layer_type == "sliding_attention" for layer_type in self.layer_types):
+            return windowed
+        return {layer_type: windowed if layer_type == "sliding_attention" else mask for layer_type in self.layer_types}
 
     @torch.inference_mode()  # the cache holds inference tensors, updated in place here
     def keep(self, rows) -> None:
@@ -223,6 +263,7 @@ class TreeLM:
                     layer.values[..., self.committed : end, :] = layer.values.index_select(-2, source)
                 layer.keys, layer.values = layer.keys[..., :end, :], layer.values[..., :end, :]
         self.committed = end
+        self.pending_positions = self.pending_positions[:0]
 
     def truncate(self, rows: int) -> None:
         """Cut every layer back to its first `rows` rows (at least the committed ones): what a
@@ -232,12 +273,15 @@ class TreeLM:
         for layer in self.cache.layers:
             if layer.is_initialized and layer.get_seq_length() > rows:
                 layer.keys, layer.values = layer.keys[..., :rows, :], layer.values[..., :rows, :]
+        self.pending_positions = self.pending_positions[: rows - self.committed]
 
     @property
     def reuses_prefixes(self) -> bool:
-        """Whether rows computed elsewhere can start this cache (`start_from`): every layer a
-        plain growing one (sliding-window and other layers keep rows by rules of their own)."""
-        return all(type(layer) is GrowingLayer for layer in self.cache.layers)
+        """Whether rows computed elsewhere can start this cache (`start_from`), and whether its
+        forwards may be batched with other sequences': every layer a plain growing one (other
+        layers keep rows by rules of their own), and no sliding window (which `forward_batch`'s
+        masks do not apply)."""
+        return self.sliding_window is None and all(type(layer) is GrowingLayer for layer in self.cache.layers)
 
     def committed_rows(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Views of each layer's committed keys and values (rows the cache never writes again)."""

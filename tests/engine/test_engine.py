@@ -18,7 +18,7 @@ from rayspec.tree.structure import TreeShape
 from rayspec.verify import available_verifiers, get_verifier
 from rayspec.verify.processing import SamplingParams
 from tests.stats import assert_frequencies_match
-from tests.tiny_models import noisy_copy, tiny_llama
+from tests.tiny_models import SLIDING_WINDOW_ARCHITECTURES, noisy_copy, tiny_llama, tiny_sliding_window
 
 VERIFIER_TREES = {
     "greedy": "kary:3x3", "sps": "chain:4", "rrs": "kary:3x2", "rrsw": "kary:2x3", "spectr": "kary:2x3",
@@ -48,6 +48,21 @@ def test_target_only_greedy_equals_hf_generate(pair):
     with torch.no_grad():
         hf = target.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False, pad_token_id=0)
     assert engine.run(prompt, max_new_tokens=20, temperature=0).tokens == hf[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("architecture", SLIDING_WINDOW_ARCHITECTURES)
+def test_a_sliding_window_pair_decodes_what_hf_generate_does_far_past_the_window(architecture):
+    target = tiny_sliding_window(architecture, window=4)
+    drafter = noisy_copy(target, noise=0.05)
+    prompt = [3, 1, 4, 1, 5, 9]
+    with torch.no_grad():
+        hf = target.generate(torch.tensor([prompt]), max_new_tokens=30, do_sample=False, pad_token_id=0,
+                             eos_token_id=None)[0, len(prompt):].tolist()
+    assert SpeculativeEngine(LocalTarget(target)).run(prompt, max_new_tokens=30, temperature=0,
+                                                      ignore_eos=True).tokens == hf
+    for verifier, tree in (("greedy", "kary:2x3"), ("rrsw", "chain:6"), ("topk", "dynamic:16")):
+        engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier=verifier, tree=tree)
+        assert engine.run(prompt, max_new_tokens=30, temperature=0, ignore_eos=True).tokens == hf, verifier
 
 
 @pytest.mark.parametrize("name", available_verifiers())

@@ -11,7 +11,7 @@ from rayspec.models import TreeLM
 from rayspec.models import tree_lm
 from rayspec.models.tree_lm import GrowingLayer, cache_keyword, leave_cudnn_attention_out, visible_beyond_prefix
 from rayspec.tree.structure import TreeShape
-from tests.tiny_models import tiny_llama
+from tests.tiny_models import SLIDING_WINDOW_ARCHITECTURES, tiny_llama, tiny_sliding_window
 
 SHAPES = [TreeShape.chain(5), TreeShape.kary(3, 2), TreeShape((-1, 0, 0, 0, 1, 1, 2, 4, 4, 7))]
 
@@ -220,3 +220,56 @@ def test_the_cache_grows_in_place_past_its_buffers_with_exact_logits(model, monk
     assert worst <= 1e-4
     per_tensor = len(regrown) / (2 * len(lm.cache.layers))
     assert per_tensor <= 5, f"{per_tensor:.0f} reallocations per keys/values tensor over {forwards} forwards"
+
+
+@pytest.fixture(scope="module", params=SLIDING_WINDOW_ARCHITECTURES)
+def sliding_model(request):
+    return tiny_sliding_window(request.param, window=4, vocab=96)
+
+
+def test_a_sliding_window_model_trees_past_the_window_equal_hf_forwards(sliding_model):
+    """Window 4, a 13-token prefix and trees 7 deep, forwarded whole, then level by level
+    (rows appended earlier in the step, some of them past the window of the deepest nodes),
+    then committed and continued: every node's logits are those HF's own forward gives its
+    path, which applies the window itself."""
+    shape = TreeShape((-1, 0, 0, 1, 2, 3, 4, 5, 6, 6))
+    generator = torch.Generator().manual_seed(5)
+    prefix = torch.randint(96, (13,), generator=generator).tolist()
+    tokens = torch.randint(96, (shape.size,), generator=generator).tolist()
+    tokens[0] = prefix[-1]
+
+    def path(node):
+        return prefix[:-1] + [tokens[i] for i in [0, *shape.path_to(node)]]
+
+    whole, levels = TreeLM(sliding_model), TreeLM(sliding_model)
+    assert whole.sliding_window == 4
+    whole.prefill(prefix[:-1])
+    logits = whole.forward(tokens, shape.parents, shape.depth)
+    levels.prefill(prefix[:-1])
+    by_level, slot = {}, {}
+    for level in shape.levels:
+        nodes = list(level)
+        visible = torch.zeros(len(nodes), levels.cached - levels.committed, dtype=torch.bool)
+        for i, node in enumerate(nodes):
+            for ancestor in [0, *shape.path_to(node)][:-1]:
+                visible[i, slot[ancestor] - levels.committed] = True
+        first = levels.cached
+        out = levels.forward([tokens[n] for n in nodes], [-1] * len(nodes), [shape.depth[n] for n in nodes], visible)
+        for i, node in enumerate(nodes):
+            by_level[node], slot[node] = out[i], first + i
+    for node in range(shape.size):
+        expected = path_logits(sliding_model, path(node))
+        assert float((logits[node] - expected).abs().max()) <= 1e-4, node
+        assert float((by_level[node] - expected).abs().max()) <= 1e-4, node
+    accepted = [0, *shape.path_to(9)]
+    whole.keep([whole.committed + node for node in accepted])
+    continued = whole.forward([70, 71], [-1, 0], [0, 1])
+    assert float((continued[1] - path_logits(sliding_model, path(9) + [70, 71])).abs().max()) <= 1e-4
+
+
+def test_a_sliding_window_model_keeps_every_row_and_forwards_alone(sliding_model):
+    lm = TreeLM(sliding_model)
+    lm.prefill(list(range(1, 11)))
+    assert lm.cached == lm.committed == 10  # not the last window's rows only
+    assert all(isinstance(layer, GrowingLayer) for layer in lm.cache.layers)
+    assert not lm.reuses_prefixes  # the batched forward applies no window
