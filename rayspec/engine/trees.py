@@ -27,7 +27,22 @@ MAX_TREE_NODES = 1024  # per step: a larger tree is a mistake or an attack, not 
 
 def _capped(nodes: int, text: str) -> None:
     if nodes > MAX_TREE_NODES:
-        raise ValueError(f"tree spec {text!r} has {nodes} nodes; at most {MAX_TREE_NODES} are allowed")
+        raise ValueError(f"tree spec {text!r} has over {MAX_TREE_NODES} nodes (the root counts); "
+                         f"at most {MAX_TREE_NODES} are allowed")
+
+
+def _kary_nodes(k: int, depth: int) -> int:
+    """The nodes of kary:KxD, the root counted: exact up to the cap, and once past it only some
+    count above it, for D may be in the millions (and k**D beyond counting)."""
+    nodes, width = 1, 1
+    for _ in range(depth):
+        width *= k
+        if not width:
+            break
+        nodes += width
+        if nodes > MAX_TREE_NODES:
+            break
+    return nodes
 
 
 def parse_tree_spec(spec: str | TreeShape | DynamicPlan) -> TreeShape | DynamicPlan:
@@ -42,7 +57,7 @@ def parse_tree_spec(spec: str | TreeShape | DynamicPlan) -> TreeShape | DynamicP
             return TreeShape.chain(int(match[1]))
         if match := re.fullmatch(r"kary:(\d+)x(\d+)", text):
             k, depth = int(match[1]), int(match[2])
-            _capped(sum(k**level for level in range(min(depth, 64) + 1)), text)
+            _capped(_kary_nodes(k, depth), text)
             return TreeShape.kary(k, depth)
         if match := re.fullmatch(r"dynamic:(\d+)(?:x(\d+)x(\d+))?", text):
             extra = {} if match[2] is None else {"depth": int(match[2]), "top_k": int(match[3])}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from rayspec.engine.policy import (
     AcceptanceLibrary, LoadGauge, SequoiaSpec, SequoiaTrees, TreeTrial, check_tree_spec, load_level,
     parse_sequoia, vector_file_name,
 )
+from rayspec.engine.trees import MAX_TREE_NODES, parse_tree_spec
 from rayspec.tree.planner import MeasuredTimes
 from rayspec.tree.sequoia import solve
 from rayspec.tree.structure import TreeShape
@@ -57,6 +59,24 @@ def test_requests_may_name_only_sequoia_trees_cheap_enough_to_plan_while_they_wa
         check_tree_spec("kary:4x8")
     with pytest.raises(ValueError, match="'file:/etc/passwd': file: trees name a file on the server"):
         check_tree_spec(" file:/etc/passwd")
+
+
+@pytest.mark.parametrize("spec, nodes", [("kary:1x1023", 1024), ("kary:2x9", 1023), ("kary:32x1", 33), ("kary:7x0", 1),
+                                         ("kary:1023x1", 1024)])
+def test_a_kary_tree_within_the_node_cap_is_built_whatever_its_shape(spec, nodes):
+    assert parse_tree_spec(spec).size == nodes
+
+
+@pytest.mark.parametrize("spec", ["kary:1x1024", "kary:1x3000000", "kary:2x10", "kary:1024x1", "kary:2x999999999"])
+def test_a_kary_tree_past_the_node_cap_is_refused_at_once_however_deep(spec):
+    """kary:1xD counted 65 nodes whatever D (k**level summed over 64 levels at most): a request
+    naming kary:1x3000000 drafted a chain of three million nodes (14 s, 900 MB)."""
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=f"has over {MAX_TREE_NODES} nodes"):
+        check_tree_spec(spec)
+    with pytest.raises(ValueError, match=f"at most {MAX_TREE_NODES} are allowed"):
+        parse_tree_spec(spec)
+    assert time.monotonic() - started < 0.5
 
 
 @pytest.mark.parametrize("verifier, width", [("rrsw", None), ("spechub", 2), ("sps", 1)])
