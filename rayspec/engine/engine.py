@@ -40,7 +40,9 @@ import torch
 from rayspec.engine.calibrate import CostsFile, measure_costs
 from rayspec.engine.drafting import SequenceDrafting
 from rayspec.engine.hedge import check_hedge_factor
-from rayspec.engine.interfaces import Draft, GenerationCancelled, SequenceSpec, TargetUnavailable, TokenLogprobs
+from rayspec.engine.interfaces import (
+    Draft, GenerationCancelled, SequenceSpec, TargetUnavailable, TokenLogprobs, check_same_vocabulary,
+)
 from rayspec.engine.policy import (
     AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia, planned_tree,
     step_cost_model,
@@ -241,6 +243,8 @@ class SpeculativeEngine:
         on target-only (`rayspec.engine.hedge`); None waits for every draft."""
         check_resume_timeout(target_resume_timeout)
         check_hedge_factor(draft_hedge)
+        if drafter is not None:
+            check_same_vocabulary(drafter.vocab_size, target.vocab_size)
         self.draft_hedge = draft_hedge
         self._hedge_threads: ThreadPoolExecutor | None = None  # where hedged drafts wait, made at the first
         self._hedge_threads_lock = threading.Lock()

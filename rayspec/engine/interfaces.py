@@ -214,6 +214,17 @@ class TargetSession(Protocol):
     def close(self) -> None: ...
 
 
+def check_same_vocabulary(drafter_vocab_size: int, target_vocab_size: int) -> None:
+    """ValueError unless a drafter's vocabulary is as large as its target's: its q rows and
+    drafted ids are read over the target's (a larger id has no embedding in the target, a
+    row of another width fails every verification).  Pairs that share a tokenizer but pad
+    their embeddings differently (Qwen2.5-0.5B's 151,936 rows, 7B's 152,064) are refused too:
+    nothing here pads or cuts one's rows to the other's."""
+    if int(drafter_vocab_size) != int(target_vocab_size):
+        raise ValueError(f"the drafter's vocab_size ({drafter_vocab_size}) differs from the target's "
+                         f"({target_vocab_size}): a drafter must have its target's vocabulary, of the same size")
+
+
 class Drafter(Protocol):
     vocab_size: int
     context_length: int  # the drafter model's own: the engine drafts only while a sequence fits it

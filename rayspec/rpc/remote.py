@@ -30,7 +30,8 @@ import grpc
 import torch
 
 from rayspec.engine.interfaces import (
-    Draft, DrafterBusy, DrafterUnavailable, Outcome, SequenceSpec, TargetUnavailable, stream_generator,
+    Draft, DrafterBusy, DrafterUnavailable, Outcome, SequenceSpec, TargetUnavailable, check_same_vocabulary,
+    stream_generator,
 )
 from rayspec.coupling import KeyedNoise
 from rayspec.rpc import codec
@@ -488,6 +489,11 @@ class RemoteDrafter(_WorkerHandle):
         self.losses = 0  # calls that lost the drafter
         self._connect(address)
         info = call(self.stub.Info, worker_pb2.InfoRequest(), timeout)
+        try:
+            check_same_vocabulary(info.vocab_size, vocab_size)
+        except ValueError as error:
+            self.close()
+            raise ValueError(f"drafter worker at {address}: {error}") from None
         self.model_id = info.model_id
         self.context_length = int(info.context_length)
 

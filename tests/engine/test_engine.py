@@ -65,6 +65,14 @@ def test_a_sliding_window_pair_decodes_what_hf_generate_does_far_past_the_window
         assert engine.run(prompt, max_new_tokens=30, temperature=0, ignore_eos=True).tokens == hf, verifier
 
 
+@pytest.mark.parametrize("drafter_vocab", [72, 60])
+def test_a_drafter_whose_vocabulary_size_differs_from_the_targets_is_refused_at_construction(pair, drafter_vocab):
+    """Built, such a pair failed every request mid-stream (a row width mismatch, or an id the
+    target has no embedding for: a device-side assert on a GPU)."""
+    with pytest.raises(ValueError, match=rf"drafter's vocab_size \({drafter_vocab}\) differs from the target's \(64\)"):
+        SpeculativeEngine(LocalTarget(pair[0]), LocalDrafter(tiny_llama(vocab=drafter_vocab, seed=3)))
+
+
 @pytest.mark.parametrize("name", available_verifiers())
 def test_temperature_zero_equals_target_greedy_for_every_verifier(pair, greedy_reference, name):
     target, drafter = pair

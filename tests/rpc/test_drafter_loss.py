@@ -474,3 +474,13 @@ def test_a_drafter_that_was_down_is_probed_with_the_draft_deadline(pair):
         stuck_drafter.release.set()
         stuck.stop(0)
         remote.close()
+
+
+def test_a_drafter_worker_whose_vocabulary_size_differs_from_the_targets_is_refused_when_connected():
+    server, port = serve_drafter(LocalDrafter(tiny_llama(vocab=VOCAB + 8, seed=3)), "127.0.0.1:0")
+    try:
+        with pytest.raises(ValueError, match=rf"drafter worker at 127.0.0.1:{port}: the drafter's vocab_size "
+                                             rf"\({VOCAB + 8}\) differs from the target's \({VOCAB}\)"):
+            RemoteDrafter(f"127.0.0.1:{port}", VOCAB, timeout=10)
+    finally:
+        server.stop(0).wait()
