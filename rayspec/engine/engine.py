@@ -49,7 +49,7 @@ from rayspec.engine.policy import (
 )
 from rayspec.engine.prediction import GraftChoice, Prediction, check_graft_mode, graft_draft, prediction_chain
 from rayspec.engine.structured import StructuredOutput, check_structured, structured_regex
-from rayspec.engine.text import StopFinder, bad_words_token_ids
+from rayspec.engine.text import StopFinder, bad_words_token_ids, listed
 from rayspec.engine.trees import parse_tree_spec
 from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import DraftTree, TreeShape
@@ -125,6 +125,17 @@ def check_resume_timeout(seconds, name: str = "target_resume_timeout") -> None:
     """A clear error for a resume timeout that is not a number of seconds, 0 or more."""
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
         raise ValueError(f"{name} must be a number of seconds, 0 or more, got {seconds!r}")
+
+
+def check_max_new_tokens(value) -> None:
+    """ValueError unless `value` is a whole number, 1 or more (a float such as 2.5 once passed
+    and failed mid-generation; a bool is not a count)."""
+    try:
+        whole = operator.index(value)
+    except TypeError:
+        whole = None
+    if isinstance(value, bool) or whole is None or whole < 1:
+        raise ValueError(f"max_new_tokens must be a whole number, 1 or more, got {value!r}")
 
 
 @dataclass
@@ -375,10 +386,10 @@ class SpeculativeEngine:
         min_p: float = 0.0,
         min_tokens: int = 0,
         allowed_token_ids: Sequence[int] = (),
-        bad_words: Sequence[str | Sequence[int]] = (),
+        bad_words: str | Sequence[str | Sequence[int]] = (),
         ignore_eos: bool = False,
         seed: int | None = None,
-        stop: Sequence[str | int] | None = None,
+        stop: str | Sequence[str | int] | None = None,
         skip_special_tokens: bool = True,
         verifier: str | None = None,
         tree: str | TreeShape | None = None,
@@ -393,8 +404,9 @@ class SpeculativeEngine:
     ) -> Iterator[Chunk]:
         """Yield the tokens of each verification step as soon as it is verified.
 
-        stop: strings (needs the engine's tokenizer) and/or token ids; the target's EOS ids
-        stop too unless `ignore_eos`.  Stop tokens are not yielded; a stop string's text is
+        stop: strings (needs the engine's tokenizer) and/or token ids, or one string (one stop,
+        not its characters: as OpenAI and vLLM read it, and bad_words alike); the target's EOS
+        ids stop too unless `ignore_eos`.  Stop tokens are not yielded; a stop string's text is
         (trim it with `rayspec.engine.text.TextAssembler`).  Stop strings are searched in the
         text decoded as the tokenizer's `decode(..., skip_special_tokens)` gives it.  `stats`
         (optional) is filled as steps go.
@@ -426,6 +438,8 @@ class SpeculativeEngine:
         left); a wait for a lost target then ends at once with `GenerationCancelled` instead
         of at `target_resume_timeout` (between steps, a caller simply stops iterating)."""
         replayable = seed is not None if replayable is None else replayable
+        stop, bad_words = listed(stop), listed(bad_words)
+        check_max_new_tokens(max_new_tokens)
         stop_ids = self._stop_ids(stop, ignore_eos)
         regex = structured_regex(structured_output)
         check_structured(regex, ignore_eos, self.target.eos_token_ids)
@@ -434,8 +448,6 @@ class SpeculativeEngine:
                                 tuple(allowed_token_ids or ()), self._bad_words_ids(bad_words), regex)
         params.check_vocabulary(self.target.vocab_size)
         min_tokens = params.min_tokens
-        if int(max_new_tokens) < 1:
-            raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         prompt = self.check_prompt(prompt_ids)
         context = self.target.context_length
         # Trees fit both models' contexts; past a shorter drafter's, steps decode target-only

@@ -17,7 +17,7 @@ from rayspec.engine.interfaces import TokenLogprobs, check_logprobs
 from rayspec.engine.policy import check_tree_spec
 from rayspec.engine.prediction import check_prediction, prediction_chain
 from rayspec.engine.structured import check_structured, compiled_index, structured_regex, vocabulary_of
-from rayspec.engine.text import TextAssembler, bad_words_token_ids, check_text
+from rayspec.engine.text import TextAssembler, bad_words_token_ids, check_text, listed
 from rayspec.verify.processing import SamplingParams
 
 
@@ -63,7 +63,7 @@ def usage_of(stats: GenerationStats, prompt_tokens: int) -> dict:
 
 def _strings(value, name: str) -> list[str]:
     """A field that takes a string or a list of strings (None: none), as a list."""
-    strings = [value] if isinstance(value, str) else list(value or ())
+    strings = listed(value)
     if not all(isinstance(s, str) for s in strings):
         raise ValueError(f"{name} must be a string or a list of strings")
     return [check_text(s, name) for s in strings]

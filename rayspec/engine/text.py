@@ -37,6 +37,12 @@ def check_text(text: str, name: str) -> str:
     return text
 
 
+def listed(value) -> list:
+    """A field that takes one string or a list (None: none), as a list: a bare string is one
+    entry, as OpenAI and vLLM read `stop`, not a list of its characters."""
+    return [value] if isinstance(value, str) else list(value or ())
+
+
 def finished_length(text: str) -> int:
     """The length of `text` without the unfinished character(s) it ends in (no copy made)."""
     end = len(text)

@@ -223,6 +223,23 @@ def test_a_stop_string_completed_by_the_last_allowed_token_stops(demo_tokenizer)
     assert (out.tokens, out.finish_reason) == (script[:stop_ends - 1], "length")
 
 
+def test_a_bare_stop_string_or_bad_word_is_one_entry_not_its_characters(demo_tokenizer):
+    """As OpenAI and vLLM read `stop`: "alpha beta gamma" stopped at the first " " once."""
+    script = demo_tokenizer.encode("alpha beta gamma delta", add_special_tokens=False)
+    stop_ends = len(demo_tokenizer.encode("alpha beta gamma", add_special_tokens=False))
+    engine = SpeculativeEngine(_ScriptedTarget(script), None, tokenizer=demo_tokenizer)
+    out = engine.run([5], max_new_tokens=len(script), stop=" gamma")
+    assert (out.tokens, out.finish_reason, out.stop_reason) == (script[:stop_ends], "stop", " gamma")
+    opened = []
+    recording = _ScriptedTarget(script)
+    recording.open = lambda spec, open=recording.open: opened.append(spec) or open(spec)
+    engine = SpeculativeEngine(recording, None, tokenizer=demo_tokenizer)
+    for bad_words in ("alpha beta", ["alpha beta"]):
+        engine.run([5], max_new_tokens=2, bad_words=bad_words)
+    assert opened[0].params.bad_words_ids == opened[1].params.bad_words_ids
+    assert len(opened[0].params.bad_words_ids) == 2  # "alpha beta" and " alpha beta", as vLLM tokenizes them
+
+
 def test_a_stop_string_after_the_prompt_is_found_as_the_completion_reads(sentencepiece_tokenizer):
     tokenizer = sentencepiece_tokenizer
     full = tokenizer.encode("Hello, world is big", add_special_tokens=False)
