@@ -215,7 +215,7 @@ class TargetSession(Protocol):
 
 
 def check_same_vocabulary(drafter_vocab_size: int, target_vocab_size: int) -> None:
-    """ValueError unless a drafter's vocabulary is as large as its target's: its q rows and
+    """ValueError unless a drafter's vocabulary has its target's size: its q rows and
     drafted ids are read over the target's (a larger id has no embedding in the target, a
     row of another width fails every verification).  Pairs that share a tokenizer but pad
     their embeddings differently (Qwen2.5-0.5B's 151,936 rows, 7B's 152,064) are refused too:

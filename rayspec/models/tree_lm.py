@@ -33,7 +33,8 @@ import logging
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, get_layer_types_and_kwargs
+from transformers import cache_utils
+from transformers.cache_utils import DynamicLayer
 
 log = logging.getLogger(__name__)
 
@@ -133,18 +134,25 @@ def _regrown(cached: torch.Tensor, new: torch.Tensor, rows: int) -> torch.Tensor
     return buffer
 
 
+# HF's cache layer of sliding-window attention (transformers >= 4.57; None before, when such
+# layers had other types that keep their own rules).
+_SLIDING_LAYER = getattr(cache_utils, "DynamicSlidingWindowLayer", None)
+
+
 def sliding_window_of(config) -> tuple[int | None, list[str]]:
     """(the window of a model's sliding-window attention layers, or None if it has none; its
     layers' types as HF names them, e.g. "full_attention", "sliding_attention").
 
-    In HF's semantics a query at position t sees the keys at positions t - window + 1 .. t."""
-    layer_types, layer_kwargs = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
-    windows = {kwargs["sliding_window"] for layer_type, kwargs in zip(layer_types, layer_kwargs)
-               if layer_type == "sliding_attention"}
-    if len(windows) > 1:
-        raise ValueError(f"the model's sliding_window differs between its layers ({sorted(windows)}); "
-                         "one window for every sliding_attention layer is supported")
-    return (windows.pop() if windows else None), list(layer_types)
+    In HF's semantics a query at position t sees the keys at positions t - window + 1 .. t.
+    Read from the config's own fields, as HF's caches read them (`layer_types` where the config
+    has it, else every layer sliding when `sliding_window` is set), not through a helper of
+    the newest transformers only."""
+    config = config.get_text_config(decoder=True)
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is None:
+        layer_types = ["sliding_attention" if window is not None else "full_attention"] * config.num_hidden_layers
+    return (window if "sliding_attention" in layer_types else None), list(layer_types)
 
 
 class TreeLM:
@@ -166,7 +174,7 @@ class TreeLM:
         self.sliding_window, self.layer_types = sliding_window_of(model.config)
         # Other special layers (chunked attention, recurrent states) keep their own update rules.
         self.cache.layers = [GrowingLayer() if type(layer) is DynamicLayer
-                             or (type(layer) is DynamicSlidingWindowLayer and layer_type == "sliding_attention")
+                             or (type(layer) is _SLIDING_LAYER and layer_type == "sliding_attention")
                              else layer for layer, layer_type in zip(self.cache.layers, self.layer_types)]
         self.committed = 0  # cache rows of committed tokens (a prefix of the cache)
         # With a sliding window: the position ids of the appended, uncommitted rows (a committed
