@@ -33,7 +33,7 @@ from rayspec.models.batching import (
     DEFAULT_MAX_BATCH_SEQUENCES, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PREFILL_CHUNK, ForwardBatcher,
 )
 from rayspec.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB, PrefixCache
-from rayspec.models.tree_lm import TreeLM
+from rayspec.models.tree_lm import TreeLM, check_tree_attention
 from rayspec.tree.dynamic import DynamicPlan, select_dynamic_tree
 from rayspec.tree.structure import DraftTree, TreeShape, root_path
 from rayspec.verify import get_verifier
@@ -401,6 +401,7 @@ class _LocalModel:
                  max_batch_sequences: int = DEFAULT_MAX_BATCH_SEQUENCES,
                  max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
                  prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK):
+        check_tree_attention(model.config)
         self.model = model
         self.batcher = ForwardBatcher(max_batch_sequences, max_batch_tokens, prefill_chunk_tokens)
         self.prefix_cache = PrefixCache(int(prefix_cache_mb * 2**20)) if prefix_cache_mb else None

@@ -155,6 +155,18 @@ def sliding_window_of(config) -> tuple[int | None, list[str]]:
     return (window if "sliding_attention" in layer_types else None), list(layer_types)
 
 
+def check_tree_attention(config) -> None:
+    """ValueError for a model whose attention a tree mask cannot steer: ALiBi models build
+    their position biases from a key's cache row (MPT: wrong for a tree's branches, whose rows
+    are not their positions) or from a 2-D padding mask of their own (BLOOM, Falcon with
+    `alibi`: they fail on a 4-D one)."""
+    config = config.get_text_config(decoder=True)
+    if config.model_type in ("bloom", "mpt") or getattr(config, "alibi", False) is True:
+        raise ValueError(f"{config.model_type} models use ALiBi position biases, which tree attention cannot drive; "
+                         "rayspec runs models with rotary or learned position embeddings (Llama, Mistral, Qwen2, "
+                         "Gemma, GPT-2, GPT-NeoX, Phi-3, OPT, Falcon without alibi)")
+
+
 class TreeLM:
     """A causal LM with the KV cache of one sequence; tree-masked forwards and compaction.
 

@@ -1,0 +1,94 @@
+"""The architectures the README names: for each (tiny random weights), the engine's greedy
+decoding — target-only, and speculative over a tree with a noisy copy as drafter — equals
+HF's plain greedy decoding token for token, each tree node's logits are those of its path run
+alone, and ALiBi models are refused with a message.
+(Sliding-window models are held to HF's own forward node by node in test_tree_lm.py.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.models import TreeLM
+from rayspec.tree.structure import TreeShape
+from tests.tiny_models import noisy_copy
+
+VOCAB = 64
+COMMON = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+              max_position_embeddings=128)
+CONFIGS = {
+    "mistral": lambda: transformers.MistralConfig(**COMMON, num_key_value_heads=2, sliding_window=None),
+    "qwen2": lambda: transformers.Qwen2Config(**COMMON, num_key_value_heads=2),
+    "gpt2": lambda: transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=128),
+    "gpt_neox": lambda: transformers.GPTNeoXConfig(**COMMON),
+    "phi3": lambda: transformers.Phi3Config(**COMMON, num_key_value_heads=2, pad_token_id=0),
+    "opt": lambda: transformers.OPTConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                          ffn_dim=64, max_position_embeddings=128, word_embed_proj_dim=32),
+    "falcon": lambda: transformers.FalconConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+                                                num_attention_heads=4),
+}
+PROMPT = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
+
+
+def tiny(config) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():  # sharper logits than the default init, so that greedy paths are not ties
+        model.get_output_embeddings().weight.mul_(8.0)
+    model.config.eos_token_id = model.generation_config.eos_token_id = None
+    return model
+
+
+@torch.no_grad()
+def plain_greedy(model, prompt: list[int], n: int) -> list[int]:
+    ids = list(prompt)
+    for _ in range(n):
+        ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+@pytest.mark.parametrize("architecture", sorted(CONFIGS))
+def test_each_tree_nodes_logits_are_hfs_for_its_path(architecture):
+    model = tiny(CONFIGS[architecture]())
+    shape = TreeShape((-1, 0, 0, 0, 1, 1, 2, 4, 4, 7))
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(VOCAB, (shape.size,), generator=generator).tolist()
+    tokens[0] = PROMPT[-1]
+    lm = TreeLM(model)
+    lm.prefill(PROMPT[:-1])
+    logits = lm.forward(tokens, shape.parents, shape.depth)
+    with torch.no_grad():
+        for node in range(shape.size):
+            path = PROMPT[:-1] + [tokens[i] for i in [0, *shape.path_to(node)]]
+            alone = model(input_ids=torch.tensor([path])).logits[0, -1].float()
+            torch.testing.assert_close(logits[node], alone, rtol=0, atol=1e-4, msg=f"node {node}")
+
+
+@pytest.mark.parametrize("architecture", sorted(CONFIGS))
+def test_greedy_decoding_is_hfs_for_each_architecture(architecture):
+    target = tiny(CONFIGS[architecture]())
+    drafter = noisy_copy(target, noise=0.05)
+    expected = plain_greedy(target, PROMPT, 40)
+    alone = SpeculativeEngine(LocalTarget(target, prefix_cache_mb=0))
+    assert alone.run(PROMPT, max_new_tokens=40, temperature=0, ignore_eos=True).tokens == expected
+    for verifier, tree in (("greedy", "kary:2x3"), ("rrsw", "sequoia:16")):
+        engine = SpeculativeEngine(LocalTarget(target, prefix_cache_mb=0), LocalDrafter(drafter, prefix_cache_mb=0),
+                                   verifier=verifier, tree=tree)
+        run = engine.run(PROMPT, max_new_tokens=40, temperature=0, ignore_eos=True)
+        assert run.tokens == expected, verifier
+        assert run.stats.tokens_per_step > 1.2, verifier  # the trees' drafts were accepted, deep ones too
+
+
+@pytest.mark.parametrize("config", [
+    lambda: transformers.BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4),
+    lambda: transformers.FalconConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                      alibi=True),
+    lambda: transformers.MptConfig(vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4),
+], ids=["bloom", "falcon-alibi", "mpt"])
+def test_alibi_models_are_refused_with_a_message(config):
+    model = tiny(config())
+    for side in (LocalTarget, LocalDrafter):
+        with pytest.raises(ValueError, match="use ALiBi position biases, which tree attention cannot drive"):
+            side(model)
