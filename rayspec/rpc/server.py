@@ -190,10 +190,12 @@ class Servicer:
         if size > self.max_request_bytes:
             raise ValueError(f"request of {size} bytes exceeds this server's limit of {self.max_request_bytes} bytes")
 
-    def open_session(self, session_id: str, make):
+    def open_session(self, session_id: str, make, context=None):
         """Open `session_id` with `make()` (which may prefill a prompt) and return the session:
         its place is taken first, so that an Open refused for a duplicate id or a full server
-        costs no compute."""
+        costs no compute.  An Open whose caller is gone (`context`: past its deadline, or
+        cancelled, before or while the session was made) keeps no session: the caller cannot
+        know of it, and its Release may have come before the Open did."""
         if not session_id:
             raise ValueError("a session id is required")
         self.expire_idle_sessions()
@@ -209,6 +211,8 @@ class Servicer:
                                                  name="rayspec-session-sweeper", daemon=True)
                 self._sweeper.start()
         try:
+            if context is not None and not context.is_active():
+                raise GenerationCancelled(f"the caller of Open {session_id!r} left before it began")
             session = make()
         except BaseException:
             with self._sessions_lock:
@@ -216,8 +220,10 @@ class Servicer:
             raise
         with self._sessions_lock:
             if session_id in self._sessions:  # not released while it opened
-                self._sessions[session_id] = (session, time.monotonic())
-                return session
+                if context is None or context.is_active():
+                    self._sessions[session_id] = (session, time.monotonic())
+                    return session
+                del self._sessions[session_id]
         session.close()
         return session
 

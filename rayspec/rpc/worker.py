@@ -77,7 +77,7 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
     def Open(self, request, context):
         spec = codec.decode_spec(request.spec)
         _open_checks(spec, self.target.vocab_size, self.target.context_length)
-        session = self.open_session(request.session_id, lambda: self.target.open(spec))  # prefills, holding the model
+        session = self.open_session(request.session_id, lambda: self.target.open(spec), context)  # prefills
         reply = worker_pb2.OpenReply(cached_tokens=session.cached_tokens)
         if session.prompt_logprobs is not None:
             codec.encode_logprobs(session.prompt_logprobs, reply.prompt_logprobs)
@@ -146,7 +146,8 @@ class DrafterServicer(Servicer, worker_pb2_grpc.DrafterServiceServicer):
     def Open(self, request, context):
         spec = codec.decode_spec(request.spec)
         _open_checks(spec, self.drafter.vocab_size, self.drafter.context_length)
-        self.open_session(request.session_id, lambda: self.drafter.open(spec))  # no forward yet: the first draft prefills
+        # No forward yet: the first draft prefills.
+        self.open_session(request.session_id, lambda: self.drafter.open(spec), context)
         return worker_pb2.OpenReply()
 
     @rpc_errors

@@ -5,7 +5,9 @@ gRPC servers in this process, over tiny random models."""
 
 from __future__ import annotations
 
+import inspect
 import time
+from contextlib import contextmanager
 
 import grpc
 import pytest
@@ -16,7 +18,7 @@ from rayspec.rpc import codec
 from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, worker_pb2, worker_pb2_grpc
 from rayspec.engine.interfaces import SequenceSpec
 from rayspec.rpc.remote import RemoteDrafter, RemoteError, RemoteTarget
-from rayspec.rpc.server import status_of
+from rayspec.rpc.server import rpc_errors, status_of
 from rayspec.rpc.worker import serve_drafter, serve_target
 from rayspec.verify.processing import SamplingParams
 from tests.tiny_models import tiny_llama
@@ -350,14 +352,13 @@ def _eventually(condition, seconds: float = 10.0) -> bool:
     return condition()
 
 
-@pytest.mark.parametrize("role", ["target", "drafter"])
-def test_a_session_whose_open_outlived_its_deadline_is_released(role):
-    """The worker finishes an Open its caller stopped waiting for; the caller, not knowing
-    whether it did, releases the session, or it would hold a KV cache and a session slot until
-    the idle expiry (and a client retrying such requests one more each time)."""
+@contextmanager
+def _open_past_its_deadline(role: str, open_seconds: float = 0.0):
+    """A worker of `role` ("target" or "drafter") whose Open a remote handle calls with a 0.3-s
+    deadline, which it misses; yields the sessions the worker opened and those it closed."""
     model = tiny_llama(vocab=VOCAB, seed=0)
     worker = LocalTarget(model) if role == "target" else LocalDrafter(model)
-    opened, closed = _tracking(worker, open_seconds=0.6)
+    opened, closed = _tracking(worker, open_seconds=open_seconds)
     server, port = (serve_target if role == "target" else serve_drafter)(worker, "127.0.0.1:0")
     try:
         address = f"127.0.0.1:{port}"
@@ -365,11 +366,40 @@ def test_a_session_whose_open_outlived_its_deadline_is_released(role):
         spec = SequenceSpec((11, 5, 7, 40), SamplingParams(temperature=1.0), seed=3, verifier="rrsw")
         with pytest.raises(RemoteError, match="DEADLINE_EXCEEDED"):
             remote.open(spec)
-        assert _eventually(lambda: len(closed) == 1), f"{len(opened)} opened, {len(closed)} released"
-        assert closed == opened
+        yield opened, closed
         remote.close()
     finally:
         server.stop(0)
+
+
+@pytest.mark.parametrize("role", ["target", "drafter"])
+def test_a_session_whose_open_outlived_its_deadline_is_released(role):
+    """The worker finishes an Open its caller stopped waiting for; the caller, not knowing
+    whether it did, releases the session, or it would hold a KV cache and a session slot until
+    the idle expiry (and a client retrying such requests one more each time)."""
+    with _open_past_its_deadline(role, open_seconds=0.6) as (opened, closed):
+        assert _eventually(lambda: len(closed) == 1), f"{len(opened)} opened, {len(closed)} released"
+        assert closed == opened
+
+
+@pytest.mark.parametrize("role", ["target", "drafter"])
+def test_an_open_that_begins_after_its_caller_left_keeps_no_session(role, monkeypatch):
+    """An Open queued past its deadline (a busy worker) reaches the servicer after the caller's
+    Release did: the servicer, seeing its caller gone, keeps no session and spares the prefill."""
+    from rayspec.rpc.worker import DrafterServicer, TargetServicer
+
+    servicer_type = TargetServicer if role == "target" else DrafterServicer
+    open_ = inspect.unwrap(servicer_type.Open)
+
+    @rpc_errors
+    def late_open(self, request, context):
+        time.sleep(0.6)  # waiting for a thread of the worker
+        return open_(self, request, context)
+
+    monkeypatch.setattr(servicer_type, "Open", late_open)
+    with _open_past_its_deadline(role) as (opened, closed):
+        time.sleep(0.8)  # the Open has run by now
+        assert opened == [] and closed == []
 
 
 def test_a_drafter_session_lost_to_a_late_draft_is_released():
