@@ -14,9 +14,17 @@ _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    """`auto`: CUDA when this machine's torch sees a GPU, else the CPU.  ValueError for a
+    device torch does not know, or a CUDA one it cannot reach."""
     if device in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N; got {device!r}") from None
+    if resolved.type == "cuda" and not (torch.cuda.is_available() and (resolved.index or 0) < torch.cuda.device_count()):
+        raise ValueError(f"device {device!r}: this machine's torch sees {torch.cuda.device_count()} CUDA device(s)")
+    return resolved
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:

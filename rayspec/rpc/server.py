@@ -384,6 +384,16 @@ class RequireKey(grpc.ServerInterceptor):
         return _handler_like(handler, refuse, handler.request_deserializer)
 
 
+def check_port(port: str | int, where: str | None = None) -> int:
+    """`port` as a number, or ValueError (saying `where`, if given): gRPC takes a port past
+    65535, or a negative one, modulo 65536 and would serve somewhere else than asked."""
+    text = str(port)
+    if isinstance(port, bool) or not text.isdigit() or int(text) > 65535:
+        message = f"a port is a whole number from 0 to 65535 (0: any free one), got {port!r}"
+        raise ValueError(f"{where}: {message}" if where else message)
+    return int(text)
+
+
 def start_server(register, address: str, max_workers: int = 16, options=GRPC_OPTIONS,
                  interceptors: Sequence[grpc.ServerInterceptor] = ()) -> tuple[grpc.Server, int]:
     """A started gRPC server; `register(server)` adds the servicers.  Returns (server, port).
@@ -392,6 +402,7 @@ def start_server(register, address: str, max_workers: int = 16, options=GRPC_OPT
     session's life — and calls beyond that many are refused with RESOURCE_EXHAUSTED rather
     than queued behind streams that may never end.  Its threads compute with the process's torch
     thread count (`rayspec.models.threads`)."""
+    check_port(address.rpartition(":")[2], f"cannot serve gRPC at {address!r}")
     pool = futures.ThreadPoolExecutor(max_workers=max_workers, initializer=honour_torch_threads)
     server = grpc.server(pool, options=options, maximum_concurrent_rpcs=max_workers,
                          interceptors=[*interceptors, RefuseUndecodable()])

@@ -36,7 +36,7 @@ from rayspec.models.threads import pin_process_to_cpus
 from rayspec.rpc import codec
 from rayspec.rpc.generated import health_pb2_grpc, worker_pb2, worker_pb2_grpc
 from rayspec.rpc.remote import check_draft_timeout
-from rayspec.rpc.server import HealthServicer, RemoteError, Servicer, rpc_errors, start_server
+from rayspec.rpc.server import HealthServicer, RemoteError, Servicer, check_port, rpc_errors, start_server
 
 
 log = logging.getLogger("rayspec.worker")
@@ -218,16 +218,36 @@ def wait_for_worker(role: str, address: str, timeout: float) -> bool:
         channel.close()
 
 
+def _argument(check):
+    """An argparse `type` from a checker raising ValueError (argparse prints its message)."""
+
+    def parse(text: str):
+        try:
+            return check(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    parse.__name__ = check.__name__
+    return parse
+
+
+def check_threads(text: str) -> int:
+    """A torch thread count: a whole number, 1 or more."""
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"the torch thread count is a whole number, 1 or more, got {text!r}")
+    return int(text)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="A rayspec gRPC worker (no Ray needed).")
     parser.add_argument("--role", choices=["target", "drafter", "coordinator"], required=True)
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
+    parser.add_argument("--port", type=_argument(check_port), default=0, help="0: any free port (printed)")
     parser.add_argument("--model", default=None, help="checkpoint path or hub id (default: the demo pair's); "
                         "for a coordinator, that of the model it runs itself (--target or --drafter here)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--threads", type=_argument(check_threads), default=None, help="torch CPU threads")
     parser.add_argument("--prefix-cache-mb", type=float, default=DEFAULT_PREFIX_CACHE_MB,
                         help="the model's prefix cache of prompt keys and values, in MB (0: none)")
     parser.add_argument("--max-batch-sequences", type=int, default=DEFAULT_MAX_BATCH_SEQUENCES,
@@ -274,6 +294,8 @@ def main(argv=None) -> int:
         if args.draft_timeout is not None:
             check_draft_timeout(args.draft_timeout)
         check_hedge_factor(args.draft_hedge)
+        if not args.wait_for_workers >= 0:
+            raise ValueError(f"--wait-for-workers is a number of seconds, 0 or more, got {args.wait_for_workers:g}")
     except ValueError as error:
         parser.error(str(error))
     if args.threads:
@@ -324,9 +346,10 @@ def main(argv=None) -> int:
             return serve_drafter(handle, address, model_id=str(args.model or "rayspec-demo-drafter"))
     try:
         server, port = serve()
-    except (OSError, RemoteError) as error:
+    except (OSError, RemoteError, ValueError, RuntimeError) as error:
         # a checkpoint that cannot load, a port taken (say, by a worker started before), a
-        # worker that answers with an error
+        # worker that answers with an error, a flag the model or engine refuses (a verifier,
+        # a dtype, a device)
         print(f"rayspec worker: error: {error}", file=sys.stderr)
         return 1
 

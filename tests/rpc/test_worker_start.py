@@ -8,7 +8,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
+
+import pytest
 
 from tests.loopback import free_port
 
@@ -59,3 +62,39 @@ def test_a_coordinator_gives_up_on_a_worker_that_never_comes():
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == (
         f"rayspec worker: error: the target worker at 127.0.0.1:{target_port} did not answer within 3 s")
+
+
+@pytest.mark.parametrize("flags, status, message", [
+    (["--role", "target", "--port", "70000"], 2,
+     "argument --port: a port is a whole number from 0 to 65535 (0: any free one), got '70000'"),
+    (["--role", "target", "--port", "-5"], 2, "argument --port: a port is a whole number from 0 to 65535"),
+    (["--role", "target", "--threads", "0"], 2,
+     "argument --threads: the torch thread count is a whole number, 1 or more, got '0'"),
+    (["--role", "coordinator", "--target", "here", "--wait-for-workers", "-1"], 2,
+     "--wait-for-workers is a number of seconds, 0 or more, got -1"),
+    (["--role", "target", "--device", "tpu"], 1, "rayspec worker: error: device must be auto, cpu, cuda or cuda:N"),
+    (["--role", "drafter", "--dtype", "float64"], 1,
+     "rayspec worker: error: dtype must be one of auto, float32, float16, bfloat16; got 'float64'"),
+    (["--role", "coordinator", "--target", "here", "--verifier", "nope"], 1,
+     "rayspec worker: error: unknown verifier 'nope'; available: greedy"),
+])
+def test_a_workers_bad_flags_are_one_error_line_before_it_serves(flags, status, message, capsys, monkeypatch):
+    """Bad flags are refused with what is wrong and nothing else: an exit status (2: argparse's
+    usage error; 1: refused by the model or engine), a message, no traceback, no server."""
+    from rayspec.rpc import worker
+    from rayspec.rpc.worker import main
+
+    class Served(Exception):
+        pass
+
+    def serving():  # instead of waiting for a signal, in this test's process
+        raise Served("the worker started serving")
+
+    monkeypatch.setattr(worker, "threading", types.SimpleNamespace(Event=serving))
+    try:
+        outcome = main([*flags, "--port", "0"] if "--port" not in flags else flags)
+    except SystemExit as exit:
+        outcome = exit.code
+    assert outcome == status
+    err = capsys.readouterr().err
+    assert message in err.strip().splitlines()[-1] and "Traceback" not in err
