@@ -11,7 +11,36 @@ import json
 import sys
 from pathlib import Path
 
-from rayspec.engine.trees import TREE_SPEC_HELP
+from rayspec.engine.trees import MAX_TREE_NODES, TREE_SPEC_HELP
+
+
+def _at_least(least: int):
+    """An argparse `type`: a whole number, `least` or more."""
+
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < least:
+            raise argparse.ArgumentTypeError(f"a whole number, {least} or more, is needed, got {text!r}")
+        return value
+
+    whole.__name__ = f"whole number >= {least}"
+    return whole
+
+
+def _read_vector(path: str):
+    """The acceptance vector of a JSON file (`rayspec tree measure`'s, or {"acceptance": [...]})."""
+    from rayspec.tree.acceptance import AcceptanceEstimate
+
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("acceptance"), list):
+        raise ValueError(f'{path}: an acceptance vector file is a JSON object {{"acceptance": [p1, ..., pW], ...}}')
+    try:
+        return AcceptanceEstimate.from_json(data).acceptance
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{path}: not an acceptance vector: {error}") from None
 
 
 def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +65,7 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-drafter", action="store_true", help="target-only decoding")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     parser.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on CUDA), float32, float16, bfloat16")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--threads", type=_at_least(1), default=None, help="torch CPU threads (default: torch's choice)")
 
 
 def acceptance_dir(args):
@@ -160,11 +189,12 @@ def cmd_tree_measure(args) -> int:
 
 
 def cmd_tree_build(args) -> int:
-    from rayspec.tree.acceptance import AcceptanceEstimate
     from rayspec.tree.draw import draw_tree
     from rayspec.tree.sequoia import planned_tree, tree_to_json
 
-    vector = AcceptanceEstimate.from_json(json.loads(Path(args.vector).read_text())).acceptance
+    if args.budget > MAX_TREE_NODES:
+        raise ValueError(f"--budget {args.budget}: a tree has at most {MAX_TREE_NODES} nodes, as the engine drafts them")
+    vector = _read_vector(args.vector)
     tree = planned_tree(vector, args.budget, args.max_depth, args.max_children)
     out = Path(args.out)
     _write_json(out, tree_to_json(tree))
@@ -178,22 +208,20 @@ def cmd_tree_plan(args) -> int:
     from rayspec.engine import SpeculativeEngine
     from rayspec.engine.local import check_draft_top_k
     from rayspec.engine.policy import AcceptanceLibrary, step_cost_model
-    from rayspec.tree.acceptance import AcceptanceEstimate
     from rayspec.tree.draw import draw_tree
     from rayspec.tree.planner import plan_tree
     from rayspec.tree.sequoia import expected_tokens
     from rayspec.verify import verifier_class
 
     check_draft_top_k(args.draft_top_k)  # before the models load
+    if args.vector:
+        vector, source = _read_vector(args.vector), args.vector
+    else:
+        vector, source = AcceptanceLibrary(acceptance_dir(args)).lookup(args.verifier, args.temperature)
     target, drafter, _ = load_pair(args)
     engine = SpeculativeEngine(target, drafter, verifier=args.verifier, tree="chain:1",
                                acceptance_dir=acceptance_dir(args))  # each verifier's walks on its planned trees
     costs = engine.costs()
-    if args.vector:
-        vector = AcceptanceEstimate.from_json(json.loads(Path(args.vector).read_text())).acceptance
-        source = args.vector
-    else:
-        vector, source = AcceptanceLibrary(acceptance_dir(args)).lookup(args.verifier, args.temperature)
     cost = step_cost_model(
         costs, args.verifier, target.vocab_size, rtt=args.rtt_ms / 1e3, draft_rtt=args.draft_rtt_ms / 1e3,
         bandwidth=args.bandwidth_gbps * 1e9 / 8 if args.bandwidth_gbps else float("inf"),
@@ -266,10 +294,11 @@ def build_parser() -> argparse.ArgumentParser:
     tree = commands.add_parser("tree", help="acceptance vectors and Sequoia trees").add_subparsers(dest="tree_command", required=True)
     measure = tree.add_parser("measure", help="measure a positional acceptance vector on held-out prompts")
     measure.add_argument("--verifier", default="rrsw")
-    measure.add_argument("--width", type=int, default=16, help="children of the star tree (capped by the verifier)")
+    measure.add_argument("--width", type=_at_least(1), default=16,
+                         help="children of the star tree (capped by the verifier)")
     measure.add_argument("--temperature", type=float, default=0.6)
-    measure.add_argument("--prompts", type=int, default=30, help="held-out prompts to decode")
-    measure.add_argument("--max-new-tokens", type=int, default=64)
+    measure.add_argument("--prompts", type=_at_least(1), default=30, help="held-out prompts to decode")
+    measure.add_argument("--max-new-tokens", type=_at_least(1), default=64)
     measure.add_argument("--depth-aware", type=int, default=0, metavar="D", help="per-depth vectors over D levels")
     measure.add_argument("--out", default="acceptance", help="directory for <verifier>_t<T>.json and .png")
     _add_model_args(measure)
@@ -277,8 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     build = tree.add_parser("build", help="Sequoia's optimal tree for a vector, budget and depth")
     build.add_argument("--vector", required=True, help='JSON with "acceptance": [p1, ..., pW]')
-    build.add_argument("--budget", type=int, default=64, help="nodes, root included")
-    build.add_argument("--max-depth", type=int, default=10)
+    build.add_argument("--budget", type=_at_least(1), default=64,
+                       help=f"nodes, root included (at most {MAX_TREE_NODES})")
+    build.add_argument("--max-depth", type=_at_least(1), default=10)
     build.add_argument("--max-children", type=int, default=None)
     build.add_argument("--out", default="tree.json", help="tree JSON (a PNG drawing is written beside it)")
     build.set_defaults(func=cmd_tree_build)
@@ -310,7 +340,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, OSError) as error:  # OSError: a file missing or a directory, no Ray to join
         print(f"rayspec: error: {error}", file=sys.stderr)
         return 2
 

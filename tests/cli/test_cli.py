@@ -23,7 +23,7 @@ def test_generate_takes_max_tokens_and_writes_nothing_for_a_request_it_refuses(c
     assert "] 5 tokens in" in capsys.readouterr().out
     assert main(["generate", "--prompt", "def add(a, b):", "--max-tokens", "-5", "--threads", "1"]) == 2
     captured = capsys.readouterr()
-    assert captured.out == "" and captured.err == "rayspec: error: max_new_tokens must be at least 1, got -5\n"
+    assert captured.out == "" and captured.err == "rayspec: error: max_new_tokens must be a whole number, 1 or more, got -5\n"
 
 
 def test_generate_applies_a_repetition_penalty(capsys):
@@ -176,3 +176,41 @@ def test_generate_follows_a_json_schema_or_a_choice_and_refuses_an_unenforced_sc
     assert main(["generate", "--prompt", "x", "--json-schema", bounded, "--threads", "1"]) == 2
     captured = capsys.readouterr()
     assert "json_schema uses properties.port.maximum" in captured.err and captured.out == ""
+
+
+def test_bad_arguments_are_one_error_line_before_any_model_loads(tmp_path, capsys, monkeypatch):
+    """A mistake is said in one line (exit status 2), before minutes of loading a model for it:
+    no traceback, no output file, no vector of zeros written over a measured one."""
+    import rayspec.cli
+
+    def no_loading(args):
+        raise AssertionError("the models were loaded for arguments that are refused")
+
+    monkeypatch.setattr(rayspec.cli, "load_pair", no_loading)
+    (tmp_path / "list.json").write_text("[0.5, 0.2]")
+    (tmp_path / "ok.json").write_text('{"acceptance": [0.6, 0.2]}')
+    cases = [
+        (["tree", "build", "--vector", str(tmp_path / "list.json")], "an acceptance vector file is a JSON object"),
+        (["tree", "plan", "--vector", str(tmp_path / "list.json")], "an acceptance vector file is a JSON object"),
+        (["tree", "build", "--vector", str(tmp_path / "ok.json"), "--budget", "100000"],
+         "--budget 100000: a tree has at most 1024 nodes"),
+        (["tree", "build", "--vector", str(tmp_path / "ok.json"), "--out", str(tmp_path)], "Is a directory"),
+        (["tree", "build", "--vector", str(tmp_path / "ok.json"), "--budget", "0"],
+         "argument --budget: a whole number, 1 or more, is needed, got '0'"),
+        (["tree", "measure", "--prompts", "0", "--out", str(tmp_path)],
+         "argument --prompts: a whole number, 1 or more, is needed, got '0'"),
+        (["generate", "--prompt", "x", "--threads", "-1"], "argument --threads: a whole number, 1 or more"),
+    ]
+    for argv, message in cases:
+        try:
+            status = main(argv)
+        except SystemExit as exit:
+            status = exit.code
+        err = capsys.readouterr().err
+        assert status == 2 and message in err.strip().splitlines()[-1] and "Traceback" not in err, (argv, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["list.json", "ok.json"]
+
+
+def test_a_device_torch_does_not_know_is_an_error_line(capsys):
+    assert main(["generate", "--prompt", "x", "--device", "tpu"]) == 2
+    assert capsys.readouterr().err.strip() == "rayspec: error: device must be auto, cpu, cuda or cuda:N; got 'tpu'"
