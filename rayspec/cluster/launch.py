@@ -26,6 +26,7 @@ import dataclasses
 import logging
 import os
 import signal
+import socket
 import threading
 
 from rayspec.cluster.actors import (
@@ -86,8 +87,22 @@ def join_ray(ray_address: str | None) -> bool:
     if ray.is_initialized():
         return False
     address = ray_to_join(ray_address)
+    check_ray_answers(address)
     ray.init(address=address, include_dashboard=False, log_to_driver=False)
     return address == "local"
+
+
+def check_ray_answers(address: str, timeout: float = 5.0) -> None:
+    """ConnectionError unless a host:port address has something listening (a cluster's GCS):
+    `ray.init` would try a dead one's for ever, a line every 5 s.  "local", "auto" and
+    ray:// addresses are Ray's to resolve."""
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as error:
+        raise ConnectionError(f"no Ray cluster answers at {address}: {error}") from None
 
 
 class Service:

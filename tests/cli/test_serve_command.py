@@ -180,3 +180,19 @@ def test_a_start_waiting_for_resources_says_what_it_waits_for_and_stops_on_a_sig
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
+
+
+def test_a_ray_address_where_nothing_answers_is_refused_at_once():
+    """`ray.init` would try a dead cluster's GCS for ever, a log line every 5 s: `rayspec serve
+    --address host:port` says there is none there instead (one error line, via the CLI)."""
+    from rayspec.cluster.launch import check_ray_answers
+
+    port = free_port()
+    started = time.monotonic()
+    with pytest.raises(ConnectionError, match=rf"no Ray cluster answers at 127\.0\.0\.1:{port}: .*refused"):
+        check_ray_answers(f"127.0.0.1:{port}")
+    assert time.monotonic() - started < 5
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        check_ray_answers(f"127.0.0.1:{listening.getsockname()[1]}")
+    for address in ("local", "auto", "ray://127.0.0.1:1"):  # Ray's own to resolve
+        check_ray_answers(address)
