@@ -216,7 +216,7 @@ def resolve_priced_verifiers(priced, verifier: str) -> tuple[str, ...]:
         return (verifier,)
     if priced == "all":
         return tuple(available_verifiers())
-    if isinstance(priced, str) or not all(isinstance(name, str) for name in priced):
+    if not isinstance(priced, (list, tuple)) or not all(isinstance(name, str) for name in priced):
         raise ValueError(f"priced_verifiers must be a list of verifier names or 'all', got {priced!r}")
     for name in priced:
         verifier_class(name)

@@ -137,6 +137,7 @@ models for byte-for-byte repeats under concurrent load.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,7 +148,7 @@ from rayspec.engine.engine import check_resume_timeout, check_setting, resolve_p
 from rayspec.engine.hedge import check_hedge_factor
 from rayspec.engine.policy import parse_sequoia
 from rayspec.engine.prediction import check_graft_mode
-from rayspec.engine.trees import parse_tree_spec
+from rayspec.engine.trees import TREE_SPEC_HELP, parse_tree_spec
 from rayspec.models.batching import (
     DEFAULT_MAX_BATCH_SEQUENCES, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PREFILL_CHUNK, check_batch_limits,
 )
@@ -173,8 +174,9 @@ class ModelConfig:
 
     def __post_init__(self):
         size = self.prefix_cache_mb
-        if isinstance(size, bool) or not isinstance(size, (int, float)) or size < 0:
-            raise ValueError(f"prefix_cache_mb must be a number of megabytes, 0 or more, got {self.prefix_cache_mb!r}")
+        if isinstance(size, bool) or not isinstance(size, (int, float)) or not 0 <= size < math.inf:
+            raise ValueError(f"prefix_cache_mb must be a finite number of megabytes, 0 or more, "
+                             f"got {self.prefix_cache_mb!r}")
         check_batch_limits(self.max_batch_sequences, self.max_batch_tokens, self.prefill_chunk_tokens)
         if self.cpus is not None:
             from rayspec.models.threads import parse_cpu_list
@@ -301,6 +303,23 @@ class ServiceConfig:
     def __post_init__(self):
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()):
             raise ValueError("api_key must be a non-empty string, or null for none")
+        for flag in dataclasses.fields(self):
+            value = getattr(self, flag.name)
+            if flag.type == "bool" and type(value) is not bool:  # YAML's quoted "false" is a truthy string
+                raise ValueError(f"{flag.name} must be true or false, got {value!r}")
+        for name, endpoint in (("http", self.http), ("grpc", self.grpc)):
+            _check_endpoint(endpoint, name)
+        if self.http.port and self.http.port == self.grpc.port:
+            raise ValueError(f"http.port and grpc.port are both {self.http.port}: the HTTP and gRPC front ends "
+                             f"need a port each")
+        _check_model(self.target, "target")
+        for i, drafter in enumerate(self.drafters):
+            _check_model(drafter, f"drafters[{i}]")
+        if not isinstance(self.tree, str):
+            raise ValueError(f"tree must be a tree spec ({TREE_SPEC_HELP}), got {self.tree!r}")
+        if not isinstance(self.verifier_params, dict):
+            raise ValueError(f"verifier_params must be a mapping of the verifier's parameters, "
+                             f"got {self.verifier_params!r}")
         if self.placement.strategy not in ("PACK", "STRICT_PACK", "SPREAD", "STRICT_SPREAD"):
             raise ValueError(f"placement.strategy must be PACK, STRICT_PACK, SPREAD or STRICT_SPREAD, got {self.placement.strategy!r}")
         check_graft_mode(self.graft_predictions)
@@ -355,6 +374,49 @@ class ServiceConfig:
         return [d for d in self.drafters if d.where == "coordinator"]
 
 
+def _check_endpoint(endpoint: Endpoint, name: str) -> None:
+    """ValueError for a host or port the front end would fail on only once Ray and the models
+    are up (a port past 65535 as an OverflowError; gRPC's as "port in use")."""
+    if not isinstance(endpoint.host, str) or not endpoint.host.strip():
+        raise ValueError(f"{name}.host must be a host name or IP address, got {endpoint.host!r}")
+    port = endpoint.port
+    if type(port) is not int or not 0 <= port <= 65535:
+        raise ValueError(f"{name}.port must be a whole number from 0 to 65535 (0: any free one), got {port!r}")
+
+
+def _check_model(model: ModelConfig, name: str) -> None:
+    """ValueError for a model setting that would otherwise fail only on the model's node, after
+    Ray has started (or be misread there: a GPU count of -1 in its bundle)."""
+    import torch
+
+    from rayspec.models.loading import resolve_dtype
+
+    if model.path is not None and (not isinstance(model.path, str) or not model.path.strip()):
+        raise ValueError(f"{name}.path must be a checkpoint directory or hub id, or null for the demo pair, "
+                         f"got {model.path!r}")
+    gpus = model.num_gpus
+    if gpus != "auto" and (isinstance(gpus, bool) or not isinstance(gpus, (int, float)) or not 0 <= gpus < math.inf):
+        raise ValueError(f"{name}.num_gpus must be auto or a number of GPUs, 0 or more, got {gpus!r}")
+    threads = model.threads
+    if threads is not None and (type(threads) is not int or threads < 1):
+        raise ValueError(f"{name}.threads must be a whole number, 1 or more, or null for the default, got {threads!r}")
+    # Only the spelling: whether a CUDA device exists is for the node that loads the model
+    # (resolve_device checks it there), not for this one, which may have no GPU.
+    try:
+        if not isinstance(model.device, str):
+            raise TypeError
+        if model.device != "auto":
+            torch.device(model.device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{name}.device must be auto, cpu, cuda or cuda:N, got {model.device!r}") from None
+    if not isinstance(model.dtype, str):
+        raise ValueError(f"{name}.dtype must be auto or a dtype's name such as bfloat16, got {model.dtype!r}")
+    try:
+        resolve_dtype(model.dtype, torch.device("cpu"))
+    except ValueError as error:
+        raise ValueError(f"{name}: {error}") from None
+
+
 def _build(cls, data: dict, where: str):
     """A dataclass from a dict, refusing unknown keys with their location."""
     if not isinstance(data, dict):
@@ -362,7 +424,9 @@ def _build(cls, data: dict, where: str):
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = set(data) - set(fields)
     if unknown:
-        raise ValueError(f"unknown key(s) in {where}: {', '.join(sorted(unknown))}; known: {', '.join(fields)}")
+        # YAML reads a bare `yes:` or `1:` as a bool or int key
+        unknown = sorted(map(str, unknown))
+        raise ValueError(f"unknown key(s) in {where}: {', '.join(unknown)}; known: {', '.join(fields)}")
     values = {}
     for name, value in data.items():
         kind = {"target": TargetConfig, "placement": PlacementConfig, "http": Endpoint, "grpc": Endpoint, "limits": LimitsConfig}.get(name)

@@ -115,3 +115,59 @@ def test_the_targets_resume_timeout_is_a_number_of_seconds():
     for bad in (-1, "soon", True):
         with pytest.raises(ValueError, match=f"target.resume_timeout must be a number of seconds, 0 or more, got {bad!r}"):
             ServiceConfig.from_dict({"target": {"resume_timeout": bad}})
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"http": {"port": 70000}}, "http.port must be a whole number from 0 to 65535 (0: any free one), got 70000"),
+    ({"http": {"port": -1}}, "http.port must be a whole number from 0 to 65535 (0: any free one), got -1"),
+    ({"http": {"port": "abc"}}, "http.port must be a whole number from 0 to 65535 (0: any free one), got 'abc'"),
+    ({"grpc": {"port": 9000.5}}, "grpc.port must be a whole number from 0 to 65535 (0: any free one), got 9000.5"),
+    ({"grpc": {"port": True}}, "grpc.port must be a whole number from 0 to 65535 (0: any free one), got True"),
+    ({"http": {"host": 5}}, "http.host must be a host name or IP address, got 5"),
+    ({"grpc": {"host": ""}}, "grpc.host must be a host name or IP address, got ''"),
+    ({"http": {"port": 18001}, "grpc": {"port": 18001}}, "http.port and grpc.port are both 18001"),
+])
+def test_bad_endpoints_are_refused_with_a_message(config, message):
+    with pytest.raises(ValueError) as raised:
+        ServiceConfig.from_dict(config)
+    assert message in str(raised.value)
+
+
+def test_both_front_ends_may_take_any_free_port():
+    config = ServiceConfig.from_dict({"http": {"port": 0}, "grpc": {"port": 0}})
+    assert (config.http.port, config.grpc.port) == (0, 0)
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"tree": 5}, "tree must be a tree spec (chain:N, kary:KxD"),
+    ({"verifier_params": [1]}, "verifier_params must be a mapping of the verifier's parameters, got [1]"),
+    ({"priced_verifiers": 3}, "priced_verifiers must be a list of verifier names or 'all', got 3"),
+    ({True: 1}, "unknown key(s) in config: True; known: model_id"),  # YAML's `yes: 1`
+    ({"target": {1: 2, "x": 3}}, "unknown key(s) in config.target: 1, x; known: path"),
+    ({"adaptive_trees": "false"}, "adaptive_trees must be true or false, got 'false'"),
+    ({"load_aware_trees": 0}, "load_aware_trees must be true or false, got 0"),
+    ({"target": {"num_gpus": "lots"}}, "target.num_gpus must be auto or a number of GPUs, 0 or more, got 'lots'"),
+    ({"drafters": [{"num_gpus": -1}]}, "drafters[0].num_gpus must be auto or a number of GPUs, 0 or more, got -1"),
+    ({"target": {"num_gpus": True}}, "target.num_gpus must be auto or a number of GPUs, 0 or more, got True"),
+    ({"target": {"threads": "many"}}, "target.threads must be a whole number, 1 or more, or null for the default"),
+    ({"drafters": [{}, {"threads": -1}]}, "drafters[1].threads must be a whole number, 1 or more, or null for the "
+                                          "default, got -1"),
+    ({"target": {"device": "tpu"}}, "target.device must be auto, cpu, cuda or cuda:N, got 'tpu'"),
+    ({"target": {"device": 0}}, "target.device must be auto, cpu, cuda or cuda:N, got 0"),
+    ({"drafters": [{"dtype": "float64"}]}, "drafters[0]: dtype must be one of auto, float32"),
+    ({"target": {"dtype": ["float32"]}}, "target.dtype must be auto or a dtype's name such as bfloat16"),
+    ({"target": {"path": 5}}, "target.path must be a checkpoint directory or hub id, or null for the demo pair"),
+    ({"target": {"prefix_cache_mb": float("nan")}}, "prefix_cache_mb must be a finite number of megabytes, 0 or more"),
+    ({"drafters": [{"prefix_cache_mb": float("inf")}]}, "prefix_cache_mb must be a finite number of megabytes"),
+])
+def test_settings_of_the_wrong_type_are_refused_with_a_message(config, message):
+    with pytest.raises(ValueError) as raised:
+        ServiceConfig.from_dict(config)
+    assert message in str(raised.value)
+
+
+def test_model_settings_the_loader_takes_are_accepted():
+    config = ServiceConfig.from_dict({"target": {"device": "cuda:1", "dtype": "bfloat16", "num_gpus": 0.5,
+                                                 "threads": 4, "path": "/models/target"},
+                                      "drafters": [{"device": "cpu", "num_gpus": 0, "prefix_cache_mb": 0}]})
+    assert (config.target.device, config.target.num_gpus, config.drafters[0].num_gpus) == ("cuda:1", 0.5, 0)
