@@ -14,7 +14,7 @@ from pathlib import Path
 from rayspec.engine.trees import MAX_TREE_NODES, TREE_SPEC_HELP
 
 
-def _at_least(least: int):
+def at_least(least: int):
     """An argparse `type`: a whole number, `least` or more."""
 
     def whole(text: str) -> int:
@@ -26,7 +26,6 @@ def _at_least(least: int):
             raise argparse.ArgumentTypeError(f"a whole number, {least} or more, is needed, got {text!r}")
         return value
 
-    whole.__name__ = f"whole number >= {least}"
     return whole
 
 
@@ -65,7 +64,7 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-drafter", action="store_true", help="target-only decoding")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     parser.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on CUDA), float32, float16, bfloat16")
-    parser.add_argument("--threads", type=_at_least(1), default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads (default: torch's choice)")
 
 
 def acceptance_dir(args):
@@ -294,11 +293,11 @@ def build_parser() -> argparse.ArgumentParser:
     tree = commands.add_parser("tree", help="acceptance vectors and Sequoia trees").add_subparsers(dest="tree_command", required=True)
     measure = tree.add_parser("measure", help="measure a positional acceptance vector on held-out prompts")
     measure.add_argument("--verifier", default="rrsw")
-    measure.add_argument("--width", type=_at_least(1), default=16,
+    measure.add_argument("--width", type=at_least(1), default=16,
                          help="children of the star tree (capped by the verifier)")
     measure.add_argument("--temperature", type=float, default=0.6)
-    measure.add_argument("--prompts", type=_at_least(1), default=30, help="held-out prompts to decode")
-    measure.add_argument("--max-new-tokens", type=_at_least(1), default=64)
+    measure.add_argument("--prompts", type=at_least(1), default=30, help="held-out prompts to decode")
+    measure.add_argument("--max-new-tokens", type=at_least(1), default=64)
     measure.add_argument("--depth-aware", type=int, default=0, metavar="D", help="per-depth vectors over D levels")
     measure.add_argument("--out", default="acceptance", help="directory for <verifier>_t<T>.json and .png")
     _add_model_args(measure)
@@ -306,9 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     build = tree.add_parser("build", help="Sequoia's optimal tree for a vector, budget and depth")
     build.add_argument("--vector", required=True, help='JSON with "acceptance": [p1, ..., pW]')
-    build.add_argument("--budget", type=_at_least(1), default=64,
+    build.add_argument("--budget", type=at_least(1), default=64,
                        help=f"nodes, root included (at most {MAX_TREE_NODES})")
-    build.add_argument("--max-depth", type=_at_least(1), default=10)
+    build.add_argument("--max-depth", type=at_least(1), default=10)
     build.add_argument("--max-children", type=int, default=None)
     build.add_argument("--out", default="tree.json", help="tree JSON (a PNG drawing is written beside it)")
     build.set_defaults(func=cmd_tree_build)

@@ -25,6 +25,7 @@ import time
 
 import torch
 
+from rayspec.cli import at_least
 from rayspec.engine.hedge import check_hedge_factor
 from rayspec.engine.interfaces import Draft
 from rayspec.engine.local import LocalDrafter, LocalTarget, check_draft_top_k
@@ -218,36 +219,24 @@ def wait_for_worker(role: str, address: str, timeout: float) -> bool:
         channel.close()
 
 
-def _argument(check):
-    """An argparse `type` from a checker raising ValueError (argparse prints its message)."""
-
-    def parse(text: str):
-        try:
-            return check(text)
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-
-    parse.__name__ = check.__name__
-    return parse
-
-
-def check_threads(text: str) -> int:
-    """A torch thread count: a whole number, 1 or more."""
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"the torch thread count is a whole number, 1 or more, got {text!r}")
-    return int(text)
+def _port(text: str) -> int:
+    """An argparse `type`: a port (`check_port`), its error in argparse's words."""
+    try:
+        return check_port(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="A rayspec gRPC worker (no Ray needed).")
     parser.add_argument("--role", choices=["target", "drafter", "coordinator"], required=True)
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=_argument(check_port), default=0, help="0: any free port (printed)")
+    parser.add_argument("--port", type=_port, default=0, help="0: any free port (printed)")
     parser.add_argument("--model", default=None, help="checkpoint path or hub id (default: the demo pair's); "
                         "for a coordinator, that of the model it runs itself (--target or --drafter here)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--threads", type=_argument(check_threads), default=None, help="torch CPU threads")
+    parser.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
     parser.add_argument("--prefix-cache-mb", type=float, default=DEFAULT_PREFIX_CACHE_MB,
                         help="the model's prefix cache of prompt keys and values, in MB (0: none)")
     parser.add_argument("--max-batch-sequences", type=int, default=DEFAULT_MAX_BATCH_SEQUENCES,

@@ -69,7 +69,7 @@ def test_a_coordinator_gives_up_on_a_worker_that_never_comes():
      "argument --port: a port is a whole number from 0 to 65535 (0: any free one), got '70000'"),
     (["--role", "target", "--port", "-5"], 2, "argument --port: a port is a whole number from 0 to 65535"),
     (["--role", "target", "--threads", "0"], 2,
-     "argument --threads: the torch thread count is a whole number, 1 or more, got '0'"),
+     "argument --threads: a whole number, 1 or more, is needed, got '0'"),
     (["--role", "coordinator", "--target", "here", "--wait-for-workers", "-1"], 2,
      "--wait-for-workers is a number of seconds, 0 or more, got -1"),
     (["--role", "target", "--device", "tpu"], 1, "rayspec worker: error: device must be auto, cpu, cuda or cuda:N"),
