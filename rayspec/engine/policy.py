@@ -143,7 +143,11 @@ class AcceptanceLibrary:
 
     def __init__(self, directory: str | Path | None = None):
         self.vectors: dict[str, list[tuple[float, np.ndarray]]] = {}
-        if directory is None or not Path(directory).is_dir():
+        if directory is None:
+            return
+        if not Path(directory).is_dir():  # a misspelt path would only show as worse trees
+            log.warning("acceptance vectors: %s is not a directory; trees are planned from the default prior",
+                        directory)
             return
         for path in sorted(Path(directory).glob("*.json")):
             estimate = AcceptanceEstimate.from_json(json.loads(path.read_text()))

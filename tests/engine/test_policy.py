@@ -100,6 +100,18 @@ def test_temperatures_are_planned_to_a_tenth_and_those_above_two_together(tmp_pa
     assert shapes[3.0] == shapes[7.5] == shapes[1e12] == shapes[2.0] == solve([0.3, 0.1, 0.05], 32, 6).tree()
 
 
+def test_an_acceptance_dir_that_is_no_directory_is_said_in_the_log(tmp_path, caplog):
+    missing = tmp_path / "acceptnace"
+    with caplog.at_level("WARNING", logger="rayspec.trees"):
+        library = AcceptanceLibrary(missing)
+    assert library.lookup("rrsw", 0.6)[1] == "default prior"
+    assert f"acceptance vectors: {missing} is not a directory" in caplog.text
+    caplog.clear()
+    AcceptanceLibrary(None)
+    AcceptanceLibrary(tmp_path)
+    assert caplog.text == ""
+
+
 def costs(target, level=0.001):
     sizes = (1, 2, 4, 8, 16, 32, 64, 128)
     return Costs(MeasuredTimes(sizes, tuple(target(n) for n in sizes)), MeasuredTimes((1, 32), (level, level)), 0.0)
