@@ -192,7 +192,8 @@ def cmd_tree_build(args) -> int:
     from rayspec.tree.sequoia import planned_tree, tree_to_json
 
     if args.budget > MAX_TREE_NODES:
-        raise ValueError(f"--budget {args.budget}: a tree has at most {MAX_TREE_NODES} nodes, as the engine drafts them")
+        raise ValueError(f"--budget {args.budget}: a tree has at most {MAX_TREE_NODES} nodes, "
+                         "as the engine drafts them")
     vector = _read_vector(args.vector)
     tree = planned_tree(vector, args.budget, args.max_depth, args.max_children)
     out = Path(args.out)

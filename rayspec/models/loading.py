@@ -22,7 +22,8 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
         resolved = torch.device(device)
     except (RuntimeError, TypeError):
         raise ValueError(f"device must be auto, cpu, cuda or cuda:N; got {device!r}") from None
-    if resolved.type == "cuda" and not (torch.cuda.is_available() and (resolved.index or 0) < torch.cuda.device_count()):
+    reachable = torch.cuda.is_available() and (resolved.index or 0) < torch.cuda.device_count()
+    if resolved.type == "cuda" and not reachable:
         raise ValueError(f"device {device!r}: this machine's torch sees {torch.cuda.device_count()} CUDA device(s)")
     return resolved
 

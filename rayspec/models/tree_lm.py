@@ -32,8 +32,7 @@ import inspect
 import logging
 
 import torch
-from transformers import DynamicCache
-from transformers import cache_utils
+from transformers import DynamicCache, cache_utils
 from transformers.cache_utils import DynamicLayer
 
 log = logging.getLogger(__name__)

@@ -699,7 +699,8 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
                     if len(prompts) == 1:
                         raise
                     raise bad_request(f"prompt {index} of the batch: {error}", "prompt") from None
-                same = {**fields, "prompt_ids": first.prompt_ids, "prediction": first.kwargs["prediction"]}  # tokenized once
+                # the prompt and prediction tokenized once
+                same = {**fields, "prompt_ids": first.prompt_ids, "prediction": first.kwargs["prediction"]}
                 requests += [first] + [service.request(seed=None if seed is None else seed + i, **same)
                                        for i in range(1, n)]
             return requests

@@ -48,7 +48,9 @@ from rayspec.engine.structured import StructuredOutput
 from rayspec.engine.text import check_text
 from rayspec.serve.bodies import RayspecOptions, StrictBody, check_tree, tool_calling_read_by_service
 from rayspec.serve.errors import bad_request, error_body
-from rayspec.serve.http import EventStream, Primed, drain, speculation_figures, start_streams, unless_client_leaves
+from rayspec.serve.http import (
+    EventStream, Primed, drain, speculation_figures, start_streams, unless_client_leaves,
+)
 from rayspec.serve.service import Service
 from rayspec.serve.tools import ToolCalling, ToolError
 
@@ -420,7 +422,8 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
                 raise bad_request(f"text.format: {error}", "text") from None
         request = await run_in_threadpool(
             service.request, prompt=prompt, add_special_tokens=False, max_tokens=body.max_output_tokens,
-            temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, min_p=body.min_p, repetition_penalty=body.repetition_penalty,
+            temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, min_p=body.min_p,
+            repetition_penalty=body.repetition_penalty,
             seed=body.seed, stop=body.stop, verifier=options.verifier, tree=options.tree,
             verifier_params=options.verifier_params, structured_output=structured, request_id=http.state.request_id,
             skip_special_tokens=None if calling is None else calling.skip_special_tokens(None),

@@ -23,7 +23,8 @@ def test_generate_takes_max_tokens_and_writes_nothing_for_a_request_it_refuses(c
     assert "] 5 tokens in" in capsys.readouterr().out
     assert main(["generate", "--prompt", "def add(a, b):", "--max-tokens", "-5", "--threads", "1"]) == 2
     captured = capsys.readouterr()
-    assert captured.out == "" and captured.err == "rayspec: error: max_new_tokens must be a whole number, 1 or more, got -5\n"
+    assert captured.out == ""
+    assert captured.err == "rayspec: error: max_new_tokens must be a whole number, 1 or more, got -5\n"
 
 
 def test_generate_applies_a_repetition_penalty(capsys):

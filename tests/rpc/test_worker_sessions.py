@@ -238,7 +238,8 @@ def test_a_coordinator_reports_a_full_or_missing_worker_with_its_status(full_tar
     gone = RemoteError("DEADLINE_EXCEEDED: target did not answer", grpc.StatusCode.DEADLINE_EXCEEDED)
     assert status_of(gone, "test") == (grpc.StatusCode.UNAVAILABLE, "a model worker failed: DEADLINE_EXCEEDED: target did not answer")
     fault = RemoteError("INTERNAL: RuntimeError: CUDA error", grpc.StatusCode.INTERNAL)
-    assert status_of(fault, "test") == (grpc.StatusCode.INTERNAL, "a model worker failed: INTERNAL: RuntimeError: CUDA error")
+    assert status_of(fault, "test") == (grpc.StatusCode.INTERNAL,
+                                        "a model worker failed: INTERNAL: RuntimeError: CUDA error")
 
 
 def test_idle_sessions_are_closed_even_when_no_request_comes():
