@@ -172,7 +172,7 @@ def cmd_tree_measure(args) -> int:
     if drafter is None:
         raise ValueError("measuring acceptance needs a drafter")
     width = min(args.width, verifier_class(args.verifier).max_drafts or args.width)
-    engine = SpeculativeEngine(target, drafter, verifier=args.verifier, tree="chain:1")
+    engine = SpeculativeEngine(target, drafter, verifier=args.verifier, tree="chain:1", tokenizer=tokenizer)
     prompts = [tokenizer.encode(p, add_special_tokens=False) for p in load_prompts(args.prompts)]
     found = measure_acceptance(
         engine, prompts, args.verifier, args.temperature, width, args.max_new_tokens, args.depth_aware,
@@ -218,8 +218,8 @@ def cmd_tree_plan(args) -> int:
         vector, source = _read_vector(args.vector), args.vector
     else:
         vector, source = AcceptanceLibrary(acceptance_dir(args)).lookup(args.verifier, args.temperature)
-    target, drafter, _ = load_pair(args)
-    engine = SpeculativeEngine(target, drafter, verifier=args.verifier, tree="chain:1",
+    target, drafter, tokenizer = load_pair(args)
+    engine = SpeculativeEngine(target, drafter, verifier=args.verifier, tree="chain:1", tokenizer=tokenizer,
                                acceptance_dir=acceptance_dir(args))  # each verifier's walks on its planned trees
     costs = engine.costs()
     cost = step_cost_model(

@@ -3,6 +3,8 @@ it (so drafts get accepted often enough to exercise deep paths)."""
 
 from __future__ import annotations
 
+from copy import deepcopy
+
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -27,6 +29,32 @@ def noisy_copy(model, noise: float = 0.05, seed: int = 1):
         for mine, theirs in zip(copy.parameters(), model.parameters()):
             mine.copy_(theirs + noise * theirs.std() * torch.randn_like(theirs))
     return copy
+
+
+def padded(model, rows: int, favoured: bool = False):
+    """A copy of `model` with `rows` more embedding rows, past any tokenizer's ids (as Qwen2.5
+    pads 0.5B's to 151,936 and 7B's to 152,064).  favoured: their output rows copy the first
+    ones', so that the model emits padding ids often (a trained model hardly ever does)."""
+    copy = deepcopy(model)  # resizing rewrites the config, which `noisy_copy`s share
+    vocab = copy.config.vocab_size
+    copy.resize_token_embeddings(vocab + rows, mean_resizing=False)
+    if favoured:  # near copies, not copies: ties would make greedy decoding depend on their order
+        generator = torch.Generator().manual_seed(rows)
+        with torch.no_grad():
+            first = model.get_output_embeddings().weight[:rows]
+            copy.get_output_embeddings().weight[vocab:] = first + 0.1 * first.std() * torch.randn(
+                first.shape, generator=generator)
+    return copy.eval()
+
+
+def word_tokenizer(size: int):
+    """A real tokenizer of `size` tokens ("t0", "t1", ...), for the engine's checks that read
+    its length."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    words = models.WordLevel({f"t{i}": i for i in range(size)}, unk_token="t0")
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(words))
 
 
 SLIDING_WINDOW_ARCHITECTURES = ("mistral", "qwen2", "gemma2", "gemma3")

@@ -236,9 +236,11 @@ def _parallel_chains(width: int, depth: int, max_children: int | None = None) ->
 
 def _spec(vocab_size: int, length: int = 64, verifier: str = CALIBRATION_VERIFIER,
           verifier_params: dict | None = None, temperature: float = CALIBRATION_TEMPERATURE) -> SequenceSpec:
+    """A calibration sequence whose laws are `vocab_size` wide: a drafter padded to another
+    size than the target's fits its laws to the target's when both step it."""
     prompt = tuple(1 + (7 * i) % (vocab_size - 1) for i in range(length))
     return SequenceSpec(prompt, SamplingParams(temperature=temperature), seed=0, verifier=verifier,
-                        verifier_params=dict(verifier_params or {}))
+                        verifier_params=dict(verifier_params or {}), vocab_size=vocab_size)
 
 
 def _walk_shape(verifier: str, n: int, temperature: float = CALIBRATION_TEMPERATURE) -> TreeShape:

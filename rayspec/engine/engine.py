@@ -41,7 +41,7 @@ from rayspec.engine.calibrate import CostsFile, measure_costs
 from rayspec.engine.drafting import SequenceDrafting
 from rayspec.engine.hedge import check_hedge_factor
 from rayspec.engine.interfaces import (
-    Draft, GenerationCancelled, SequenceSpec, TargetUnavailable, TokenLogprobs, check_same_vocabulary,
+    Draft, GenerationCancelled, SequenceSpec, TargetUnavailable, TokenLogprobs, check_vocabularies,
 )
 from rayspec.engine.policy import (
     AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia, planned_tree,
@@ -231,7 +231,9 @@ class SpeculativeEngine:
                  costs=None, graft_predictions: str = "auto", load_aware: bool = True, priced_verifiers=None,
                  target_resume_timeout: float = TARGET_RESUME_TIMEOUT, kept_costs=None,
                  draft_hedge: float | None = None):
-        """tree: a tree spec (see `rayspec.engine.policy`) or a TreeShape; `acceptance_dir`
+        """tokenizer: the target's, for stop strings and bad words, and to check a drafter
+        whose vocabulary size differs from the target's (`check_vocabularies`: padding rows
+        only).  tree: a tree spec (see `rayspec.engine.policy`) or a TreeShape; `acceptance_dir`
         holds the measured acceptance vectors Sequoia trees are planned from; `adaptive`
         lets Sequoia trees re-plan from the ranks accepted while serving; `costs` (measured by
         `rayspec.engine.calibrate`) spares sequoia:auto its measurement, or a function that
@@ -255,7 +257,7 @@ class SpeculativeEngine:
         check_resume_timeout(target_resume_timeout)
         check_hedge_factor(draft_hedge)
         if drafter is not None:
-            check_same_vocabulary(drafter.vocab_size, target.vocab_size)
+            check_vocabularies(drafter.vocab_size, target.vocab_size, tokenizer)
         self.draft_hedge = draft_hedge
         self._hedge_threads: ThreadPoolExecutor | None = None  # where hedged drafts wait, made at the first
         self._hedge_threads_lock = threading.Lock()
@@ -472,7 +474,8 @@ class SpeculativeEngine:
         seed = secrets.randbits(63) if seed is None else int(seed)
         spec = SequenceSpec(tuple(prompt), params, seed, verifier, verifier_params,
                             logprobs=None if logprobs is None else int(logprobs),
-                            prompt_logprobs=None if prompt_logprobs is None else int(prompt_logprobs))
+                            prompt_logprobs=None if prompt_logprobs is None else int(prompt_logprobs),
+                            vocab_size=self.target.vocab_size)
         stats = stats if stats is not None else GenerationStats()
         started = time.perf_counter()
 

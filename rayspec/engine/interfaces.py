@@ -45,6 +45,10 @@ class SequenceSpec:
     prompt_logprobs: int | None = None  # the same for the prompt's tokens after the first, from the prefill
     # Tokens already generated: the session resumes the sequence after them (`resumed`).
     completion_ids: tuple[int, ...] = ()
+    # The width of the laws both sides draw from and verify over: the target's vocabulary
+    # (None: each model's own).  A drafter whose embeddings are padded to another size fits
+    # its logits to it (`rayspec.engine.local.fit_vocabulary`).
+    vocab_size: int | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "prompt_ids", tuple(int(t) for t in self.prompt_ids))
@@ -53,6 +57,9 @@ class SequenceSpec:
             raise ValueError("the prompt must contain at least one token")
         check_logprobs(self.logprobs)
         check_logprobs(self.prompt_logprobs, "prompt_logprobs")
+        if self.vocab_size is not None and (isinstance(self.vocab_size, bool) or not isinstance(self.vocab_size, int)
+                                            or self.vocab_size < 1):
+            raise ValueError(f"vocab_size must be a whole number of tokens, 1 or more, or None; got {self.vocab_size!r}")
         if self.completion_ids and self.prompt_logprobs is not None:
             raise ValueError("a resumed sequence does not score its prompt again: prompt_logprobs must be None")
 
@@ -214,15 +221,24 @@ class TargetSession(Protocol):
     def close(self) -> None: ...
 
 
-def check_same_vocabulary(drafter_vocab_size: int, target_vocab_size: int) -> None:
-    """ValueError unless a drafter's vocabulary has its target's size: its q rows and
-    drafted ids are read over the target's (a larger id has no embedding in the target, a
-    row of another width fails every verification).  Pairs that share a tokenizer but pad
-    their embeddings differently (Qwen2.5-0.5B's 151,936 rows, 7B's 152,064) are refused too:
-    nothing here pads or cuts one's rows to the other's."""
-    if int(drafter_vocab_size) != int(target_vocab_size):
-        raise ValueError(f"the drafter's vocab_size ({drafter_vocab_size}) differs from the target's "
-                         f"({target_vocab_size}): a drafter must have its target's vocabulary, of the same size")
+def check_vocabularies(drafter_vocab_size: int, target_vocab_size: int, tokenizer=None) -> None:
+    """ValueError unless a drafter can draft for a target: the same vocabulary size, or sizes
+    that differ in padding rows only — embeddings padded past the tokenizer's ids, which
+    neither model's tokenizer ever gives (Qwen2.5-0.5B's 151,936 rows against 7B's 152,064,
+    of a 151,665-token tokenizer).  The drafter's laws are then fitted to the target's width
+    (`SequenceSpec.vocab_size`).  Sizes that differ within the tokenizer's ids mean another
+    tokenizer, whose ids name other tokens: its drafts would hardly ever be accepted."""
+    drafter_vocab_size, target_vocab_size = int(drafter_vocab_size), int(target_vocab_size)
+    if drafter_vocab_size == target_vocab_size:
+        return
+    sizes = f"the drafter's vocab_size ({drafter_vocab_size}) differs from the target's ({target_vocab_size})"
+    if tokenizer is None:
+        raise ValueError(f"{sizes}: give the engine the target's tokenizer, to check that they differ only in "
+                         f"padding rows past its ids")
+    if len(tokenizer) > min(drafter_vocab_size, target_vocab_size):
+        raise ValueError(f"{sizes}, and the tokenizer has {len(tokenizer)} tokens: a drafter must share its "
+                         f"target's tokenizer, its embeddings differing at most in padding rows past the "
+                         f"tokenizer's ids")
 
 
 class Drafter(Protocol):

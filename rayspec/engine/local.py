@@ -67,7 +67,8 @@ class _Session:
         self.verifier = get_verifier(spec.verifier, **spec.verifier_params)
         self.generator = stream_generator(spec.seed, stream, spec)
         self.context_length = model_context_length(model)
-        vocab_size = int(model.config.vocab_size)
+        self.model_vocab_size = int(model.config.vocab_size)  # its embedding rows
+        vocab_size = self.vocab_size = spec.vocab_size or self.model_vocab_size  # its laws' width
         spec.params.check_vocabulary(vocab_size)
         # The tokens penalties look back on; committed tokens extend it (`advance`).
         self.history = TokenHistory(spec.prompt_ids, self.lm.device) if spec.params.uses_history else None
@@ -94,6 +95,14 @@ class _Session:
         if self.prefix_cache is not None:
             self.prefix_cache.store(tokens, self.lm.committed_rows())
         return logits
+
+    def model_ids(self, tokens: list[int]) -> list[int]:
+        """The ids the model is fed for `tokens`: an id past its embeddings (a padding row only
+        the target has, `fit_vocabulary`) as token 0.  Only a drafter meets one, and only its
+        drafts after it suffer; it is never fed a row that does not exist."""
+        if self.vocab_size <= self.model_vocab_size:
+            return tokens
+        return [t if t < self.model_vocab_size else 0 for t in tokens]
 
     def advance(self, tokens: list[int]) -> None:
         """Commit emitted tokens to the sequence."""
@@ -137,7 +146,7 @@ class _Session:
         Its committed rows go to the prefix cache: a conversation's next turn starts there."""
         with self.busy:
             if self.lm is not None and self.prefix_cache is not None and self.lm.committed:
-                self.prefix_cache.store(self.tokens[: self.lm.committed], self.lm.committed_rows())
+                self.prefix_cache.store(self.model_ids(self.tokens[: self.lm.committed]), self.lm.committed_rows())
             self.lm = None
 
     def check_open(self) -> None:
@@ -152,6 +161,9 @@ class LocalTargetSession(_Session):
                  vocabulary: GrammarVocabulary | None = None, eos_token_ids: tuple[int, ...] = (),
                  prefix_cache: PrefixCache | None = None):
         super().__init__(model, spec, "verify", batcher, vocabulary, eos_token_ids, prefix_cache)
+        if self.vocab_size != self.model_vocab_size:
+            raise ValueError(f"the sequence's laws are {self.vocab_size} tokens wide; a target's are its vocabulary's "
+                             f"({self.model_vocab_size})")
         self.logprobs = spec.logprobs
         self.scored_logits = None  # the last scored tree's logits, kept for `commit` when logprobs are asked
         self.prompt_logprobs = None
@@ -289,11 +301,12 @@ class LocalDrafterSession(_Session):
         if previous is not None:
             self.commit(previous)
         self.slots = {}
-        pending = self.tokens[self.lm.committed :]
+        pending = self.model_ids(self.tokens[self.lm.committed :])
         if self.lm.committed:
             root_logits = self.lm.prefill(pending, last=1)  # the root is now committed
         else:
             root_logits = self.prefill_prompt(pending, last=1)
+        root_logits = fit_vocabulary(root_logits, self.vocab_size)
         if isinstance(shape, DynamicPlan):
             tree = self._draft_dynamic(shape, root_logits)
             return Draft(tree, None, time.perf_counter() - start)
@@ -381,7 +394,22 @@ class LocalDrafterSession(_Session):
         )
         for i, node in enumerate(level):
             self.slots[node] = first_row + i
+        return fit_vocabulary(logits, self.vocab_size)
+
+
+def fit_vocabulary(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """A drafter's logits over a target's `vocab_size` tokens: the columns of padding rows only
+    the drafter has are cut, those only the target has are -inf (the drafter never proposes
+    them: q = 0 there, which every verifier's residual covers; the target may still emit
+    them).  Both sides then process and sample laws of one width, so couplings' shared noise
+    lines up and a seed gives the target's tokens whatever the drafter's padding."""
+    width = logits.shape[-1]
+    if width == vocab_size:
         return logits
+    if width > vocab_size:
+        return logits[..., :vocab_size]
+    padding = logits.new_full((*logits.shape[:-1], vocab_size - width), float("-inf"))
+    return torch.cat([logits, padding], dim=-1)
 
 
 def _path_tokens(node: int, parents, tokens) -> list[int]:

@@ -169,6 +169,7 @@ def encode_spec(spec: SequenceSpec) -> worker_pb2.SequenceSpec:
         logprobs=spec.logprobs,
         prompt_logprobs=spec.prompt_logprobs,
         completion_ids=list(spec.completion_ids),
+        vocab_size=spec.vocab_size or 0,
     )
 
 
@@ -179,7 +180,7 @@ def encode_spec(spec: SequenceSpec) -> worker_pb2.SequenceSpec:
 # that lists "predicted_chain" verifies trees with a predicted chain (`Tree.predicted`); one
 # that does not would walk the chain as drafts and is never sent one.
 WORKER_FEATURES = ("penalties", "min_p", "min_tokens", "allowed_token_ids", "bad_words", "predicted_chain",
-                   "structured_output", "resume")
+                   "structured_output", "resume", "padded_vocabulary")
 
 
 def check_worker_features(spec: SequenceSpec, features: frozenset[str], worker: str) -> None:
@@ -236,6 +237,7 @@ def decode_spec(message: worker_pb2.SequenceSpec) -> SequenceSpec:
         logprobs=message.logprobs if message.HasField("logprobs") else None,
         prompt_logprobs=message.prompt_logprobs if message.HasField("prompt_logprobs") else None,
         completion_ids=tuple(message.completion_ids),
+        vocab_size=message.vocab_size or None,
     )
 
 

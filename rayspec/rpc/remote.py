@@ -30,7 +30,7 @@ import grpc
 import torch
 
 from rayspec.engine.interfaces import (
-    Draft, DrafterBusy, DrafterUnavailable, Outcome, SequenceSpec, TargetUnavailable, check_same_vocabulary,
+    Draft, DrafterBusy, DrafterUnavailable, Outcome, SequenceSpec, TargetUnavailable,
     stream_generator,
 )
 from rayspec.coupling import KeyedNoise
@@ -474,13 +474,16 @@ class RemoteDrafter(_WorkerHandle):
 
     def __init__(self, address: str, vocab_size: int, timeout: float = DEFAULT_TIMEOUT, streams: bool = True,
                  retry_after: float = 1.0, max_retry_after: float = 30.0, draft_timeout: float = DRAFT_TIMEOUT):
-        """vocab_size: the target's (a drafter serves a target's sequences); the context length
-        is the drafter model's own, which the worker tells.  streams: each session's drafts on
+        """vocab_size: the target's (a drafter serves a target's sequences): a worker whose model
+        has another (padded embeddings, `check_vocabularies`) must fit its laws to it (list
+        "padded_vocabulary"); `vocab_size` is then the worker's, as a local drafter's is its
+        model's, and the engine checks the pair.  The context length is the drafter model's
+        own, which the worker tells.  streams: each session's drafts on
         one `Steps` stream (default) rather than unary calls.  draft_timeout: the deadline of
         a session's drafts after its first (which prefills the prompt, and has `timeout`): a
         drafter that hangs loses its sequences that soon, not a minute later."""
         check_draft_timeout(draft_timeout)
-        self.timeout, self.vocab_size, self.streams = timeout, vocab_size, streams
+        self.timeout, self.streams = timeout, streams
         self.draft_timeout = draft_timeout
         self.retry_after, self.max_retry_after = retry_after, max_retry_after
         self._down_until = 0.0
@@ -489,11 +492,11 @@ class RemoteDrafter(_WorkerHandle):
         self.losses = 0  # calls that lost the drafter
         self._connect(address)
         info = call(self.stub.Info, worker_pb2.InfoRequest(), timeout)
-        try:
-            check_same_vocabulary(info.vocab_size, vocab_size)
-        except ValueError as error:
+        self.vocab_size = int(info.vocab_size)
+        if self.vocab_size != int(vocab_size) and "padded_vocabulary" not in info.features:
             self.close()
-            raise ValueError(f"drafter worker at {address}: {error}") from None
+            raise ValueError(f"drafter worker at {address}: its vocab_size ({self.vocab_size}) differs from the "
+                             f"target's ({vocab_size}), and it predates fitting its laws to a target's: upgrade it")
         self.model_id = info.model_id
         self.context_length = int(info.context_length)
 
@@ -510,7 +513,7 @@ class RemoteDrafter(_WorkerHandle):
         self.guarded(lambda: self._open(request, timeout))
         with self._down_lock:
             self._down_for = 0.0
-        return RemoteDrafterSession(self, session_id)
+        return RemoteDrafterSession(self, session_id, spec.vocab_size or self.vocab_size)
 
     def guarded(self, send):
         """`send()`, a call to the worker, its failures for want of the worker as `DrafterLost`,
@@ -540,10 +543,11 @@ class RemoteDrafter(_WorkerHandle):
 
 
 class RemoteDrafterSession(_RemoteSession):
-    def __init__(self, drafter: RemoteDrafter, session_id: str):
+    def __init__(self, drafter: RemoteDrafter, session_id: str, vocab_size: int):
         super().__init__(drafter.channel, drafter.stub, worker_pb2.DrafterCall, drafter.timeout,
                          f"drafter {drafter.address}", drafter.streams, session_id)
         self.drafter = drafter
+        self.vocab_size = vocab_size  # its laws' width (`SequenceSpec.vocab_size`)
         self.drafted = False  # the first draft prefills the prompt: it has the longer deadline
 
     def draft(self, shape: TreeShape | DynamicPlan, previous: Outcome | None) -> Draft:
@@ -558,7 +562,7 @@ class RemoteDrafterSession(_RemoteSession):
             self.lost = True
             raise
         self.drafted = True
-        return ReceivedDraft(reply, self.drafter.vocab_size, wire_bytes)
+        return ReceivedDraft(reply, self.vocab_size, wire_bytes)
 
 
 class ReceivedDraft(Draft):

@@ -146,7 +146,13 @@ class DrafterServicer(Servicer, worker_pb2_grpc.DrafterServiceServicer):
     @rpc_errors
     def Open(self, request, context):
         spec = codec.decode_spec(request.spec)
-        _open_checks(spec, self.drafter.vocab_size, self.drafter.context_length)
+        own = self.drafter.vocab_size
+        if spec.vocab_size is not None and spec.vocab_size > 2 * own:
+            # Padding rows are a rounding of the vocabulary (Qwen2.5's differ by 128); a far
+            # wider law is no target's of this drafter's tokenizer, and would cost rows that size.
+            raise ValueError(f"this drafter's vocabulary of {own} tokens is fitted to a target's of at most "
+                             f"{2 * own}, not {spec.vocab_size}")
+        _open_checks(spec, spec.vocab_size or own, self.drafter.context_length)
         # No forward yet: the first draft prefills.
         self.open_session(request.session_id, lambda: self.drafter.open(spec), context)
         return worker_pb2.OpenReply()
@@ -155,14 +161,14 @@ class DrafterServicer(Servicer, worker_pb2_grpc.DrafterServiceServicer):
     def Draft(self, request, context, reply=None):
         session = self.session(request.session_id)
         shape = codec.decode_plan(request)
-        previous = codec.decode_outcome(request.previous, self.drafter.vocab_size) if request.HasField("previous") else None
+        previous = codec.decode_outcome(request.previous, session.vocab_size) if request.HasField("previous") else None
         draft = session.draft(shape, previous)
         return codec.encode_draft(draft, reply)
 
     @rpc_errors
     def Commit(self, request, context, reply=None):
         session = self.session(request.session_id)
-        outcome = codec.decode_outcome(request.outcome, self.drafter.vocab_size)
+        outcome = codec.decode_outcome(request.outcome, session.vocab_size)
         with session.busy:
             session.check_open()
             session.commit(outcome)

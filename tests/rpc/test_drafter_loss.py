@@ -476,11 +476,16 @@ def test_a_drafter_that_was_down_is_probed_with_the_draft_deadline(pair):
         remote.close()
 
 
-def test_a_drafter_worker_whose_vocabulary_size_differs_from_the_targets_is_refused_when_connected():
+def test_a_drafter_worker_whose_vocabulary_size_differs_from_the_targets_is_refused_by_the_engine(pair):
+    """Sizes that differ need the tokenizer to tell padding rows from another tokenizer
+    (tests/rpc/test_padded_workers.py serves such a pair); the worker's size is what counts."""
     server, port = serve_drafter(LocalDrafter(tiny_llama(vocab=VOCAB + 8, seed=3)), "127.0.0.1:0")
+    remote = RemoteDrafter(f"127.0.0.1:{port}", VOCAB, timeout=10)
     try:
-        with pytest.raises(ValueError, match=rf"drafter worker at 127.0.0.1:{port}: the drafter's vocab_size "
-                                             rf"\({VOCAB + 8}\) differs from the target's \({VOCAB}\)"):
-            RemoteDrafter(f"127.0.0.1:{port}", VOCAB, timeout=10)
+        assert remote.vocab_size == VOCAB + 8
+        with pytest.raises(ValueError, match=rf"the drafter's vocab_size \({VOCAB + 8}\) differs from the target's "
+                                             rf"\({VOCAB}\): give the engine the target's tokenizer"):
+            SpeculativeEngine(LocalTarget(pair[0]), remote)
     finally:
+        remote.close()
         server.stop(0).wait()

@@ -789,7 +789,7 @@ def test_a_target_worker_that_predates_penalties_is_refused_rather_than_sampling
     stub = worker_pb2_grpc.TargetServiceStub(grpc.insecure_channel(cluster["target"].address))
     assert list(stub.Info(worker_pb2.InfoRequest(), timeout=10).features) == [
         "penalties", "min_p", "min_tokens", "allowed_token_ids", "bad_words", "predicted_chain", "structured_output",
-        "resume"]
+        "resume", "padded_vocabulary"]
 
 
 @pytest.mark.parametrize("feature, asked", [

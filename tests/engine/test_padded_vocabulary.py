@@ -1,0 +1,144 @@
+"""A drafter and a target that share a tokenizer but pad their embeddings to different sizes
+(Qwen2.5-0.5B's 151,936 rows against 7B's 152,064): the drafter's laws are fitted to the
+target's width, and the output keeps the target's law, padding ids included — exactly for
+the couplings (the same tokens as target-only decoding, for a seed), in law for the others,
+and equal to the target's greedy decoding at T = 0 for every verifier."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.engine.interfaces import SequenceSpec
+from rayspec.engine.local import fit_vocabulary
+from rayspec.tree.structure import TreeShape
+from rayspec.verify import available_verifiers
+from rayspec.verify.processing import SamplingParams
+from tests.engine.test_engine import VERIFIER_TREES, exact_law_of_first_tokens
+from tests.stats import assert_frequencies_match
+from tests.tiny_models import noisy_copy, padded, tiny_llama, word_tokenizer
+
+VOCAB, PADDING = 64, 8  # the tokenizer has 60 tokens: ids 60-71 are padding rows
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = tiny_llama(vocab=VOCAB, seed=0)
+    drafter = noisy_copy(target, noise=0.05)
+    return {
+        "target": target, "drafter": drafter,
+        # the drafter padded beyond the target: its columns past the target's are cut
+        "padded drafter": padded(drafter, PADDING),
+        # the target padded beyond the drafter, emitting its padding ids often: the drafter
+        # is then fed ids it has no row for
+        "padded target": padded(target, PADDING, favoured=True),
+    }
+
+
+PAIRS = {"drafter padded": ("target", "padded drafter"), "target padded": ("padded target", "drafter")}
+
+
+def _engines(models, pair: str, verifier: str, tree: str):
+    target, drafter = (models[name] for name in PAIRS[pair])
+    return (SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier=verifier, tree=tree,
+                              tokenizer=word_tokenizer(VOCAB - 4)),
+            SpeculativeEngine(LocalTarget(target), None, verifier=verifier))
+
+
+def test_fitted_logits_cut_the_drafters_padding_and_give_none_to_the_targets():
+    logits = torch.randn(3, 5)
+    assert torch.equal(fit_vocabulary(logits, 5), logits)
+    assert torch.equal(fit_vocabulary(logits, 3), logits[:, :3])
+    wider = fit_vocabulary(logits, 7)
+    assert torch.equal(wider[:, :5], logits) and bool((wider[:, 5:] == float("-inf")).all())
+    assert torch.equal(torch.softmax(wider, -1)[:, :5], torch.softmax(logits, -1))
+
+
+@pytest.mark.parametrize("verifier", ["gumbel", "minhash"])
+@pytest.mark.parametrize("pair", PAIRS)
+def test_a_coupling_emits_the_targets_own_tokens_whatever_the_padding(models, pair, verifier):
+    """Drafter-invariance makes the check exact: for a seed, target-only decoding's tokens."""
+    speculative, target_only = _engines(models, pair, verifier, "kary:2x3")
+    steps = emitted = padding_ids = 0
+    for seed in range(4):
+        out = speculative.run([1, 2, 3], max_new_tokens=40, temperature=1.0, seed=seed, ignore_eos=True)
+        assert out.tokens == target_only.run([1, 2, 3], max_new_tokens=40, temperature=1.0, seed=seed,
+                                             ignore_eos=True).tokens, (pair, seed)
+        steps, emitted = steps + len(out.stats.steps), emitted + len(out.tokens)
+        padding_ids += sum(t >= VOCAB for t in out.tokens)
+    assert steps < 0.6 * emitted, "drafts must be accepted: the drafter drafts after the fitting"
+    if pair == "target padded":
+        assert padding_ids >= 5, "the drafter must have been fed ids past its rows"
+
+
+@pytest.mark.parametrize("verifier", available_verifiers())
+@pytest.mark.parametrize("pair", PAIRS)
+def test_temperature_zero_equals_the_targets_greedy_decoding_for_every_verifier(models, pair, verifier):
+    tree = VERIFIER_TREES[verifier]
+    speculative, target_only = _engines(models, pair, verifier, tree)
+    for prompt in ([1, 2, 3], [5, 9, 14, 20, 33]):
+        out = speculative.run(prompt, max_new_tokens=24, temperature=0, ignore_eos=True)
+        assert out.tokens == target_only.run(prompt, max_new_tokens=24, temperature=0, ignore_eos=True).tokens
+        assert len(out.stats.steps) < len(out.tokens), "no draft was ever accepted: the test would be vacuous"
+
+
+def _tiny_pairs():
+    """A 4-token target and a drafter far from it, each padded by 2 rows in turn."""
+    target = tiny_llama(vocab=4, hidden=16, layers=1, seed=3)
+    drafter = noisy_copy(target, noise=0.8)
+    padded_target = padded(target, 2, favoured=True)
+    return {"drafter padded": (target, padded(drafter, 2)), "target padded": (padded_target, drafter)}
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+def test_the_first_tokens_follow_the_targets_law_padding_ids_included(pair):
+    """rrsw reads the drafter's rows: fitted to the target's width, its residuals keep the
+    target's law; the padded target's padding ids (a sixth of its first tokens here) come out of
+    the residual, and the drafter drafts on after them."""
+    target, drafter = _tiny_pairs()[pair]
+    law = exact_law_of_first_tokens(target, [0, 1, 2], 2)
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="rrsw", tree="kary:2x2",
+                               tokenizer=word_tokenizer(4))
+    outs = [engine.run([0, 1, 2], max_new_tokens=2, temperature=1.0, seed=seed, ignore_eos=True)
+            for seed in range(2000)]
+    samples = [tuple(out.tokens) for out in outs]
+    assert sum(len(out.stats.steps) < 2 for out in outs) >= 300, "drafts must be accepted"
+    if pair == "target padded":
+        assert sum(sample[0] >= 4 for sample in samples) >= 200, "the drafter must draft after padding ids"
+    assert_frequencies_match(samples, law, what=f"rrsw, {pair}: first 2 tokens through the engine")
+
+
+def test_a_drafter_of_another_tokenizer_or_with_no_tokenizer_to_check_is_refused(models):
+    target, drafter = LocalTarget(models["target"]), LocalDrafter(models["padded drafter"])
+    with pytest.raises(ValueError, match=r"the drafter's vocab_size \(72\) differs from the target's \(64\): give "
+                                         r"the engine the target's tokenizer"):
+        SpeculativeEngine(target, drafter)
+    with pytest.raises(ValueError, match=r"differs from the target's \(64\), and the tokenizer has 66 tokens: a "
+                                         r"drafter must share its target's tokenizer"):
+        SpeculativeEngine(target, drafter, tokenizer=word_tokenizer(66))
+    SpeculativeEngine(target, drafter, tokenizer=word_tokenizer(64))  # every id of the tokenizer in both
+
+
+def test_sessions_refuse_a_width_that_is_no_vocabulary_and_a_target_refuses_any_but_its_own(models):
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="vocab_size must be a whole number of tokens, 1 or more, or None"):
+            SequenceSpec((1, 2), SamplingParams(1.0), 0, "rrsw", vocab_size=bad)
+    spec = SequenceSpec((1, 2), SamplingParams(1.0), 0, "rrsw", vocab_size=VOCAB + PADDING)
+    with pytest.raises(ValueError, match=r"the sequence's laws are 72 tokens wide; a target's are its vocabulary's "
+                                         r"\(64\)"):
+        LocalTarget(models["target"]).open(spec)
+    draft = LocalDrafter(models["drafter"]).open(spec).draft(TreeShape.kary(2, 2), None)
+    assert draft.q_rows.shape[-1] == VOCAB + PADDING and bool((draft.q_rows[:, VOCAB:] == 0).all())
+    assert int(draft.tree.tokens.max()) < VOCAB
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+def test_sequoia_auto_calibrates_and_plans_for_a_padded_pair(models, pair):
+    """sequoia:auto's calibration verifies the drafter's trees with the target, over the
+    target's width (the drafter's own made its first verification fail).  On these tiny
+    models it plans target-only steps, so the tokens are checked, not the acceptance."""
+    speculative, target_only = _engines(models, pair, "gumbel", "sequoia:auto")
+    out = speculative.run([1, 2, 3], max_new_tokens=30, temperature=1.0, seed=5, ignore_eos=True)
+    assert out.tokens == target_only.run([1, 2, 3], max_new_tokens=30, temperature=1.0, seed=5,
+                                         ignore_eos=True).tokens
