@@ -253,6 +253,14 @@ class PlacementConfig:
         if type(self.max_restarts) is not int or self.max_restarts < -1:
             raise ValueError(f"placement.max_restarts must be a whole number, -1 (always) or more, "
                              f"got {self.max_restarts!r}")
+        for name in ("target_resources", "drafter_resources"):
+            resources = getattr(self, name)
+            # Ray would refuse them only when it places the bundle, after start-up.
+            if not isinstance(resources, dict) or not all(
+                    isinstance(key, str) and key and not isinstance(amount, bool) and isinstance(amount, (int, float))
+                    and 0 <= amount < math.inf for key, amount in resources.items()):
+                raise ValueError(f"placement.{name} must map Ray resource names to amounts, 0 or more, "
+                                 f"e.g. {{rayspec_target: 1}}; got {resources!r}")
 
 
 @dataclass
@@ -303,6 +311,13 @@ class ServiceConfig:
     def __post_init__(self):
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()):
             raise ValueError("api_key must be a non-empty string, or null for none")
+        if not isinstance(self.model_id, str) or not self.model_id.strip():
+            raise ValueError(f"model_id must be a non-empty string (the name clients pass as `model`), "
+                             f"got {self.model_id!r}")
+        if self.acceptance_dir is not None and (not isinstance(self.acceptance_dir, str)
+                                                or not self.acceptance_dir.strip()):
+            raise ValueError(f"acceptance_dir must be a directory's path, or null for the demo pair's, "
+                             f"got {self.acceptance_dir!r}")
         for flag in dataclasses.fields(self):
             value = getattr(self, flag.name)
             if flag.type == "bool" and type(value) is not bool:  # YAML's quoted "false" is a truthy string

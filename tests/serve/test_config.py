@@ -159,11 +159,26 @@ def test_both_front_ends_may_take_any_free_port():
     ({"target": {"path": 5}}, "target.path must be a checkpoint directory or hub id, or null for the demo pair"),
     ({"target": {"prefix_cache_mb": float("nan")}}, "prefix_cache_mb must be a finite number of megabytes, 0 or more"),
     ({"drafters": [{"prefix_cache_mb": float("inf")}]}, "prefix_cache_mb must be a finite number of megabytes"),
+    ({"model_id": 5}, "model_id must be a non-empty string (the name clients pass as `model`), got 5"),
+    ({"model_id": " "}, "model_id must be a non-empty string"),
+    ({"acceptance_dir": ["a"]}, "acceptance_dir must be a directory's path, or null for the demo pair's, got ['a']"),
+    ({"placement": {"target_resources": ["gpu"]}}, "placement.target_resources must map Ray resource names to "
+                                                   "amounts, 0 or more, e.g. {rayspec_target: 1}; got ['gpu']"),
+    ({"placement": {"drafter_resources": {"rayspec_drafter": -1}}}, "placement.drafter_resources must map Ray"),
+    ({"placement": {"drafter_resources": {"rayspec_drafter": "one"}}}, "placement.drafter_resources must map Ray"),
+    ({"placement": {"target_resources": {1: 1}}}, "placement.target_resources must map Ray"),
 ])
 def test_settings_of_the_wrong_type_are_refused_with_a_message(config, message):
     with pytest.raises(ValueError) as raised:
         ServiceConfig.from_dict(config)
     assert message in str(raised.value)
+
+
+def test_placement_resources_and_names_ray_takes_are_accepted():
+    config = ServiceConfig.from_dict({"model_id": "qwen", "acceptance_dir": "vectors",
+                                      "placement": {"target_resources": {"rayspec_target": 1},
+                                                    "drafter_resources": {"rayspec_drafter": 0.5}}})
+    assert config.placement.drafter_resources == {"rayspec_drafter": 0.5} and config.model_id == "qwen"
 
 
 def test_model_settings_the_loader_takes_are_accepted():
