@@ -106,7 +106,15 @@ def structured_output(args):
 def cmd_generate(args) -> int:
     from rayspec.engine import GenerationStats, SpeculativeEngine
     from rayspec.engine.text import TextAssembler
+    from rayspec.verify.processing import SamplingParams
 
+    # The flags' values are checked before the models load (a real pair's load takes minutes).
+    SamplingParams(args.temperature, args.top_p, args.top_k, presence_penalty=args.presence_penalty,
+                   frequency_penalty=args.frequency_penalty, repetition_penalty=args.repetition_penalty,
+                   min_p=args.min_p, min_tokens=args.min_tokens)
+    structured = structured_output(args)
+    if structured is not None:
+        structured.to_regex()  # a bad schema is refused before anything is written
     target, drafter, tokenizer = load_pair(args)
     verifier = args.verifier or ("greedy" if args.temperature == 0 else "rrsw")
     engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=args.tree, tokenizer=tokenizer,
@@ -115,9 +123,6 @@ def cmd_generate(args) -> int:
     assembler = TextAssembler(tokenizer, args.stop or (), prompt_ids, args.min_tokens,
                               args.include_stop_str_in_output, args.skip_special_tokens)
     stats = GenerationStats()
-    structured = structured_output(args)
-    if structured is not None:
-        structured.to_regex()  # a bad schema is refused before anything is written
     chunks = engine.generate(
         prompt_ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
         top_k=args.top_k, presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty,

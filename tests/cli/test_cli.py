@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
+from rayspec import cli
 from rayspec.cli import main
 from rayspec.tree.structure import TreeShape
 
@@ -25,6 +28,15 @@ def test_generate_takes_max_tokens_and_writes_nothing_for_a_request_it_refuses(c
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == "rayspec: error: max_new_tokens must be a whole number, 1 or more, got -5\n"
+
+
+def test_generate_refuses_bad_sampling_flags_before_it_loads_the_models(capsys, monkeypatch):
+    monkeypatch.setattr(cli, "load_pair", lambda args: pytest.fail("the models were loaded first"))
+    for flags, message in ((["--top-p", "1.5"], "top_p must be in (0, 1]"),
+                           (["--presence-penalty", "5"], "presence_penalty must be in [-2, 2]"),
+                           (["--temperature", "-1"], "temperature must be >= 0")):
+        assert main(["generate", "--prompt", "x", *flags]) == 2, flags
+        assert message in capsys.readouterr().err, flags
 
 
 def test_generate_applies_a_repetition_penalty(capsys):
