@@ -279,6 +279,8 @@ class SpeculativeEngine:
         self._costs_source = costs if callable(costs) else None
         self._costs_lock = threading.Lock()  # measured once, whichever requests need them first
         self.kept_costs = kept_costs if kept_costs is None or hasattr(kept_costs, "load") else CostsFile(kept_costs)
+        if drafter is None:
+            _policy_key(tree)  # a bad tree is refused all the same, though no tree is drafted
         self.tree = tree if drafter is not None else "none"
         self._tree_key = _policy_key(self.tree)
         self._tree_policy = self._build_policy(self._tree_key)  # sequoia:auto calibrates here, at start-up
@@ -461,6 +463,8 @@ class SpeculativeEngine:
         if params.greedy and exact:  # T = 0 asks for the target's greedy output, exactly
             verifier_params = {**verifier_params, **exact}
         chain = None if prediction is None else prediction_chain(tree)  # a prediction's drafts
+        if tree is not None and (self.drafter is None or chain is not None):
+            _policy_key(tree)  # not drafted, but refused when bad all the same
         policy = self.policy(None if self.drafter is None or chain is not None else tree)
         check_setting(verifier, verifier_params, policy.shape_for(verifier, params.temperature))
         if chain is not None:

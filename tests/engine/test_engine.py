@@ -299,6 +299,16 @@ def test_bad_requests_get_clear_errors(pair, kwargs, message):
         list(engine.generate(**request))
 
 
+def test_a_target_only_engine_refuses_a_bad_tree_it_would_not_draft(pair):
+    """It was ignored: a coordinator with no drafter started with `--tree kary:3`."""
+    with pytest.raises(ValueError, match="bad tree spec"):
+        SpeculativeEngine(LocalTarget(pair[0]), tree="kary:3")
+    engine = SpeculativeEngine(LocalTarget(pair[0]), tree="sequoia:auto")  # nothing to calibrate without a drafter
+    with pytest.raises(ValueError, match="bad tree spec"):
+        list(engine.generate([1, 2], max_new_tokens=3, tree="kary:3"))
+    assert len(engine.run([1, 2], max_new_tokens=3, tree="kary:2x2", seed=1).tokens) == 3
+
+
 def test_generation_stops_at_the_end_of_the_context(pair):
     target, drafter = pair
     engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="rrsw", tree="kary:2x4")
