@@ -41,7 +41,7 @@ from rayspec.engine.calibrate import CostsFile, measure_costs
 from rayspec.engine.drafting import SequenceDrafting
 from rayspec.engine.hedge import check_hedge_factor
 from rayspec.engine.interfaces import (
-    Draft, GenerationCancelled, SequenceSpec, TargetUnavailable, TokenLogprobs, check_vocabularies,
+    Draft, GenerationCancelled, SequenceSpec, TargetUnavailable, TokenLogprobs, check_logprobs, check_vocabularies,
 )
 from rayspec.engine.policy import (
     AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia, planned_tree,
@@ -444,6 +444,8 @@ class SpeculativeEngine:
         replayable = seed is not None if replayable is None else replayable
         stop, bad_words = listed(stop), listed(bad_words)
         check_max_new_tokens(max_new_tokens)
+        check_logprobs(logprobs)
+        check_logprobs(prompt_logprobs, "prompt_logprobs")
         stop_ids = self._stop_ids(stop, ignore_eos)
         regex = structured_regex(structured_output)
         check_structured(regex, ignore_eos, self.target.eos_token_ids)

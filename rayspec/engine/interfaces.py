@@ -18,6 +18,7 @@ gives the same tokens in-process and distributed.
 from __future__ import annotations
 
 import hashlib
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -72,8 +73,11 @@ class SequenceSpec:
 
 
 def check_logprobs(logprobs: int | None, name: str = "logprobs") -> None:
-    if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
-        raise ValueError(f"{name} must be between 0 and {MAX_LOGPROBS}, got {logprobs}")
+    """A count of alternatives: True or 2.5 is refused, not read as 1 or 2."""
+    if logprobs is None:
+        return
+    if isinstance(logprobs, bool) or not isinstance(logprobs, numbers.Integral) or not 0 <= logprobs <= MAX_LOGPROBS:
+        raise ValueError(f"{name} must be a whole number between 0 and {MAX_LOGPROBS}, got {logprobs!r}")
 
 
 def derive_seed(seed: int, stream: str) -> int:

@@ -83,11 +83,14 @@ def test_a_step_cut_by_a_stop_token_or_max_tokens_keeps_the_log_probabilities_of
     assert_logprobs_of(target, PROMPT, short, top=2)
 
 
-@pytest.mark.parametrize("logprobs", [-1, 21])
-def test_logprobs_out_of_range_are_refused_with_a_message(pair, logprobs):
+@pytest.mark.parametrize("logprobs", [-1, 21, True, 2.5, "3"])
+def test_logprobs_out_of_range_or_not_a_count_are_refused_with_a_message(pair, logprobs):
+    """True and 2.5 were read as 1 and 2 alternatives."""
     engine = SpeculativeEngine(LocalTarget(pair[0]))
-    with pytest.raises(ValueError, match="logprobs must be between 0 and 20"):
+    with pytest.raises(ValueError, match=r"^logprobs must be a whole number between 0 and 20"):
         next(engine.generate(PROMPT, logprobs=logprobs))
+    with pytest.raises(ValueError, match=r"^prompt_logprobs must be a whole number between 0 and 20"):
+        next(engine.generate(PROMPT, prompt_logprobs=logprobs))
 
 
 # ------------------------------------------------------------------ the prompt's tokens
@@ -132,9 +135,9 @@ def test_prompt_logprobs_alone_score_a_text_with_one_prefill(pair):
 
 def test_prompt_logprobs_are_checked_like_the_completions(pair):
     engine = SpeculativeEngine(LocalTarget(pair[0]))
-    with pytest.raises(ValueError, match="prompt_logprobs must be between 0 and 20"):
+    with pytest.raises(ValueError, match="prompt_logprobs must be a whole number between 0 and 20"):
         next(engine.generate(PROMPT, prompt_logprobs=21))
-    with pytest.raises(ValueError, match="prompt_logprobs must be between 0 and 20"):
+    with pytest.raises(ValueError, match="prompt_logprobs must be a whole number between 0 and 20"):
         engine.prompt_logprobs(PROMPT, top=-1)
     with pytest.raises(ValueError, match="out of the vocabulary"):
         engine.prompt_logprobs([5, 64])
