@@ -158,6 +158,30 @@ def test_generate_restricts_the_tokens_to_the_allowed_ones(capsys):
     assert "allowed_token_ids names token 99999, outside the vocabulary" in capsys.readouterr().err
 
 
+def test_generate_takes_a_logit_bias_and_stop_token_ids(capsys):
+    from transformers import AutoTokenizer
+
+    from rayspec.demo import TARGET_PATH
+
+    token = AutoTokenizer.from_pretrained(str(TARGET_PATH)).encode(" banana", add_special_tokens=False)[0]
+
+    def run(*extra):
+        assert main(["generate", "--prompt", "def add(a, b):", "--max-new-tokens", "6", "--temperature", "0",
+                     "--tree", "kary:2x2", "--threads", "1", *extra]) == 0
+        return capsys.readouterr().out.splitlines()
+
+    plain, biased = run(), run("--logit-bias", f"{token}=100")
+    biased_text = biased[0][len("def add(a, b):"):]
+    assert plain[0] != biased[0] and biased_text.count(biased_text[:4]) >= 3, biased_text  # one token, over and over
+    stopped = run("--logit-bias", f"{token}=100", "--stop-token-ids", str(token))
+    assert stopped[0] == "def add(a, b):" and "] 0 tokens in" in stopped[-1]
+    with pytest.raises(SystemExit) as exited:
+        main(["generate", "--prompt", "x", "--logit-bias", "5"])
+    assert exited.value.code == 2 and "a logit bias is ID=BIAS, such as 42=-5; got '5'" in capsys.readouterr().err
+    assert main(["generate", "--prompt", "x", "--logit-bias", "5=500", "--threads", "1"]) == 2
+    assert "logit_bias" in capsys.readouterr().err
+
+
 def test_generate_never_writes_a_bad_word(capsys):
     """At T = 0 the demo pair writes " return" after `def add(a, b):`'s docstring; banned, it
     writes another word there (the ban is case-sensitive: "Return" stays)."""
