@@ -98,8 +98,9 @@ class _Session:
 
     def model_ids(self, tokens: list[int]) -> list[int]:
         """The ids the model is fed for `tokens`: an id past its embeddings (a padding row only
-        the target has, `fit_vocabulary`) as token 0.  Only a drafter meets one, and only its
-        drafts after it suffer; it is never fed a row that does not exist."""
+        the target has, `fit_vocabulary`: emitted by the target, or drafted where a request
+        allows nothing else) as token 0.  Only a drafter meets one, and only its drafts after
+        it suffer; it is never fed a row that does not exist."""
         if self.vocab_size <= self.model_vocab_size:
             return tokens
         return [t if t < self.model_vocab_size else 0 for t in tokens]
@@ -160,10 +161,10 @@ class LocalTargetSession(_Session):
     def __init__(self, model, spec: SequenceSpec, batcher: ForwardBatcher | None = None,
                  vocabulary: GrammarVocabulary | None = None, eos_token_ids: tuple[int, ...] = (),
                  prefix_cache: PrefixCache | None = None):
+        if spec.vocab_size not in (None, int(model.config.vocab_size)):
+            raise ValueError(f"the sequence's laws are {spec.vocab_size} tokens wide; a target's are its vocabulary's "
+                             f"({int(model.config.vocab_size)})")
         super().__init__(model, spec, "verify", batcher, vocabulary, eos_token_ids, prefix_cache)
-        if self.vocab_size != self.model_vocab_size:
-            raise ValueError(f"the sequence's laws are {self.vocab_size} tokens wide; a target's are its vocabulary's "
-                             f"({self.model_vocab_size})")
         self.logprobs = spec.logprobs
         self.scored_logits = None  # the last scored tree's logits, kept for `commit` when logprobs are asked
         self.prompt_logprobs = None
@@ -390,25 +391,33 @@ class LocalDrafterSession(_Session):
             visible[rows, columns] = True
         first_row = self.lm.cached
         logits = self.lm.forward(
-            [tokens[n] for n in level], [-1] * len(level), [depth[n] - 1 for n in level], visible
+            self.model_ids([tokens[n] for n in level]), [-1] * len(level), [depth[n] - 1 for n in level], visible
         )
         for i, node in enumerate(level):
             self.slots[node] = first_row + i
         return fit_vocabulary(logits, self.vocab_size)
 
 
+# How far below a drafter's highest logit the target's padding ids are put: exp(-1e4) is 0 in
+# every float, so they get no mass wherever one of the drafter's own tokens may be drawn.
+PADDING_LOGIT_GAP = 1e4
+
+
 def fit_vocabulary(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """A drafter's logits over a target's `vocab_size` tokens: the columns of padding rows only
-    the drafter has are cut, those only the target has are -inf (the drafter never proposes
-    them: q = 0 there, which every verifier's residual covers; the target may still emit
-    them).  Both sides then process and sample laws of one width, so couplings' shared noise
-    lines up and a seed gives the target's tokens whatever the drafter's padding."""
+    the drafter has are cut; those only the target has are `PADDING_LOGIT_GAP` below the row's
+    highest, not -inf, so that a row keeps a law where a request allows the target's padding
+    ids alone (`allowed_token_ids`; a penalty would clamp -inf there anyway): the drafter then
+    drafts one, fed to it as token 0 (`model_ids`).  q is the law drafted from either way,
+    which is all the verifiers' exactness asks.  Both sides process and sample laws of one
+    width, so couplings' shared noise lines up and a seed gives the target's tokens whatever
+    the drafter's padding."""
     width = logits.shape[-1]
     if width == vocab_size:
         return logits
     if width > vocab_size:
         return logits[..., :vocab_size]
-    padding = logits.new_full((*logits.shape[:-1], vocab_size - width), float("-inf"))
+    padding = (logits.amax(-1, keepdim=True) - PADDING_LOGIT_GAP).expand(*logits.shape[:-1], vocab_size - width)
     return torch.cat([logits, padding], dim=-1)
 
 

@@ -144,7 +144,10 @@ class SamplingParams:
             outside = [token for token in tokens if token >= vocab_size]
             if outside:
                 raise ValueError(f"{name} names token {outside[0]}, outside the vocabulary of {vocab_size} tokens")
-        if self.bans_stops and set(self.allowed_token_ids or range(vocab_size)) <= set(self.stop_token_ids):
+        stops = set(self.stop_token_ids)
+        # (counted, not `set(range(vocab_size))`: a vocabulary of 152k tokens, per request)
+        if self.bans_stops and (set(self.allowed_token_ids) <= stops if self.allowed_token_ids else
+                                len({t for t in stops if 0 <= t < vocab_size}) >= vocab_size):
             raise ValueError("min_tokens would ban every token that allowed_token_ids allows: all are stop tokens "
                              "(EOS or stop_token_ids)" if self.allowed_token_ids else
                              "min_tokens would ban every token of the vocabulary: stop_token_ids holds them all")

@@ -11,7 +11,7 @@ import torch
 
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.engine.interfaces import SequenceSpec
-from rayspec.engine.local import fit_vocabulary
+from rayspec.engine.local import PADDING_LOGIT_GAP, fit_vocabulary
 from rayspec.tree.structure import TreeShape
 from rayspec.verify import available_verifiers
 from rayspec.verify.processing import SamplingParams
@@ -46,13 +46,17 @@ def _engines(models, pair: str, verifier: str, tree: str):
             SpeculativeEngine(LocalTarget(target), None, verifier=verifier))
 
 
-def test_fitted_logits_cut_the_drafters_padding_and_give_none_to_the_targets():
+def test_fitted_logits_cut_the_drafters_padding_and_give_the_targets_no_mass():
     logits = torch.randn(3, 5)
     assert torch.equal(fit_vocabulary(logits, 5), logits)
     assert torch.equal(fit_vocabulary(logits, 3), logits[:, :3])
     wider = fit_vocabulary(logits, 7)
-    assert torch.equal(wider[:, :5], logits) and bool((wider[:, 5:] == float("-inf")).all())
+    assert torch.equal(wider[:, :5], logits)
+    assert torch.equal(wider[:, 5:], (logits.amax(-1, keepdim=True) - PADDING_LOGIT_GAP).expand(3, 2))
     assert torch.equal(torch.softmax(wider, -1)[:, :5], torch.softmax(logits, -1))
+    for dtype in (torch.float16, torch.bfloat16):  # still no mass, and finite, in half precision
+        half = fit_vocabulary(logits.to(dtype), 7)
+        assert bool(half.isfinite().all()) and bool((torch.softmax(half.float(), -1)[:, 5:] == 0).all())
 
 
 @pytest.mark.parametrize("verifier", ["gumbel", "minhash"])
@@ -128,6 +132,11 @@ def test_sessions_refuse_a_width_that_is_no_vocabulary_and_a_target_refuses_any_
     with pytest.raises(ValueError, match=r"the sequence's laws are 72 tokens wide; a target's are its vocabulary's "
                                          r"\(64\)"):
         LocalTarget(models["target"]).open(spec)
+    # Before anything else: checking the parameters at a width off the wire took time and
+    # memory in its size (a target worker built a set of 2^31 ids for a min_tokens request).
+    wide = SequenceSpec((1, 2), SamplingParams(1.0, logit_bias={100: 1.0}), 0, "rrsw", vocab_size=VOCAB + PADDING)
+    with pytest.raises(ValueError, match=r"^the sequence's laws are 72 tokens wide"):
+        LocalTarget(models["target"]).open(wide)
     draft = LocalDrafter(models["drafter"]).open(spec).draft(TreeShape.kary(2, 2), None)
     assert draft.q_rows.shape[-1] == VOCAB + PADDING and bool((draft.q_rows[:, VOCAB:] == 0).all())
     assert int(draft.tree.tokens.max()) < VOCAB
@@ -142,3 +151,37 @@ def test_sequoia_auto_calibrates_and_plans_for_a_padded_pair(models, pair):
     out = speculative.run([1, 2, 3], max_new_tokens=30, temperature=1.0, seed=5, ignore_eos=True)
     assert out.tokens == target_only.run([1, 2, 3], max_new_tokens=30, temperature=1.0, seed=5,
                                          ignore_eos=True).tokens
+
+
+@pytest.mark.parametrize("verifier", available_verifiers())
+@pytest.mark.parametrize("asked", [dict(allowed_token_ids=[66, 67]),
+                                   dict(allowed_token_ids=[66, 67], repetition_penalty=1.2),
+                                   dict(allowed_token_ids=[5, 66], presence_penalty=1.0)])
+def test_a_request_allowing_the_targets_padding_ids_alone_decodes_with_the_drafter(models, verifier, asked):
+    """The drafter has no row for them: its law puts its mass there all the same (a row of
+    -inf had none, and failed the request; a penalty's clamp made them drawable, then fed
+    them to its embeddings past their end), and a drafted padding id is fed to it as token 0."""
+    tree = "dynamic:12x3x8" if verifier == "topk" else VERIFIER_TREES[verifier]
+    speculative, target_only = _engines(models, "target padded", verifier, tree)
+    kwargs = dict(max_new_tokens=8, temperature=0.9, seed=1, ignore_eos=True, **asked)
+    out = speculative.run([1, 66, 3], **kwargs)
+    assert set(out.tokens) <= set(asked["allowed_token_ids"]) and len(out.tokens) == 8
+    if verifier in ("gumbel", "minhash"):
+        assert out.tokens == target_only.run([1, 66, 3], **kwargs).tokens
+    greedy = dict(kwargs, temperature=0)
+    assert speculative.run([1, 66, 3], **greedy).tokens == target_only.run([1, 66, 3], **greedy).tokens
+
+
+def test_a_dynamic_tree_under_a_mask_forwards_no_id_past_the_drafters_rows():
+    """Where a mask leaves fewer tokens than a level's top-k, top-k takes tokens of no mass too,
+    padding ids among them (ids 131-138 of 200 here, past the drafter's 128)."""
+    target = tiny_llama(vocab=128, seed=0)
+    drafter, padded_target = noisy_copy(target, noise=0.05), padded(target, 72, favoured=True)
+    engine = SpeculativeEngine(LocalTarget(padded_target), LocalDrafter(drafter), verifier="topk",
+                               tree="dynamic:12x3x8", tokenizer=word_tokenizer(120))
+    target_only = SpeculativeEngine(LocalTarget(padded_target), None, verifier="topk")
+    for temperature in (0.9, 0):
+        kwargs = dict(max_new_tokens=10, temperature=temperature, seed=1, ignore_eos=True, allowed_token_ids=[5, 6])
+        out = engine.run([1, 2, 3], **kwargs)
+        assert set(out.tokens) <= {5, 6} and len(out.tokens) == 10
+    assert out.tokens == target_only.run([1, 2, 3], **kwargs).tokens
