@@ -152,10 +152,12 @@ def _first_three(context_pair, name, samples, tree=None, draft_top_k=0):
     return [tuple(o.tokens) for o in outs], law, paths
 
 
-# One sampling verifier, one coupling, and the dynamic tree's in `make test`: the engine treats
-# the others alike, and every verifier's law through trees is tested on a table model
-# (tests/verify/test_tree_walk.py); `make test-all` runs them all here too.
-@pytest.mark.parametrize("name, tree", [("rrsw", None), ("gumbel", None), ("topk", "dynamic:8x3x2"),
+# One sampling verifier and the dynamic tree's in `make test`: the engine treats the others
+# alike, every verifier's law through trees is tested on a table model
+# (tests/verify/test_tree_walk.py), and a coupling's tokens are target-only decoding's
+# (`test_coupling_output_does_not_depend_on_the_drafter`); `make test-all` runs them all here.
+@pytest.mark.parametrize("name, tree", [("rrsw", None), pytest.param("gumbel", None, marks=pytest.mark.slow),
+                                        ("topk", "dynamic:8x3x2"),
                                         pytest.param("spechub", None, marks=pytest.mark.slow),
                                         pytest.param("spectr", None, marks=pytest.mark.slow)])
 def test_first_three_tokens_follow_the_target_end_to_end(context_pair, name, tree):

@@ -128,8 +128,10 @@ def penalised_law_of_first_tokens(model, prompt: list[int], length: int, params:
     return law
 
 
-# a sampling verifier and a coupling one; spechub, which reads the same processed laws, in `make test-all`
-@pytest.mark.parametrize("name", ["rrsw", "gumbel", pytest.param("spechub", marks=pytest.mark.slow)])
+# a sampling verifier; a coupling (whose tokens are target-only decoding's, above) and spechub,
+# which reads the same processed laws, in `make test-all`
+@pytest.mark.parametrize("name", ["rrsw", pytest.param("gumbel", marks=pytest.mark.slow),
+                                  pytest.param("spechub", marks=pytest.mark.slow)])
 def test_sampled_tokens_follow_the_penalised_law_end_to_end(small_pair, name):
     target, drafter = small_pair
     prompt = [0, 1, 2]

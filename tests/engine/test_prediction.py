@@ -74,8 +74,10 @@ def small():
     return target, noisy_copy(target, noise=0.8), exact_law_of_first_tokens(target, [0, 1, 2], 3)
 
 
-# sps as rrsw, drafting differently: `make test-all` only, to keep `make test` short
-@pytest.mark.parametrize("verifier, with_drafter", [("rrsw", True), ("rrsw", False), ("gumbel", True),
+# sps as rrsw, drafting differently, and gumbel, whose tokens are target-only decoding's (below,
+# exactly and in a tenth of the time): `make test-all` only, to keep `make test` short
+@pytest.mark.parametrize("verifier, with_drafter", [("rrsw", True), ("rrsw", False),
+                                                   pytest.param("gumbel", True, marks=pytest.mark.slow),
                                                    pytest.param("sps", True, marks=pytest.mark.slow)])
 def test_the_first_tokens_follow_the_target_whatever_the_prediction(small, verifier, with_drafter):
     target, drafter, law = small
@@ -91,6 +93,21 @@ def test_the_first_tokens_follow_the_target_whatever_the_prediction(small, verif
         rejected += first.accepted < first.drafted
     assert accepted >= 200 and rejected >= 200, (accepted, rejected)  # both ways are exercised
     assert_frequencies_match(samples, law, what=f"{verifier}, prediction drafts, drafter {with_drafter}")
+
+
+def test_a_couplings_tokens_with_a_prediction_are_target_only_decodings(small):
+    """Right about a quarter of the time at each place, the prediction's drafts are taken or
+    not; either way a seed gives the tokens decoding without drafts gives."""
+    target, drafter, _ = small
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="gumbel", tree="chain:2")
+    target_only = SpeculativeEngine(LocalTarget(target), None, verifier="gumbel")
+    accepted = 0
+    for seed in range(300):
+        prediction = [(seed + i) % 4 for i in range(3)]
+        out = engine.run([0, 1, 2], max_new_tokens=3, temperature=1.0, seed=seed, prediction=prediction)
+        assert out.tokens == target_only.run([0, 1, 2], max_new_tokens=3, temperature=1.0, seed=seed).tokens, seed
+        accepted += out.stats.steps[0].accepted > 0
+    assert 30 <= accepted <= 290, accepted  # predictions taken and refused
 
 
 def test_greedy_output_is_the_targets_and_an_exact_prediction_takes_few_steps():

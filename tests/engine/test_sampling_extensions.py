@@ -362,8 +362,10 @@ def _moved(law: dict, other: dict) -> float:
     return max(abs(law.get(o, 0.0) - other.get(o, 0.0)) for o in set(law) | set(other))
 
 
-# a sampling verifier and a coupling one; spechub, which reads the same processed laws, in `make test-all`
-@pytest.mark.parametrize("name", ["rrsw", "gumbel", pytest.param("spechub", marks=pytest.mark.slow)])
+# a sampling verifier; a coupling (whose tokens are target-only decoding's, below) and spechub,
+# which reads the same processed laws, in `make test-all`
+@pytest.mark.parametrize("name", ["rrsw", pytest.param("gumbel", marks=pytest.mark.slow),
+                                  pytest.param("spechub", marks=pytest.mark.slow)])
 def test_sampled_completions_follow_the_law_with_vllms_sampling_extensions(small_pair, name):
     """min_p, min_tokens, allowed_token_ids and bad words at once, each shown to move the law."""
     target, drafter = small_pair
