@@ -154,16 +154,34 @@ def sliding_window_of(config) -> tuple[int | None, list[str]]:
     return (window if "sliding_attention" in layer_types else None), list(layer_types)
 
 
+# The layers a tree mask steers: attention over the keys the mask lets through (HF's names).
+TREE_LAYER_TYPES = ("full_attention", "sliding_attention")
+# Recurrent or convolutional models whose configs name no layer types of that kind.
+_STATEFUL_MODEL_TYPES = ("rwkv", "xlstm", "lfm2", "lfm2_moe")
+
+
 def check_tree_attention(config) -> None:
-    """ValueError for a model whose attention a tree mask cannot steer: ALiBi models build
-    their position biases from a key's cache row (MPT: wrong for a tree's branches, whose rows
-    are not their positions) or from a 2-D padding mask of their own (BLOOM, Falcon with
-    `alibi`: they fail on a 4-D one)."""
+    """ValueError for a model whose layers a tree mask cannot steer.  ALiBi models build their
+    position biases from a key's cache row (MPT: wrong for a tree's branches, whose rows are
+    not their positions) or from a 2-D padding mask of their own (BLOOM, Falcon with `alibi`:
+    they fail on a 4-D one).  Recurrent and convolutional layers (HF's "linear_attention",
+    "hybrid", "conv": Mamba, Jamba, Qwen3-Next, Falcon-H1, RWKV, LFM2) carry a state along the
+    token sequence, through every branch laid out before a node: Qwen3-Next's tree logits were
+    0.2 off its own, silently, and Mamba's and RWKV's forwards failed.  Chunked attention
+    (Llama 4) masks by chunks of positions of its own, and failed on a tree mask."""
     config = config.get_text_config(decoder=True)
+    supported = ("rayspec runs models with rotary or learned position embeddings whose layers are full or "
+                 "sliding-window attention (Llama, Mistral, Qwen2/3, Gemma, GPT-2, GPT-NeoX, Phi-3, OPT, Falcon "
+                 "without alibi)")
     if config.model_type in ("bloom", "mpt") or getattr(config, "alibi", False) is True:
         raise ValueError(f"{config.model_type} models use ALiBi position biases, which tree attention cannot drive; "
-                         "rayspec runs models with rotary or learned position embeddings (Llama, Mistral, Qwen2, "
-                         "Gemma, GPT-2, GPT-NeoX, Phi-3, OPT, Falcon without alibi)")
+                         f"{supported}")
+    others = sorted(set(sliding_window_of(config)[1]) - set(TREE_LAYER_TYPES))
+    if others or config.model_type in _STATEFUL_MODEL_TYPES:
+        kinds = ", ".join(f'"{kind}"' for kind in others) or "recurrent"
+        raise ValueError(f"{config.model_type} models have {kinds} layers, which a tree mask cannot steer (a state "
+                         f"carried along the sequence, or attention chunked by position, sees every branch laid "
+                         f"out before a node); {supported}")
 
 
 class TreeLM:

@@ -1,7 +1,7 @@
 """The architectures the README names: for each (tiny random weights), the engine's greedy
 decoding — target-only, and speculative over a tree with a noisy copy as drafter — equals
 HF's plain greedy decoding token for token, each tree node's logits are those of its path run
-alone, and ALiBi models are refused with a message.
+alone, and ALiBi, recurrent and chunked-attention models are refused with a message.
 (Sliding-window models are held to HF's own forward node by node in test_tree_lm.py.)"""
 
 from __future__ import annotations
@@ -91,4 +91,32 @@ def test_alibi_models_are_refused_with_a_message(config):
     model = tiny(config())
     for side in (LocalTarget, LocalDrafter):
         with pytest.raises(ValueError, match="use ALiBi position biases, which tree attention cannot drive"):
+            side(model)
+
+
+@pytest.mark.parametrize("config, kinds", [
+    (lambda: transformers.Qwen3NextConfig(**COMMON, num_key_value_heads=2, head_dim=8, linear_num_key_heads=2,
+                                          linear_num_value_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
+                                          num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16,
+                                          shared_expert_intermediate_size=16,
+                                          layer_types=["linear_attention", "full_attention"]), '"linear_attention"'),
+    (lambda: transformers.JambaConfig(**COMMON, num_key_value_heads=2, attn_layer_period=2, attn_layer_offset=1,
+                                      expert_layer_period=2, expert_layer_offset=1, num_experts=2, mamba_d_state=4,
+                                      mamba_expand=1, use_mamba_kernels=False), '"linear_attention"'),
+    (lambda: transformers.MambaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, state_size=4,
+                                      use_mambapy=True), '"linear_attention"'),
+    (lambda: transformers.Llama4TextConfig(**COMMON, num_key_value_heads=2, head_dim=8, attention_chunk_size=4,
+                                           num_local_experts=2, intermediate_size_mlp=64, no_rope_layers=[1, 0],
+                                           layer_types=["chunked_attention", "full_attention"]),
+     '"chunked_attention"'),
+    (lambda: transformers.RwkvConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, attention_hidden_size=32,
+                                     context_length=128), "recurrent"),
+], ids=["qwen3_next", "jamba", "mamba", "llama4", "rwkv"])
+def test_recurrent_and_chunked_attention_models_are_refused_with_a_message(config, kinds):
+    """Before this, Qwen3-Next's tree logits were 0.2 off its own for each node's path, with no
+    error (its linear-attention state runs through every branch laid out before a node);
+    Jamba's were 0.002 off; Mamba, RWKV and Llama 4's chunked attention failed mid-forward."""
+    model = tiny(config())
+    for side in (LocalTarget, LocalDrafter):
+        with pytest.raises(ValueError, match=f"models have {kinds} layers, which a tree mask cannot steer"):
             side(model)
