@@ -19,10 +19,10 @@ class DrafterPool:
     def __init__(self, drafters: list):
         if not drafters:
             raise ValueError("a drafter pool needs at least one drafter")
-        sizes = {d.vocab_size for d in drafters}
-        if len(sizes) > 1:
-            raise ValueError(f"drafters of one pool must share a vocabulary, got sizes {sorted(sizes)}")
         self.drafters = list(drafters)
+        # Each is checked against the target by the engine (`check_vocabularies`): drafters
+        # padded to different sizes may share a pool, each fitting its laws to the target's.
+        self.vocab_sizes = tuple(sorted({d.vocab_size for d in drafters}))
         self.vocab_size = drafters[0].vocab_size
         self.context_length = min(d.context_length for d in drafters)
         self._next = itertools.cycle(range(len(drafters)))

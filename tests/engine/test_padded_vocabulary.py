@@ -12,6 +12,7 @@ import torch
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.engine.interfaces import SequenceSpec
 from rayspec.engine.local import PADDING_LOGIT_GAP, fit_vocabulary
+from rayspec.engine.pool import DrafterPool
 from rayspec.tree.structure import TreeShape
 from rayspec.verify import available_verifiers
 from rayspec.verify.processing import SamplingParams
@@ -185,3 +186,22 @@ def test_a_dynamic_tree_under_a_mask_forwards_no_id_past_the_drafters_rows():
         out = engine.run([1, 2, 3], **kwargs)
         assert set(out.tokens) <= {5, 6} and len(out.tokens) == 10
     assert out.tokens == target_only.run([1, 2, 3], **kwargs).tokens
+
+
+def test_a_pool_of_drafters_padded_differently_drafts_for_the_target(models):
+    """Each takes sequences in turn, fitting its laws to the target's width; a member of another
+    tokenizer is refused all the same."""
+    pool = DrafterPool([LocalDrafter(models["drafter"]), LocalDrafter(padded(models["drafter"], 2 * PADDING))])
+    engine = SpeculativeEngine(LocalTarget(models["padded target"]), pool, verifier="gumbel", tree="kary:2x3",
+                               tokenizer=word_tokenizer(VOCAB - 4))
+    target_only = SpeculativeEngine(LocalTarget(models["padded target"]), None, verifier="gumbel")
+    for seed in range(4):  # the pool's two drafters in turn
+        out = engine.run([1, 2, 3], max_new_tokens=30, temperature=1.0, seed=seed, ignore_eos=True)
+        assert out.tokens == target_only.run([1, 2, 3], max_new_tokens=30, temperature=1.0, seed=seed,
+                                             ignore_eos=True).tokens
+        assert len(out.stats.steps) < len(out.tokens)
+    with pytest.raises(ValueError, match=r"the drafter's vocab_size \(56\) differs from the target's \(72\), and the "
+                                         r"tokenizer has 60 tokens"):
+        SpeculativeEngine(LocalTarget(models["padded target"]),
+                          DrafterPool([LocalDrafter(models["drafter"]), LocalDrafter(tiny_llama(vocab=56))]),
+                          tokenizer=word_tokenizer(VOCAB - 4))
