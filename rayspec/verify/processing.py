@@ -485,12 +485,17 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, top: int,
     Returns (chosen [n], top values [n, k], top ids [n, k], ranks [n]) on the CPU, float32 and
     int64, most likely first, with k = min(top, V).  Rows are taken `rows_at_once` at a time: a
     long prompt's log-softmax then needs one block beside its logits, not a second [n, V]
-    tensor (2 GB of float32 for 4k tokens at V = 128k)."""
+    tensor (2 GB of float32 for 4k tokens at V = 128k).  A row holding +inf (a float16 model
+    overflows) is its limit, as `logits_to_probs` samples it: uniform over its +inf entries (its
+    log-softmax would be NaN throughout)."""
     k = min(top, logits.shape[-1])
     tokens = tokens.to(logits.device, torch.long).view(-1)
     blocks = []
     for start in range(0, max(len(logits), 1), rows_at_once):  # blocks of rows, not the vocabulary
-        log_p = torch.log_softmax(logits[start : start + rows_at_once].float(), dim=-1)
+        block = logits[start : start + rows_at_once].float()
+        block = torch.where(block.amax(-1, keepdim=True) == math.inf,  # no look from the host
+                            torch.where(block == math.inf, 0.0, -math.inf), block)
+        log_p = torch.log_softmax(block, dim=-1)
         chosen = log_p.gather(-1, tokens[start : start + rows_at_once].view(-1, 1)).squeeze(-1)
         values, ids = torch.topk(log_p, k, dim=-1)
         ranks = (log_p > chosen.unsqueeze(-1)).sum(-1) + 1

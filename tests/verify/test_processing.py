@@ -128,6 +128,19 @@ def test_token_logprobs_are_the_raw_laws_log_probabilities_and_its_most_likely_t
     assert chosen.dtype == values.dtype == torch.float32 and ids.dtype == ranks.dtype == torch.int64
 
 
+def test_token_logprobs_of_a_row_holding_inf_are_those_of_the_law_sampled_from_it():
+    """A float16 overflow: the row's law is uniform over its +inf entries (`logits_to_probs`);
+    its log-softmax was NaN, and so were the log-probabilities reported."""
+    logits = torch.tensor([[1.0, math.inf, 2.0, math.inf], [1.0, math.inf, 2.0, 0.0], [0.0, 1.0, 2.0, 3.0]])
+    chosen, values, ids, ranks = token_logprobs(logits, torch.tensor([3, 1, 0]), top=2)
+    assert chosen[:2].tolist() == pytest.approx([math.log(0.5), 0.0])
+    assert chosen[2].item() == pytest.approx(torch.log_softmax(logits[2], -1)[0].item())
+    assert values[0].tolist() == pytest.approx([math.log(0.5)] * 2) and values[1].tolist() == [0.0, -math.inf]
+    assert ids[1, 0] == 1 and ranks[:2].tolist() == [1, 1]
+    probs = logits_to_probs(logits[:2], SamplingParams(1.0))
+    assert torch.allclose(probs.log(), torch.log_softmax(torch.where(logits[:2] == math.inf, 0.0, -math.inf), -1))
+
+
 def test_token_logprobs_taken_a_block_of_rows_at_a_time_equal_the_whole_at_once():
     generator = torch.Generator().manual_seed(3)
     logits = torch.randn(10, 50, generator=generator) * 4
