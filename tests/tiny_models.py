@@ -27,7 +27,9 @@ def noisy_copy(model, noise: float = 0.05, seed: int = 1):
     copy = type(model)(model.config).eval()
     with torch.no_grad():
         for mine, theirs in zip(copy.parameters(), model.parameters()):
-            mine.copy_(theirs + noise * theirs.std() * torch.randn_like(theirs))
+            # (a one-element parameter, such as xIELU's alphas in Apertus, has no spread: NaN)
+            scale = theirs.std() if theirs.numel() > 1 else theirs.abs().mean()
+            mine.copy_(theirs + noise * scale * torch.randn_like(theirs))
     return copy
 
 

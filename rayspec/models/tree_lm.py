@@ -158,6 +158,20 @@ def sliding_window_of(config) -> tuple[int | None, list[str]]:
 TREE_LAYER_TYPES = ("full_attention", "sliding_attention")
 # Recurrent or convolutional models whose configs name no layer types of that kind.
 _STATEFUL_MODEL_TYPES = ("rwkv", "xlstm", "lfm2", "lfm2_moe")
+# Models whose own masks or positions override the tree's, though their configs name only
+# attention layers: each found running tiny random weights of every HF causal LM against its
+# own forward for each node's path (`bench/architecture_sweep.py`).
+_OWN_POSITIONS = "it numbers positions from its padding id on, not the tree's positions"
+_UNSTEERABLE = {
+    "roformer": "its rotary positions count cache rows, not the tree's positions",
+    "cpmant": "it builds its own mask and positions, for one token at a time",
+    "openai-gpt": "it keeps no cache and takes a 2-D padding mask only",
+    "xlm": "it builds its own masks from lengths",
+    "xlnet": "its relative attention takes a 2-D mask only",
+    "reformer": "its chunked attention keeps its own buckets and takes a 2-D mask only",
+    **dict.fromkeys(("roberta", "roberta-prelayernorm", "xlm-roberta", "xlm-roberta-xl", "camembert", "data2vec-text",
+                     "xmod"), _OWN_POSITIONS),
+}
 
 
 def check_tree_attention(config) -> None:
@@ -168,13 +182,23 @@ def check_tree_attention(config) -> None:
     "hybrid", "conv": Mamba, Jamba, Qwen3-Next, Falcon-H1, RWKV, LFM2) carry a state along the
     token sequence, through every branch laid out before a node: Qwen3-Next's tree logits were
     0.2 off its own, silently, and Mamba's and RWKV's forwards failed.  Chunked attention
-    (Llama 4) masks by chunks of positions of its own, and failed on a tree mask."""
+    (Llama 4) masks by chunks of positions of its own, and failed on a tree mask.  A few others
+    override the tree's mask or positions with their own (`_UNSTEERABLE`; GPT-Neo's local
+    layers)."""
     config = config.get_text_config(decoder=True)
     supported = ("rayspec runs models with rotary or learned position embeddings whose layers are full or "
                  "sliding-window attention (Llama, Mistral, Qwen2/3, Gemma, GPT-2, GPT-NeoX, Phi-3, OPT, Falcon "
                  "without alibi)")
     if config.model_type in ("bloom", "mpt") or getattr(config, "alibi", False) is True:
         raise ValueError(f"{config.model_type} models use ALiBi position biases, which tree attention cannot drive; "
+                         f"{supported}")
+    reason = _UNSTEERABLE.get(config.model_type)
+    if config.model_type == "gpt_neo" and "local" in getattr(config, "attention_layers", ()):
+        reason = "its local layers' window counts cache rows, not positions"
+    if reason is not None:
+        raise ValueError(f"{config.model_type} models cannot run tree attention: {reason}; {supported}")
+    if not hasattr(config, "num_hidden_layers"):
+        raise ValueError(f"{config.model_type} models keep their layers in sub-configs, which rayspec does not read; "
                          f"{supported}")
     others = sorted(set(sliding_window_of(config)[1]) - set(TREE_LAYER_TYPES))
     if others or config.model_type in _STATEFUL_MODEL_TYPES:

@@ -120,3 +120,24 @@ def test_recurrent_and_chunked_attention_models_are_refused_with_a_message(confi
     for side in (LocalTarget, LocalDrafter):
         with pytest.raises(ValueError, match=f"models have {kinds} layers, which a tree mask cannot steer"):
             side(model)
+
+
+@pytest.mark.parametrize("config, reason", [
+    (lambda: transformers.GPTNeoConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4,
+                                       intermediate_size=64, max_position_embeddings=128, window_size=8,
+                                       attention_types=[[["global", "local"], 1]]),
+     "its local layers' window counts cache rows"),
+    (lambda: transformers.RoFormerConfig(**COMMON, is_decoder=True), "its rotary positions count cache rows"),
+    (lambda: transformers.RobertaConfig(**COMMON, is_decoder=True, pad_token_id=0),
+     "it numbers positions from its padding id on"),
+    (lambda: transformers.OpenAIGPTConfig(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=128),
+     "it keeps no cache"),
+], ids=["gpt_neo", "roformer", "roberta", "openai-gpt"])
+def test_models_whose_own_masks_or_positions_override_the_trees_are_refused(config, reason):
+    """GPT-Neo's tree logits were up to 16 off its own per path with sharper weights (its local
+    window counts cache rows), RoFormer's 15 and a RoBERTa decoder's 2-21, with no error;
+    GPT-1 failed mid-forward (`bench/results/architecture_sweep.md`)."""
+    model = tiny(config())
+    for side in (LocalTarget, LocalDrafter):
+        with pytest.raises(ValueError, match=f"models cannot run tree attention: {reason}"):
+            side(model)
