@@ -41,10 +41,8 @@ torch.set_num_threads(1)
 from common import machine, save_results  # noqa: E402
 
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
-from rayspec.models import TreeLM
 from rayspec.models.tree_lm import check_tree_attention
-from rayspec.tree.structure import TreeShape
-from tests.models.test_architectures import PROMPT, VOCAB, plain_greedy, tiny
+from tests.models.test_architectures import PROMPT, VOCAB, node_differences, plain_greedy, tiny
 from tests.tiny_models import noisy_copy
 
 TIME_LIMIT = 240  # seconds per model and pass
@@ -194,19 +192,7 @@ def sweep_one(model_type: str, sharp: bool) -> dict:
     status = "OK"
     # oracle
     try:
-        shape = TreeShape((-1, 0, 0, 0, 1, 1, 2, 4, 4, 7))
-        generator = torch.Generator().manual_seed(0)
-        tokens = torch.randint(VOCAB, (shape.size,), generator=generator).tolist()
-        tokens[0] = PROMPT[-1]
-        lm = TreeLM(model)
-        lm.prefill(PROMPT[:-1])
-        logits = lm.forward(tokens, shape.parents, shape.depth)
-        diffs = []
-        with torch.no_grad():
-            for node in range(shape.size):
-                path = PROMPT[:-1] + [tokens[i] for i in [0, *shape.path_to(node)]]
-                alone = model(input_ids=torch.tensor([path])).logits[0, -1].float()
-                diffs.append(float((logits[node] - alone).abs().max()))
+        diffs = node_differences(model)
         result["oracle_max_diff"] = max(diffs)
         result["oracle_diffs"] = [round(d, 6) for d in diffs]
         if not max(diffs) <= 1e-3:  # NaN counts as wrong
