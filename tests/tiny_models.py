@@ -49,13 +49,13 @@ def padded(model, rows: int, favoured: bool = False):
     return copy.eval()
 
 
-def word_tokenizer(size: int):
-    """A real tokenizer of `size` tokens ("t0", "t1", ...), for the engine's checks that read
-    its length."""
+def word_tokenizer(size: int, prefix: str = "t"):
+    """A real tokenizer of `size` tokens ("t0", "t1", ...; another `prefix`, other tokens), for
+    the engine's checks that read it."""
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 
-    words = models.WordLevel({f"t{i}": i for i in range(size)}, unk_token="t0")
+    words = models.WordLevel({f"{prefix}{i}": i for i in range(size)}, unk_token=f"{prefix}0")
     return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(words))
 
 

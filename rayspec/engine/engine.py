@@ -257,8 +257,8 @@ class SpeculativeEngine:
         check_resume_timeout(target_resume_timeout)
         check_hedge_factor(draft_hedge)
         if drafter is not None:
-            for vocab_size in getattr(drafter, "vocab_sizes", (drafter.vocab_size,)):  # a pool's, each
-                check_vocabularies(vocab_size, target.vocab_size, tokenizer)
+            for member in getattr(drafter, "drafters", (drafter,)):  # a pool's, each
+                check_vocabularies(member.vocab_size, target.vocab_size, tokenizer, getattr(member, "tokenizer", None))
         self.draft_hedge = draft_hedge
         self._hedge_threads: ThreadPoolExecutor | None = None  # where hedged drafts wait, made at the first
         self._hedge_threads_lock = threading.Lock()

@@ -60,7 +60,8 @@ class SequenceSpec:
         check_logprobs(self.prompt_logprobs, "prompt_logprobs")
         if self.vocab_size is not None and (isinstance(self.vocab_size, bool) or not isinstance(self.vocab_size, int)
                                             or self.vocab_size < 1):
-            raise ValueError(f"vocab_size must be a whole number of tokens, 1 or more, or None; got {self.vocab_size!r}")
+            raise ValueError(f"vocab_size must be a whole number of tokens, 1 or more, or None; "
+                             f"got {self.vocab_size!r}")
         if self.completion_ids and self.prompt_logprobs is not None:
             raise ValueError("a resumed sequence does not score its prompt again: prompt_logprobs must be None")
 
@@ -225,13 +226,21 @@ class TargetSession(Protocol):
     def close(self) -> None: ...
 
 
-def check_vocabularies(drafter_vocab_size: int, target_vocab_size: int, tokenizer=None) -> None:
+# Padding rounds a vocabulary up to a multiple of 64-256 rows, by a multiple or two (Qwen2.5's
+# pair: 128 rows apart); sizes further apart are taken for another tokenizer.
+MAX_PADDING_ROWS = 1024
+
+
+def check_vocabularies(drafter_vocab_size: int, target_vocab_size: int, tokenizer=None,
+                       drafter_tokenizer=None) -> None:
     """ValueError unless a drafter can draft for a target: the same vocabulary size, or sizes
     that differ in padding rows only — embeddings padded past the tokenizer's ids, which
     neither model's tokenizer ever gives (Qwen2.5-0.5B's 151,936 rows against 7B's 152,064,
     of a 151,665-token tokenizer).  The drafter's laws are then fitted to the target's width
-    (`SequenceSpec.vocab_size`).  Sizes that differ within the tokenizer's ids mean another
-    tokenizer, whose ids name other tokens: its drafts would hardly ever be accepted."""
+    (`SequenceSpec.vocab_size`).  Another tokenizer, whose ids name other tokens, would have its
+    drafts hardly ever accepted: sizes that differ within the target's tokenizer's ids, or by
+    more than `MAX_PADDING_ROWS`, or a drafter's own tokenizer (when it has one here) with
+    other tokens are refused."""
     drafter_vocab_size, target_vocab_size = int(drafter_vocab_size), int(target_vocab_size)
     if drafter_vocab_size == target_vocab_size:
         return
@@ -243,6 +252,12 @@ def check_vocabularies(drafter_vocab_size: int, target_vocab_size: int, tokenize
         raise ValueError(f"{sizes}, and the tokenizer has {len(tokenizer)} tokens: a drafter must share its "
                          f"target's tokenizer, its embeddings differing at most in padding rows past the "
                          f"tokenizer's ids")
+    if abs(drafter_vocab_size - target_vocab_size) > MAX_PADDING_ROWS:
+        raise ValueError(f"{sizes} by more than padding rounds a vocabulary up ({MAX_PADDING_ROWS} rows at most): "
+                         f"a drafter must share its target's tokenizer")
+    if drafter_tokenizer is not None and drafter_tokenizer.get_vocab() != tokenizer.get_vocab():
+        raise ValueError(f"{sizes}, and the drafter's tokenizer is not the target's: a drafter must share its "
+                         f"target's tokenizer")
 
 
 class Drafter(Protocol):

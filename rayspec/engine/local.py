@@ -18,6 +18,7 @@ close waits for.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import replace
@@ -406,7 +407,7 @@ PADDING_LOGIT_GAP = 1e4
 def fit_vocabulary(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """A drafter's logits over a target's `vocab_size` tokens: the columns of padding rows only
     the drafter has are cut; those only the target has are `PADDING_LOGIT_GAP` below the row's
-    highest, not -inf, so that a row keeps a law where a request allows the target's padding
+    highest finite logit, not -inf, so that a row keeps a law where a request allows the target's padding
     ids alone (`allowed_token_ids`; a penalty would clamp -inf there anyway): the drafter then
     drafts one, fed to it as token 0 (`model_ids`).  q is the law drafted from either way,
     which is all the verifiers' exactness asks.  Both sides process and sample laws of one
@@ -417,7 +418,10 @@ def fit_vocabulary(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
         return logits
     if width > vocab_size:
         return logits[..., :vocab_size]
-    padding = (logits.amax(-1, keepdim=True) - PADDING_LOGIT_GAP).expand(*logits.shape[:-1], vocab_size - width)
+    # Below the highest finite logit: a row holding +inf (a float16 overflow) is uniform over
+    # its +inf entries (`logits_to_probs`), and the padding must stay out of that.
+    top = logits.masked_fill(logits == math.inf, -math.inf).amax(-1, keepdim=True)
+    padding = (top - PADDING_LOGIT_GAP).expand(*logits.shape[:-1], vocab_size - width)
     return torch.cat([logits, padding], dim=-1)
 
 

@@ -19,11 +19,10 @@ class DrafterPool:
     def __init__(self, drafters: list):
         if not drafters:
             raise ValueError("a drafter pool needs at least one drafter")
-        self.drafters = list(drafters)
         # Each is checked against the target by the engine (`check_vocabularies`): drafters
         # padded to different sizes may share a pool, each fitting its laws to the target's.
-        self.vocab_sizes = tuple(sorted({d.vocab_size for d in drafters}))
-        self.vocab_size = drafters[0].vocab_size
+        self.drafters = list(drafters)
+        self.vocab_size = drafters[0].vocab_size  # (one of them: each drafts at the target's width)
         self.context_length = min(d.context_length for d in drafters)
         self._next = itertools.cycle(range(len(drafters)))
         self._lock = threading.Lock()

@@ -6,6 +6,8 @@ and equal to the target's greedy decoding at T = 0 for every verifier."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -15,7 +17,7 @@ from rayspec.engine.local import PADDING_LOGIT_GAP, fit_vocabulary
 from rayspec.engine.pool import DrafterPool
 from rayspec.tree.structure import TreeShape
 from rayspec.verify import available_verifiers
-from rayspec.verify.processing import SamplingParams
+from rayspec.verify.processing import SamplingParams, logits_to_probs
 from tests.engine.test_engine import VERIFIER_TREES, exact_law_of_first_tokens
 from tests.stats import assert_frequencies_match
 from tests.tiny_models import noisy_copy, padded, tiny_llama, word_tokenizer
@@ -58,6 +60,10 @@ def test_fitted_logits_cut_the_drafters_padding_and_give_the_targets_no_mass():
     for dtype in (torch.float16, torch.bfloat16):  # still no mass, and finite, in half precision
         half = fit_vocabulary(logits.to(dtype), 7)
         assert bool(half.isfinite().all()) and bool((torch.softmax(half.float(), -1)[:, 5:] == 0).all())
+    # A float16 overflow: the row's law is uniform over its +inf entries, the padding's not among them
+    overflowed = fit_vocabulary(torch.tensor([[1.0, math.inf, 2.0, math.inf]]), 6)
+    assert overflowed[0, 4:].tolist() == [2.0 - PADDING_LOGIT_GAP] * 2
+    assert logits_to_probs(overflowed, SamplingParams(1.0)).tolist() == [[0.0, 0.5, 0.0, 0.5, 0.0, 0.0]]
 
 
 @pytest.mark.parametrize("verifier", ["gumbel", "minhash"])
@@ -135,7 +141,18 @@ def test_a_drafter_of_another_tokenizer_or_with_no_tokenizer_to_check_is_refused
     with pytest.raises(ValueError, match=r"differs from the target's \(64\), and the tokenizer has 66 tokens: a "
                                          r"drafter must share its target's tokenizer"):
         SpeculativeEngine(target, drafter, tokenizer=word_tokenizer(66))
-    SpeculativeEngine(target, drafter, tokenizer=word_tokenizer(64))  # every id of the tokenizer in both
+    SpeculativeEngine(target, drafter, tree="kary:2x2", tokenizer=word_tokenizer(64))  # its ids in both
+    # A larger drafter whose rows past the target's are tokens, not padding (GPT-2's 50,257 for
+    # Llama 2's 32,000 of 32,000 tokens): its sizes are too far apart, or its tokenizer tells.
+    with pytest.raises(ValueError, match=r"the drafter's vocab_size \(1100\) differs from the target's \(64\) by "
+                                         r"more than padding rounds a vocabulary up \(1024 rows at most\)"):
+        SpeculativeEngine(target, LocalDrafter(tiny_llama(vocab=1100)), tokenizer=word_tokenizer(64))
+    with pytest.raises(ValueError, match=r"differs from the target's \(64\), and the drafter's tokenizer is not the "
+                                         r"target's"):
+        SpeculativeEngine(target, LocalDrafter(models["padded drafter"], word_tokenizer(60, prefix="w")),
+                          tokenizer=word_tokenizer(60))
+    SpeculativeEngine(target, LocalDrafter(models["padded drafter"], word_tokenizer(60)), tree="kary:2x2",
+                      tokenizer=word_tokenizer(60))
 
 
 def test_sessions_refuse_a_width_that_is_no_vocabulary_and_a_target_refuses_any_but_its_own(models):
