@@ -360,14 +360,16 @@ def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS,
         return Costs(target_times, MeasuredTimes((1,), (0.0,)), 0.0, target_per_sequence,
                      calibration_walk=calibration_walk)
 
-    # drafters know the target's context length
-    drafting = [_Stepper(drafter, _spec(drafter.vocab_size)) for _ in range(max(load_sequences, 1))]
+    # Drafted at the target's width, as requests are: a pool's drafters may be padded to sizes
+    # of their own, and an older worker among them knows no other.
+    drafting = [_Stepper(drafter, _spec(target.vocab_size)) for _ in range(max(load_sequences, 1))]
 
     def draft(stepper: _Stepper, shape: TreeShape) -> None:
         # Steady state: commit one emitted token (nothing accepted), then draft.
         fresh = stepper.session is None or stepper.length + shape.max_depth + 2 >= drafter.context_length
         stepper.room(shape.max_depth)
-        previous = None if fresh else Outcome([int(torch.randint(drafter.vocab_size, (1,), generator=generator))], [], [0])
+        previous = None if fresh else Outcome([int(torch.randint(target.vocab_size, (1,), generator=generator))], [],
+                                              [0])
         if fresh:  # the first draft of a session prefills the prompt: not a step's cost
             stepper.session.draft(TreeShape.chain(1), None)
             previous = Outcome([1], [], [0])
@@ -403,7 +405,8 @@ def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS,
     for verifier in [CALIBRATION_VERIFIER, *verifiers]:
         if verifier != CALIBRATION_VERIFIER:
             # Fewer widths than the calibration verifier's: each verifier's drafts cost a few calls.
-            stepper = _Stepper(drafter, _spec(drafter.vocab_size, verifier=verifier, verifier_params=params.get(verifier)))
+            stepper = _Stepper(drafter, _spec(target.vocab_size, verifier=verifier,
+                                              verifier_params=params.get(verifier)))
             try:
                 verifier_levels[verifier], _ = drafted_levels(stepper, _draft_widths(verifier, widths))
             finally:

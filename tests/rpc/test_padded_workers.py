@@ -13,10 +13,11 @@ from transformers import AutoTokenizer
 from rayspec.demo import TARGET_PATH
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.engine.interfaces import SequenceSpec
+from rayspec.engine.pool import DrafterPool
 from rayspec.rpc import codec
-from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc
+from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, worker_pb2_grpc
 from rayspec.rpc.remote import RemoteDrafter, RemoteTarget
-from rayspec.rpc.worker import serve_drafter, serve_target
+from rayspec.rpc.worker import DrafterServicer, _serve, serve_drafter, serve_target
 from rayspec.verify.processing import SamplingParams
 from tests.rpc.processes import Worker
 from tests.tiny_models import noisy_copy, padded, tiny_llama
@@ -130,4 +131,40 @@ def test_a_drafter_worker_of_another_size_that_predates_fitting_is_refused_when_
                                              rf"predates fitting its laws to a target's: upgrade it"):
             RemoteDrafter(f"127.0.0.1:{port}", VOCAB, timeout=10)
     finally:
+        server.stop(0).wait()
+
+
+class _OlderDrafterServicer(DrafterServicer):
+    """A drafter worker of before padded vocabularies: it lists no "padded_vocabulary" and
+    reads no `vocab_size` (proto3 drops a field it does not know)."""
+
+    def Info(self, request, context):
+        info = super().Info(request, context)
+        info.ClearField("features")
+        info.features.extend(f for f in codec.WORKER_FEATURES if f != "padded_vocabulary")
+        return info
+
+    def Open(self, request, context):
+        request.spec.ClearField("vocab_size")
+        return super().Open(request, context)
+
+
+def test_a_pool_of_a_padded_drafter_and_an_older_worker_calibrates_at_the_targets_width(models, workers):
+    """sequoia:auto's calibration drafted at the pool's first drafter's size (72, past the older
+    worker's 64 ids: it refused the calibration's prompt); requests draft at the target's."""
+    older = _OlderDrafterServicer(LocalDrafter(models["drafter"]), "drafter")
+    server, port = _serve(older, "rayspec.v1.DrafterService", worker_pb2_grpc.add_DrafterServiceServicer_to_server,
+                          "127.0.0.1:0")
+    pool = DrafterPool([RemoteDrafter(workers["padded drafter"], VOCAB), RemoteDrafter(f"127.0.0.1:{port}", VOCAB)])
+    tokenizer = AutoTokenizer.from_pretrained(str(TARGET_PATH))
+    try:
+        engine = SpeculativeEngine(LocalTarget(models["target"]), pool, verifier="gumbel", tree="sequoia:auto",
+                                   tokenizer=tokenizer)
+        target_only = SpeculativeEngine(LocalTarget(models["target"]), None, verifier="gumbel")
+        for seed in range(2):  # one sequence on each drafter
+            kwargs = dict(max_new_tokens=20, temperature=1.0, seed=seed, ignore_eos=True)
+            assert engine.run(PROMPT, **kwargs).tokens == target_only.run(PROMPT, **kwargs).tokens
+    finally:
+        for drafter in pool.drafters:
+            drafter.close()
         server.stop(0).wait()
