@@ -120,7 +120,7 @@ def cmd_generate(args) -> int:
     # The flags' values are checked before the models load (a real pair's load takes minutes).
     SamplingParams(args.temperature, args.top_p, args.top_k, presence_penalty=args.presence_penalty,
                    frequency_penalty=args.frequency_penalty, repetition_penalty=args.repetition_penalty,
-                   logit_bias=dict(args.logit_bias), min_p=args.min_p, min_tokens=args.min_tokens)
+                   logit_bias=args.logit_bias, min_p=args.min_p, min_tokens=args.min_tokens)
     structured = structured_output(args)
     if structured is not None:
         structured.to_regex()  # a bad schema is refused before anything is written
@@ -138,7 +138,7 @@ def cmd_generate(args) -> int:
         repetition_penalty=args.repetition_penalty, min_p=args.min_p, min_tokens=args.min_tokens,
         ignore_eos=args.ignore_eos, allowed_token_ids=args.allowed_token_ids, bad_words=args.bad_words,
         seed=args.seed, stop=[*(args.stop or ()), *args.stop_token_ids], skip_special_tokens=args.skip_special_tokens,
-        stats=stats, logit_bias=dict(args.logit_bias),
+        stats=stats, logit_bias=args.logit_bias,
         prediction=tokenizer.encode(args.prediction, add_special_tokens=False) if args.prediction else None,
         structured_output=structured,
     )
@@ -281,10 +281,10 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--tree", default="sequoia:auto", help=TREE_SPEC_HELP)
     generate.add_argument("--acceptance-dir", default=None, help="measured acceptance vectors (default: the demo pair's)")
     generate.add_argument("--stop", action="append", help="stop string (repeatable)")
-    generate.add_argument("--stop-token-ids", type=int, nargs="+", default=[], metavar="ID",
-                          help="vLLM's: tokens that end the completion as EOS does")
-    generate.add_argument("--logit-bias", type=_bias, nargs="+", default=[], metavar="ID=BIAS",
-                          help="OpenAI's: BIAS in [-100, 100] added to token ID's logit")
+    generate.add_argument("--stop-token-ids", type=int, nargs="+", action="extend", default=[], metavar="ID",
+                          help="vLLM's: tokens that end the completion as EOS does (repeatable)")
+    generate.add_argument("--logit-bias", type=_bias, nargs="+", action="extend", default=[], metavar="ID=BIAS",
+                          help="OpenAI's: BIAS in [-100, 100] added to token ID's logit (repeatable)")
     generate.add_argument("--bad-words", action="append", default=[], metavar="WORD",
                           help="vLLM's: a word the completion never contains (repeatable)")
     generate.add_argument("--include-stop-str-in-output", action="store_true",

@@ -173,8 +173,11 @@ def test_generate_takes_a_logit_bias_and_stop_token_ids(capsys):
     plain, biased = run(), run("--logit-bias", f"{token}=100")
     biased_text = biased[0][len("def add(a, b):"):]
     assert plain[0] != biased[0] and biased_text.count(biased_text[:4]) >= 3, biased_text  # one token, over and over
-    stopped = run("--logit-bias", f"{token}=100", "--stop-token-ids", str(token))
+    stopped = run("--logit-bias", "5=1", "--logit-bias", f"{token}=100", "--stop-token-ids", "3",
+                  "--stop-token-ids", str(token))  # repeated flags add up
     assert stopped[0] == "def add(a, b):" and "] 0 tokens in" in stopped[-1]
+    assert main(["generate", "--prompt", "x", "--logit-bias", "5=1", "5=-1", "--threads", "1"]) == 2
+    assert "logit_bias: token 5 is negative or given twice" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exited:
         main(["generate", "--prompt", "x", "--logit-bias", "5"])
     assert exited.value.code == 2 and "a logit bias is ID=BIAS, such as 42=-5; got '5'" in capsys.readouterr().err
