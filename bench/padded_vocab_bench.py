@@ -10,9 +10,9 @@ decoding the same held-out prompts with the same seeds, interleaved prompt by pr
 - the drafter padded by `--padding` rows (as Qwen2.5 pads, to a multiple of 128): its extra
   columns are cut, so its laws are the unpadded drafter's and the tokens must be the first
   arm's (checked);
-- the target padded likewise: the drafter's laws get -inf columns, and the target's law has
-  the padding rows' (new, untrained) share, so its tokens may differ; the padding ids it
-  emitted are counted.
+- the target padded likewise: the drafter's laws get columns of no mass (`fit_vocabulary`),
+  and the target's law has the padding rows' (new, untrained) share, so its tokens may
+  differ; the padding ids it emitted are counted.
 
 Padding rows are added as `transformers` adds them (`resize_token_embeddings`,
 `mean_resizing=False`: the model's own initialiser).  Writes

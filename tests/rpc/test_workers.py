@@ -533,7 +533,8 @@ def test_bad_input_is_refused_and_the_workers_keep_serving(cluster):
     spec.ClearField("logprobs")
     spec.prompt_logprobs = -1
     code, details = _status(lambda: target.Open(worker_pb2.OpenRequest(session_id="a", spec=spec), timeout=10))
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and "prompt_logprobs must be a whole number between 0 and 20" in details
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "prompt_logprobs must be a whole number between 0 and 20" in details
     spec.ClearField("prompt_logprobs")
     spec.params.logit_bias[8192] = 1.0
     code, details = _status(lambda: target.Open(worker_pb2.OpenRequest(session_id="a", spec=spec), timeout=10))
@@ -567,7 +568,8 @@ def test_bad_input_is_refused_and_the_workers_keep_serving(cluster):
         (generation_pb2.GenerateRequest(prompt="x", verifier_params=msgpack.packb([1])), "verifier_params"),
         (generation_pb2.GenerateRequest(), "exactly one of prompt"),
         (generation_pb2.GenerateRequest(prompt="x", logprobs=21), "logprobs must be a whole number between 0 and 20"),
-        (generation_pb2.GenerateRequest(prompt="x", prompt_logprobs=21), "prompt_logprobs must be a whole number between 0 and 20"),
+        (generation_pb2.GenerateRequest(prompt="x", prompt_logprobs=21),
+         "prompt_logprobs must be a whole number between 0 and 20"),
         (generation_pb2.GenerateRequest(prompt="x", presence_penalty=2.5), "presence_penalty must be in [-2, 2]"),
         (generation_pb2.GenerateRequest(prompt="x", repetition_penalty=0), "repetition_penalty must be > 0"),
         (generation_pb2.GenerateRequest(prompt="x", logit_bias={9000: 1.0}), "outside the vocabulary of 8192 tokens"),
