@@ -377,8 +377,13 @@ def _limit_of_infinite_logits(logits: torch.Tensor) -> tuple[torch.Tensor, torch
             rows = empty.flatten().nonzero().flatten().tolist()
             raise error(f"logits_to_probs: rows {rows[:8]} of the logits {what}, and so have no law to sample from")
     infinite = top == math.inf
-    limit = torch.full_like(logits, -math.inf).masked_fill(logits == math.inf, 0.0)
-    return torch.where(infinite, limit, logits), top.masked_fill(infinite, 0.0)
+    return _rows_at_their_limit(logits, infinite), top.masked_fill(infinite, 0.0)
+
+
+def _rows_at_their_limit(logits: torch.Tensor, infinite: torch.Tensor) -> torch.Tensor:
+    """`logits` with the rows `infinite` marks ([..., 1]) replaced by their T -> 0 limit: 0 on
+    their +inf entries, -inf elsewhere."""
+    return torch.where(infinite, torch.full_like(logits, -math.inf).masked_fill(logits == math.inf, 0.0), logits)
 
 
 def logits_to_probs(logits: torch.Tensor, params: SamplingParams, dtype=torch.float32,
@@ -493,8 +498,7 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, top: int,
     blocks = []
     for start in range(0, max(len(logits), 1), rows_at_once):  # blocks of rows, not the vocabulary
         block = logits[start : start + rows_at_once].float()
-        block = torch.where(block.amax(-1, keepdim=True) == math.inf,  # no look from the host
-                            torch.where(block == math.inf, 0.0, -math.inf), block)
+        block = _rows_at_their_limit(block, block.amax(-1, keepdim=True) == math.inf)  # no look from the host
         log_p = torch.log_softmax(block, dim=-1)
         chosen = log_p.gather(-1, tokens[start : start + rows_at_once].view(-1, 1)).squeeze(-1)
         values, ids = torch.topk(log_p, k, dim=-1)
