@@ -49,13 +49,14 @@ def padded(model, rows: int, favoured: bool = False):
     return copy.eval()
 
 
-def word_tokenizer(size: int, prefix: str = "t"):
-    """A real tokenizer of `size` tokens ("t0", "t1", ...; another `prefix`, other tokens), for
-    the engine's checks that read it."""
+def word_tokenizer(size: int, prefix: str = "t", renamed=()):
+    """A real tokenizer of `size` tokens ("t0", "t1", ...; another `prefix`, other tokens; the
+    ids in `renamed` named "x<id>"), for the engine's checks that read it."""
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 
-    words = models.WordLevel({f"{prefix}{i}": i for i in range(size)}, unk_token=f"{prefix}0")
+    names = {i: f"x{i}" if i in renamed else f"{prefix}{i}" for i in range(size)}
+    words = models.WordLevel({name: i for i, name in names.items()}, unk_token=names[0])
     return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(words))
 
 

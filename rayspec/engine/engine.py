@@ -41,7 +41,8 @@ from rayspec.engine.calibrate import CostsFile, measure_costs
 from rayspec.engine.drafting import SequenceDrafting
 from rayspec.engine.hedge import check_hedge_factor
 from rayspec.engine.interfaces import (
-    Draft, GenerationCancelled, SequenceSpec, TargetUnavailable, TokenLogprobs, check_logprobs, check_vocabularies,
+    Draft, GenerationCancelled, SequenceSpec, TargetUnavailable, TokenLogprobs, check_logprobs, check_tokenizers,
+    check_vocabularies, tokenizer_fingerprint,
 )
 from rayspec.engine.policy import (
     AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia, planned_tree,
@@ -223,6 +224,36 @@ def resolve_priced_verifiers(priced, verifier: str) -> tuple[str, ...]:
     return tuple(priced)
 
 
+def check_shared_tokenizer(target, drafter=None, tokenizer=None) -> None:
+    """ValueError unless the engine's models and tokenizer speak the target's tokens.  Each
+    drafter (a pool's, each) has vocabulary sizes that differ from the target's in padding rows
+    only (`check_vocabularies`).  Where two sides tell their tokenizers, the tables must be one
+    (`check_tokenizers`): the engine's `tokenizer` and the target's own; each drafter's and the
+    target's (the engine's, else the target's own).  A few ids named otherwise are logged."""
+    members = () if drafter is None else getattr(drafter, "drafters", (drafter,))
+    for member in members:
+        check_vocabularies(member.vocab_size, target.vocab_size, tokenizer)
+    drafters = [(m, fingerprint) for m in members if (fingerprint := getattr(m, "tokenizer_fingerprint", None))]
+    another = tokenizer is not None and tokenizer is not getattr(target, "tokenizer", None)
+    if not (drafters or another):
+        return
+    target_fingerprint = getattr(target, "tokenizer_fingerprint", None)
+    if another:
+        given = tokenizer_fingerprint(tokenizer)
+        if given and target_fingerprint:
+            _warn_of_other_ids("the tokenizer given the engine", check_tokenizers(given, target_fingerprint, "engine"))
+        target_fingerprint = given or target_fingerprint
+    if target_fingerprint:
+        for member, fingerprint in drafters:
+            _warn_of_other_ids(f"the tokenizer of the drafter {getattr(member, 'address', 'in this process')}",
+                               check_tokenizers(fingerprint, target_fingerprint))
+
+
+def _warn_of_other_ids(whose: str, other_ids: int) -> None:
+    if other_ids:
+        log.warning("%s names up to %d token ids otherwise than the target's", whose, other_ids)
+
+
 class SpeculativeEngine:
     """Speculative decoding over a target and (optionally) a drafter."""
 
@@ -233,9 +264,10 @@ class SpeculativeEngine:
                  draft_hedge: float | None = None):
         """tokenizer: the target's, for stop strings and bad words, and to check a drafter
         whose vocabulary size differs from the target's (`check_vocabularies`: padding rows
-        only).  tree: a tree spec (see `rayspec.engine.policy`) or a TreeShape; `acceptance_dir`
-        holds the measured acceptance vectors Sequoia trees are planned from; `adaptive`
-        lets Sequoia trees re-plan from the ranks accepted while serving; `costs` (measured by
+        only); its table and each drafter's must be the target's (`check_shared_tokenizer`).
+        tree: a tree spec (see `rayspec.engine.policy`) or a TreeShape; `acceptance_dir` holds
+        the measured acceptance vectors Sequoia trees are planned from; `adaptive` lets Sequoia
+        trees re-plan from the ranks accepted while serving; `costs` (measured by
         `rayspec.engine.calibrate`) spares sequoia:auto its measurement, or a function that
         gives them when first needed (another coordinator's, measured there once).
         graft_predictions: above T = 0, whether a prediction's chain is drafted beside the
@@ -256,9 +288,7 @@ class SpeculativeEngine:
         on target-only (`rayspec.engine.hedge`); None waits for every draft."""
         check_resume_timeout(target_resume_timeout)
         check_hedge_factor(draft_hedge)
-        if drafter is not None:
-            for member in getattr(drafter, "drafters", (drafter,)):  # a pool's, each
-                check_vocabularies(member.vocab_size, target.vocab_size, tokenizer, getattr(member, "tokenizer", None))
+        check_shared_tokenizer(target, drafter, tokenizer)
         self.draft_hedge = draft_hedge
         self._hedge_threads: ThreadPoolExecutor | None = None  # where hedged drafts wait, made at the first
         self._hedge_threads_lock = threading.Lock()

@@ -18,6 +18,7 @@ gives the same tokens in-process and distributed.
 from __future__ import annotations
 
 import hashlib
+import json
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -231,16 +232,15 @@ class TargetSession(Protocol):
 MAX_PADDING_ROWS = 1024
 
 
-def check_vocabularies(drafter_vocab_size: int, target_vocab_size: int, tokenizer=None,
-                       drafter_tokenizer=None) -> None:
+def check_vocabularies(drafter_vocab_size: int, target_vocab_size: int, tokenizer=None) -> None:
     """ValueError unless a drafter can draft for a target: the same vocabulary size, or sizes
     that differ in padding rows only — embeddings padded past the tokenizer's ids, which
     neither model's tokenizer ever gives (Qwen2.5-0.5B's 151,936 rows against 7B's 152,064,
     of a 151,665-token tokenizer).  The drafter's laws are then fitted to the target's width
     (`SequenceSpec.vocab_size`).  Another tokenizer, whose ids name other tokens, would have its
     drafts hardly ever accepted: sizes that differ within the target's tokenizer's ids, or by
-    more than `MAX_PADDING_ROWS`, or a drafter's own tokenizer (when it has one here) with
-    other tokens are refused."""
+    more than `MAX_PADDING_ROWS`, are refused (and tokenizers that both sides name are compared
+    by `check_tokenizers`, whatever the sizes)."""
     drafter_vocab_size, target_vocab_size = int(drafter_vocab_size), int(target_vocab_size)
     if drafter_vocab_size == target_vocab_size:
         return
@@ -255,9 +255,69 @@ def check_vocabularies(drafter_vocab_size: int, target_vocab_size: int, tokenize
     if abs(drafter_vocab_size - target_vocab_size) > MAX_PADDING_ROWS:
         raise ValueError(f"{sizes} by more than padding rounds a vocabulary up ({MAX_PADDING_ROWS} rows at most): "
                          f"a drafter must share its target's tokenizer")
-    if drafter_tokenizer is not None and drafter_tokenizer.get_vocab() != tokenizer.get_vocab():
-        raise ValueError(f"{sizes}, and the drafter's tokenizer is not the target's: a drafter must share its "
-                         f"target's tokenizer")
+
+
+# A tokenizer's fingerprint digests its id -> token table in blocks of this many ids, so that
+# two tokenizers can be compared across processes (`WorkerInfo.tokenizer_fingerprint`) in a few
+# kB: 19 kB for Qwen2.5's 151,665 tokens.
+FINGERPRINT_BLOCK_IDS = 64
+_DIGEST_BYTES = 8
+# The share of a target's token ids a drafter's tokenizer may name otherwise: a fine-tune's few
+# special tokens of its own (a chat model's added roles), not another tokenizer.
+MAX_OTHER_TOKENS_SHARE = 0.01
+
+
+def tokenizer_fingerprint(tokenizer) -> bytes | None:
+    """A digest of each block of `FINGERPRINT_BLOCK_IDS` ids of the tokenizer's id -> token
+    table, its added tokens included, concatenated: equal blocks name the same tokens.  None
+    for a tokenizer that tells no such table (no `get_vocab`, or ids that are not integers):
+    nothing is compared then."""
+    try:
+        table = {int(token_id): token for token, token_id in tokenizer.get_vocab().items()}
+    except (AttributeError, TypeError, ValueError):
+        return None
+    try:
+        size = len(tokenizer)
+    except TypeError:  # a bare `tokenizers.Tokenizer`
+        size = 0
+    size = max(size, max(table, default=-1) + 1)  # ids past len() (a table with gaps) name tokens too
+    tokens = [""] * size
+    for token_id, token in table.items():
+        if token_id >= 0:
+            # Tiktoken-style tables name tokens by their bytes.
+            tokens[token_id] = token if isinstance(token, str) else "bytes:" + bytes(token).hex()
+    blocks = (tokens[start:start + FINGERPRINT_BLOCK_IDS] for start in range(0, size, FINGERPRINT_BLOCK_IDS))
+    return b"".join(hashlib.blake2b(json.dumps(block, ensure_ascii=False).encode("utf-8", "surrogatepass"),
+                                    digest_size=_DIGEST_BYTES).digest() for block in blocks)
+
+
+_SIDES = {
+    "drafter": ("the drafter's tokenizer", "so its drafts would hardly ever be accepted: a drafter must share its "
+                "target's tokenizer"),
+    "engine": ("the tokenizer given the engine", "so stop strings, bad words and the text returned would be another "
+               "tokenizer's: give the engine (a coordinator's --tokenizer) the target's"),
+}
+
+
+def check_tokenizers(fingerprint: bytes, target_fingerprint: bytes, side: str = "drafter") -> int:
+    """ValueError when a tokenizer is not the target's (`tokenizer_fingerprint`s): more than
+    `MAX_OTHER_TOKENS_SHARE` of the ids either names are another token in the other (or in
+    neither).  A drafter's (`side` "drafter") would have its drafts hardly ever accepted: the
+    output's law stays the target's, but the decode runs slower than the target alone, with no
+    error.  The engine's own ("engine") would read and write the target's ids as other text.
+    Returns how many ids may name other tokens (whole blocks of `FINGERPRINT_BLOCK_IDS` are
+    compared: an upper bound), 0 for the same table."""
+    def blocks(fingerprint: bytes) -> list[bytes]:
+        return [fingerprint[at:at + _DIGEST_BYTES] for at in range(0, len(fingerprint), _DIGEST_BYTES)]
+
+    ours, targets = blocks(fingerprint), blocks(target_fingerprint)
+    compared = max(len(ours), len(targets))  # a block only one side has differs
+    differing = sum(ours[at:at + 1] != targets[at:at + 1] for at in range(compared))
+    if differing > MAX_OTHER_TOKENS_SHARE * compared:
+        whose, consequence = _SIDES[side]
+        raise ValueError(f"{whose} is not the target's: {differing} of {compared} blocks of {FINGERPRINT_BLOCK_IDS} "
+                         f"token ids name other tokens (at most {MAX_OTHER_TOKENS_SHARE:.0%} may), {consequence}")
+    return differing * FINGERPRINT_BLOCK_IDS
 
 
 class Drafter(Protocol):

@@ -18,6 +18,7 @@ close waits for.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -27,7 +28,7 @@ import torch
 
 from rayspec.coupling import KeyedNoise
 from rayspec.engine.interfaces import (
-    Draft, Outcome, SequenceSpec, SessionClosedError, TokenLogprobs, stream_generator,
+    Draft, Outcome, SequenceSpec, SessionClosedError, TokenLogprobs, stream_generator, tokenizer_fingerprint,
 )
 from rayspec.engine.structured import GrammarCursor, GrammarVocabulary, vocabulary_of
 from rayspec.models.batching import (
@@ -450,6 +451,12 @@ class _LocalModel:
         self.vocab_size = int(model.config.vocab_size)
         self.context_length = model_context_length(model)
         self.eos_token_ids = model_eos_ids(model)
+
+    @functools.cached_property
+    def tokenizer_fingerprint(self) -> bytes | None:
+        """Its tokenizer's `tokenizer_fingerprint` (None without one), against which an engine
+        checks that a drafter and its target share a tokenizer."""
+        return None if self.tokenizer is None else tokenizer_fingerprint(self.tokenizer)
 
     def vocabulary(self, spec: SequenceSpec) -> GrammarVocabulary | None:
         if not spec.params.regex or self.tokenizer is None:

@@ -19,7 +19,7 @@ class DrafterPool:
     def __init__(self, drafters: list):
         if not drafters:
             raise ValueError("a drafter pool needs at least one drafter")
-        # Each is checked against the target by the engine (`check_vocabularies`): drafters
+        # Each is checked against the target by the engine (`check_shared_tokenizer`): drafters
         # padded to different sizes may share a pool, each fitting its laws to the target's.
         self.drafters = list(drafters)
         self.vocab_size = drafters[0].vocab_size  # (one of them: each drafts at the target's width)

@@ -275,6 +275,7 @@ class RemoteTarget(_WorkerHandle):
         self.vocab_size = int(info.vocab_size)
         self.context_length = int(info.context_length)
         self.eos_token_ids = tuple(info.eos_token_ids)
+        self.tokenizer_fingerprint = info.tokenizer_fingerprint or None  # none: loaded without one, or older
 
     @property
     def verifies_predictions(self) -> bool:
@@ -499,6 +500,7 @@ class RemoteDrafter(_WorkerHandle):
                              f"target's ({vocab_size}), and it predates fitting its laws to a target's: upgrade it")
         self.model_id = info.model_id
         self.context_length = int(info.context_length)
+        self.tokenizer_fingerprint = info.tokenizer_fingerprint or None  # none: loaded without one, or older
 
     def open(self, spec: SequenceSpec) -> "RemoteDrafterSession":
         wait = self._down_until - time.monotonic()

@@ -61,7 +61,7 @@ def _open_checks(spec, vocab_size: int, context_length: int) -> None:
 def _worker_info(model_id: str, side: LocalTarget | LocalDrafter, **fields) -> worker_pb2.WorkerInfo:
     return worker_pb2.WorkerInfo(model_id=model_id, vocab_size=side.vocab_size, context_length=side.context_length,
                                  device=str(next(side.model.parameters()).device), features=codec.WORKER_FEATURES,
-                                 **fields)
+                                 tokenizer_fingerprint=side.tokenizer_fingerprint or b"", **fields)
 
 
 class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
