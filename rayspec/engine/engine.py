@@ -245,8 +245,12 @@ def check_shared_tokenizer(target, drafter=None, tokenizer=None) -> None:
         target_fingerprint = given or target_fingerprint
     if target_fingerprint:
         for member, fingerprint in drafters:
-            _warn_of_other_ids(f"the tokenizer of the drafter {getattr(member, 'address', 'in this process')}",
-                               check_tokenizers(fingerprint, target_fingerprint))
+            address = getattr(member, "address", None)  # a worker's: which of a pool's
+            try:
+                other_ids = check_tokenizers(fingerprint, target_fingerprint)
+            except ValueError as error:
+                raise ValueError(f"drafter worker at {address}: {error}" if address else str(error)) from None
+            _warn_of_other_ids(f"the tokenizer of the drafter {address or 'in this process'}", other_ids)
 
 
 def _warn_of_other_ids(whose: str, other_ids: int) -> None:

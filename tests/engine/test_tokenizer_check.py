@@ -151,11 +151,13 @@ def test_a_drafter_worker_announces_its_tokenizer_and_another_is_refused(models)
         other_drafter, same_drafter, remote_target = handles
         assert other_drafter.tokenizer_fingerprint == tokenizer_fingerprint(word_tokenizer(VOCAB, prefix="w"))
         assert remote_target.tokenizer_fingerprint == tokenizer_fingerprint(word_tokenizer(VOCAB))
-        message = rf"^the drafter's tokenizer is not the target's: {VOCAB // FINGERPRINT_BLOCK_IDS} of"
+        message = rf"^drafter worker at {other}: the drafter's tokenizer is not the target's: 128 of 128 blocks"
         with pytest.raises(ValueError, match=message):  # against the coordinator's tokenizer
             SpeculativeEngine(remote_target, other_drafter, tree="kary:2x2", tokenizer=word_tokenizer(VOCAB))
         with pytest.raises(ValueError, match=message):  # against the target worker's
             SpeculativeEngine(remote_target, other_drafter, tree="kary:2x2")
+        with pytest.raises(ValueError, match=message):  # a pool's member, named
+            SpeculativeEngine(remote_target, DrafterPool([same_drafter, other_drafter]), tree="kary:2x2")
         # A coordinator given another tokenizer than its target worker's (the demo's, for want
         # of --tokenizer) is refused, whichever drafter it has, if any.
         message = (r"^the tokenizer given the engine is not the target's: 128 of 128 blocks of 64 token ids name "
