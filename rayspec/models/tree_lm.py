@@ -156,6 +156,10 @@ def sliding_window_of(config) -> tuple[int | None, list[str]]:
 
 # The layers a tree mask steers: attention over the keys the mask lets through (HF's names).
 TREE_LAYER_TYPES = ("full_attention", "sliding_attention")
+# HF's attention implementations that add the tree's float 4-D mask to the scores.  Flash
+# attention takes masks of padding only; "paged|eager" gave logits 0.14 off a path's own, with
+# no error, and "flex_attention" corrupted the heap on CPU (transformers 5.24, torch 2.13).
+TREE_ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager")
 # Recurrent or convolutional models whose configs name no layer types of that kind.
 _STATEFUL_MODEL_TYPES = ("rwkv", "xlstm", "lfm2", "lfm2_moe")
 # Models whose own masks or positions override the tree's, though their configs name only
@@ -184,8 +188,14 @@ def check_tree_attention(config) -> None:
     0.2 off its own, silently, and Mamba's and RWKV's forwards failed.  Chunked attention
     (Llama 4) masks by chunks of positions of its own, and failed on a tree mask.  A few others
     override the tree's mask or positions with their own (`_UNSTEERABLE`; GPT-Neo's local
-    layers)."""
+    layers).  And attention must be computed by an implementation that takes the tree's mask
+    (`TREE_ATTENTION_IMPLEMENTATIONS`)."""
     config = config.get_text_config(decoder=True)
+    implementation = getattr(config, "_attn_implementation", None)  # None: HF's default, sdpa or eager
+    if implementation is not None and implementation not in TREE_ATTENTION_IMPLEMENTATIONS:
+        raise ValueError(f"this model's attention runs on {implementation!r}, which cannot take a tree's mask (rayspec "
+                         f"needs {' or '.join(map(repr, TREE_ATTENTION_IMPLEMENTATIONS))}): load it with "
+                         f"attn_implementation='sdpa', or call model.set_attn_implementation('sdpa')")
     supported = ("rayspec runs models with rotary or learned position embeddings whose layers are full or "
                  "sliding-window attention (Llama, Mistral, Qwen2/3, Gemma, GPT-2, GPT-NeoX, Phi-3, OPT, Falcon "
                  "without alibi)")

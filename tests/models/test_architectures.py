@@ -6,6 +6,8 @@ alone, and ALiBi, recurrent and chunked-attention models are refused with a mess
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import transformers
@@ -149,3 +151,25 @@ def test_models_whose_own_masks_or_positions_override_the_trees_are_refused(conf
     for side in (LocalTarget, LocalDrafter):
         with pytest.raises(ValueError, match=f"models cannot run tree attention: {reason}"):
             side(model)
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+def test_attention_implementations_that_take_the_trees_mask_give_each_paths_logits(implementation):
+    model = tiny(transformers.LlamaConfig(**COMMON))
+    model.set_attn_implementation(implementation)
+    LocalTarget(model)
+    assert max(node_differences(model)) <= 1e-4
+
+
+def test_attention_implementations_that_cannot_take_the_trees_mask_are_refused():
+    model = tiny(transformers.LlamaConfig(**COMMON))
+    model.set_attn_implementation("paged|eager")
+    assert max(node_differences(model)) > 0.01  # why: its logits are not the paths'
+    for implementation in ("paged|eager", "flex_attention", "flash_attention_2"):
+        model.config._attn_implementation = implementation  # as loaded so (flash attention is not installed here)
+        for side in (LocalTarget, LocalDrafter):
+            with pytest.raises(ValueError, match=rf"^this model's attention runs on '{re.escape(implementation)}', "
+                                                 rf"which cannot take a tree's mask \(rayspec needs 'sdpa' or "
+                                                 rf"'eager'\): load it with attn_implementation='sdpa', or call "
+                                                 rf"model.set_attn_implementation\('sdpa'\)$"):
+                side(model)
