@@ -444,6 +444,9 @@ class _LocalModel:
                  max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
                  prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK):
         check_tree_attention(model.config)
+        if model.training:
+            raise ValueError("the model is in training mode, where dropout would draw each forward's logits at random "
+                             "(greedy decoding would not repeat): call model.eval() before serving it")
         self.model = model
         self.batcher = ForwardBatcher(max_batch_sequences, max_batch_tokens, prefill_chunk_tokens)
         self.prefix_cache = PrefixCache(int(prefix_cache_mb * 2**20)) if prefix_cache_mb else None

@@ -173,3 +173,20 @@ def test_attention_implementations_that_cannot_take_the_trees_mask_are_refused()
                                                  rf"'eager'\): load it with attn_implementation='sdpa', or call "
                                                  rf"model.set_attn_implementation\('sdpa'\)$"):
                 side(model)
+
+
+def test_a_model_in_training_mode_is_refused_until_put_in_eval_mode():
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(CONFIGS["gpt2"]())  # dropout 0.1, and training
+    with torch.no_grad():  # why: each forward draws its dropout, so its logits
+        assert not torch.equal(model(input_ids=torch.tensor([PROMPT])).logits,
+                               model(input_ids=torch.tensor([PROMPT])).logits)
+    for side in (LocalTarget, LocalDrafter):
+        with pytest.raises(ValueError, match=r"^the model is in training mode, where dropout would draw each "
+                                             r"forward's logits at random \(greedy decoding would not repeat\): "
+                                             r"call model.eval\(\) before serving it$"):
+            side(model)
+    model.eval()
+    engine = SpeculativeEngine(LocalTarget(model, prefix_cache_mb=0), LocalDrafter(model, prefix_cache_mb=0),
+                               verifier="greedy", tree="kary:2x2")
+    assert engine.run(PROMPT, max_new_tokens=12, temperature=0, ignore_eos=True).tokens == plain_greedy(model, PROMPT, 12)
