@@ -21,6 +21,26 @@ USER_AGENT = f"rayspec-client/{metadata.version('rayspec')}"
 INFO_REQUEST = generation_pb2.GenerationInfoRequest()  # the same every time
 
 
+class StreamState:
+    """What a stream and the generator that reads its call share.  The generator holds this
+    and never the stream: a stream its caller drops (a `break` out of its loop) is freed at
+    once, closing the generator, whose `finally` cancels the call on the server.  A generator
+    holding its stream would make a cycle, left to Python's cycle collector, and the server
+    would generate on, up to `max_tokens`."""
+
+    __slots__ = ("call", "cancelled", "completion")
+
+    def __init__(self):
+        self.call = None  # the gRPC call in flight
+        self.cancelled = False
+        self.completion = None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.call is not None:
+            self.call.cancel()
+
+
 class BaseClient:
     """Settings (all keyword-only):
 

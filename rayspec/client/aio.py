@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import grpc.aio
 
-from rayspec.client._base import INFO_REQUEST, BaseClient
+from rayspec.client._base import INFO_REQUEST, BaseClient, StreamState
 from rayspec.client.errors import (
     DeadlineExceededError,
     NotFoundError,
@@ -116,57 +116,66 @@ class AsyncCompletionStream(AsyncIterator[CompletionChunk]):
 
     def __init__(self, open_call: Callable[[float], Any], timeout: float, retry: RetryPolicy | None,
                  check: Callable[[], Awaitable[None]] | None = None):
-        self.completion: Completion | None = None
-        self._check = check  # awaited at the first iteration, before the call
-        self._open_call = open_call
-        self._timeout = timeout
-        self._retry = retry
-        self._call = None
-        self._cancelled = False
-        self._chunks = self._run()
+        self._state = StreamState()
+        self._chunks = _stream_chunks(self._state, open_call, timeout, retry, check)
+
+    @property
+    def completion(self) -> Completion | None:
+        return self._state.completion
 
     async def __anext__(self) -> CompletionChunk:
         return await self._chunks.__anext__()
 
-    async def _run(self) -> AsyncIterator[CompletionChunk]:
-        if self._check is not None:
-            await self._check()
-        deadline = Deadline(self._timeout)
-        chunks: list[CompletionChunk] = []
-        retries = 0
-        while not self._cancelled:
-            self._call = self._open_call(deadline.remaining())
+    def cancel(self) -> None:
+        self._state.cancel()
+
+    async def close(self) -> None:
+        """Cancel the call, if it is still running, and end the iteration."""
+        self.cancel()
+        await self._chunks.aclose()
+
+    async def __aenter__(self) -> AsyncCompletionStream:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+
+async def _stream_chunks(state: StreamState, open_call: Callable[[float], Any], timeout: float,
+                         retry: RetryPolicy | None, check: Callable[[], Awaitable[None]] | None
+                         ) -> AsyncIterator[CompletionChunk]:
+    """An `AsyncCompletionStream`'s chunks (see `rayspec.client._base.StreamState` for why
+    this is no method of it)."""
+    if check is not None:
+        await check()  # at the first iteration, before the call
+    deadline = Deadline(timeout)
+    chunks: list[CompletionChunk] = []
+    retries = 0
+    try:
+        while not state.cancelled:
+            state.call = open_call(deadline.remaining())
             try:
-                async for message in self._call:
+                async for message in state.call:
                     if message.HasField("complete"):
-                        self.completion = Completion.from_stream(chunks, message.complete)
+                        state.completion = Completion.from_stream(chunks, message.complete)
                         return
                     chunks.append(CompletionChunk.from_proto(message.chunk))
                     yield chunks[-1]
             except asyncio.CancelledError:
-                if self._cancelled:  # our cancel(), not the task's
+                if state.cancelled:  # our cancel(), not the task's
                     return
                 raise
             except grpc.RpcError as error:
-                if self._cancelled:
+                if state.cancelled:
                     return
-                replayable = self._retry is not None and not chunks  # nothing handed out yet
-                pause = self._retry.pause(retries, error.code(), deadline) if replayable else None
+                replayable = retry is not None and not chunks  # nothing handed out yet
+                pause = retry.pause(retries, error.code(), deadline) if replayable else None
                 if pause is None:
                     raise error_from_rpc(error) from error
                 retries += 1
                 await asyncio.sleep(pause)
                 continue
             raise ServerError("the stream ended without its completion message")
-
-    def cancel(self) -> None:
-        self._cancelled = True
-        if self._call is not None:
-            self._call.cancel()
-
-    async def __aenter__(self) -> AsyncCompletionStream:
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        self.cancel()
-        await self._chunks.aclose()
+    finally:
+        if state.completion is None and state.call is not None:
+            state.call.cancel()  # a stream closed or dropped before its end: the server stops too

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from rayspec.client._base import INFO_REQUEST, BaseClient
+from rayspec.client._base import INFO_REQUEST, BaseClient, StreamState
 from rayspec.client.errors import (
     DeadlineExceededError,
     NotFoundError,
@@ -131,55 +131,62 @@ class CompletionStream(Iterator[CompletionChunk]):
 
     def __init__(self, open_call: Callable[[float], Any], timeout: float, retry: RetryPolicy | None,
                  check: Callable[[], None] | None = None):
-        self.completion: Completion | None = None
-        self._check = check  # run at the first iteration, before the call
-        self._open_call = open_call
-        self._timeout = timeout
-        self._retry = retry
-        self._call = None
-        self._cancelled = False
-        self._chunks = self._run()
+        self._state = StreamState()
+        self._chunks = _stream_chunks(self._state, open_call, timeout, retry, check)
+
+    @property
+    def completion(self) -> Completion | None:
+        return self._state.completion
 
     def __next__(self) -> CompletionChunk:
         return next(self._chunks)
 
-    def _run(self) -> Iterator[CompletionChunk]:
-        if self._check is not None:
-            self._check()
-        deadline = Deadline(self._timeout)  # from the first iteration, when the call starts
-        chunks: list[CompletionChunk] = []
-        retries = 0
-        while not self._cancelled:
-            self._call = self._open_call(deadline.remaining())
-            if self._cancelled:  # cancel() ran while the call was being opened
-                self._call.cancel()
+    def cancel(self) -> None:
+        self._state.cancel()
+
+    def close(self) -> None:
+        """Cancel the call, if it is still running, and end the iteration."""
+        self.cancel()
+        self._chunks.close()
+
+    def __enter__(self) -> CompletionStream:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _stream_chunks(state: StreamState, open_call: Callable[[float], Any], timeout: float, retry: RetryPolicy | None,
+                   check: Callable[[], None] | None) -> Iterator[CompletionChunk]:
+    """A `CompletionStream`'s chunks (see `StreamState` for why this is no method of it)."""
+    if check is not None:
+        check()  # at the first iteration, before the call
+    deadline = Deadline(timeout)  # from the first iteration, when the call starts
+    chunks: list[CompletionChunk] = []
+    retries = 0
+    try:
+        while not state.cancelled:
+            state.call = open_call(deadline.remaining())
+            if state.cancelled:  # cancel() ran while the call was being opened
+                state.call.cancel()
             try:
-                for message in self._call:
+                for message in state.call:
                     if message.HasField("complete"):
-                        self.completion = Completion.from_stream(chunks, message.complete)
+                        state.completion = Completion.from_stream(chunks, message.complete)
                         return
                     chunks.append(CompletionChunk.from_proto(message.chunk))
                     yield chunks[-1]
             except grpc.RpcError as error:
-                if self._cancelled:
+                if state.cancelled:
                     return
-                replayable = self._retry is not None and not chunks  # nothing handed out yet
-                pause = self._retry.pause(retries, error.code(), deadline) if replayable else None
+                replayable = retry is not None and not chunks  # nothing handed out yet
+                pause = retry.pause(retries, error.code(), deadline) if replayable else None
                 if pause is None:
                     raise error_from_rpc(error) from error
                 retries += 1
                 time.sleep(pause)
                 continue
             raise ServerError("the stream ended without its completion message")
-
-    def cancel(self) -> None:
-        self._cancelled = True
-        if self._call is not None:
-            self._call.cancel()
-
-    def __enter__(self) -> CompletionStream:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.cancel()
-        self._chunks.close()
+    finally:
+        if state.completion is None and state.call is not None:
+            state.call.cancel()  # a stream closed or dropped before its end: the server stops too

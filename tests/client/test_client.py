@@ -8,7 +8,9 @@ next N calls, UNAVAILABLE in the middle of a stream, a delay, any status code.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import gc
 import threading
 import time
 from concurrent import futures
@@ -444,10 +446,53 @@ def test_cancel_from_another_thread_ends_the_stream_quietly(client, server):
     assert server.generation.interrupted.wait(2)
 
 
+@contextlib.contextmanager
+def no_cycle_collection():
+    """What a dropped stream frees must be freed by reference counting alone: a reference
+    cycle waits for the collector, and its call generated on meanwhile."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def test_a_stream_dropped_or_closed_before_its_end_is_cancelled_on_the_server(client, server):
+    server.generation.chunk_delay = 5.0
+    with no_cycle_collection():
+        for chunk in client.stream("abcdef", max_tokens=9):
+            break  # the caller stops reading, and drops the stream
+        assert server.generation.interrupted.wait(2)
+    server.generation.interrupted.clear()
+    stream = client.stream("abcdef", max_tokens=9)
+    assert next(stream).text == "abc"
+    stream.close()
+    assert server.generation.interrupted.wait(2) and list(stream) == [] and stream.completion is None
+
+
 # ---------------------------------------------------------------- async twin
 
 def run(coroutine):
     return asyncio.run(asyncio.wait_for(coroutine, 10))
+
+
+def test_an_async_stream_dropped_or_closed_before_its_end_is_cancelled_on_the_server(server):
+    server.generation.chunk_delay = 5.0
+
+    async def main():
+        async with AsyncClient(server.address, timeout=5, retries=FAST) as client:
+            with no_cycle_collection():
+                async for chunk in client.stream("abcdef", max_tokens=9):
+                    break
+                dropped = await asyncio.to_thread(server.generation.interrupted.wait, 2)
+            server.generation.interrupted.clear()
+            stream = client.stream("abcdef", max_tokens=9)
+            assert (await stream.__anext__()).text == "abc"
+            await stream.close()
+            closed = await asyncio.to_thread(server.generation.interrupted.wait, 2)
+            return dropped, closed, [chunk async for chunk in stream], stream.completion
+
+    assert run(main()) == (True, True, [], None)
 
 
 def test_async_generate_and_stream(server):
