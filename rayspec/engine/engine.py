@@ -258,6 +258,13 @@ def _warn_of_other_ids(whose: str, other_ids: int) -> None:
         log.warning("%s names up to %d token ids otherwise than the target's", whose, other_ids)
 
 
+def _stop_if_cancelled(cancelled: threading.Event | None, when: str) -> None:
+    """`GenerationCancelled` once the caller of a generation gave up on it: a client that left
+    (an expired deadline) while it was queued or prefilled gets no drafter session and no step."""
+    if cancelled is not None and cancelled.is_set():
+        raise GenerationCancelled(f"its caller left {when}")
+
+
 class SpeculativeEngine:
     """Speculative decoding over a target and (optionally) a drafter."""
 
@@ -474,8 +481,9 @@ class SpeculativeEngine:
         the constrained law exactly.  It ends where a match does, at a stop token, and needs
         the models' tokenizers (`LocalTarget(model, tokenizer)`; workers load theirs).
         cancelled: an event the caller sets when it gives up on the generation (its client
-        left); a wait for a lost target then ends at once with `GenerationCancelled` instead
-        of at `target_resume_timeout` (between steps, a caller simply stops iterating)."""
+        left): the generation ends with `GenerationCancelled` after its prefill, before its
+        drafter is opened, and before each step; a wait for a lost target ends at once instead
+        of at `target_resume_timeout`."""
         replayable = seed is not None if replayable is None else replayable
         stop, bad_words = listed(stop), listed(bad_words)
         check_max_new_tokens(max_new_tokens)
@@ -532,6 +540,7 @@ class SpeculativeEngine:
         with ExitStack() as sessions:
             targeting = sessions.enter_context(ExitStack())  # the target's session
             target = targeting.enter_context(closing(self.target.open(spec)))
+            _stop_if_cancelled(cancelled, "while its prompt was prefilled")
             sessions.enter_context(self._counted())
             stats.cached_prompt_tokens = getattr(target, "cached_tokens", 0)
             prompt_chunk_logprobs = _prompt_logprobs(target, spec)
@@ -540,6 +549,7 @@ class SpeculativeEngine:
                 self.drafter, spec, stats, (self.draft_hedge, self._hedge_executor()) if hedges else None))
             produced: list[int] = []
             while True:
+                _stop_if_cancelled(cancelled, f"after {len(produced)} tokens")
                 step_start = time.perf_counter()
                 length = len(prompt) + len(produced)
                 drafts = drafting.may_draft(length + 1 < draft_context, produced)

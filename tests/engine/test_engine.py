@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
-from rayspec.engine.interfaces import SequenceSpec
+from rayspec.engine.engine import GenerationStats
+from rayspec.engine.interfaces import GenerationCancelled, SequenceSpec
 from rayspec.engine.policy import TreePolicy
 from rayspec.tree.structure import TreeShape
 from rayspec.verify import available_verifiers, get_verifier
@@ -615,3 +616,41 @@ def test_the_engine_plans_each_step_for_the_generations_decoding_with_it(pair):
     seeded = engine.generate([1, 2, 3], max_new_tokens=4, temperature=0.8, seed=3, tree=policy)
     list(seeded)
     assert policy.loads[-1] == 1 and engine.decoding == 0  # seeded requests draft first_shape
+
+
+class _Counting:
+    """A side that counts its opens, and runs `on_open` at each (a client leaving meanwhile)."""
+
+    def __init__(self, side, on_open=lambda: None):
+        self.side, self.on_open, self.opens = side, on_open, 0
+
+    def __getattr__(self, name):  # vocab_size, context_length, eos_token_ids, ...
+        return getattr(self.side, name)
+
+    def open(self, spec):
+        self.opens += 1
+        session = self.side.open(spec)
+        self.on_open()
+        return session
+
+
+def test_a_generation_whose_caller_left_during_its_prefill_opens_no_drafter_and_runs_no_step(pair):
+    target_model, drafter_model = pair
+    cancelled = threading.Event()
+    target = _Counting(LocalTarget(target_model), on_open=cancelled.set)
+    drafter = _Counting(LocalDrafter(drafter_model))
+    engine = SpeculativeEngine(target, drafter, tree="kary:2x2")
+    stats = GenerationStats()
+    with pytest.raises(GenerationCancelled, match="^its caller left while its prompt was prefilled$"):
+        list(engine.generate([1, 2, 3], max_new_tokens=8, cancelled=cancelled, stats=stats))
+    assert (target.opens, drafter.opens, len(stats.steps), engine.decoding) == (1, 0, 0, 0)
+    # One that leaves between steps ends before the next.
+    cancelled.clear()
+    target.on_open = lambda: None
+    chunks = engine.generate([1, 2, 3], max_new_tokens=40, cancelled=cancelled, stats=(stats := GenerationStats()),
+                             ignore_eos=True)
+    next(chunks)
+    cancelled.set()
+    with pytest.raises(GenerationCancelled, match=r"^its caller left after \d+ tokens$"):
+        next(chunks)
+    assert len(stats.steps) == 1 and engine.decoding == 0
