@@ -257,16 +257,16 @@ def _prompt_field(prompt: str | list[int]) -> dict:
     return {"prompt": prompt} if isinstance(prompt, str) else {"prompt_ids": prompt}
 
 
-def _joined_text(content) -> str | None:
+def _joined_text(content, separator: str = "") -> str | None:
     """OpenAI's text content: a string, or a list of {"type": "text", "text": ...} parts
-    joined; None for anything else."""
+    joined by `separator`; None for anything else."""
     if isinstance(content, str):
         return content
     parts = content if isinstance(content, list) else None
     if parts is None or not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
                                 for p in parts):
         return None
-    return "".join(part["text"] for part in parts)
+    return separator.join(part["text"] for part in parts)
 
 
 class Message(BaseModel):
@@ -280,8 +280,8 @@ class Message(BaseModel):
     @field_validator("content")
     @classmethod
     def _text(cls, content) -> str:
-        """The message's text: a string, or text parts joined."""
-        text = "" if content is None else _joined_text(content)
+        """The message's text: a string, or text parts, a line each (as vLLM joins them)."""
+        text = "" if content is None else _joined_text(content, "\n")
         if text is None:
             raise ValueError('only text content is supported: a string, or a list of {"type": "text", "text": ...} '
                              'parts')

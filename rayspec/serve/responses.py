@@ -190,7 +190,7 @@ def _message(item, where: str) -> dict:
         isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text")
         and isinstance(part.get("text"), str) for part in content
     ):
-        content = "".join(part["text"] for part in content)
+        content = "\n".join(part["text"] for part in content)  # a line each, as on the chat endpoint
     if not isinstance(content, str):
         raise bad_request(f"{where}.content must be a string or a list of input_text parts (only text is supported)",
                           "input")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import threading
 import time
 from collections.abc import Mapping
@@ -179,13 +180,14 @@ class Service:
             raise ChatRenderError(f"chat_template_kwargs cannot set the renderer's own options: {', '.join(reserved)}",
                                   "chat_template_kwargs")
         own = getattr(self.tokenizer, "chat_template", None)
+        messages = [_template_message(message, index) for index, message in enumerate(messages)]
         try:
             return self.tokenizer.apply_chat_template(
                 messages, chat_template=None if own else FALLBACK_CHAT_TEMPLATE, tokenize=False,
                 add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
                 tools=tools or None, **template_kwargs,
             )
-        except (TemplateError, ValueError) as error:  # templates refuse conversations they cannot render
+        except (TemplateError, ValueError, TypeError) as error:  # templates refuse conversations they cannot render
             raise ChatRenderError(f"the model's chat template refused these messages: {error}", "messages") from error
         except RecursionError:  # JSON nests deeper than Python's stack lets a template walk it
             raise ChatRenderError("the messages, tools or chat_template_kwargs nest values too deeply to render",
@@ -328,3 +330,32 @@ class StepStream:
     def close(self) -> None:
         self._stop.set()
         self._request.cancel()  # a wait for a lost target worker ends now, not at its deadline
+
+
+def _template_message(message: dict, index: int) -> dict:
+    """`message` as chat templates read it: an earlier tool call's `arguments`, which OpenAI's
+    API sends as a JSON string, as the object it encodes (HF's and vLLM's convention: templates
+    render it with `tojson`, or iterate its items).  ChatRenderError for a tool call without a
+    function's name."""
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    if not isinstance(calls, list):
+        raise ChatRenderError(f"messages[{index}].tool_calls must be a list of tool calls", "messages")
+    parsed = []
+    for number, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise ChatRenderError(f"messages[{index}].tool_calls[{number}] must be a tool call: "
+                                  f'{{"id": ..., "type": "function", "function": {{"name": ..., "arguments": ...}}}}',
+                                  "messages")
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                decoded = json.loads(arguments)
+            except ValueError:
+                decoded = None
+            if isinstance(decoded, dict):  # any other text stays as it was sent
+                call = {**call, "function": {**function, "arguments": decoded}}
+        parsed.append(call)
+    return {**message, "tool_calls": parsed}

@@ -37,7 +37,8 @@ from rayspec.rpc.remote import RemoteError
 from rayspec.rpc.server import HealthServicer, start_server
 from rayspec.serve.config import LimitsConfig
 from rayspec.serve.http import create_app
-from rayspec.serve.service import FALLBACK_CHAT_TEMPLATE, Service
+from rayspec.serve.bodies import Message
+from rayspec.serve.service import FALLBACK_CHAT_TEMPLATE, ChatRenderError, Service
 from rayspec.serve.tool_parsers import read_tool_calls
 from tests.faults import LateDrafter, LosesItsFirstSession
 from tests.loopback import ServerThread
@@ -1528,10 +1529,42 @@ def test_chat_without_a_template_uses_the_fallback(parts, reference):
     assert with_tools.startswith('tools: [{"type": "function", "function": {"name": "now"}}]\nTo call tools, answer '
                                  'with nothing but a JSON list of calls: [{"name": ..., "arguments": {...}}]\n\n')
     written = with_tools.split("assistant: ")[1].split("\n\n")[0]
-    assert written == '[{"name": "now", "arguments": "{\\"tz\\": \\"UTC\\"}"}]'
+    assert written == '[{"name": "now", "arguments": {"tz": "UTC"}}]'  # the object, as the model is told to write it
     # what the template shows as a call made, the json parser reads back as that call
     content, [read] = read_tool_calls(service.tool_parser, written, {"now"})
     assert content is None and (read.name, read.arguments) == ("now", {"tz": "UTC"})
+
+
+# How Qwen3-Coder's template writes an earlier call: it walks the arguments' items.
+ITEMS_TEMPLATE = ("{% for m in messages %}{{ m.role }}:{% for c in m.tool_calls or [] %} {{ c.function.name }}("
+                  "{% for k, v in c.function.arguments|items %}{{ k }}={{ v }}{% endfor %}){% endfor %}"
+                  " {{ m.content }}\n{% endfor %}")
+
+
+def test_an_earlier_calls_arguments_reach_the_template_as_an_object_and_a_call_without_a_function_is_a_400(
+        reference):
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
+    tokenizer.chat_template = ITEMS_TEMPLATE
+    service = Service(reference, tokenizer, MODEL)
+    call = {"id": "call_1", "type": "function", "function": {"name": "now", "arguments": '{"tz": "UTC"}'}}
+    conversation = [{"role": "user", "content": "Time?"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    assert service.render_chat(conversation, add_generation_prompt=False) == "user: Time?\nassistant: now(tz=UTC) \n"
+    # Arguments that are no JSON object stay the text they were (the template's to refuse).
+    odd = {**call, "function": {"name": "now", "arguments": "not json"}}
+    with pytest.raises(ChatRenderError, match="^the model's chat template refused these messages: "):
+        service.render_chat([conversation[0], {**conversation[1], "tool_calls": [odd]}])
+    for broken in ({"id": "call_1", "type": "function"}, {"function": {"arguments": "{}"}}, "now"):
+        with pytest.raises(ChatRenderError, match=r"^messages\[1\]\.tool_calls\[0\] must be a tool call: "):
+            service.render_chat([conversation[0], {**conversation[1], "tool_calls": [broken]}])
+    # The fallback template, whose rendering of a call without a function raised a TypeError (a 500).
+    tokenizer.chat_template = None
+    with pytest.raises(ChatRenderError, match=r"^messages\[1\]\.tool_calls\[0\] must be a tool call"):
+        service.render_chat([conversation[0], {**conversation[1], "tool_calls": [{"id": "call_1"}]}])
+
+
+def test_text_parts_of_a_message_are_joined_a_line_each():
+    parts = [{"type": "text", "text": "Hello"}, {"type": "text", "text": "world"}]
+    assert Message(role="user", content=parts).content == "Hello\nworld"
 
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "on": {"type": "boolean"}},
