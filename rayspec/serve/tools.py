@@ -77,7 +77,10 @@ class ToolCalling:
         if tool_choice == "none":
             return None
         if tool_choice in (None, "auto", "required"):
-            return cls(tool_choice or "auto", functions, parallel=parallel_tool_calls is not False)
+            calling = cls(tool_choice or "auto", functions, parallel=parallel_tool_calls is not False)
+            if calling.mode == "required":
+                calling.structured_output()  # tools whose definitions clash are refused here, as a 400
+            return calling
         name = tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else None
         if not (isinstance(tool_choice, dict) and tool_choice.get("type") == "function" and isinstance(name, str)):
             raise ToolError('tool_choice must be "none", "auto", "required" or {"type": "function", "function": '
@@ -110,12 +113,22 @@ class ToolCalling:
             return None
         if self.mode == "named":
             return StructuredOutput(json_schema=self.functions[self.function])
-        call = {"anyOf": [
-            {"type": "object", "properties": {"name": {"const": name}, "parameters": schema},
-             "required": ["name", "parameters"]}
-            for name, schema in self.functions.items()
-        ]}
-        calls = {"type": "array", "items": call, "minItems": 1, **({} if self.parallel else {"maxItems": 1})}
+        # Each function's definitions ("$defs", or draft-07's "definitions": pydantic's nested
+        # models) move to the root: a "#/$defs/..." reference resolves from the root of the
+        # schema, which is now the array of calls.
+        shared: dict[str, dict] = {"$defs": {}, "definitions": {}}
+        options = []
+        for name, schema in self.functions.items():
+            schema = dict(schema)
+            for key, definitions in shared.items():
+                for definition, value in (schema.pop(key, None) or {}).items():
+                    if definitions.setdefault(definition, value) != value:
+                        raise ToolError(f'two tools define {key}["{definition}"] differently, which a call to either '
+                                        f'would read: give one of them another name', "tools")
+            options.append({"type": "object", "properties": {"name": {"const": name}, "parameters": schema},
+                            "required": ["name", "parameters"]})
+        calls = {"type": "array", "items": {"anyOf": options}, "minItems": 1,
+                 **({} if self.parallel else {"maxItems": 1}), **{k: v for k, v in shared.items() if v}}
         return StructuredOutput(json_schema=calls)
 
     def new_call_id(self) -> str:

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from rayspec.engine.structured import StructuredOutput, structured_regex
 from rayspec.serve.tool_parsers import HermesParser, MistralParser
 from rayspec.serve.tools import NO_PARAMETERS, ToolCalling, ToolError
 
@@ -27,6 +28,28 @@ def test_tool_choice_picks_the_calling_or_text():
     assert [option["properties"]["name"] for option in schema["items"]["anyOf"]] == [{"const": "search"},
                                                                                       {"const": "now"}]
     assert "maxItems" not in ToolCalling.of([SEARCH], "required", None).structured_output().json_schema
+
+
+def _weather(unit_definition: dict) -> dict:
+    """A tool as pydantic writes a nested model's schema: a reference into its own $defs."""
+    return {"type": "function", "function": {"name": f"weather_{len(unit_definition['enum'])}", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "unit": {"$ref": "#/$defs/Unit"}},
+        "required": ["city", "unit"], "$defs": {"Unit": unit_definition}}}}
+
+
+def test_required_calls_keep_each_tools_definitions_where_its_references_point():
+    celsius, both = _weather({"enum": ["C"]}), _weather({"enum": ["C", "F"]})
+    schema = ToolCalling.of([celsius, CLOCK], "required", None).structured_output().json_schema
+    assert schema["$defs"] == {"Unit": {"enum": ["C"]}} and "definitions" not in schema
+    weather = schema["items"]["anyOf"][0]["properties"]["parameters"]
+    assert "$defs" not in weather and weather["properties"]["unit"] == {"$ref": "#/$defs/Unit"}
+    assert "$defs" in celsius["function"]["parameters"]  # the request's own tools are left as they were
+    regex = structured_regex(StructuredOutput(json_schema=schema))  # compiles: every reference resolves
+    assert re.fullmatch(regex, '[{"name": "weather_1", "parameters": {"city": "Oslo", "unit": "C"}}]')
+    assert not re.fullmatch(regex, '[{"name": "weather_1", "parameters": {"city": "Oslo", "unit": "F"}}]')
+    with pytest.raises(ToolError, match=re.escape('two tools define $defs["Unit"] differently')) as refused:
+        ToolCalling.of([celsius, both], "required", None)
+    assert refused.value.field == "tools"
 
 
 @pytest.mark.parametrize("tools, choice, message, field", [
