@@ -8,7 +8,8 @@ prompt's) as soon as it is verified, then a last message with the totals.
 
 from __future__ import annotations
 
-from contextlib import closing
+import threading
+from contextlib import closing, contextmanager
 
 from rayspec.client.types import GENERATION_FEATURES, GenerateRequest, stop_reason_fields
 from rayspec.engine import SpeculativeEngine
@@ -16,13 +17,32 @@ from rayspec.engine.interfaces import TokenLogprobs
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.engine.structured import StructuredOutput
 from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, health_pb2_grpc
-from rayspec.rpc.server import HealthServicer, RequireKey, Servicer, rpc_errors, start_server
+from rayspec.rpc.server import HealthServicer, RequireKey, Servicer, SessionLimitError, rpc_errors, start_server
 
 
 class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
-    def __init__(self, engine: SpeculativeEngine, tokenizer, limits: Limits | None = None, **server_limits):
+    def __init__(self, engine: SpeculativeEngine, tokenizer, limits: Limits | None = None,
+                 max_concurrent_requests: int | None = None, **server_limits):
+        """max_concurrent_requests: generations running at once, beyond which a request is
+        refused with RESOURCE_EXHAUSTED (None: no cap but the server's)."""
         super().__init__(**server_limits)
         self.engine, self.tokenizer, self.limits = engine, tokenizer, limits or Limits()
+        self.max_concurrent_requests = max_concurrent_requests
+        self._slots = None if max_concurrent_requests is None else threading.BoundedSemaphore(max_concurrent_requests)
+
+    @contextmanager
+    def _slot(self):
+        """One of the `max_concurrent_requests` slots, held while a generation runs.  The
+        server's own cap counts every call, health checks too: it is set above this one, so that
+        health checks still answer while every slot is taken."""
+        if self._slots is not None and not self._slots.acquire(blocking=False):
+            raise SessionLimitError(f"this service runs {self.max_concurrent_requests} generations at once at most, "
+                                    f"and all are taken: retry later")
+        try:
+            yield
+        finally:
+            if self._slots is not None:
+                self._slots.release()
 
     def _request(self, message) -> GenerationRequest:
         """The message, read as the SDK writes it (`GenerateRequest`), as a checked request."""
@@ -52,7 +72,7 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
     def Generate(self, message, context):
         request = self._request(message)
         context.add_callback(request.cancel)  # the RPC ended (cancelled, past its deadline): stop waiting
-        with closing(request.run()) as steps:
+        with self._slot(), closing(request.run()) as steps:
             for _ in steps:
                 if not context.is_active():  # cancelled, or past its deadline: stop, releasing the sessions
                     return generation_pb2.GenerateResponse()
@@ -62,13 +82,14 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
     def GenerateStream(self, message, context):
         request = self._request(message)
         context.add_callback(request.cancel)
-        for added in request.run():
-            yield generation_pb2.GenerateStreamResponse(
-                chunk=generation_pb2.Chunk(text=added.text, token_ids=added.token_ids,
-                                           accepted=added.step.accepted_in_completion,
-                                           logprobs=_token_logprobs(added.token_ids, added.logprobs),
-                                           prompt_logprobs=_token_logprobs(request.prompt_ids[1:], added.prompt_logprobs))
-            )
+        with self._slot():
+            for added in request.run():
+                yield generation_pb2.GenerateStreamResponse(
+                    chunk=generation_pb2.Chunk(
+                        text=added.text, token_ids=added.token_ids, accepted=added.step.accepted_in_completion,
+                        logprobs=_token_logprobs(added.token_ids, added.logprobs),
+                        prompt_logprobs=_token_logprobs(request.prompt_ids[1:], added.prompt_logprobs)),
+                )
         yield generation_pb2.GenerateStreamResponse(complete=self._complete(request, ""))
 
 
@@ -81,13 +102,16 @@ def _token_logprobs(token_ids: list[int], logprobs: TokenLogprobs | None) -> lis
                                                        logprobs.top_values, ranks)]
 
 
+HEALTH_CHECK_THREADS = 4  # the server's threads beyond its generations': health checks, Info
+
+
 def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits: Limits | None = None,
                      max_concurrent_requests: int = 64, api_key: str | None = None):
     """Generation on `address`; requests beyond `max_concurrent_requests` running at once are
     refused with RESOURCE_EXHAUSTED (each holds a server thread while it generates).  With an
     `api_key`, calls without it (metadata `authorization: Bearer <key>`, as the SDK's
     `api_key` sends it) are refused UNAUTHENTICATED, the health service's excepted."""
-    servicer = GenerationServicer(engine, tokenizer, limits)
+    servicer = GenerationServicer(engine, tokenizer, limits, max_concurrent_requests)
     health = HealthServicer(["rayspec.v1.Generation"])
 
     def register(server):
@@ -95,7 +119,7 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
 
     interceptors = [RequireKey(api_key, open_services=("grpc.health.v1.Health",))] if api_key else []
-    return start_server(register, address, max_workers=max_concurrent_requests + 4,  # + health checks
+    return start_server(register, address, max_workers=max_concurrent_requests + HEALTH_CHECK_THREADS,
                         interceptors=interceptors)
 
 

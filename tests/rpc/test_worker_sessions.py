@@ -217,6 +217,41 @@ def test_a_unary_generate_stops_when_its_caller_gives_up():
         server.stop(0)
 
 
+def test_generations_past_the_cap_are_refused_and_health_checks_still_answer():
+    """The server's own cap counts every call: generations alone filled it, and health checks
+    were the calls refused."""
+    from transformers import AutoTokenizer
+
+    from rayspec.client import Client, OverloadedError
+    from rayspec.demo import TARGET_PATH
+    from rayspec.rpc.coordinator import HEALTH_CHECK_THREADS, serve_generation
+
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
+    engine = SpeculativeEngine(_SlowTarget(tiny_llama(vocab=VOCAB, seed=0, context=256)), None, tokenizer=tokenizer)
+    server, port = serve_generation(engine, tokenizer, "127.0.0.1:0", max_concurrent_requests=2)
+    running = []
+    try:
+        with Client(f"127.0.0.1:{port}", timeout=30, retries=0) as client:
+            for _ in range(2 + HEALTH_CHECK_THREADS):
+                try:
+                    stream = client.stream([1, 2], max_tokens=200, seed=1)  # 10 s of steps each
+                    next(stream)
+                    running.append(stream)
+                except OverloadedError as error:
+                    assert str(error).endswith("this service runs 2 generations at once at most, and all are taken: "
+                                               "retry later")
+            assert len(running) == 2
+            assert client.health() and client.health()
+            for stream in running:
+                stream.close()
+            deadline = time.monotonic() + 5
+            while engine.decoding and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert client.generate([1, 2], max_tokens=3, seed=1).token_ids  # the slots were given back
+    finally:
+        server.stop(0)
+
+
 def test_a_coordinator_reports_a_full_or_missing_worker_with_its_status(full_target):
     from rayspec.rpc.coordinator import serve_generation
 
