@@ -34,8 +34,8 @@ def test_a_response_is_the_chat_completion_of_the_same_conversation(client, part
     assert response.store is False and response.rayspec["seed"] == 3 and response.rayspec["steps"] == len(stats.steps)
 
     # input as messages, text parts and an earlier assistant turn included: the chat endpoint's text
-    conversation = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
-                    {"role": "user", "content": "Write a loop."}]
+    conversation = [{"role": "user", "content": [{"type": "text", "text": "h"}, {"type": "text", "text": "i"}]},
+                    {"role": "assistant", "content": "hello"}, {"role": "user", "content": "Write a loop."}]
     chat = client.chat.completions.create(model=MODEL, messages=conversation, max_tokens=10, seed=8)
     items = [{"role": "user", "content": [{"type": "input_text", "text": "h"}, {"type": "input_text", "text": "i"}]},
              {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hello"}]},
