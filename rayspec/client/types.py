@@ -15,6 +15,7 @@ from typing import Any, TypedDict
 
 import msgpack
 
+from rayspec.client.errors import InvalidRequestError
 from rayspec.rpc.generated import generation_pb2 as pb
 
 
@@ -189,6 +190,15 @@ class GenerateRequest:
         return self.seed is not None
 
     def to_proto(self) -> pb.GenerateRequest:
+        """The wire message; InvalidRequestError for a value it cannot carry (a seed past 64
+        bits, a float where a whole number goes), before anything is sent."""
+        verifier_params = pack_params(self.verifier_params)  # its own TypeError, naming msgpack
+        try:
+            return self._message(verifier_params)
+        except (ValueError, TypeError) as error:
+            raise InvalidRequestError(f"this request cannot be sent: {error}") from None
+
+    def _message(self, verifier_params: bytes) -> pb.GenerateRequest:
         message = pb.GenerateRequest(
             max_tokens=self.max_tokens or 0,
             top_k=self.top_k or 0,
@@ -205,7 +215,7 @@ class GenerateRequest:
             stop=self.stop,
             verifier=self.verifier or "",
             tree=self.tree or "",
-            verifier_params=pack_params(self.verifier_params),
+            verifier_params=verifier_params,
             request_id=self.request_id or "",
         )
         if isinstance(self.prompt, str):

@@ -446,6 +446,15 @@ def test_cancel_from_another_thread_ends_the_stream_quietly(client, server):
     assert server.generation.interrupted.wait(2)
 
 
+@pytest.mark.parametrize("fields, why", [({"seed": 2**64}, "Value out of range"),
+                                         ({"max_tokens": 2.5}, "'float' object cannot be interpreted as an integer")])
+def test_a_value_the_message_cannot_carry_is_an_invalid_request_before_anything_is_sent(client, server, fields, why):
+    for call in (client.generate, lambda *a, **k: next(client.stream(*a, **k))):
+        with pytest.raises(InvalidRequestError, match=f"^this request cannot be sent: {why}"):
+            call("abc", **fields)
+    assert server.generation.requests == []
+
+
 @contextlib.contextmanager
 def no_cycle_collection():
     """What a dropped stream frees must be freed by reference counting alone: a reference
