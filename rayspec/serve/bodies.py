@@ -289,6 +289,8 @@ class Message(BaseModel):
 
     def as_template_input(self) -> dict:
         message = {"role": self.role, "content": self.content}
+        if self.name is not None:  # a participant's name, which some templates write (vLLM passes it too)
+            message["name"] = self.name
         if self.tool_calls:
             message["tool_calls"] = self.tool_calls
         if self.tool_call_id is not None:

@@ -1562,9 +1562,12 @@ def test_an_earlier_calls_arguments_reach_the_template_as_an_object_and_a_call_w
         service.render_chat([conversation[0], {**conversation[1], "tool_calls": [{"id": "call_1"}]}])
 
 
-def test_text_parts_of_a_message_are_joined_a_line_each():
+def test_text_parts_of_a_message_are_joined_a_line_each_and_a_name_reaches_the_template():
     parts = [{"type": "text", "text": "Hello"}, {"type": "text", "text": "world"}]
     assert Message(role="user", content=parts).content == "Hello\nworld"
+    assert Message(role="user", content="hi", name="ada").as_template_input() == {"role": "user", "content": "hi",
+                                                                                  "name": "ada"}
+    assert "name" not in Message(role="user", content="hi").as_template_input()
 
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "on": {"type": "boolean"}},
