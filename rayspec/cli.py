@@ -13,6 +13,8 @@ from pathlib import Path
 
 from rayspec.engine.trees import MAX_TREE_NODES, TREE_SPEC_HELP
 
+DEFAULT_TREE = "sequoia:auto"
+
 
 def at_least(least: int):
     """An argparse `type`: a whole number, `least` or more."""
@@ -114,7 +116,8 @@ def structured_output(args):
 
 def cmd_generate(args) -> int:
     from rayspec.engine import GenerationStats, SpeculativeEngine
-    from rayspec.engine.text import TextAssembler
+    from rayspec.engine.prediction import prediction_chain
+    from rayspec.engine.text import TextAssembler, check_text
     from rayspec.verify.processing import SamplingParams
 
     # The flags' values are checked before the models load (a real pair's load takes minutes).
@@ -124,9 +127,18 @@ def cmd_generate(args) -> int:
     structured = structured_output(args)
     if structured is not None:
         structured.to_regex()  # a bad schema is refused before anything is written
+    texts = {"--prompt": [args.prompt], "--prediction": [args.prediction] if args.prediction else [],
+             "--bad-words": args.bad_words}
+    for flag, values in texts.items():  # bytes from the shell that are no UTF-8 (an ISO-8859-1 terminal's)
+        for value in values:
+            check_text(value, flag)
+    # With a prediction, --tree is the request's: the chain its tokens are drafted in.
+    engine_tree, request_tree = (DEFAULT_TREE, args.tree) if args.prediction else (args.tree or DEFAULT_TREE, None)
+    if request_tree is not None:
+        prediction_chain(request_tree)
     target, drafter, tokenizer = load_pair(args)
     verifier = args.verifier or ("greedy" if args.temperature == 0 else "rrsw")
-    engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=args.tree, tokenizer=tokenizer,
+    engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=engine_tree, tokenizer=tokenizer,
                                acceptance_dir=acceptance_dir(args))
     prompt_ids = tokenizer.encode(args.prompt, add_special_tokens=args.add_special_tokens)
     assembler = TextAssembler(tokenizer, args.stop or (), prompt_ids, args.min_tokens,
@@ -140,7 +152,7 @@ def cmd_generate(args) -> int:
         seed=args.seed, stop=[*(args.stop or ()), *args.stop_token_ids], skip_special_tokens=args.skip_special_tokens,
         stats=stats, logit_bias=args.logit_bias,
         prediction=tokenizer.encode(args.prediction, add_special_tokens=False) if args.prediction else None,
-        structured_output=structured,
+        tree=request_tree, structured_output=structured,
     )
     first = next(chunks, None)  # the request is checked (and its first step decoded) before anything is written
     sys.stdout.write(args.prompt)
@@ -150,7 +162,8 @@ def cmd_generate(args) -> int:
             sys.stdout.flush()
     finally:  # a failure mid-way is reported on a line of its own
         sys.stdout.write(assembler.finish() + "\n")
-    print(f"[{verifier}, tree {args.tree if drafter else 'none'}] {stats.summary()}", file=sys.stderr if args.quiet_summary else sys.stdout)
+    trees = engine_tree + (f", prediction {request_tree}" if request_tree else "") if drafter else "none"
+    print(f"[{verifier}, tree {trees}] {stats.summary()}", file=sys.stderr if args.quiet_summary else sys.stdout)
     return 0
 
 
@@ -278,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--prompt", required=True)
     _add_sampling_args(generate)
     generate.add_argument("--verifier", default=None, help="default: rrsw, or greedy at temperature 0")
-    generate.add_argument("--tree", default="sequoia:auto", help=TREE_SPEC_HELP)
+    generate.add_argument("--tree", default=None, help=f"{TREE_SPEC_HELP} (default: {DEFAULT_TREE})")
     generate.add_argument("--acceptance-dir", default=None, help="measured acceptance vectors (default: the demo pair's)")
     generate.add_argument("--stop", action="append", help="stop string (repeatable)")
     generate.add_argument("--stop-token-ids", type=int, nargs="+", action="extend", default=[], metavar="ID",
@@ -318,7 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_argument("--temperature", type=float, default=0.6)
     measure.add_argument("--prompts", type=at_least(1), default=30, help="held-out prompts to decode")
     measure.add_argument("--max-new-tokens", type=at_least(1), default=64)
-    measure.add_argument("--depth-aware", type=int, default=0, metavar="D", help="per-depth vectors over D levels")
+    measure.add_argument("--depth-aware", type=at_least(0), default=0, metavar="D",
+                         help="per-depth vectors over D levels (0: one vector)")
     measure.add_argument("--out", default="acceptance", help="directory for <verifier>_t<T>.json and .png")
     _add_model_args(measure)
     measure.set_defaults(func=cmd_tree_measure)
@@ -337,8 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--temperature", type=float, default=0.6)
     plan.add_argument("--vector", default=None, help="vector JSON (default: the measured one for the verifier)")
     plan.add_argument("--acceptance-dir", default=None)
-    plan.add_argument("--max-budget", type=int, default=128)
-    plan.add_argument("--max-depth", type=int, default=10)
+    plan.add_argument("--max-budget", type=at_least(1), default=128)
+    plan.add_argument("--max-depth", type=at_least(1), default=10)
     plan.add_argument("--rtt-ms", type=float, default=0.0, help="network round trip added to every step")
     plan.add_argument("--draft-rtt-ms", type=float, default=0.0, help="extra round trip of a remote drafter")
     plan.add_argument("--bandwidth-gbps", type=float, default=0.0, help="link for the q rows (0: free)")

@@ -240,6 +240,13 @@ def test_bad_arguments_are_one_error_line_before_any_model_loads(tmp_path, capsy
         (["tree", "measure", "--prompts", "0", "--out", str(tmp_path)],
          "argument --prompts: a whole number, 1 or more, is needed, got '0'"),
         (["generate", "--prompt", "x", "--threads", "-1"], "argument --threads: a whole number, 1 or more"),
+        # bytes that are no UTF-8, as a Latin-1 terminal passes "café" (Python's surrogate escapes)
+        (["generate", "--prompt", "caf\udce9"], "--prompt is not valid Unicode text: it holds a lone surrogate"),
+        (["generate", "--prompt", "x", "--bad-words", "caf\udce9"], "--bad-words is not valid Unicode text"),
+        (["generate", "--prompt", "x", "--prediction", "y", "--tree", "kary:2x3"],
+         "with a prediction the tree is a chain of predicted tokens: give chain:N or no tree, not 'kary:2x3'"),
+        (["tree", "plan", "--max-budget", "0"], "argument --max-budget: a whole number, 1 or more"),
+        (["tree", "measure", "--depth-aware", "-1"], "argument --depth-aware: a whole number, 0 or more"),
     ]
     for argv, message in cases:
         try:
@@ -249,6 +256,17 @@ def test_bad_arguments_are_one_error_line_before_any_model_loads(tmp_path, capsy
         err = capsys.readouterr().err
         assert status == 2 and message in err.strip().splitlines()[-1] and "Traceback" not in err, (argv, err)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["list.json", "ok.json"]
+
+
+def test_with_a_prediction_the_tree_is_the_chain_it_is_drafted_in(capsys):
+    """--tree chain:2 was the engine's tree, and the prediction went in the default chain of 8."""
+    common = ["generate", "--prompt", "def f(x):", "--temperature", "0", "--max-new-tokens", "24", "--threads", "1"]
+    assert main([*common, "--no-drafter"]) == 0
+    out = capsys.readouterr().out
+    completion = out[len("def f(x):"): out.rindex("\n[")]  # the text, before its summary line
+    assert main([*common, "--prediction", completion, "--tree", "chain:2"]) == 0
+    summary = capsys.readouterr().out.splitlines()[-1]
+    assert summary.startswith("[greedy, tree sequoia:auto, prediction chain:2] 24 tokens in 8 steps"), summary
 
 
 def test_a_device_torch_does_not_know_is_an_error_line(capsys):
