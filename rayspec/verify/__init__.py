@@ -39,7 +39,7 @@ def available_verifiers() -> list[str]:
 
 
 def verifier_class(name: str) -> type[Verifier]:
-    if name not in _REGISTRY:
+    if not isinstance(name, str) or name not in _REGISTRY:  # a YAML list or mapping is no name either
         raise ValueError(
             f"unknown verifier {name!r}; available: {', '.join(available_verifiers())}"
         )

@@ -62,6 +62,12 @@ def test_priced_verifiers_name_known_verifiers_or_all():
         ServiceConfig.from_dict({"priced_verifiers": "gumbel"})
 
 
+@pytest.mark.parametrize("verifier", [["rrsw"], {"a": 1}, 3])
+def test_a_verifier_that_is_no_name_is_refused_with_a_message(verifier):
+    with pytest.raises(ValueError, match=r"^unknown verifier .*; available: greedy, "):
+        ServiceConfig.from_dict({"verifier": verifier})
+
+
 def test_graft_predictions_takes_the_engines_modes():
     assert ServiceConfig.from_dict({}).graft_predictions == "auto"
     assert ServiceConfig.from_dict({"graft_predictions": "always"}).graft_predictions == "always"
