@@ -210,6 +210,15 @@ def check_setting(verifier: str, params: dict, shape: TreeShape | DynamicPlan) -
     get_verifier(verifier, **params)
 
 
+def check_default_setting(verifier: str, params: dict, tree: str) -> None:
+    """`check_setting` for a deployment's default verifier and tree spec, before any model
+    loads: a Sequoia tree, planned per verifier at start-up, checks the verifier alone."""
+    if parse_sequoia(tree) is None:
+        check_setting(verifier, params, parse_tree_spec(tree))
+    else:
+        get_verifier(verifier, **params)
+
+
 def resolve_priced_verifiers(priced, verifier: str) -> tuple[str, ...]:
     """The verifiers a `priced_verifiers` setting names: None means `verifier` alone, "all"
     every one; unknown names are refused with the list of known ones."""

@@ -14,6 +14,7 @@ the cache off (`prefix_cache_mb: 0`).
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -21,6 +22,13 @@ from dataclasses import dataclass
 import torch
 
 DEFAULT_PREFIX_CACHE_MB = 1024
+
+
+def check_prefix_cache_mb(size, name: str) -> float:
+    """`size`, or ValueError naming the setting `name`: a finite number of megabytes, 0 or more."""
+    if isinstance(size, bool) or not isinstance(size, (int, float)) or not 0 <= size < math.inf:
+        raise ValueError(f"{name} must be a finite number of megabytes, 0 or more, got {size!r}")
+    return size
 # Shorter shared prefixes are computed again: copying their rows saves next to nothing.
 MIN_REUSED_TOKENS = 16
 

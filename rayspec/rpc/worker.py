@@ -26,13 +26,14 @@ import time
 import torch
 
 from rayspec.cli import at_least
+from rayspec.engine.engine import check_default_setting
 from rayspec.engine.hedge import check_hedge_factor
 from rayspec.engine.interfaces import Draft
 from rayspec.engine.local import LocalDrafter, LocalTarget, check_draft_top_k
 from rayspec.models.batching import (
     DEFAULT_MAX_BATCH_SEQUENCES, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PREFILL_CHUNK, check_batch_limits,
 )
-from rayspec.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB
+from rayspec.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB, check_prefix_cache_mb
 from rayspec.models.threads import pin_process_to_cpus
 from rayspec.rpc import codec
 from rayspec.rpc.generated import health_pb2_grpc, worker_pb2, worker_pb2_grpc
@@ -289,6 +290,9 @@ def main(argv=None) -> int:
         if args.draft_timeout is not None:
             check_draft_timeout(args.draft_timeout)
         check_hedge_factor(args.draft_hedge)
+        check_prefix_cache_mb(args.prefix_cache_mb, "--prefix-cache-mb")
+        if args.role == "coordinator":  # before waiting minutes for the workers
+            check_default_setting(args.verifier, {}, args.tree)
         if not args.wait_for_workers >= 0:
             raise ValueError(f"--wait-for-workers is a number of seconds, 0 or more, got {args.wait_for_workers:g}")
     except ValueError as error:

@@ -144,17 +144,15 @@ from pathlib import Path
 
 import yaml
 
-from rayspec.engine.engine import check_resume_timeout, check_setting, resolve_priced_verifiers
+from rayspec.engine.engine import check_default_setting, check_resume_timeout, resolve_priced_verifiers
 from rayspec.engine.hedge import check_hedge_factor
-from rayspec.engine.policy import parse_sequoia
 from rayspec.engine.prediction import check_graft_mode
-from rayspec.engine.trees import TREE_SPEC_HELP, parse_tree_spec
+from rayspec.engine.trees import TREE_SPEC_HELP
 from rayspec.models.batching import (
     DEFAULT_MAX_BATCH_SEQUENCES, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PREFILL_CHUNK, check_batch_limits,
 )
-from rayspec.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB
+from rayspec.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB, check_prefix_cache_mb
 from rayspec.serve.tool_parsers import check_parser_setting
-from rayspec.verify import get_verifier
 
 API_KEY_VARIABLE = "RAYSPEC_API_KEY"
 
@@ -173,10 +171,7 @@ class ModelConfig:
     prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK  # tokens per prefill chunk; 0: whole prefills
 
     def __post_init__(self):
-        size = self.prefix_cache_mb
-        if isinstance(size, bool) or not isinstance(size, (int, float)) or not 0 <= size < math.inf:
-            raise ValueError(f"prefix_cache_mb must be a finite number of megabytes, 0 or more, "
-                             f"got {self.prefix_cache_mb!r}")
+        check_prefix_cache_mb(self.prefix_cache_mb, "prefix_cache_mb")
         check_batch_limits(self.max_batch_sequences, self.max_batch_tokens, self.prefill_chunk_tokens)
         if self.cpus is not None:
             from rayspec.models.threads import parse_cpu_list
@@ -353,10 +348,7 @@ class ServiceConfig:
                     f"drafters[{i}] runs in the coordinator, which reserves no GPU: num_gpus must be auto or 0, "
                     f"got {drafter.num_gpus!r}; give a GPU drafter `where: worker`"
                 )
-        if parse_sequoia(self.tree) is None:  # Sequoia trees are planned per verifier, at start-up
-            check_setting(self.verifier, self.verifier_params, parse_tree_spec(self.tree))
-        else:
-            get_verifier(self.verifier, **self.verifier_params)
+        check_default_setting(self.verifier, self.verifier_params, self.tree)
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "ServiceConfig":

@@ -75,8 +75,14 @@ def test_a_coordinator_gives_up_on_a_worker_that_never_comes():
     (["--role", "target", "--device", "tpu"], 1, "rayspec worker: error: device must be auto, cpu, cuda or cuda:N"),
     (["--role", "drafter", "--dtype", "float64"], 1,
      "rayspec worker: error: dtype must be one of auto, float32, float16, bfloat16; got 'float64'"),
-    (["--role", "coordinator", "--target", "here", "--verifier", "nope"], 1,
-     "rayspec worker: error: unknown verifier 'nope'; available: greedy"),
+    (["--role", "coordinator", "--target", "here", "--verifier", "nope"], 2,
+     "unknown verifier 'nope'; available: greedy"),
+    (["--role", "target", "--prefix-cache-mb", "inf"], 2,
+     "--prefix-cache-mb must be a finite number of megabytes, 0 or more, got inf"),
+    # before waiting (here 600 s) for workers that never come
+    (["--role", "coordinator", "--target", "127.0.0.1:1", "--tree", "kary:2x3x4"], 2, "bad tree spec 'kary:2x3x4'"),
+    (["--role", "coordinator", "--target", "127.0.0.1:1", "--tree", "kary:4x2", "--verifier", "sps"], 2,
+     "verifier 'sps' takes at most 1 draft(s) per node, the tree has a node with 4 children"),
 ])
 def test_a_workers_bad_flags_are_one_error_line_before_it_serves(flags, status, message, capsys, monkeypatch):
     """Bad flags are refused with what is wrong and nothing else: an exit status (2: argparse's
