@@ -94,7 +94,8 @@ MAX_REQUEST_PLAN_CELLS = 256 * 256 * 32
 
 
 def parse_sequoia(text: str) -> SequoiaSpec | None:
-    """The Sequoia spec `text` names, or None when it names another kind of tree."""
+    """The Sequoia spec `text` names, or None when it names another kind of tree (ValueError
+    for a malformed "sequoia:" spec)."""
     text = text.strip()
     if text == "sequoia:auto":
         return SequoiaSpec(None)
@@ -106,6 +107,9 @@ def parse_sequoia(text: str) -> SequoiaSpec | None:
             raise ValueError(f"tree spec {text!r}: a Sequoia tree has 1 to {MAX_TREE_NODES} nodes "
                              f"(the root counts) and at most {MAX_TREE_NODES} levels")
         return SequoiaSpec(budget, depth)
+    if text.startswith("sequoia:"):
+        raise ValueError(f"bad tree spec {text!r}; a Sequoia tree is sequoia:auto, sequoia:B or sequoia:BxD (B nodes, "
+                         f"D levels at most)")
     return None
 
 

@@ -47,6 +47,10 @@ def test_parse():
     for spec in ("sequoia:0", "sequoia:1025", "sequoia:8x1025"):
         with pytest.raises(ValueError, match="a Sequoia tree has 1 to 1024 nodes"):
             parse_sequoia(spec)
+    for spec in ("sequoia:Auto", "sequoia:32x", "sequoia:"):  # no longer "give the spec to the engine"
+        with pytest.raises(ValueError, match=rf"^bad tree spec '{spec}'; a Sequoia tree is sequoia:auto, sequoia:B "
+                                             rf"or sequoia:BxD"):
+            parse_sequoia(spec)
 
 
 def test_requests_may_name_only_sequoia_trees_cheap_enough_to_plan_while_they_wait():
