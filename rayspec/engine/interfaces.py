@@ -262,7 +262,7 @@ def check_vocabularies(drafter_vocab_size: int, target_vocab_size: int, tokenize
 # kB: 19 kB for Qwen2.5's 151,665 tokens.
 FINGERPRINT_BLOCK_IDS = 64
 _DIGEST_BYTES = 8
-# The share of a target's token ids a drafter's tokenizer may name otherwise: a fine-tune's few
+# The share of blocks of token ids two tokenizers may name differently: a fine-tune's few
 # special tokens of its own (a chat model's added roles), not another tokenizer.
 MAX_OTHER_TOKENS_SHARE = 0.01
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 
 DEFAULT_PREFIX_CACHE_MB = 1024
+# Shorter shared prefixes are computed again: copying their rows saves next to nothing.
+MIN_REUSED_TOKENS = 16
 
 
 def check_prefix_cache_mb(size, name: str) -> float:
@@ -29,8 +31,7 @@ def check_prefix_cache_mb(size, name: str) -> float:
     if isinstance(size, bool) or not isinstance(size, (int, float)) or not 0 <= size < math.inf:
         raise ValueError(f"{name} must be a finite number of megabytes, 0 or more, got {size!r}")
     return size
-# Shorter shared prefixes are computed again: copying their rows saves next to nothing.
-MIN_REUSED_TOKENS = 16
+
 
 Rows = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [batch, heads, tokens, dim]
 
