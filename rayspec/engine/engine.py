@@ -44,6 +44,7 @@ from rayspec.engine.interfaces import (
     Draft, GenerationCancelled, SequenceSpec, TargetUnavailable, TokenLogprobs, check_logprobs, check_tokenizers,
     check_vocabularies, tokenizer_fingerprint,
 )
+from rayspec.models.cancellation import watching_caller
 from rayspec.engine.policy import (
     AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia, planned_tree,
     step_cost_model,
@@ -272,6 +273,14 @@ def _stop_if_cancelled(cancelled: threading.Event | None, when: str) -> None:
     (an expired deadline) while it was queued or prefilled gets no drafter session and no step."""
     if cancelled is not None and cancelled.is_set():
         raise GenerationCancelled(f"its caller left {when}")
+
+
+def _open_target(target, spec: SequenceSpec, cancelled: threading.Event | None):
+    """`target.open(spec)`, the prompt's prefill, which stops (`GenerationCancelled`) where the
+    target can stop it once the caller gave up (`watching_caller`): a remote target cancels
+    its Open, and the worker skips or cuts short its prefill."""
+    with watching_caller(None if cancelled is None else cancelled.is_set):
+        return target.open(spec)
 
 
 class SpeculativeEngine:
@@ -548,7 +557,7 @@ class SpeculativeEngine:
                                                    temperature=params.temperature))
         with ExitStack() as sessions:
             targeting = sessions.enter_context(ExitStack())  # the target's session
-            target = targeting.enter_context(closing(self.target.open(spec)))
+            target = targeting.enter_context(closing(_open_target(self.target, spec, cancelled)))
             _stop_if_cancelled(cancelled, "while its prompt was prefilled")
             sessions.enter_context(self._counted())
             stats.cached_prompt_tokens = getattr(target, "cached_tokens", 0)
@@ -658,7 +667,7 @@ class SpeculativeEngine:
         wait = 0.25
         while True:
             try:
-                session = targeting.enter_context(closing(self.target.open(resumed)))
+                session = targeting.enter_context(closing(_open_target(self.target, resumed, cancelled)))
             except TargetUnavailable as error:
                 if time.monotonic() + wait > deadline:
                     log.warning("target still lost after %g s: the sequence fails", self.target_resume_timeout)

@@ -26,6 +26,7 @@ from typing import Protocol
 
 import torch
 
+from rayspec.models.cancellation import GenerationCancelled  # noqa: F401 — the loop's callers catch it from here
 from rayspec.tree.structure import DraftTree, TreeShape
 from rayspec.verify.processing import SamplingParams, token_logprobs
 
@@ -196,11 +197,6 @@ class TargetUnavailable(RuntimeError):
     """The target could not open a session or verify a step for want of its worker (gone, or
     restarted without the session).  The engine opens the sequence again (`SequenceSpec.
     resumed`) once the target answers, within its `target_resume_timeout`."""
-
-
-class GenerationCancelled(RuntimeError):
-    """The generation's caller gave up on it (its client left, its RPC was cancelled) while the
-    engine waited on a worker: the wait ends there rather than at its deadline."""
 
 
 class DrafterBusy(RuntimeError):

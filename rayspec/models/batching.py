@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers.cache_utils import DynamicLayer
 
+from rayspec.models.cancellation import GenerationCancelled, caller_watch
 from rayspec.models.tree_lm import visible_beyond_prefix
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ MAX_PADDING = 0.5
 DEFAULT_PREFILL_CHUNK = 0  # tokens per prefill chunk; 0: a prefill goes in one forward
 
 
-@dataclass
+@dataclass(eq=False)  # a call is itself: found in the queue by identity
 class _Call:
     """One sequence's forward, queued: `TreeLM.forward_alone`'s arguments and its result."""
 
@@ -128,10 +129,17 @@ class ForwardBatcher:
         """(`lm.forward_alone(...)`'s logits, how many sequences their forward carried),
         computed alone or beside other sequences' calls."""
         call = _Call(lm, list(tokens), list(parents), list(offsets), visible_slots, last)
+        left = caller_watch()
         with self._changed:
             self._queue.append(call)
             while not call.done and (self._running or self._queue[0] is not call):
                 self._changed.wait()
+                if left is not None and call in self._queue and left():
+                    # A prefill whose caller left leaves the queue, rather than cost the
+                    # sequences behind it a forward that nobody waits for.
+                    self._queue.remove(call)
+                    self._changed.notify_all()
+                    raise GenerationCancelled("its caller left while its forward was queued")
             if not call.done:  # the oldest call, and the model is free: this thread runs a forward
                 batch = self._take()
                 self._running = True

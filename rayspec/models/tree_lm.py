@@ -35,6 +35,8 @@ import torch
 from transformers import DynamicCache, cache_utils
 from transformers.cache_utils import DynamicLayer
 
+from rayspec.models.cancellation import stop_if_caller_left
+
 log = logging.getLogger(__name__)
 
 
@@ -377,12 +379,15 @@ class TreeLM:
         tokens, each committed before the next (chunked prefill): the model serves the forwards
         other sequences queued meanwhile between two chunks, so a long prompt delays their
         steps by a chunk's forward at a time rather than by its whole prefill.  The chunks are
-        a function of the prompt alone, so a seed's tokens do not depend on the load."""
+        a function of the prompt alone, so a seed's tokens do not depend on the load.  A caller
+        that left (`rayspec.models.cancellation`) stops it between two chunks."""
         tokens = list(tokens)
         chunk = self.batcher.prefill_chunk if self.batcher is not None else 0
         size = chunk if chunk and tokens else max(len(tokens), 1)
         kept = []
         for start in range(0, max(len(tokens), 1), size):
+            if start:
+                stop_if_caller_left(f"after {start} tokens of its prompt's prefill")
             piece = tokens[start : start + size]
             n = len(piece)
             # of a chunk before the last, only rows that `last` may still reach

@@ -30,9 +30,10 @@ import grpc
 import torch
 
 from rayspec.engine.interfaces import (
-    Draft, DrafterBusy, DrafterUnavailable, Outcome, SequenceSpec, TargetUnavailable,
+    Draft, DrafterBusy, DrafterUnavailable, GenerationCancelled, Outcome, SequenceSpec, TargetUnavailable,
     stream_generator,
 )
+from rayspec.models.cancellation import caller_watch
 from rayspec.coupling import KeyedNoise
 from rayspec.rpc import codec
 from rayspec.rpc.generated import worker_pb2, worker_pb2_grpc
@@ -71,6 +72,30 @@ def call(method, request, timeout: float):
     """One unary RPC with a deadline, failing as `failure` says."""
     try:
         return method(request, timeout=timeout)
+    except grpc.RpcError as error:
+        raise failure(error.code(), error.details()) from None
+
+
+# How often a call that its caller may leave (`call_while_wanted`) looks whether it has.
+CALLER_POLL_SECONDS = 0.05
+
+
+def call_while_wanted(method, request, timeout: float):
+    """`call`, cancelled (`GenerationCancelled`) once its caller left (`caller_left`, polled
+    every `CALLER_POLL_SECONDS`): a target's Open waits for the prompt's prefill, queued behind
+    the others', which a client that left no longer wants.  An answer that came first is
+    returned all the same; the engine then closes what it opened."""
+    left = caller_watch()
+    if left is None:
+        return call(method, request, timeout)
+    future = method.future(request, timeout=timeout)
+    answered = threading.Event()
+    future.add_done_callback(lambda _: answered.set())
+    while not answered.wait(CALLER_POLL_SECONDS):
+        if left() and future.cancel():
+            raise GenerationCancelled("its caller left while its prompt was prefilled")
+    try:
+        return future.result()
     except grpc.RpcError as error:
         raise failure(error.code(), error.details()) from None
 
@@ -240,12 +265,16 @@ class _WorkerHandle:
         self.channel.close()
 
     def _open(self, request: worker_pb2.OpenRequest, timeout: float) -> worker_pb2.OpenReply:
-        """The Open call.  One that ended not knowing whether the worker opened the session (past
-        its deadline the worker still finishes the prefill; a connection cut mid-call) has the
-        session released, or each such Open would hold a session, KV cache and all, until the
-        worker's idle expiry: and a client retries them."""
+        """The Open call, given up when its caller leaves (`call_while_wanted`).  One that ended
+        not knowing whether the worker opened the session (given up; past its deadline the
+        worker still finishes the prefill; a connection cut mid-call) has the session released,
+        or each such Open would hold a session, KV cache and all, until the worker's idle
+        expiry: and a client retries them."""
         try:
-            return call(self.stub.Open, request, timeout)
+            return call_while_wanted(self.stub.Open, request, timeout)
+        except GenerationCancelled:
+            release_unwatched(self.stub, request.session_id)
+            raise
         except RemoteError as error:
             if error.code in UNSETTLED_CODES:
                 release_unwatched(self.stub, request.session_id)

@@ -26,6 +26,7 @@ from concurrent import futures
 import grpc
 
 from rayspec.engine.interfaces import GenerationCancelled, SessionClosedError
+from rayspec.models.cancellation import watching_caller
 from rayspec.models.threads import honour_torch_threads
 from rayspec.rpc.generated import health_pb2, health_pb2_grpc, worker_pb2
 
@@ -195,7 +196,8 @@ class Servicer:
         its place is taken first, so that an Open refused for a duplicate id or a full server
         costs no compute.  An Open whose caller is gone (`context`: past its deadline, or
         cancelled, before or while the session was made) keeps no session: the caller cannot
-        know of it, and its Release may have come before the Open did."""
+        know of it, and its Release may have come before the Open did; and `make` is watching
+        that caller (`rayspec.models.cancellation`), so its prefill stops where it can."""
         if not session_id:
             raise ValueError("a session id is required")
         self.expire_idle_sessions()
@@ -213,7 +215,8 @@ class Servicer:
         try:
             if context is not None and not context.is_active():
                 raise GenerationCancelled(f"the caller of Open {session_id!r} left before it began")
-            session = make()
+            with watching_caller(None if context is None else lambda: not context.is_active()):
+                session = make()
         except BaseException:
             with self._sessions_lock:
                 self._sessions.pop(session_id, None)

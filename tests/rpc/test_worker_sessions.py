@@ -6,6 +6,7 @@ gRPC servers in this process, over tiny random models."""
 from __future__ import annotations
 
 import inspect
+import threading
 import time
 from contextlib import contextmanager
 
@@ -16,7 +17,8 @@ import torch
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.rpc import codec
 from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, worker_pb2, worker_pb2_grpc
-from rayspec.engine.interfaces import SequenceSpec
+from rayspec.engine.interfaces import GenerationCancelled, SequenceSpec
+from rayspec.models.cancellation import caller_left
 from rayspec.rpc.remote import RemoteDrafter, RemoteError, RemoteTarget
 from rayspec.rpc.server import rpc_errors, status_of
 from rayspec.rpc.worker import serve_drafter, serve_target
@@ -455,4 +457,41 @@ def test_a_drafter_session_lost_to_a_late_draft_is_released():
         assert closed == opened
         remote.close()
     finally:
+        server.stop(0)
+
+
+class _PrefillUntilLeft(LocalTarget):
+    """A target whose prefill takes until its caller leaves (or 20 s): what it saw, in `seen`."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.seen = []
+
+    def open(self, spec):
+        deadline = time.monotonic() + 20
+        while not caller_left() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.seen.append("left" if caller_left() else "stayed")
+        return super().open(spec)
+
+
+def test_a_client_that_leaves_during_its_prefill_cancels_the_workers_open():
+    """The engine's client leaves while a remote target prefills: the engine's Open call is
+    cancelled at once rather than waited for, and the worker's prefill learns it (there it
+    leaves the model's queue, or stops between chunks: `tests/models/test_cancellation.py`)."""
+    target = _PrefillUntilLeft(tiny_llama(vocab=VOCAB, seed=0))
+    opened, closed = _tracking(target)
+    server, port = serve_target(target, "127.0.0.1:0")
+    remote = RemoteTarget(f"127.0.0.1:{port}", timeout=30)
+    try:
+        cancelled = threading.Event()
+        threading.Timer(0.3, cancelled.set).start()
+        started = time.monotonic()
+        with pytest.raises(GenerationCancelled, match="^its caller left while its prompt was prefilled$"):
+            list(SpeculativeEngine(remote, None).generate([11, 5, 7, 40], max_new_tokens=4, cancelled=cancelled))
+        assert time.monotonic() - started < 2.0
+        assert _eventually(lambda: target.seen == ["left"]), target.seen
+        assert _eventually(lambda: closed == opened), (len(opened), len(closed))
+    finally:
+        remote.close()
         server.stop(0)
