@@ -85,8 +85,10 @@ class SequenceDrafting:
     def draft(self, shape: TreeShape | DynamicPlan, produced: int) -> Draft | None:
         """The step's draft of (at most) `shape`, None when the step goes on without one: the
         drafter lost (`DrafterUnavailable`: tried again later), or the draft late (hedged).
-        `produced`: the tokens decoded so far, for the log.  `DrafterBusy` at the first open
-        is raised: the service's capacity answer."""
+        `produced`: the tokens decoded so far.  `DrafterBusy` before the first token is raised:
+        the service's capacity answer; after it (a drafter first opened at a later step: a
+        prediction's chain drafted until then, or a Sequoia plan's probe step), the stream is
+        under way and the sequence decodes on without drafts, as with a drafter lost."""
         try:
             if self.session is None:
                 self.session = self.drafter.open(self.spec)
@@ -112,7 +114,7 @@ class SequenceDrafting:
 
     def _lost(self, error: Exception, produced: int) -> None:
         if self.comeback is None:
-            if isinstance(error, DrafterBusy):
+            if isinstance(error, DrafterBusy) and not produced:
                 raise error  # no room for a new request: the service's capacity answer
             log.warning("drafter lost after %d tokens (%s): the sequence decodes on without drafts "
                         "until it answers again", produced, error)

@@ -194,20 +194,24 @@ class Generation:
     stop_reason: str | int | None = None  # as `Chunk`'s
 
 
+def tree_misfit(verifier: str, shape: TreeShape | DynamicPlan) -> str | None:
+    """Why `verifier` cannot verify trees of `shape`, or None when it can."""
+    cls = verifier_class(verifier)  # unknown names raise with the list of known ones
+    if isinstance(shape, DynamicPlan) and not cls.deterministic_drafts:
+        return (f"a dynamic tree chooses its drafts deterministically; verifier {verifier!r} needs them sampled "
+                "by its own scheme — verify dynamic trees with topk (or greedy at temperature 0)")
+    if cls.max_drafts is not None and shape.size > 1 and shape.max_children > cls.max_drafts:
+        return (f"verifier {verifier!r} takes at most {cls.max_drafts} draft(s) per node, "
+                f"the tree has a node with {shape.max_children} children")
+    return None
+
+
 def check_setting(verifier: str, params: dict, shape: TreeShape | DynamicPlan) -> None:
     """Refuse, with a message, a verifier, its parameters or a tree that cannot work together
     (checked when a request arrives, never mid-stream)."""
-    cls = verifier_class(verifier)  # unknown names raise with the list of known ones
-    if isinstance(shape, DynamicPlan) and not cls.deterministic_drafts:
-        raise ValueError(
-            f"a dynamic tree chooses its drafts deterministically; verifier {verifier!r} needs them sampled "
-            "by its own scheme — verify dynamic trees with topk (or greedy at temperature 0)"
-        )
-    if cls.max_drafts is not None and shape.size > 1 and shape.max_children > cls.max_drafts:
-        raise ValueError(
-            f"verifier {verifier!r} takes at most {cls.max_drafts} draft(s) per node, "
-            f"the tree has a node with {shape.max_children} children"
-        )
+    misfit = tree_misfit(verifier, shape)
+    if misfit is not None:
+        raise ValueError(misfit)
     get_verifier(verifier, **params)
 
 
@@ -475,8 +479,9 @@ class SpeculativeEngine:
         text decoded as the tokenizer's `decode(..., skip_special_tokens)` gives it.  `stats`
         (optional) is filled as steps go.
         replayable: draft the trees the policy planned before serving anything, not those it
-        adapted since, so that the same request and seed give the same tokens whatever was
-        served in between (default: when a seed is given).  logprobs: k to give each chunk
+        adapted since, and graft a prediction by tokens per step rather than by this
+        process's measured costs, so that the same request and seed give the same tokens
+        whatever was served in between, and wherever (default: when a seed is given).  logprobs: k to give each chunk
         its tokens' log-probabilities under the target's raw law and the k most likely
         tokens' at each position (`TokenLogprobs`); the tokens are the same with or without.
         prompt_logprobs: k to give the first chunk the same for the prompt's tokens after the
@@ -491,7 +496,8 @@ class SpeculativeEngine:
         sequences (`SamplingParams.bad_words_ids`).  prediction: token ids the completion is
         expected to be (OpenAI's Predicted Outputs), drafted as a chain wherever the
         completion follows it and by the drafter elsewhere (`rayspec.engine.prediction`;
-        `tree` may then give the chain as `chain:N`, the drafter drawing the engine's trees);
+        `tree` may then give the chain as `chain:N`, the drafter drawing the engine's trees,
+        or that chain for a verifier the engine's trees do not suit);
         the output follows the target's law all the same.  structured_output: what the
         completion must be (vLLM's guided decoding: a JSON schema, any JSON object, a regular
         expression or a choice, `rayspec.engine.structured.StructuredOutput`, or a regular
@@ -529,6 +535,12 @@ class SpeculativeEngine:
         if tree is not None and (self.drafter is None or chain is not None):
             _policy_key(tree)  # not drafted, but refused when bad all the same
         policy = self.policy(None if self.drafter is None or chain is not None else tree)
+        if chain is not None and self.drafter is not None and tree_misfit(
+                verifier, policy.shape_for(verifier, params.temperature)) is not None:
+            # `tree` names the prediction's chain, so the request cannot name the drafter's:
+            # where the engine's trees do not suit its verifier (sps and mentored take one
+            # draft per node), the drafter drafts that chain too.
+            policy = self.policy(chain)
         check_setting(verifier, verifier_params, policy.shape_for(verifier, params.temperature))
         if chain is not None:
             check_setting(verifier, verifier_params, chain)
@@ -551,7 +563,10 @@ class SpeculativeEngine:
         # instead of it (`rayspec.engine.prediction`); only to a target that verifies such trees.
         grafting = None
         if predicted is not None and not params.greedy and getattr(self.target, "verifies_predictions", False):
-            costs = self.measured_costs
+            # A replayable request's choice weighs tokens per step alone: the measured costs
+            # are this process's, and come only once a request needs them (sequoia:auto), so
+            # with them a seed's tokens would depend on what was served before, and where.
+            costs = None if replayable else self.measured_costs
             grafting = GraftChoice(self.graft_predictions, None if costs is None else
                                    step_cost_model(costs, verifier, self.target.vocab_size,
                                                    temperature=params.temperature))

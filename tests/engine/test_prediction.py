@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
-from rayspec.engine.interfaces import Outcome, SequenceSpec
+from rayspec.engine.interfaces import DrafterBusy, Outcome, SequenceSpec
 from rayspec.engine.prediction import GraftChoice, Prediction, prediction_chain
 from rayspec.tree.planner import CostModel
 from rayspec.tree.structure import TreeShape
@@ -220,3 +220,86 @@ def test_auto_grafting_weighs_the_tokens_a_graft_adds_against_what_it_costs():
     assert not GraftChoice("never").grafts(chain, drafter)
     with pytest.raises(ValueError, match="graft_predictions must be one of auto, always, never, got 'sometimes'"):
         SpeculativeEngine(LocalTarget(tiny_llama(vocab=16, hidden=16, layers=1, seed=0)), graft_predictions="sometimes")
+
+
+PROMPT = [3, 1, 4, 1, 5]
+
+
+@pytest.fixture(scope="module")
+def served():
+    """A target, a drafter of it, and the target's greedy completion of PROMPT."""
+    target_model = tiny_llama(vocab=64, hidden=32, layers=2, seed=1)
+    target, drafter = LocalTarget(target_model), LocalDrafter(noisy_copy(target_model, noise=0.5))
+    return target, drafter, SpeculativeEngine(target).run(PROMPT, max_new_tokens=30, temperature=0.0).tokens
+
+
+class _FullDrafter:
+    """A drafter with no room for another session (a worker at its session limit)."""
+
+    def __init__(self, target):
+        self.vocab_size, self.context_length, self.opens = target.vocab_size, target.context_length, 0
+
+    def open(self, spec):
+        self.opens += 1
+        raise DrafterBusy("drafter full: 4 sessions open, the limit is 4")
+
+
+def test_a_drafter_full_before_the_first_token_refuses_the_request_and_after_it_is_decoded_around(served):
+    target, _, greedy = served
+    drafter = _FullDrafter(target)
+    engine = SpeculativeEngine(target, drafter, tree="kary:2x2")
+    with pytest.raises(DrafterBusy, match="drafter full"):  # the service's capacity answer: nothing sent yet
+        engine.run(PROMPT, max_new_tokens=30, temperature=0.0)
+    # The prediction's chain drafts the first step; the drafter is first opened after it, with
+    # the stream under way: the sequence decodes on target-only.
+    edit = next(t for t in range(64) if t != greedy[4])
+    out = engine.run(PROMPT, max_new_tokens=30, temperature=0.0, prediction=greedy[:4] + [edit], tree="chain:4")
+    assert out.tokens == greedy and drafter.opens >= 2  # tried again now and then, as a lost drafter is
+    assert out.stats.drafter_lost == "drafter full: 4 sessions open, the limit is 4"
+
+
+class _CostlyDrafts:
+    """Step costs (`rayspec.engine.calibrate.Costs`'s face) where a drafter's call takes a
+    second and the target's forward 10 ms whatever its size: grafting never pays."""
+
+    draft_base, target_per_sequence, draft_per_sequence = 1.0, 0.0, 0.0
+
+    def target_for(self, verifier, temperature):
+        return lambda nodes: 0.010
+
+    def draft_seconds(self, width, verifier):
+        return 1.0
+
+
+def test_a_seeded_request_grafts_alike_whatever_costs_its_engine_measured(served):
+    """A seed's tokens do not depend on the costs an engine happened to measure (none until a
+    request needs them, and each process its own); a request that is not replayed weighs them."""
+    target, drafter, greedy = served
+    plain = SpeculativeEngine(target, drafter, tree="kary:2x2")
+    costed = SpeculativeEngine(target, drafter, tree="kary:2x2", costs=_CostlyDrafts())
+    request = dict(max_new_tokens=30, temperature=0.5, seed=3, prediction=greedy, tree="chain:4")
+    grafted = 4 + 6  # the chain beside the drafter's kary:2x2
+    seeded = plain.run(PROMPT, **request)
+    assert grafted in {step.drafted for step in seeded.stats.steps}
+    assert costed.run(PROMPT, **request).tokens == seeded.tokens
+    unreplayed = {step.drafted for step in costed.run(PROMPT, **request, replayable=False).stats.steps}
+    assert 4 in unreplayed and grafted not in unreplayed
+
+
+@pytest.mark.parametrize("verifier", ["sps", "mentored"])
+def test_a_single_draft_verifier_with_a_prediction_drafts_the_requests_chain(served, verifier):
+    """`tree` names the prediction's chain; an engine whose trees branch cannot serve a
+    verifier of one draft per node, so its drafter drafts that chain too."""
+    target, drafter, greedy = served
+    engine = SpeculativeEngine(target, drafter, tree="kary:2x2")
+    edit = next(t for t in range(64) if t != greedy[8])
+    prediction = greedy[:8] + [edit] * 3
+    out = engine.run(PROMPT, max_new_tokens=30, temperature=0.0, verifier=verifier, prediction=prediction,
+                     tree="chain:3")
+    assert out.tokens == greedy
+    assert {step.drafted for step in out.stats.steps} <= {0, 1, 2, 3} and len(out.stats.steps) < 30
+    sampled = engine.run(PROMPT, max_new_tokens=30, temperature=0.8, seed=1, verifier=verifier,
+                         prediction=prediction, tree="chain:3")
+    assert len(sampled.tokens) == 30 and max(step.drafted for step in sampled.stats.steps) <= 6
+    with pytest.raises(ValueError, match=f"verifier '{verifier}' takes at most 1 draft"):
+        engine.run(PROMPT, max_new_tokens=4, verifier=verifier)  # no prediction: the engine's tree
