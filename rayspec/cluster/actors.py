@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -36,18 +37,28 @@ log = logging.getLogger(__name__)
 BUNDLE_CPUS = 0.5
 
 
-def model_gpus(model, cluster_gpus: float) -> float:
-    if model.num_gpus == "auto":
-        return 1.0 if cluster_gpus >= 1 else 0.0
-    return float(model.num_gpus)
+def auto_gpus(models, cluster_gpus: float) -> float:
+    """What each of `models` whose `num_gpus` is auto reserves: a whole GPU when the cluster
+    has one for each (beyond those the others name), else an equal share of one, so that a
+    GPU holds ceil(n / GPUs) of them — the demo pair on a one-GPU machine: half each, rather
+    than a placement group that never fits — and none on a cluster without GPUs."""
+    auto = sum(model.num_gpus == "auto" for model in models)
+    whole_gpus = math.floor(cluster_gpus - sum(float(m.num_gpus) for m in models if m.num_gpus != "auto"))
+    if not auto or whole_gpus < 1:
+        return 0.0
+    return 1.0 / math.ceil(auto / whole_gpus)
 
 
 def bundles(config: ServiceConfig, cluster_gpus: float) -> list[dict]:
     """The placement group's bundles: the target's first, then one per `where: worker` drafter."""
+    models = [config.target, *config.worker_drafters]
+    shared = auto_gpus(models, cluster_gpus)
+
     def bundle(model, extra):
         b = {"CPU": BUNDLE_CPUS, **extra}
-        if model_gpus(model, cluster_gpus):
-            b["GPU"] = model_gpus(model, cluster_gpus)
+        gpus = shared if model.num_gpus == "auto" else float(model.num_gpus)
+        if gpus:
+            b["GPU"] = round(gpus, 4)  # Ray's resolution: three thirds still fit one GPU
         return b
 
     return [bundle(config.target, config.placement.target_resources)] + [

@@ -81,8 +81,11 @@ gave 1.09-1.13x the tokens/s of waiting and cut the p99 step from 71-74 to 24-28
 of drafts 200 ms late, the longest step fell from 225 to 32 ms.  With no draft late it cost up
 to 2.5 % (a thread hand-off per draft), so it is off by default (`bench/results/hedge_bench*.md`).
 
-A null model path is the shipped demo pair.  `num_gpus: auto` is 1 when the cluster has
-GPUs and 0 otherwise.  `cpus` ("0-3", "8,9") pins the process that computes with the model
+A null model path is the shipped demo pair; a relative one that exists where `rayspec serve`
+reads the file is made absolute there (Ray's workers do not start in that directory; the
+cluster files sync the tree to the same place on every node).  `num_gpus: auto` is a whole
+GPU when the cluster has one for each model, an equal share of one when it has fewer (the
+demo pair on a one-GPU machine: half each), and 0 without GPUs.  `cpus` ("0-3", "8,9") pins the process that computes with the model
 (its worker, or the coordinator for `where: coordinator`) to those CPUs of its node, and
 caps its torch threads at their number when `threads` is null; null leaves it to Linux.
 
@@ -362,7 +365,11 @@ class ServiceConfig:
             raise ValueError(f"cannot read the service config {path}: {error}") from error
         if data is not None and not isinstance(data, dict):
             raise ValueError(f"the service config {path} must be a mapping")
-        return cls.from_dict(data)
+        config = cls.from_dict(data)
+        for model in (config.target, *config.drafters):
+            model.path = _absolute_if_here(model.path)
+        config.acceptance_dir = _absolute_if_here(config.acceptance_dir)
+        return config
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -379,6 +386,16 @@ class ServiceConfig:
     @property
     def coordinator_drafters(self) -> list[DrafterConfig]:
         return [d for d in self.drafters if d.where == "coordinator"]
+
+
+def _absolute_if_here(path: str | None) -> str | None:
+    """`path` made absolute when it is relative and names something in this working directory:
+    a model or acceptance directory the file gives relative to the tree `rayspec serve` runs
+    in, which Ray's workers — started elsewhere — would not find.  Anything else (a hub id,
+    null) as it is."""
+    if path is None or os.path.isabs(path) or not Path(path).exists():
+        return path
+    return str(Path(path).resolve())
 
 
 def _check_endpoint(endpoint: Endpoint, name: str) -> None:

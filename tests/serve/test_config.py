@@ -12,8 +12,23 @@ def test_drafters_in_the_coordinator_get_no_bundle():
     config = ServiceConfig.from_dict({"drafters": [{"where": "coordinator"}, {"num_gpus": 1}, {}]})
     assert [d.where for d in config.coordinator_drafters] == ["coordinator"]
     assert len(config.worker_drafters) == 2
-    assert bundles(config, cluster_gpus=2) == [{"CPU": 0.5, "GPU": 1.0}, {"CPU": 0.5, "GPU": 1.0}, {"CPU": 0.5, "GPU": 1.0}]
+    assert bundles(config, cluster_gpus=3) == [{"CPU": 0.5, "GPU": 1.0}, {"CPU": 0.5, "GPU": 1.0}, {"CPU": 0.5, "GPU": 1.0}]
     assert bundles(ServiceConfig.from_dict({"drafters": [{"where": "coordinator"}]}), cluster_gpus=0) == [{"CPU": 0.5}]
+
+
+@pytest.mark.parametrize("drafters, cluster_gpus, gpus", [
+    ([{}], 2, [1.0, 1.0]),  # a GPU each
+    ([{}], 1, [0.5, 0.5]),  # the demo pair on a one-GPU machine: it shares the GPU
+    ([{}, {}], 2, [0.5, 0.5, 0.5]),  # two to a GPU
+    ([{}, {}], 1, [0.3333, 0.3333, 0.3333]),
+    ([{"num_gpus": 1}], 2, [1.0, 1.0]),  # the auto target has the GPU the drafter leaves
+    ([{"num_gpus": 1}, {}], 2, [0.5, 1.0, 0.5]),
+    ([{"num_gpus": 2}], 2, [None, 2.0]),  # none left: the target computes on its CPUs
+    ([{}], 0, [None, None]),
+])
+def test_auto_gpus_share_the_clusters_gpus_when_there_are_fewer_than_models(drafters, cluster_gpus, gpus):
+    config = ServiceConfig.from_dict({"drafters": drafters})
+    assert [bundle.get("GPU") for bundle in bundles(config, cluster_gpus)] == gpus
 
 
 @pytest.mark.parametrize("drafter, message", [
@@ -192,3 +207,27 @@ def test_model_settings_the_loader_takes_are_accepted():
                                                  "threads": 4, "path": "/models/target"},
                                       "drafters": [{"device": "cpu", "num_gpus": 0, "prefix_cache_mb": 0}]})
     assert (config.target.device, config.target.num_gpus, config.drafters[0].num_gpus) == ("cuda:1", 0.5, 0)
+
+
+def test_relative_paths_that_exist_here_are_made_absolute_for_workers_started_elsewhere(tmp_path, monkeypatch):
+    (tmp_path / "models" / "target").mkdir(parents=True)
+    (tmp_path / "vectors").mkdir()
+    (tmp_path / "service.yaml").write_text(
+        "target: {path: models/target}\n"
+        "drafters: [{path: Qwen/Qwen2.5-0.5B-Instruct}, {path: null}]\n"  # a hub id; the demo drafter
+        "acceptance_dir: vectors\n")
+    monkeypatch.chdir(tmp_path)
+    config = ServiceConfig.from_yaml("service.yaml")
+    assert config.target.path == str(tmp_path / "models" / "target")
+    assert [d.path for d in config.drafters] == ["Qwen/Qwen2.5-0.5B-Instruct", None]
+    assert config.acceptance_dir == str(tmp_path / "vectors")
+
+
+def test_the_shipped_cluster_service_file_names_its_models_wherever_a_worker_starts(monkeypatch):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)  # where the cluster files run `rayspec serve clusters/service.yaml`
+    config = ServiceConfig.from_yaml("clusters/service.yaml")
+    for model in (config.target, *config.drafters):
+        assert Path(model.path).is_absolute() and (Path(model.path) / "config.json").is_file(), model.path
