@@ -26,14 +26,14 @@ def required_resources(config: dict) -> dict[str, float]:
     """Custom resources the placement asks for: the target's once, the drafters' per drafter
     worker (a `where: coordinator` drafter runs in the coordinator and places nothing)."""
     placement = config.get("placement") or {}
-    drafters = config.get("drafters") or [{}]
+    drafters = config.get("drafters", [{}])  # absent: the one default drafter; []: none
     workers = sum((d or {}).get("where", "worker") == "worker" for d in drafters)
     need: Counter = Counter()
     for key, copies in (("target_resources", 1), ("drafter_resources", workers)):
         for name, amount in (placement.get(key) or {}).items():
             if name not in BUILTIN:
                 need[name] += amount * copies
-    return dict(need)
+    return {name: amount for name, amount in need.items() if amount}
 
 
 def missing(need: dict[str, float], have: dict[str, float]) -> dict[str, float]:

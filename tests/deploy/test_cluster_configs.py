@@ -135,6 +135,10 @@ def test_drafters_in_the_coordinator_need_no_drafter_resources():
     config = service()
     config["drafters"] = [{"where": "coordinator"}, {}, {"where": "worker"}]
     assert required_resources(config)["rayspec_drafter"] == 2
+    config["drafters"] = []  # target-only decoding: no drafter node to wait for
+    assert required_resources(config) == {"rayspec_target": 1}
+    del config["drafters"]  # the one default drafter
+    assert required_resources(config)["rayspec_drafter"] == 1
 
 
 def test_service_config_loads_with_rayspec_serve_s_parser():
