@@ -242,6 +242,8 @@ def cmd_tree_plan(args) -> int:
     from rayspec.verify import verifier_class
 
     check_draft_top_k(args.draft_top_k)  # before the models load
+    if args.no_drafter:
+        raise ValueError("planning a tree needs a drafter: its costs are half of what a tree is planned on")
     if args.vector:
         vector, source = _read_vector(args.vector), args.vector
     else:

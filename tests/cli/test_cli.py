@@ -137,6 +137,11 @@ def test_tree_plan_refuses_a_negative_draft_top_k(capsys):
     assert "draft_top_k must be a whole number, 0 (off) or more, got -3" in capsys.readouterr().err
 
 
+def test_tree_plan_refuses_to_plan_without_a_drafter(capsys):
+    assert main(["tree", "plan", "--no-drafter"]) == 2
+    assert "planning a tree needs a drafter" in capsys.readouterr().err
+
+
 def test_generate_restricts_the_tokens_to_the_allowed_ones(capsys):
     """Every id the demo tokenizer writes with letters only, at T = 0: the greedy text over them."""
     from transformers import AutoTokenizer
