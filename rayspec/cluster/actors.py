@@ -28,6 +28,7 @@ import uuid
 
 import ray
 
+from rayspec.rpc.server import host_port
 from rayspec.serve.config import DrafterConfig, ServiceConfig, TargetConfig
 
 log = logging.getLogger(__name__)
@@ -98,13 +99,13 @@ def bind_again(serve, host: str, port: int):
     saved = Kept.of_this_actor("port")
     wanted = port or int((saved.read() if saved is not None else None) or 0)
     try:
-        server, bound = serve(f"{host}:{wanted}")
+        server, bound = serve(host_port(host, wanted))
     except (OSError, RuntimeError) as error:
         if not wanted or port:
             raise
         log.warning("cannot bind port %s again after a restart (%s): serving on another port, where the "
                     "coordinators follow it (`WorkerWatch`)", wanted, error)
-        server, bound = serve(f"{host}:0")
+        server, bound = serve(host_port(host, 0))
     if not port and saved is not None:
         saved.write(str(bound))
     return server, bound
@@ -306,11 +307,11 @@ def advertised_address(host: str, port: int) -> str:
     (what `rayspec serve` prints must be an address another machine can dial)."""
     if host in ("0.0.0.0", "::", "[::]"):
         return _node_address(port)
-    return f"{host}:{port}"
+    return host_port(host, port)
 
 
 def _node_address(port: int) -> str:
-    return f"{ray.util.get_node_ip_address()}:{port}"
+    return host_port(ray.util.get_node_ip_address(), port)
 
 
 class WorkerWatch:

@@ -33,6 +33,7 @@ from rayspec.cluster.actors import (
     BUNDLE_CPUS, GenerationActor, ServiceStartError, WorkerActor, bundles, placed, restartable, start_drafters,
     service_name, started, wait_for_group, why_not_started, worker_actor_names,
 )
+from rayspec.rpc.server import host_port
 from rayspec.serve.config import ServiceConfig
 
 APP = "rayspec"  # the Serve application's name
@@ -134,7 +135,7 @@ class Service:
         except BaseException:
             self.stop()  # what did start goes, on a cluster that outlives this process too
             raise
-        self.http_address = f"http://{config.http.host}:{config.http.port}"
+        self.http_address = f"http://{host_port(config.http.host, config.http.port)}"
 
     def _run_http_app(self, app) -> None:
         import ray

@@ -4,8 +4,10 @@ without Ray runs them; used by the tests and the service benchmark."""
 from __future__ import annotations
 
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,16 +24,24 @@ class Worker:
              *(("--cpus", cpus) if cpus is not None else ()), *args],
             stdout=subprocess.PIPE, stderr=self.log, text=True, env=env,
         )
+        # Read on a thread of its own: a worker that prints nothing (one waiting for others) would
+        # hold a read here past the deadline.
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=_read_until_ready, args=(self.process.stdout, lines), daemon=True).start()
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline()
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = lines.get(timeout=left)
+            except queue.Empty:
+                break
             if line.startswith("READY"):
                 self.address = line.split()[2]
                 return
-            if not line and self.process.poll() is not None:
+            if not line:  # it exited
                 break
         self.stop()
-        raise RuntimeError(f"worker {args} did not start; see {log}: {Path(log).read_text()[-2000:]}")
+        raise RuntimeError(f"worker {args} did not start within {timeout:g} s; see {log}: "
+                           f"{Path(log).read_text()[-2000:]}")
 
     def stop(self):
         if self.process.poll() is None:
@@ -41,3 +51,12 @@ class Worker:
             except subprocess.TimeoutExpired:
                 self.process.kill()
         self.log.close()
+
+
+def _read_until_ready(stream, lines: queue.Queue) -> None:
+    """Put `stream`'s lines on `lines` up to its READY line, or an empty one at its end."""
+    for line in stream:
+        lines.put(line)
+        if line.startswith("READY"):
+            return
+    lines.put("")

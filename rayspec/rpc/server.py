@@ -397,6 +397,14 @@ def check_port(port: str | int, where: str | None = None) -> int:
     return int(text)
 
 
+def host_port(host: str, port: int | str) -> str:
+    """The address of `port` on `host`, an IPv6 literal bracketed ("[::1]:9000"): gRPC reads
+    a bare "::1:9000" as another address, and a URL needs the brackets too."""
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
 def start_server(register, address: str, max_workers: int = 16, options=GRPC_OPTIONS,
                  interceptors: Sequence[grpc.ServerInterceptor] = ()) -> tuple[grpc.Server, int]:
     """A started gRPC server; `register(server)` adds the servicers.  Returns (server, port).

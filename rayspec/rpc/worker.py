@@ -36,9 +36,11 @@ from rayspec.models.batching import (
 from rayspec.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB, check_prefix_cache_mb
 from rayspec.models.threads import pin_process_to_cpus
 from rayspec.rpc import codec
-from rayspec.rpc.generated import health_pb2_grpc, worker_pb2, worker_pb2_grpc
+from rayspec.rpc.generated import health_pb2, health_pb2_grpc, worker_pb2, worker_pb2_grpc
 from rayspec.rpc.remote import check_draft_timeout
-from rayspec.rpc.server import HealthServicer, RemoteError, Servicer, check_port, rpc_errors, start_server
+from rayspec.rpc.server import (
+    HealthServicer, RemoteError, Servicer, check_port, host_port, rpc_errors, start_server,
+)
 
 
 log = logging.getLogger("rayspec.worker")
@@ -208,22 +210,20 @@ def wait_for_worker(role: str, address: str, timeout: float) -> bool:
     before they have loaded their models)."""
     import grpc
 
-    channel = grpc.insecure_channel(address)
-    connected = grpc.channel_ready_future(channel)
-    try:
-        try:
-            connected.result(timeout=min(2.0, timeout))
-            return True
-        except grpc.FutureTimeoutError:
-            log.info("waiting for the %s worker at %s (up to %g s)", role, address, timeout)
-        try:
-            connected.result(timeout=max(timeout - 2.0, 0.0))
-            return True
-        except grpc.FutureTimeoutError:
-            return False
-    finally:
-        connected.cancel()
-        channel.close()
+    # A health check that waits for the connection, rather than `channel_ready_future`, whose
+    # polling thread fails with a traceback of its own when the channel closes under it.
+    with grpc.insecure_channel(address) as channel:
+        check = health_pb2_grpc.HealthStub(channel).Check
+        for attempt, wait in enumerate((min(2.0, timeout), max(timeout - 2.0, 0.0))):
+            if attempt:
+                log.info("waiting for the %s worker at %s (up to %g s)", role, address, timeout)
+            try:
+                check(health_pb2.HealthCheckRequest(), timeout=wait, wait_for_ready=True)
+                return True
+            except grpc.RpcError as error:
+                if error.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                    return True  # it answered, so it is up
+    return False
 
 
 def _port(text: str) -> int:
@@ -299,7 +299,7 @@ def main(argv=None) -> int:
         parser.error(str(error))
     if args.threads:
         torch.set_num_threads(args.threads)
-    address = f"{args.host}:{args.port}"
+    address = host_port(args.host, args.port)
 
     def local(role: str) -> LocalTarget | LocalDrafter:
         """The in-process handle of `role`'s model, as the flags give it."""
@@ -352,7 +352,7 @@ def main(argv=None) -> int:
         print(f"rayspec worker: error: {error}", file=sys.stderr)
         return 1
 
-    print(f"READY {args.role} {args.host}:{port}", flush=True)
+    print(f"READY {args.role} {host_port(args.host, port)}", flush=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

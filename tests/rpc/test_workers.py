@@ -816,3 +816,47 @@ def test_a_target_worker_that_predates_min_p_or_min_tokens_is_refused_rather_tha
     assert engine.run([1, 2, 3], max_new_tokens=4, seed=1, stop=[5]).finish_reason in ("length", "stop")
     target.features = frozenset({"penalties", feature})
     assert len(engine.run([1, 2, 3], max_new_tokens=4, seed=1, **asked).tokens) >= 2
+
+
+def _ipv6_loopback() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback")
+def test_a_worker_on_an_ipv6_host_serves_there_and_says_where(tmp_path):
+    from rayspec.rpc.server import host_port
+
+    assert host_port("::1", 9000) == host_port("[::1]", 9000) == "[::1]:9000"
+    assert host_port("10.0.0.2", 9000) == "10.0.0.2:9000"
+    worker = Worker(tmp_path / "drafter.log", "--role", "drafter", "--host", "::1")
+    try:
+        assert worker.address.startswith("[::1]:")
+        assert RemoteDrafter(worker.address, 8192).vocab_size > 0
+    finally:
+        worker.stop()
+
+
+def test_a_worker_that_does_not_start_in_time_is_stopped_at_its_deadline_though_it_prints_nothing(tmp_path):
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="did not start within 3 s"):  # it waits 60 s for a target, silently
+        Worker(tmp_path / "coordinator.log", "--role", "coordinator", "--target", "127.0.0.1:1",
+               "--wait-for-workers", "60", timeout=3.0)
+    assert time.monotonic() - started < 20
+
+
+def test_waiting_for_a_worker_says_whether_it_answers_and_leaves_no_thread_failing(cluster, monkeypatch):
+    from rayspec.rpc.worker import wait_for_worker
+
+    failures = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: failures.append(repr(args.exc_value)))
+    assert wait_for_worker("drafter", cluster["drafter"].address, 5.0)
+    assert not any(wait_for_worker("target", "127.0.0.1:1", 0.0) for _ in range(20))  # nothing listens there
+    time.sleep(0.5)
+    assert failures == []  # gRPC's connectivity polling failed as its channel closed: a traceback each
