@@ -16,10 +16,37 @@ Conventions used by the drafter, the target, the verifiers and the tree files:
 from __future__ import annotations
 
 import json
+import operator
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import torch
+
+
+def _integer(value, what: str) -> int:
+    """`value` as an int: an integer of any kind (numpy's included), not a bool nor a float,
+    which int() would have truncated."""
+    if type(value) is int:
+        return value
+    if not isinstance(value, bool):  # True is an int to operator.index, but no node index a user meant
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise ValueError(f"{what} must be an integer, got {value!r}")
+
+
+def _node_indices(parents) -> tuple[int, ...]:
+    """A parent list as a tuple of ints (see `_integer`)."""
+    try:
+        parents = tuple(parents)
+    except TypeError:
+        raise ValueError(f"a tree's parents must be a list of node indices, got {parents!r}") from None
+    # The usual case, checked in C: plain ints, nothing to convert (TreeShape is built at every step).
+    if set(map(type, parents)) <= {int}:
+        return parents
+    return tuple(_integer(parent, f"node {i}'s parent") for i, parent in enumerate(parents))
 
 
 @dataclass(frozen=True)
@@ -30,9 +57,9 @@ class TreeShape:
     predicted: int = 0  # nodes of the predicted chain under the root (see the module conventions)
 
     def __post_init__(self):
-        parents = tuple(int(x) for x in self.parents)
+        parents = _node_indices(self.parents)
         object.__setattr__(self, "parents", parents)
-        object.__setattr__(self, "predicted", int(self.predicted))
+        object.__setattr__(self, "predicted", _integer(self.predicted, "a tree's predicted chain length"))
         if not parents or parents[0] != -1:
             raise ValueError("a tree's node 0 is the root and has parent -1")
         for i, parent in enumerate(parents[1:], start=1):
@@ -84,10 +111,22 @@ class TreeShape:
 
     @classmethod
     def from_json(cls, text_or_dict) -> "TreeShape":
+        """The shape of a tree file's object, {"parents": [...], "child_rank": [...], "predicted": n}
+        (`to_dict`; child_rank and predicted optional).  Anything else is a ValueError, for the
+        file comes from a user (`rayspec.engine.trees`, file: specs)."""
         data = json.loads(text_or_dict) if isinstance(text_or_dict, str) else text_or_dict
-        shape = cls(tuple(data["parents"]), int(data.get("predicted", 0)))
-        if "child_rank" in data and list(data["child_rank"]) != list(shape.child_rank):
-            raise ValueError("child_rank does not match the parent list's draw order")
+        if not isinstance(data, Mapping):
+            raise ValueError(f'a tree is a JSON object with "parents", got {type(data).__name__}')
+        if "parents" not in data:
+            raise ValueError('a tree needs "parents": the parent of each node, -1 for the root')
+        shape = cls(data["parents"], data.get("predicted", 0))
+        if "child_rank" in data:
+            try:
+                child_rank = list(data["child_rank"])
+            except TypeError:
+                raise ValueError(f"child_rank must be a list, got {data['child_rank']!r}") from None
+            if child_rank != list(shape.child_rank):
+                raise ValueError("child_rank does not match the parent list's draw order")
         return shape
 
     def to_dict(self) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 
@@ -81,6 +82,39 @@ def test_a_kary_tree_past_the_node_cap_is_refused_at_once_however_deep(spec):
     with pytest.raises(ValueError, match=f"at most {MAX_TREE_NODES} are allowed"):
         parse_tree_spec(spec)
     assert time.monotonic() - started < 0.5
+
+
+@pytest.mark.parametrize("data, message", [
+    ([], 'a tree is a JSON object with "parents", got list'),
+    ({"child_rank": [0]}, 'a tree needs "parents": the parent of each node, -1 for the root'),
+    ({"parents": None}, "a tree's parents must be a list of node indices, got None"),
+    ({"parents": 5}, "a tree's parents must be a list of node indices, got 5"),
+    ({"parents": [-1, None]}, "node 1's parent must be an integer, got None"),
+    ({"parents": [-1, [0]]}, r"node 1's parent must be an integer, got \[0\]"),
+    ({"parents": [-1, 0.7]}, "node 1's parent must be an integer, got 0.7"),
+    ({"parents": [-1, 0, True]}, "node 2's parent must be an integer, got True"),
+    ({"parents": [-1, 0], "predicted": None}, "a tree's predicted chain length must be an integer, got None"),
+    ({"parents": [-1, 0], "predicted": 1.9}, "a tree's predicted chain length must be an integer, got 1.9"),
+    ({"parents": [-1, 0], "predicted": True}, "a tree's predicted chain length must be an integer, got True"),
+    ({"parents": [-1, 0, 0], "child_rank": 5}, "child_rank must be a list, got 5"),
+])
+def test_a_malformed_tree_file_is_a_bad_tree_spec_not_a_type_error_nor_truncated(tmp_path, data, message):
+    """A tree file's values went through int() and tuple(): `[]`, null or a number where a list
+    belongs escaped parse_tree_spec as bare TypeErrors, and parents [-1, 0.7] or predicted 1.9
+    were truncated to (-1, 0) and 1."""
+    path = tmp_path / "tree.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=rf"^bad tree spec 'file:{re.escape(str(path))}': {message}$"):
+        parse_tree_spec(f"file:{path}")
+    with pytest.raises(ValueError, match=rf"^{message}$"):
+        TreeShape.from_json(data)
+
+
+def test_tree_shapes_take_integers_of_any_kind_as_they_did():
+    shape = TreeShape(np.array([-1, 0, 0, 2]), np.int64(1))
+    assert shape.parents == (-1, 0, 0, 2) and shape.predicted == 1
+    assert all(type(parent) is int for parent in shape.parents) and type(shape.predicted) is int
+    assert TreeShape.from_json('{"parents": [-1, 0, 0], "child_rank": [0, 1, 2]}') == TreeShape((-1, 0, 0))
 
 
 @pytest.mark.parametrize("verifier, width", [("rrsw", None), ("spechub", 2), ("sps", 1)])
