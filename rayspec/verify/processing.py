@@ -73,6 +73,12 @@ class SamplingParams:
     regex: str = ""
 
     def __post_init__(self):
+        # Types before ranges: a comparison with a string or None is a TypeError, and a fractional
+        # top_k passed the range check only to fail inside torch.topk.
+        for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p"):
+            object.__setattr__(self, name, _real(getattr(self, name), name))
+        object.__setattr__(self, "top_k", _integer(self.top_k, "top_k"))
+        object.__setattr__(self, "min_tokens", _integer(self.min_tokens, "min_tokens"))
         if not 0 <= self.temperature < float("inf"):  # NaN fails too
             raise ValueError(f"temperature must be >= 0 and finite, got {self.temperature}")
         if not 0 < self.top_p <= 1:
@@ -91,10 +97,6 @@ class SamplingParams:
         object.__setattr__(self, "logit_bias", _bias_pairs(self.logit_bias))
         if not 0 <= self.min_p <= 1:
             raise ValueError(f"min_p must be in [0, 1] (0 disables it), got {self.min_p}")
-        try:
-            object.__setattr__(self, "min_tokens", operator.index(self.min_tokens))
-        except TypeError:
-            raise ValueError(f"min_tokens must be an integer, got {self.min_tokens!r}") from None
         if not 0 <= self.min_tokens < 2**31:
             raise ValueError(f"min_tokens must be in [0, 2^31), got {self.min_tokens}")
         object.__setattr__(self, "stop_token_ids", _token_ids(self.stop_token_ids, "stop_token_ids"))
@@ -151,6 +153,31 @@ class SamplingParams:
             raise ValueError("min_tokens would ban every token that allowed_token_ids allows: all are stop tokens "
                              "(EOS or stop_token_ids)" if self.allowed_token_ids else
                              "min_tokens would ban every token of the vocabulary: stop_token_ids holds them all")
+
+
+def _real(value, name: str) -> float:
+    """`value` as a float: a real number of any kind (numpy's included), not a bool, a string
+    (which float() would parse) or None."""
+    if type(value) is float:
+        return value
+    if not isinstance(value, (bool, str, bytes)):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            pass
+    raise ValueError(f"{name} must be a number, got {value!r}")
+
+
+def _integer(value, name: str) -> int:
+    """`value` as an int: an integer of any kind (numpy's included), not a bool nor a float."""
+    if type(value) is int:
+        return value
+    if not isinstance(value, bool):  # True is an int to operator.index, but not a count anyone meant
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise ValueError(f"{name} must be an integer, got {value!r}")
 
 
 def _bias_pairs(bias: Mapping[int, float] | Iterable[tuple[int, float]]) -> tuple[tuple[int, float], ...]:

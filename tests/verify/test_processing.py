@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
@@ -257,6 +258,34 @@ def test_top_k_out_of_range_is_refused(top_k):
 
 def test_top_k_minus_one_is_vllms_off():
     assert SamplingParams(top_k=-1) == SamplingParams(top_k=0)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(top_k=2.5), "top_k must be an integer, got 2.5"),
+    (dict(top_k=True), "top_k must be an integer, got True"),
+    (dict(top_k="3"), "top_k must be an integer, got '3'"),
+    (dict(temperature="1"), "temperature must be a number, got '1'"),
+    (dict(temperature=False), "temperature must be a number, got False"),
+    (dict(top_p=None), "top_p must be a number, got None"),
+    (dict(min_p=[0.1]), r"min_p must be a number, got \[0.1\]"),
+    (dict(presence_penalty="0.5"), "presence_penalty must be a number, got '0.5'"),
+    (dict(frequency_penalty=None), "frequency_penalty must be a number, got None"),
+    (dict(repetition_penalty=True), "repetition_penalty must be a number, got True"),
+    (dict(min_tokens=True), "min_tokens must be an integer, got True"),
+])
+def test_sampling_parameters_of_the_wrong_type_are_refused_with_their_names(kwargs, message):
+    """Only ranges were checked: top_k=2.5 was accepted and failed later inside torch.topk,
+    top_k=True became 1, and a string or None compared with a bound raised a TypeError."""
+    with pytest.raises(ValueError, match=rf"^{message}$"):
+        SamplingParams(**kwargs)
+
+
+def test_sampling_parameters_are_kept_as_plain_floats_and_ints_whatever_numbers_they_are_given():
+    params = SamplingParams(np.float32(0.5), np.float64(0.75), np.int64(3), presence_penalty=1, min_p=np.float32(0.25),
+                            min_tokens=np.int32(2))
+    assert params == SamplingParams(0.5, 0.75, 3, presence_penalty=1.0, min_p=0.25, min_tokens=2)
+    assert [type(getattr(params, name)) for name in ("temperature", "top_p", "top_k", "presence_penalty", "min_p",
+                                                     "min_tokens")] == [float, float, int, float, float, int]
 
 
 def test_a_bias_is_kept_as_sorted_pairs_and_checked_against_the_vocabulary():
