@@ -81,11 +81,18 @@ def importance_rule(p: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.
     w_a(i) / (w_a(i) + w_b(j)), w_a = p / a, w_b = p / b; [U, m] -> [U, m, m].
 
     A token of zero input mass is never an input of that side, so its weight is arbitrary (0);
-    two zero weights split evenly."""
-    w_a = torch.where(a > 0, p / torch.where(a > 0, a, 1), 0).unsqueeze(-1)
-    w_b = torch.where(b > 0, p / torch.where(b > 0, b, 1), 0).unsqueeze(-2)
-    total = w_a + w_b
-    rule = torch.where(total > 0, w_a / torch.where(total > 0, total, 1), 0.5)
+    two zero weights split evenly.
+
+    Computed as p(i) b(j) / (p(i) b(j) + p(j) a(i)): both weights multiplied by a(i) b(j), a zero
+    mass counted as 1 there (any positive factor common to both leaves the ratio as it is).
+    p / a itself overflows to inf where a(i) < p(i) / 1.8e308 (a float64 subnormal), and
+    inf / inf is NaN; these products are at most 1."""
+    a_or_1 = torch.where(a > 0, a, 1).unsqueeze(-1)
+    b_or_1 = torch.where(b > 0, b, 1).unsqueeze(-2)
+    weighted_a = torch.where(a > 0, p, 0).unsqueeze(-1) * b_or_1  # w_a(i) a(i) b(j)
+    weighted_b = torch.where(b > 0, p, 0).unsqueeze(-2) * a_or_1  # w_b(j) a(i) b(j)
+    total = weighted_a + weighted_b
+    rule = torch.where(total > 0, weighted_a / torch.where(total > 0, total, 1), 0.5)
     return _keep_first_on_ties(rule)
 
 

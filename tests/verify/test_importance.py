@@ -15,7 +15,9 @@ import pytest
 import torch
 
 from rayspec.verify import get_verifier
-from rayspec.verify.importance import ImportanceSampling, WeightedImportanceSampling, optimal_rules, pair_law
+from rayspec.verify.importance import (
+    ImportanceSampling, WeightedImportanceSampling, importance_rule, optimal_rules, pair_law,
+)
 from rayspec.verify.laws import exact_acceptance, mixture_output_law
 from tests.cases import adversarial_pairs, random_law, random_pairs
 from tests.stats import assert_frequencies_match, law_of_tensor
@@ -112,6 +114,38 @@ def test_lp_survives_masses_near_1e_14():
     assert abs(verifier.acceptance(p, q, 2) - cut_bound(p, q, 2)) < 1e-12
     rules = optimal_rules(*(x.unsqueeze(0).numpy() for x in (p, q, q)), None)
     assert np.isfinite(rules).all() and rules.min() >= 0 and rules.max() <= 1
+
+
+def test_classical_importance_sampling_survives_a_subnormal_draft_mass():
+    """w = p / q overflowed to inf at q(0) = 1e-320 (a float64 subnormal), and w_a / (w_a + w_b)
+    = inf / inf made the rule, the selection law p_I and the output law NaN; verify_batch then
+    drew from a NaN residual, whose inverse-CDF search ran past the row's end."""
+    p = torch.tensor([0.5, 0.5, 0.0, 0.0], dtype=F64)
+    q = torch.tensor([1e-320, 1.0, 0.0, 0.0], dtype=F64)
+    rule = importance_rule(p.unsqueeze(0), q.unsqueeze(0), q.unsqueeze(0))[0]
+    assert torch.isfinite(rule).all() and rule.min() >= 0 and rule.max() <= 1
+    # Token 0 against token 1: w(0) = 0.5 / 1e-320 is kept; the reverse order keeps token 0 all but surely too.
+    assert rule[0, 1] == 1.0 and 0 < rule[1, 0] < 1e-300
+    # Tokens the drafter never draws keep the old convention: weight 0, and two zero weights split evenly.
+    assert rule[0, 2] == 1.0 and rule[2, 0] == 0.0 and rule[2, 3] == 0.5
+    verifier = ImportanceSampling()
+    assert torch.allclose(mixture_output_law(verifier, p, q, 2), p, rtol=0, atol=1e-15)
+    n = 20_000
+    generator = torch.Generator().manual_seed(0)
+    drafts = verifier.sample_drafts_batch(q.expand(n, -1), 2, generator)
+    tokens, _ = verifier.verify_batch(p.expand(n, -1), q.expand(n, -1), drafts, generator)
+    assert_frequencies_match(tokens.tolist(), law_of_tensor(p), what="is with a subnormal draft mass")
+
+
+def test_classical_importance_rule_is_the_ratio_of_the_weights():
+    """The rule is computed without p / q (see the test above); on ordinary laws it is still
+    w_a(i) / (w_a(i) + w_b(j)), w = p / (input law), up to rounding."""
+    generator = torch.Generator().manual_seed(3)
+    p, a, b = (torch.rand(4, 6, generator=generator, dtype=F64) for _ in range(3))
+    p, a, b = p / p.sum(-1, keepdim=True), a / a.sum(-1, keepdim=True), b / b.sum(-1, keepdim=True)
+    w_a, w_b = (p / a).unsqueeze(-1), (p / b).unsqueeze(-2)
+    expected = (w_a / (w_a + w_b)).masked_fill(torch.eye(6, dtype=torch.bool), 1.0)
+    assert torch.allclose(importance_rule(p, a, b), expected, rtol=0, atol=1e-15)
 
 
 def test_stage_rule_for_unequal_inputs_reaches_the_min_cut():
