@@ -4,8 +4,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-# Machines without CUDA take the CPU wheel of torch 2.13.0 that lies on disk; an unpinned
-# torch would pull gigabytes of CUDA packages.  Machines with a GPU take the registry's build.
+# Machines without CUDA take torch 2.13.0: on these machines pip finds its CPU wheel on disk
+# (their pip config's find-links); elsewhere PyPI's build of that version, which is CUDA's on
+# Linux (use PyTorch's CPU index to avoid it).  An unpinned torch would pull gigabytes of CUDA
+# packages here.  Machines with a GPU take the registry's build.
 TORCH_SPEC := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 
 export HF_HUB_OFFLINE := 1

@@ -202,8 +202,10 @@ def model_runtime_env() -> dict:
 
 
 def service_name() -> str:
-    """A name for one service's placement group and actors, unique in the cluster (another
-    service may run beside this one)."""
+    """A name for one service's placement group and actors, unique in the cluster, so that a
+    service started again never meets the actors of one still stopping.  Its HTTP app is not
+    so named: a cluster serves one rayspec HTTP app (`rayspec.cluster.launch.APP`, at "/"),
+    and a second service started on it replaces the first one's."""
     return f"rayspec-{uuid.uuid4().hex[:8]}"
 
 

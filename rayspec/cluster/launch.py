@@ -36,7 +36,9 @@ from rayspec.cluster.actors import (
 from rayspec.rpc.server import host_port
 from rayspec.serve.config import ServiceConfig
 
-APP = "rayspec"  # the Serve application's name
+# The Serve application's name: one per Ray cluster, at the route "/" of Serve's one HTTP
+# proxy per node, so a second service on a cluster replaces the first one's HTTP app.
+APP = "rayspec"
 
 
 def ray_to_join(ray_address: str | None) -> str:
