@@ -30,10 +30,9 @@ import socket
 import threading
 
 from rayspec.cluster.actors import (
-    BUNDLE_CPUS, GenerationActor, ServiceStartError, WorkerActor, bundles, placed, restartable, start_drafters,
-    service_name, started, wait_for_group, why_not_started, worker_actor_names,
+    BUNDLE_CPUS, GenerationActor, ServiceStartError, WorkerActor, advertised_address, bundles, placed, restartable,
+    start_drafters, service_name, started, wait_for_group, why_not_started, worker_actor_names,
 )
-from rayspec.rpc.server import host_port
 from rayspec.serve.config import ServiceConfig
 
 # The Serve application's name: one per Ray cluster, at the route "/" of Serve's one HTTP
@@ -137,7 +136,7 @@ class Service:
         except BaseException:
             self.stop()  # what did start goes, on a cluster that outlives this process too
             raise
-        self.http_address = f"http://{host_port(config.http.host, config.http.port)}"
+        self.http_address = f"http://{advertised_address(config.http.host, config.http.port)}"  # as gRPC's
 
     def _run_http_app(self, app) -> None:
         import ray
