@@ -590,8 +590,12 @@ class SpeculativeEngine:
                     planned = policy.first_shape(verifier, params.temperature)
                 else:
                     planned = policy.next_shape(verifier, params.temperature, self._decoding)
-                step_shape = planned.truncated(draft_context - length - 1)
-                draft = None if predicted is None else predicted.draft(min(chain.max_depth, context - length - 1))
+                # A step emits at most its tree's depth + 1 tokens: no deeper than the contexts
+                # and the tokens left allow, or the target scores drafts that cannot be emitted.
+                left = max_new_tokens - len(produced)
+                step_shape = planned.truncated(min(draft_context - length, left) - 1)
+                draft = None if predicted is None else predicted.draft(min(chain.max_depth, context - length - 1,
+                                                                           left - 1))
                 chained = draft is not None  # the step drafts the prediction's chain, alone or grafted
                 by_drafter = drafts and step_shape.size > 1 and (
                     draft is None or (grafting is not None and grafting.grafts(draft.tree.shape, step_shape)))

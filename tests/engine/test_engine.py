@@ -654,3 +654,17 @@ def test_a_generation_whose_caller_left_during_its_prefill_opens_no_drafter_and_
     with pytest.raises(GenerationCancelled, match=r"^its caller left after \d+ tokens$"):
         next(chunks)
     assert len(stats.steps) == 1 and engine.decoding == 0
+
+
+def test_no_step_drafts_deeper_than_the_tokens_left_and_the_output_is_unchanged(pair, greedy_reference):
+    target_model, drafter_model = pair
+    engine = SpeculativeEngine(LocalTarget(target_model), LocalDrafter(drafter_model), tree="kary:2x3")
+    prompts, references = greedy_reference
+    for n in (1, 2, 3, 7):
+        out = engine.run(prompts[0], max_new_tokens=n, temperature=0.0)
+        assert out.tokens == references[0][:n]
+        produced = 0
+        for step in out.stats.steps:  # at most the nodes of kary:2x3 down to the depth the tokens left allow
+            assert step.drafted <= TreeShape.kary(2, 3).truncated(n - produced - 1).size - 1, (n, produced, step)
+            produced += step.emitted
+    assert [s.drafted for s in engine.run(prompts[0], max_new_tokens=1, temperature=0.0).stats.steps] == [0]

@@ -252,17 +252,28 @@ def test_accepted_drafts_a_cut_step_did_not_emit_count_as_rejected(demo_tokenize
     target = tiny_llama(vocab=64, seed=0)
     engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(noisy_copy(target, noise=0.01)),
                                verifier="greedy", tree="chain:4")
-    cut = 0
-    for max_tokens in (1, 2, 3, 5, 8):
-        request = GenerationRequest(engine, demo_tokenizer, Limits(), prompt_ids=[1, 2, 3], max_tokens=max_tokens,
-                                    temperature=0, seed=0)
-        list(request.run())
+    def usage(**fields):
+        request = GenerationRequest(engine, demo_tokenizer, Limits(), prompt_ids=[1, 2, 3], temperature=0, seed=0,
+                                    **fields)
+        completion = [token for chunk in request.run() for token in chunk.token_ids]
         usage, steps = request.usage(), request.stats.steps
-        assert usage["completion_tokens"] == max_tokens == sum(s.emitted for s in steps)
-        assert usage["accepted_draft_tokens"] == sum(min(s.accepted, s.emitted) for s in steps) <= max_tokens
+        assert usage["completion_tokens"] == len(completion) == sum(s.emitted for s in steps)
+        assert usage["accepted_draft_tokens"] == sum(min(s.accepted, s.emitted) for s in steps) <= len(completion)
         assert usage["accepted_draft_tokens"] + usage["rejected_draft_tokens"] == sum(s.drafted for s in steps)
-        cut += steps[-1].accepted + 1 > steps[-1].emitted
-    assert cut  # some last step accepted more drafts than max_tokens let through
+        return completion, steps
+
+    for max_tokens in (1, 2, 3, 5, 8):  # trees are cut to the tokens left: nothing accepted is lost
+        completion, steps = usage(max_tokens=max_tokens)
+        assert len(completion) == max_tokens and steps[-1].accepted < steps[-1].emitted
+    reference, _ = usage(max_tokens=12)
+    cut = 0
+    for stop_at in (1, 2, 3, 5):
+        if reference[stop_at] in reference[:stop_at]:
+            continue
+        completion, steps = usage(max_tokens=12, stop_token_ids=[reference[stop_at]])
+        assert completion == reference[:stop_at]
+        cut += steps[-1].accepted > steps[-1].emitted
+    assert cut  # some last step accepted drafts past the stop token, which it did not emit
 
 
 SCRIPT_TEXT = "alpha beta gamma delta gamma epsilon"
