@@ -126,17 +126,22 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
 def serve_generation_from_workers(address: str, target, drafter, verifier: str = "rrsw",
                                   tree: str = "kary:2x3", verify_at: str = "target", tokenizer_path=None,
                                   api_key: str | None = None, draft_timeout: float | None = None,
-                                  draft_hedge: float | None = None):
+                                  draft_hedge: float | None = None, acceptance_dir=None):
     """The coordinator of plain-process workers: Generation on `address` over their handles.
     `target`: a target worker's host:port, or a target in this process (`LocalTarget`) — the
     coordinator then sits with the target, and a step makes one call, to the drafter, whose
     reply is all that crosses.  `drafter`: a drafter worker's host:port, a drafter in this
     process (`LocalDrafter`), or None for target-only decoding.  `api_key`: as `serve_generation`.
     `draft_timeout`: a drafter worker's deadline per draft after a sequence's first (None:
-    `RemoteDrafter`'s default).  `draft_hedge`: the engine's (None: waits for every draft)."""
+    `RemoteDrafter`'s default).  `draft_hedge`: the engine's (None: waits for every draft).
+    `acceptance_dir`: the pair's measured acceptance vectors, which Sequoia trees are planned
+    on (None: the demo pair's when its tokenizer is the demo's, as in-process — a seed's
+    tokens with sequoia trees depend on them — else the default prior)."""
+    from pathlib import Path
+
     from transformers import AutoTokenizer
 
-    from rayspec.demo import TARGET_PATH
+    from rayspec.demo import DEMO_DIR, TARGET_PATH
     from rayspec.rpc.remote import RemoteDrafter, RemoteTarget
 
     if isinstance(target, str):
@@ -145,6 +150,8 @@ def serve_generation_from_workers(address: str, target, drafter, verifier: str =
         drafter = RemoteDrafter(drafter, target.vocab_size,
                                 **({} if draft_timeout is None else {"draft_timeout": draft_timeout}))
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path or TARGET_PATH))
+    if acceptance_dir is None and (tokenizer_path is None or Path(tokenizer_path).resolve() == TARGET_PATH.resolve()):
+        acceptance_dir = DEMO_DIR / "acceptance"
     engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=tree, tokenizer=tokenizer,
-                               draft_hedge=draft_hedge)
+                               draft_hedge=draft_hedge, acceptance_dir=acceptance_dir)
     return serve_generation(engine, tokenizer, address, api_key=api_key)

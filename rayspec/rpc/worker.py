@@ -277,6 +277,9 @@ def main(argv=None) -> int:
                         help="coordinator: where the verifier runs (with --target here, both are this process)")
     parser.add_argument("--tokenizer", default=None, help="coordinator: tokenizer path (default: --model with "
                         "--target here, else the demo pair's)")
+    parser.add_argument("--acceptance-dir", default=None,
+                        help="coordinator: the pair's measured acceptance vectors (`rayspec tree measure`), which "
+                             "sequoia: trees are planned on (default: the demo pair's with its tokenizer, else a prior)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.cpus is not None:
@@ -333,7 +336,7 @@ def main(argv=None) -> int:
             return serve_generation_from_workers(
                 address, target, drafter, verifier=args.verifier, tree=args.tree, verify_at=args.verify_at,
                 tokenizer_path=tokenizer, api_key=os.environ.get("RAYSPEC_API_KEY") or None,
-                draft_timeout=args.draft_timeout, draft_hedge=args.draft_hedge,
+                draft_timeout=args.draft_timeout, draft_hedge=args.draft_hedge, acceptance_dir=args.acceptance_dir,
             )
     elif args.role == "target":
         def serve():

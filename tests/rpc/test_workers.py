@@ -860,3 +860,23 @@ def test_waiting_for_a_worker_says_whether_it_answers_and_leaves_no_thread_faili
     assert not any(wait_for_worker("target", "127.0.0.1:1", 0.0) for _ in range(20))  # nothing listens there
     time.sleep(0.5)
     assert failures == []  # gRPC's connectivity polling failed as its channel closed: a traceback each
+
+
+def test_a_coordinator_plans_sequoia_trees_on_the_demo_pairs_measured_vectors_as_in_process(demo_cluster):
+    """A seed's tokens with a sequoia tree depend on the acceptance vector it is planned on:
+    the coordinator of the demo pair plans on the pair's shipped vectors, as `rayspec
+    generate` and `rayspec serve` do, not on the default prior."""
+    from rayspec.demo import DEMO_DIR
+
+    target, tokenizer = load_causal_lm(TARGET_PATH, "cpu", "float32")
+    drafter, _ = load_causal_lm(DRAFTER_PATH, "cpu", "float32")
+    parts = LocalTarget(target, tokenizer), LocalDrafter(drafter, tokenizer)
+    measured = SpeculativeEngine(*parts, tree="kary:2x3", acceptance_dir=DEMO_DIR / "acceptance")
+    prior = SpeculativeEngine(*parts, tree="kary:2x3")
+    prompt = tokenizer.encode("def fibonacci(n):", add_special_tokens=False)
+    request = dict(max_new_tokens=48, temperature=0.6, seed=1, tree="sequoia:16")
+    local = measured.run(prompt, **request).tokens
+    assert local != prior.run(prompt, **request).tokens  # the vectors plan other trees
+    with Client(demo_cluster["coordinator"].address, timeout=60) as client:
+        sdk = client.generate(prompt, max_tokens=48, temperature=0.6, seed=1, tree="sequoia:16")
+    assert list(sdk.token_ids) == local
