@@ -27,7 +27,7 @@ from rayspec.engine import SpeculativeEngine
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.6)

@@ -279,7 +279,7 @@ def markdown(results) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model_types", nargs="*", help="default: every AutoModelForCausalLM entry")
     parser.add_argument("--out", default="architecture_sweep")
     args = parser.parse_args()

@@ -125,7 +125,7 @@ def markdown(results) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument("--tree", default="kary:2x3")
     parser.add_argument("--reps", type=int, default=20)

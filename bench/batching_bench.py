@@ -166,7 +166,7 @@ def markdown(results: dict) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--users", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--trees", nargs="+", default=["sequoia:auto", "kary:2x3"])
     parser.add_argument("--rounds", type=int, default=2, help="requests per user in each run")

@@ -96,7 +96,7 @@ def markdown(results) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=48)

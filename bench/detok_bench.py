@@ -68,7 +68,7 @@ class Incremental:
 
     def step(self, new):
         if self.engine_decoder is not None:
-            assert self.stops.find(self.engine_decoder.peek(new)) < 0
+            assert self.stops.find(self.engine_decoder.peek(new)) is None
             self.stops.searched(self.engine_decoder.push(new))
         self.assembler.push(new)
 

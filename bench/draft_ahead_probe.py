@@ -83,7 +83,7 @@ def guess_hits(steps, drafter_model) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trees", nargs="+", default=TREES)
     parser.add_argument("--prompts", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=64)

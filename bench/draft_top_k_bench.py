@@ -59,7 +59,7 @@ def markdown(results) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ks", type=int, nargs="+", default=[0, 64, 16])
     parser.add_argument("--trees", nargs="+", default=["kary:2x3", "sequoia:128"])
     parser.add_argument("--prompts", type=int, default=6)

@@ -54,7 +54,7 @@ def hf_assisted(target, drafter, counter, prompt, tokens, temperature, seed):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=30)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--grid-prompts", type=int, default=10)

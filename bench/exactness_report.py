@@ -99,7 +99,7 @@ def coupling_figures(pairs: int) -> dict:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=500)
     parser.add_argument("--out", default=str(RESULTS / "exactness"))
     args = parser.parse_args()

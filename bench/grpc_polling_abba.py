@@ -87,7 +87,7 @@ def report(runs: list[dict]) -> tuple[dict, list[str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=1, help="ABBA rounds")
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--report", type=Path, help="write the markdown of this JSON of runs again, run nothing")

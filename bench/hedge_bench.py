@@ -78,7 +78,7 @@ def arm(name, target, drafter, hedge, temperature, tree, costs, outputs):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--temperature", type=float, default=0.6)

@@ -97,7 +97,7 @@ def compare(arms: dict, prompts, users: int, rounds: int, tokens: int, path: str
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--users", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--rounds", type=int, default=4, help="requests per user in each run")
     parser.add_argument("--tokens", type=int, default=64)

@@ -68,7 +68,7 @@ def markdown(results) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--padding", type=int, default=128)
     parser.add_argument("--prompts", type=int, default=24)
     parser.add_argument("--tokens", type=int, default=64)

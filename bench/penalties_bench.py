@@ -53,7 +53,7 @@ def repeated_share(tokens: list[int]) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)

@@ -87,7 +87,7 @@ def run(engine, prompts, long_ids, args) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--long", type=int, default=4)

@@ -54,7 +54,7 @@ def engine_reused(engine: SpeculativeEngine) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--system-words", type=int, default=120, help="about this many words of system prompt")

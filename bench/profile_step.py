@@ -60,7 +60,7 @@ def operations_by_function(engine, prompts, args, top: int = 20) -> dict:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--verifier", default="rrsw")
     parser.add_argument("--tree", default="sequoia:auto")

@@ -47,7 +47,7 @@ ARMS = {  # name: (max_replan_every / replan_every, background_checks)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=30)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=2)

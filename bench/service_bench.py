@@ -625,7 +625,7 @@ PARTS = ("overhead", "sweep", "idle", "scale", "floor", "placement")
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=10)
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--temperature", type=float, default=0.6)

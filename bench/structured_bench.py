@@ -99,7 +99,7 @@ def synthetic_compile_seconds() -> dict[int, dict[str, float]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--rounds", type=int, default=1)

@@ -39,7 +39,7 @@ SAMPLED = [name for name in available_verifiers() if name not in ("greedy", "top
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3000)
     args = parser.parse_args()
 

@@ -51,7 +51,7 @@ def predicted(engine, verifier, temperature, tree_spec, library) -> float | None
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--budgets", type=int, nargs="+", default=[8, 16, 32, 64])

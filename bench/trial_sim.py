@@ -55,7 +55,7 @@ def simulate(rng, gap: float, sequences: int, window: int, steps: int, first: in
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=60, help="trials per setting, half with target-only first")
     parser.add_argument("--gaps", type=float, nargs="+", default=[0.0, 0.10, 0.15, 0.30])
     parser.add_argument("--label", default="", help="names the rule simulated (the results file's suffix)")

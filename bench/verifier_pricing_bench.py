@@ -42,7 +42,7 @@ def plan(engine, verifier: str, temperature: float, vocab: int) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--verifiers", nargs="+", default=VERIFIERS)
     parser.add_argument("--temperature", type=float, default=0.6)
     parser.add_argument("--prompts", type=int, default=6)

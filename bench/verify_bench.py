@@ -154,7 +154,7 @@ def bench(name: str, vocab: int, repeats: int, device, bandwidth: float) -> dict
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--vocab", type=int, nargs="+", default=[32000, 128256])
     parser.add_argument("--repeats", type=int, default=100)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

@@ -25,7 +25,7 @@ from rayspec.engine.policy import AcceptanceLibrary, planned_tree
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--verifiers", nargs="+", default=["rrsw", "spectr", "is-weighted", "gumbel"])
     parser.add_argument("--temperatures", type=float, nargs="+", default=[1.0, 0.6, 0.3])
     parser.add_argument("--repeats", type=int, default=5)

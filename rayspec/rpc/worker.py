@@ -235,7 +235,7 @@ def _port(text: str) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="A rayspec gRPC worker (no Ray needed).")
+    parser = argparse.ArgumentParser(prog="python -m rayspec.rpc.worker", description="A rayspec gRPC worker (no Ray needed).")
     parser.add_argument("--role", choices=["target", "drafter", "coordinator"], required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=_port, default=0, help="0: any free port (printed)")
