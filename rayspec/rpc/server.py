@@ -17,6 +17,7 @@ import functools
 import hmac
 import inspect
 import logging
+import socket
 import threading
 import time
 import weakref
@@ -403,6 +404,20 @@ def host_port(host: str, port: int | str) -> str:
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     return f"{host}:{port}"
+
+
+def check_port_free(host: str, port: int) -> None:
+    """`start_server`'s OSError for a port another server listens on, found before a worker
+    loads its model (minutes, for a real checkpoint) rather than after.  The probe reuses
+    addresses as gRPC does, so a port left in TIME_WAIT by a stopped worker is free."""
+    bare = host.strip("[]")
+    with socket.socket(socket.AF_INET6 if ":" in bare else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((bare, port))
+        except OSError as error:
+            raise OSError(f"cannot bind a gRPC server to {host_port(host, port)}: the port is in use, or the address "
+                          f"is not this machine's ({error.strerror})") from None
 
 
 def start_server(register, address: str, max_workers: int = 16, options=GRPC_OPTIONS,

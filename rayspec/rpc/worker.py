@@ -39,7 +39,7 @@ from rayspec.rpc import codec
 from rayspec.rpc.generated import health_pb2, health_pb2_grpc, worker_pb2, worker_pb2_grpc
 from rayspec.rpc.remote import check_draft_timeout
 from rayspec.rpc.server import (
-    HealthServicer, RemoteError, Servicer, check_port, host_port, rpc_errors, start_server,
+    HealthServicer, RemoteError, Servicer, check_port, check_port_free, host_port, rpc_errors, start_server,
 )
 
 
@@ -347,6 +347,8 @@ def main(argv=None) -> int:
             handle = local("drafter")
             return serve_drafter(handle, address, model_id=str(args.model or "rayspec-demo-drafter"))
     try:
+        if args.port:
+            check_port_free(args.host, args.port)
         server, port = serve()
     except (OSError, RemoteError, ValueError, RuntimeError) as error:
         # a checkpoint that cannot load, a port taken (say, by a worker started before), a

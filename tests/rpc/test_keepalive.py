@@ -74,3 +74,4 @@ def test_a_worker_process_on_a_port_in_use_says_so_and_exits(tmp_path):
         first.stop(0)
     assert worker.returncode == 1
     assert f"rayspec worker: error: cannot bind a gRPC server to 127.0.0.1:{port}: the port is in use" in worker.stderr
+    assert "add_port" not in worker.stderr  # found before the model loaded, not by gRPC's bind after it
