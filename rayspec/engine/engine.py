@@ -44,7 +44,6 @@ from rayspec.engine.interfaces import (
     Draft, GenerationCancelled, SequenceSpec, TargetUnavailable, TokenLogprobs, check_logprobs, check_tokenizers,
     check_vocabularies, tokenizer_fingerprint,
 )
-from rayspec.models.cancellation import watching_caller
 from rayspec.engine.policy import (
     AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia, planned_tree,
     step_cost_model,
@@ -53,6 +52,7 @@ from rayspec.engine.prediction import GraftChoice, Prediction, check_graft_mode,
 from rayspec.engine.structured import StructuredOutput, check_structured, structured_regex
 from rayspec.engine.text import StopFinder, bad_words_token_ids, listed
 from rayspec.engine.trees import parse_tree_spec
+from rayspec.models.cancellation import watching_caller
 from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import DraftTree, TreeShape
 from rayspec.verify import available_verifiers, get_verifier, verifier_class
@@ -481,9 +481,10 @@ class SpeculativeEngine:
         replayable: draft the trees the policy planned before serving anything, not those it
         adapted since, and graft a prediction by tokens per step rather than by this
         process's measured costs, so that the same request and seed give the same tokens
-        whatever was served in between, and wherever (default: when a seed is given).  logprobs: k to give each chunk
-        its tokens' log-probabilities under the target's raw law and the k most likely
-        tokens' at each position (`TokenLogprobs`); the tokens are the same with or without.
+        whatever was served in between, and wherever (default: when a seed is given).
+        logprobs: k to give each chunk its tokens' log-probabilities under the target's raw
+        law and the k most likely tokens' at each position (`TokenLogprobs`); the tokens are
+        the same with or without.
         prompt_logprobs: k to give the first chunk the same for the prompt's tokens after the
         first (`Chunk.prompt_logprobs`), from the target's prefill.  presence_penalty,
         frequency_penalty, repetition_penalty, logit_bias, min_p: as OpenAI and vLLM define
