@@ -235,7 +235,8 @@ def _port(text: str) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rayspec.rpc.worker", description="A rayspec gRPC worker (no Ray needed).")
+    parser = argparse.ArgumentParser(prog="python -m rayspec.rpc.worker",
+                                     description="A rayspec gRPC worker (no Ray needed).")
     parser.add_argument("--role", choices=["target", "drafter", "coordinator"], required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=_port, default=0, help="0: any free port (printed)")
@@ -278,8 +279,9 @@ def main(argv=None) -> int:
     parser.add_argument("--tokenizer", default=None, help="coordinator: tokenizer path (default: --model with "
                         "--target here, else the demo pair's)")
     parser.add_argument("--acceptance-dir", default=None,
-                        help="coordinator: the pair's measured acceptance vectors (`rayspec tree measure`), which "
-                             "sequoia: trees are planned on (default: the demo pair's with its tokenizer, else a prior)")
+                        help="coordinator: the pair's measured acceptance vectors (`rayspec tree measure`), "
+                             "which sequoia: trees are planned on (default: the demo pair's with its tokenizer, "
+                             "else a prior)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.cpus is not None:

@@ -85,9 +85,10 @@ A null model path is the shipped demo pair; a relative one that exists where `ra
 reads the file is made absolute there (Ray's workers do not start in that directory; the
 cluster files sync the tree to the same place on every node).  `num_gpus: auto` is a whole
 GPU when the cluster has one for each model, an equal share of one when it has fewer (the
-demo pair on a one-GPU machine: half each), and 0 without GPUs.  `cpus` ("0-3", "8,9") pins the process that computes with the model
-(its worker, or the coordinator for `where: coordinator`) to those CPUs of its node, and
-caps its torch threads at their number when `threads` is null; null leaves it to Linux.
+demo pair on a one-GPU machine: half each), and 0 without GPUs.  `cpus` ("0-3", "8,9") pins
+the process that computes with the model (its worker, or the coordinator for `where:
+coordinator`) to those CPUs of its node, and caps its torch threads at their number when
+`threads` is null; null leaves it to Linux.
 
 A drafter runs `where: worker` (default: a gRPC worker of its own, on its own GPU when there
 are GPUs) or `where: coordinator`: loaded into each coordinator process (the HTTP replica and

@@ -12,7 +12,7 @@ def test_drafters_in_the_coordinator_get_no_bundle():
     config = ServiceConfig.from_dict({"drafters": [{"where": "coordinator"}, {"num_gpus": 1}, {}]})
     assert [d.where for d in config.coordinator_drafters] == ["coordinator"]
     assert len(config.worker_drafters) == 2
-    assert bundles(config, cluster_gpus=3) == [{"CPU": 0.5, "GPU": 1.0}, {"CPU": 0.5, "GPU": 1.0}, {"CPU": 0.5, "GPU": 1.0}]
+    assert bundles(config, cluster_gpus=3) == [{"CPU": 0.5, "GPU": 1.0}] * 3
     assert bundles(ServiceConfig.from_dict({"drafters": [{"where": "coordinator"}]}), cluster_gpus=0) == [{"CPU": 0.5}]
 
 
