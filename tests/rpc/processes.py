@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 from rayspec.demo import TARGET_PATH
@@ -26,3 +27,12 @@ def save_tiny_pair(directory: Path) -> tuple[Path, Path]:
                 shutil.copy(TARGET_PATH / file, path / file)
         paths.append(path)
     return paths[0], paths[1]
+
+
+@contextmanager
+def stopping(worker: Worker):
+    """`worker`, stopped when the block ends, however it ends."""
+    try:
+        yield worker
+    finally:
+        worker.stop()
