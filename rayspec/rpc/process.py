@@ -12,12 +12,19 @@ import time
 from pathlib import Path
 
 
+# The process that started a worker (`Worker`), which the worker outlives by a second at most:
+# a bench or test killed before it could stop its workers leaves none holding a model.
+PARENT_VARIABLE = "RAYSPEC_PARENT_PID"
+
+
 class Worker:
-    """A worker process; `address` once it printed READY.  `stop()` terminates it."""
+    """A worker process; `address` once it printed READY.  `stop()` terminates it, and it
+    stops by itself once this process is gone (`PARENT_VARIABLE`)."""
 
     def __init__(self, log: Path, *args: str, timeout: float = 120.0, threads: int = 1, cpus: str | None = None):
         # Idle OpenMP threads spinning in one worker steal the core another is computing on.
-        env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+        env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
+               PARENT_VARIABLE: str(os.getpid())}
         self.log = open(log, "w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "rayspec.rpc.worker", "--port", "0", "--threads", str(threads),

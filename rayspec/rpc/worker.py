@@ -37,6 +37,7 @@ from rayspec.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB, check_prefix_ca
 from rayspec.models.threads import pin_process_to_cpus
 from rayspec.rpc import codec
 from rayspec.rpc.generated import health_pb2, health_pb2_grpc, worker_pb2, worker_pb2_grpc
+from rayspec.rpc.process import PARENT_VARIABLE
 from rayspec.rpc.remote import check_draft_timeout
 from rayspec.rpc.server import (
     HealthServicer, RemoteError, Servicer, check_port, check_port_free, host_port, rpc_errors, start_server,
@@ -363,7 +364,11 @@ def main(argv=None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    parent = os.environ.get(PARENT_VARIABLE)
+    while not stop.wait(1.0):
+        if parent and os.getppid() != int(parent):
+            log.warning("the process that started this worker (%s) is gone: stopping", parent)
+            break
     server.stop(grace=2).wait()
     return 0
 

@@ -881,3 +881,38 @@ def test_a_coordinator_plans_sequoia_trees_on_the_demo_pairs_measured_vectors_as
     with Client(demo_cluster["coordinator"].address, timeout=60) as client:
         sdk = client.generate(prompt, max_tokens=48, temperature=0.6, seed=1, tree="sequoia:16")
     assert list(sdk.token_ids) == local
+
+
+def test_a_worker_whose_starter_is_killed_stops_by_itself(tmp_path):
+    """A bench or test killed before it could stop its workers leaves none holding a model."""
+    import signal
+    import subprocess
+    import sys
+
+    starter = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from rayspec.rpc.process import Worker; "
+         f"w = Worker({str(tmp_path / 'drafter.log')!r}, '--role', 'drafter'); "
+         "print(w.process.pid, flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        worker_pid = int(starter.stdout.readline())
+    finally:
+        starter.send_signal(signal.SIGKILL)
+        starter.wait()
+
+    def running() -> bool:
+        try:
+            os.kill(worker_pid, 0)
+        except ProcessLookupError:
+            return False
+        status = open(f"/proc/{worker_pid}/stat").read().split()[2] if os.path.exists(f"/proc/{worker_pid}") else "X"
+        return status not in ("Z", "X")
+
+    deadline = time.monotonic() + 20
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    alive = running()
+    if alive:
+        os.kill(worker_pid, signal.SIGKILL)
+    assert not alive, "the worker outlived its starter by 20 s"
+    assert "the process that started this worker" in (tmp_path / "drafter.log").read_text()
