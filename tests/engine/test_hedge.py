@@ -9,7 +9,7 @@ import pytest
 
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.engine.hedge import DraftHedge, check_hedge_factor
-from tests.faults import LateDrafter
+from tests.faults import LateDrafter, drafted_steps
 from tests.tiny_models import noisy_copy, tiny_llama
 
 PROMPT = [3, 9, 27, 17]
@@ -49,11 +49,7 @@ def test_a_drafter_that_missed_steps_is_told_them_with_its_next_draft(pair):
     alone = SpeculativeEngine(LocalTarget(target), None).run(PROMPT, max_new_tokens=100, temperature=0.0,
                                                             ignore_eos=True)
     assert run.tokens == alone.tokens
-    drafted, produced = [], 0
-    for step in run.stats.steps:
-        if 100 - produced > 1:  # a step with one token left drafts nothing, hedged or not
-            drafted.append(step.drafted > 0)
-        produced += step.emitted
+    drafted = drafted_steps(run.stats.steps, 100)
     hedged = drafted.index(False)
     assert run.stats.hedged_steps == drafted.count(False) >= 1 and any(drafted[hedged:])  # drafting resumed
     assert all(step.accepted == step.drafted for step in run.stats.steps)
