@@ -416,8 +416,12 @@ def check_port_free(host: str, port: int) -> None:
         try:
             probe.bind((bare, port))
         except OSError as error:
-            raise OSError(f"cannot bind a gRPC server to {host_port(host, port)}: the port is in use, or the address "
-                          f"is not this machine's ({error.strerror})") from None
+            raise _cannot_bind(host_port(host, port), f" ({error.strerror})") from None
+
+
+def _cannot_bind(address: str, detail: str = "") -> OSError:
+    return OSError(f"cannot bind a gRPC server to {address}: the port is in use, or the address is not this "
+                   f"machine's{detail}")
 
 
 def start_server(register, address: str, max_workers: int = 16, options=GRPC_OPTIONS,
@@ -438,6 +442,6 @@ def start_server(register, address: str, max_workers: int = 16, options=GRPC_OPT
     except RuntimeError:
         port = 0
     if port == 0:
-        raise OSError(f"cannot bind a gRPC server to {address}: the port is in use, or the address is not this machine's")
+        raise _cannot_bind(address)
     server.start()
     return server, port
