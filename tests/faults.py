@@ -81,14 +81,3 @@ class LateDrafter:
 
         session.draft, session.close = late_draft, closed
         return session
-
-
-def drafted_steps(steps, max_new_tokens: int) -> list[bool]:
-    """Whether each step drafted, leaving out a last one with one token left, which drafts
-    nothing hedged or not."""
-    drafted, produced = [], 0
-    for step in steps:
-        if max_new_tokens - produced > 1:
-            drafted.append(step.drafted > 0)
-        produced += step.emitted
-    return drafted

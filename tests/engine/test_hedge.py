@@ -9,7 +9,8 @@ import pytest
 
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.engine.hedge import DraftHedge, check_hedge_factor
-from tests.faults import LateDrafter, drafted_steps
+from tests.faults import LateDrafter
+from tests.steps import drafted_steps
 from tests.tiny_models import noisy_copy, tiny_llama
 
 PROMPT = [3, 9, 27, 17]

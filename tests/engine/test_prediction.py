@@ -19,6 +19,7 @@ from rayspec.tree.structure import TreeShape
 from rayspec.verify.processing import SamplingParams
 from tests.engine.test_engine import exact_law_of_first_tokens
 from tests.stats import assert_frequencies_match
+from tests.steps import uncut_steps
 from tests.tiny_models import noisy_copy, tiny_llama
 
 
@@ -159,16 +160,6 @@ class _OlderTarget:
         return self.target.open(spec)
 
 
-def _uncut_steps(steps, max_new_tokens: int, depth: int) -> list:
-    """The steps of a decode whose trees (at most `depth` deep) were not cut to the tokens left."""
-    uncut, produced = [], 0
-    for step in steps:
-        if max_new_tokens - produced > depth:
-            uncut.append(step)
-        produced += step.emitted
-    return uncut
-
-
 def test_above_temperature_0_the_drafters_tree_goes_beside_the_chain_and_serves_where_the_sample_leaves_it():
     target_model = tiny_llama(vocab=64, hidden=32, layers=2, seed=1)
     target, drafter = LocalTarget(target_model), _RecordingDrafter(LocalDrafter(noisy_copy(target_model, noise=0.5)))
@@ -179,7 +170,7 @@ def test_above_temperature_0_the_drafters_tree_goes_beside_the_chain_and_serves_
     steps = []  # this small random pair's samples soon leave the greedy path: several runs
     for seed in range(6):
         out = engine.run(prompt, max_new_tokens=40, temperature=0.5, seed=seed, prediction=greedy, tree="chain:4")
-        steps += _uncut_steps(out.stats.steps, 40, depth=4)
+        steps += uncut_steps(out.stats.steps, 40, depth=4)
     grafted = [s for s in steps if s.drafted > 6]  # the chain beside the drafter's kary:2x2
     assert len(grafted) >= 6 and all(s.drafted - 6 in range(5) for s in steps)
     roots = [s.ranks[0] for s in grafted]
@@ -195,7 +186,7 @@ def test_above_temperature_0_the_drafters_tree_goes_beside_the_chain_and_serves_
     # A target that cannot verify a predicted chain is sent the chain alone, as at T = 0.
     older = SpeculativeEngine(_OlderTarget(target), drafter.drafter, verifier="rrsw", tree="kary:2x2")
     alone = older.run(prompt, max_new_tokens=40, temperature=0.5, seed=0, prediction=greedy, tree="chain:4")
-    alone_steps = _uncut_steps(alone.stats.steps, 40, depth=4)
+    alone_steps = uncut_steps(alone.stats.steps, 40, depth=4)
     assert {s.drafted for s in alone_steps} <= {4, 6} and 4 in {s.drafted for s in alone_steps}
 
 

@@ -16,7 +16,8 @@ from rayspec.rpc.worker import serve_drafter, serve_target
 from rayspec.serve.config import ServiceConfig
 from rayspec.serve.service import Service
 from rayspec.verify.processing import SamplingParams
-from tests.faults import LateDrafter, drafted_steps
+from tests.faults import LateDrafter
+from tests.steps import drafted_steps
 from tests.tiny_models import noisy_copy, tiny_llama
 
 VOCAB = 64
