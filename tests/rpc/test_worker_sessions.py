@@ -453,8 +453,9 @@ def test_a_drafter_session_lost_to_a_late_draft_is_released():
         for seed in (1, 2):
             run = engine.run([11, 5, 7, 40], max_new_tokens=16, temperature=1.0, seed=seed)
             assert "did not answer within 0.3 s" in run.stats.drafter_lost
-        assert _eventually(lambda: len(closed) == 2), f"{len(opened)} opened, {len(closed)} released"
-        assert closed == opened
+        # A slow machine may decode past the drafter's retry time and open a session more.
+        assert _eventually(lambda: len(closed) == len(opened) >= 2), f"{len(opened)} opened, {len(closed)} released"
+        assert {id(session) for session in closed} == {id(session) for session in opened}
         remote.close()
     finally:
         server.stop(0)
