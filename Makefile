@@ -24,13 +24,19 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Test processes.  Much of the suite's time is spent waiting for the processes it starts (Ray
+# heads, workers, servers), so two use CI's two cores better than one.  A test file runs whole
+# in one process, so that its module fixtures (a launched cluster, workers) start once.
+TEST_WORKERS ?= 2
+PYTEST       := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+
 ## the whole suite, short versions of the slow statistical/load tests (what CI runs)
 test: install
-	$(PY) -m pytest -m "not slow" -q
+	$(PYTEST) -m "not slow" -q
 
 ## everything, long tests included
 test-all: install
-	$(PY) -m pytest -q
+	$(PYTEST) -q
 
 ## the service on the demo pair, on CPU, at 127.0.0.1 (HTTP :8000, gRPC :9000); Ctrl-C stops it
 serve: install
