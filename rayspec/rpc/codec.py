@@ -12,6 +12,7 @@ INVALID_ARGUMENT) with a message, never a crash.
 
 from __future__ import annotations
 
+import math
 import sys
 
 import msgpack
@@ -69,6 +70,8 @@ def decode_tensor(message: tensor_pb2.Tensor, expect: set[str] | None = None, wh
         raise CodecError(f"{what}: negative dimension in shape {shape}")
     if len(shape) > MAX_DIMS or any(d > MAX_DIM for d in shape):  # an empty tensor too: torch sizes overflow
         raise CodecError(f"{what}: shape {list(shape)} beyond {MAX_DIMS} dimensions of at most {MAX_DIM}")
+    if math.prod(max(d, 1) for d in shape) >= 2**63:  # an empty one's strides, int64 in torch, would overflow
+        raise CodecError(f"{what}: shape {list(shape)} has more than 2^63 - 1 entries, its zero dimensions left out")
     dtype = DTYPES[message.dtype]
     count = 1
     for d in shape:

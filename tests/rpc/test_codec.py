@@ -72,6 +72,7 @@ def test_bad_divisors_are_refused():
         (tensor_pb2.Tensor(dtype="float32", shape=[-1], data=b""), "negative dimension"),
         (tensor_pb2.Tensor(dtype="float32", shape=[2**62, 2**62, 0], data=b""), "beyond 8 dimensions of at most"),
         (tensor_pb2.Tensor(dtype="float32", shape=[0] * 9, data=b""), "beyond 8 dimensions"),
+        (tensor_pb2.Tensor(dtype="float32", shape=[0, 2**31 - 1, 2**31 - 1, 3], data=b""), "more than 2\\^63 - 1"),
     ],
 )
 def test_malformed_tensors_are_refused_with_a_message(message, match):
