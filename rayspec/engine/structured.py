@@ -113,8 +113,9 @@ def check_structured(regex: str, ignore_eos: bool, eos_token_ids) -> None:
 
 def _escape(text: str) -> str:
     """`text` as a literal of Rust's regex syntax: every non-alphanumeric ASCII character
-    escaped (Python's `re.escape` escapes some that Rust refuses to, such as a space)."""
-    return "".join(f"\\{c}" if c.isascii() and not c.isalnum() and c not in " _\n\t" else c for c in text)
+    escaped (Python's `re.escape` escapes some that Rust refuses to, such as a space) but for
+    `<` and `>`, which are no metacharacters, and whose escapes Rust reads as word boundaries."""
+    return "".join(f"\\{c}" if c.isascii() and not c.isalnum() and c not in " _\n\t<>" else c for c in text)
 
 
 # Keywords outlines-core reads past without enforcing them: a schema using one is refused

@@ -80,7 +80,7 @@ def test_a_match_ends_at_the_models_eos_where_it_differs_from_the_tokenizers(tok
 
 
 def test_choices_with_punctuation_are_matched_literally(tokenizer):
-    choices = ['say "hi", ok?', "a+b=(c)*[d]", "50% {x} | y^z $ \\ ."]
+    choices = ['say "hi", ok?', "a+b=(c)*[d]", "50% {x} | y^z $ \\ .", "<b>x</b> -> y"]
     cursor = GrammarCursor(StructuredOutput(choice=choices).to_regex(), vocabulary_of(tokenizer), len(tokenizer),
                            [EOS])
     for choice in choices:
