@@ -121,10 +121,12 @@ def _escape(text: str) -> str:
 # Keywords outlines-core reads past without enforcing them: a schema using one is refused
 # rather than followed only in part.
 UNENFORCED_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
-                                 "uniqueItems", "maxProperties"})
+                                 "uniqueItems", "maxProperties", "minProperties", "not", "contains", "minContains",
+                                 "maxContains", "propertyNames", "dependentRequired", "dependentSchemas",
+                                 "dependencies"})
 # Keywords whose values are data or names, not schemas: nothing under them is a keyword.
 _DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples", "required", "title", "description"})
-_SCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "patternProperties", "dependentSchemas"})
+_SCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "patternProperties"})
 
 
 def _unenforced(schema, where: str = "") -> list[str]:
@@ -164,8 +166,8 @@ def _compile_schema(schema_text: str) -> str:
     unenforced = _unenforced(schema)
     if unenforced:
         raise ValueError(f"json_schema uses {', '.join(unenforced)}, which structured output cannot enforce "
-                         f"(numeric bounds, multipleOf, uniqueItems, maxProperties): give the values as an enum, "
-                         f"or leave the keyword out")
+                         f"(numeric bounds, multipleOf, uniqueItems, min/maxProperties, not, contains, "
+                         f"propertyNames, dependencies): give the values as an enum, or leave the keyword out")
     try:
         return build_regex_from_schema(schema_text)
     except (ValueError, TypeError) as error:

@@ -271,6 +271,11 @@ def test_bad_structured_outputs_are_refused_with_a_message(tokenizer, tiny_pair,
     with pytest.raises(ValueError, match=r"json_schema uses properties\.level\.maximum, which structured output cannot "
                                          r"enforce"):
         StructuredOutput(json_schema=bounded).to_regex()
+    # keywords outlines-core compiles past, the text then breaking them: refused, not followed in part
+    for keyword, value in [("not", {"const": "a"}), ("minProperties", 1), ("contains", {"const": 5}),
+                           ("propertyNames", {"pattern": "^a"}), ("dependentRequired", {"city": ["level"]})]:
+        with pytest.raises(ValueError, match=f"json_schema uses {keyword}, which structured output cannot enforce"):
+            StructuredOutput(json_schema={**SCHEMA, keyword: value}).to_regex()
     with pytest.raises(ValueError, match="json_schema cannot be compiled: Unsupported type: nothing"):
         StructuredOutput(json_schema={"type": "nothing"}).to_regex()
     vocabulary = vocabulary_of(tokenizer)
