@@ -84,7 +84,9 @@ class StructuredOutput:
         if self.regex is not None:
             return self.regex
         if self.choice is not None:
-            return "(" + "|".join(_escape(c) for c in self.choice) + ")"
+            # Longest first: an alternation is leftmost-first, so once an earlier choice matched, a
+            # later one it begins ("cat" before "category") could not be continued into.
+            return "(" + "|".join(_escape(c) for c in sorted(self.choice, key=len, reverse=True)) + ")"
         if self.json_object:
             return _json_object_regex(JSON_OBJECT_DEPTH)
         return _schema_regex(self.json_schema if isinstance(self.json_schema, str) else json.dumps(self.json_schema))

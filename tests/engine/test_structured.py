@@ -91,6 +91,16 @@ def test_choices_with_punctuation_are_matched_literally(tokenizer):
     assert bool(other.all())  # a text no choice begins with leads nowhere
 
 
+def test_a_choice_that_begins_with_another_can_be_drawn(tokenizer):
+    choices = ["no", "none", "yes", "yes please"]  # leftmost-first: "no" first would end every match there
+    cursor = GrammarCursor(StructuredOutput(choice=choices).to_regex(), vocabulary_of(tokenizer), len(tokenizer),
+                           [EOS])
+    for choice in choices:
+        ids = tokenizer.encode(choice, add_special_tokens=False)
+        masks = cursor.masks([ids[:i] for i in range(len(ids) + 1)])
+        assert all(bool(mask[token]) for mask, token in zip(masks, ids)) and bool(masks[-1][EOS]), choice
+
+
 def test_token_bytes_read_sentencepiece_pieces():
     assert token_bytes(_PieceTokenizer()) == {1: b" the", 2: b"\n", 3: "é".encode(), 4: b"\xc3", 5: b"x"}
 
