@@ -542,15 +542,7 @@ class Primed:
 
 def start_streams(service: Service, requests: list[GenerationRequest]) -> list[StepStream]:
     """Every choice's generation started, or none: Overloaded when the slots run out."""
-    streams = []
-    try:
-        for request in requests:
-            streams.append(service.start(request))
-    except BaseException:
-        for stream in streams:
-            stream.close()
-        raise
-    return streams
+    return service.start_all(requests)
 
 
 async def _all(awaitables) -> list:

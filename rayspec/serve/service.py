@@ -195,16 +195,36 @@ class Service:
 
     def start(self, request: GenerationRequest) -> "StepStream":
         """Run `request` off the event loop; Overloaded when every slot is taken."""
-        if not self._slots.acquire(blocking=False):
+        [stream] = self.start_all([request])
+        return stream
+
+    def start_all(self, requests: list[GenerationRequest]) -> list["StepStream"]:
+        """Run each of `requests` off the event loop, all or none: Overloaded, with none of them
+        started, when fewer slots than requests are free."""
+        # Every slot is taken before any generation starts: a refused request's first choices
+        # would otherwise open worker sessions and run their first step, holding slots that
+        # other requests are refused for meanwhile.
+        taken = 0
+        while taken < len(requests) and self._slots.acquire(blocking=False):
+            taken += 1
+        if taken < len(requests):
+            for _ in range(taken):
+                self._slots.release()
             raise Overloaded(
                 f"{self.limits.max_concurrent_requests} generations are running, the most this service "
                 "runs at once; retry later"
             )
+        streams = []
         try:
-            return StepStream(self, request)
+            for request in requests:
+                streams.append(StepStream(self, request))  # its thread releases its slot as it ends
         except BaseException:
-            self._slots.release()
+            for stream in streams:
+                stream.close()
+            for _ in range(len(requests) - len(streams)):
+                self._slots.release()
             raise
+        return streams
 
     def health(self) -> dict[str, str]:
         """Each worker's grpc.health.v1 status name, or UNREACHABLE with the reason (blocking)."""

@@ -723,14 +723,18 @@ def test_n_choices_take_a_slot_each_and_are_refused_whole_when_the_slots_run_out
     target = server["target"]
     target.permits = threading.Semaphore(0)
     body = {"prompt": PROMPT, "max_tokens": 8, "seed": 1}
-    with ThreadPoolExecutor(1) as pool:
+    with ThreadPoolExecutor(2) as pool:
         held = pool.submit(http.post, "/v1/completions", json=body)
         eventually(lambda: target.open_sessions == 1, what="a generation to start")
         refused = http.post("/v1/completions", json={**body, "n": 2})  # one slot left of two
         assert refused.status_code == 429 and "retry later" in refused.json()["error"]["message"]
+        # refused whole: none of its choices started, so the free slot is still free
+        assert target.opened == 1
+        alone = pool.submit(http.post, "/v1/completions", json=body)
+        eventually(lambda: target.open_sessions == 2, what="a request that fits to start")
         target.permits.release(1000)
-        assert held.result().status_code == 200
-    eventually(lambda: target.open_sessions == 0, what="the refused request's first choice to be released")
+        assert held.result().status_code == alone.result().status_code == 200
+    eventually(lambda: target.open_sessions == 0, what="the sessions to be released")
     both = http.post("/v1/completions", json={**body, "n": 2})
     assert both.status_code == 200 and len(both.json()["choices"]) == 2
 
