@@ -103,7 +103,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rayspec.engine.engine import GenerationStats
 from rayspec.engine.interfaces import TokenLogprobs
-from rayspec.engine.requests import GenerationRequest, StepText
+from rayspec.engine.requests import GenerationRequest, StepText, usage_of
 from rayspec.engine.text import check_text
 from rayspec.rpc.remote import RemoteError
 from rayspec.serve.bodies import (
@@ -132,7 +132,11 @@ LOGPROB_FLOOR = -9999.0  # what a log-probability of -inf is reported as (vLLM's
 def usage(requests: list[GenerationRequest], per_prompt: int = 1) -> dict:
     """Token counts of the choices, each run of `per_prompt` of them sharing one prompt: the
     prompts' tokens counted once each, the completions' tokens summed."""
-    counts = [request.usage() for request in requests]
+    return _usage_of_counts([request.usage() for request in requests], per_prompt)
+
+
+def _usage_of_counts(counts: list[dict], per_prompt: int = 1) -> dict:
+    """`usage` of the choices' token counts (`rayspec.engine.requests.usage_of`)."""
     prompt = sum(c["prompt_tokens"] for c in counts[::per_prompt])
     completion = sum(c["completion_tokens"] for c in counts)
     return {
@@ -482,9 +486,14 @@ async def _events(reply: _Reply, streams: list[StepStream], include_usage: bool,
     verified; the last choice to finish carries the `rayspec` object.  continuous_usage
     (vLLM's continuous_usage_stats): each chunk carries its choice's usage so far."""
 
+    sent = [GenerationStats() for _ in streams]  # each choice's steps streamed so far
+
     def extra(index: int) -> dict:
         if continuous_usage:
-            return {"usage": usage([reply.requests[index]])}
+            # of the steps sent, not the request's own: its thread may be steps ahead of the stream
+            request = reply.requests[index]
+            sent[index].cached_prompt_tokens = request.stats.cached_prompt_tokens
+            return {"usage": _usage_of_counts([usage_of(sent[index], len(request.prompt_ids))])}
         return {"usage": None} if include_usage else {}
 
     try:
@@ -494,6 +503,8 @@ async def _events(reply: _Reply, streams: list[StepStream], include_usage: bool,
         running = len(streams)
         async for index, added in _merged(streams):
             if added is not None:
+                sent[index].steps.append(added.step)
+                sent[index].tokens += len(added.token_ids)
                 if (delta := reply.step_delta(index, added)) is not None:
                     yield _sse(reply.chunk(delta, **extra(index)))
                 continue

@@ -36,7 +36,7 @@ from rayspec.rpc.generated import health_pb2_grpc
 from rayspec.rpc.remote import RemoteError
 from rayspec.rpc.server import HealthServicer, start_server
 from rayspec.serve.config import LimitsConfig
-from rayspec.serve.http import create_app
+from rayspec.serve.http import _ChatReply, create_app
 from rayspec.serve.bodies import Message
 from rayspec.serve.service import FALLBACK_CHAT_TEMPLATE, ChatRenderError, Service
 from rayspec.serve.tool_parsers import read_tool_calls
@@ -1661,6 +1661,37 @@ def test_continuous_usage_stats_give_every_chunk_its_choices_usage_so_far(http, 
     assert all(event["usage"] is None for event in events[:-1]) and events[-1]["usage"]["completion_tokens"] == 24
     unknown = http.post("/v1/completions", json={**body, "stream_options": {"include_usages": True}})
     assert unknown.status_code == 400 and "include_usages" in unknown.json()["error"]["message"]
+
+
+
+def test_continuous_usage_counts_the_steps_sent_not_those_run_ahead(http, server, monkeypatch):
+    """A generation's thread runs ahead of its stream when the event loop lags (here held until
+    four steps ran): each chunk's usage so far counts the tokens sent up to it, not those of
+    steps computed and not yet sent."""
+    target = server["target"]
+    target.permits = threading.Semaphore(4)  # four steps, then the generation waits
+    step_delta = _ChatReply.step_delta
+
+    def lagging(self, index, added):
+        eventually(lambda: target.steps >= 4, what="the generation to run ahead")
+        return step_delta(self, index, added)
+
+    monkeypatch.setattr(_ChatReply, "step_delta", lagging)
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 40, "seed": 1, "stream": True,
+            "ignore_eos": True, "logprobs": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    with http.stream("POST", "/v1/chat/completions", json=body) as response:
+        lines = response.iter_lines()
+        opening = json.loads(next(line for line in lines if line)[len("data: "):])
+        first = json.loads(next(line for line in lines if line)[len("data: "):])
+        target.permits.release(1000)
+        events = [first] + [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
+    assert opening["choices"][0]["delta"]["role"] == "assistant" and opening["usage"]["completion_tokens"] == 0
+    sent = 0
+    for event in events[:-1]:
+        sent += len((event["choices"][0]["logprobs"] or {"content": []})["content"])
+        assert event["usage"]["completion_tokens"] == sent
+    assert sent == 40 and events[-1]["usage"]["completion_tokens"] == 40
 
 
 WEATHER = {"type": "function", "function": {
