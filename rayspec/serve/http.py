@@ -319,7 +319,7 @@ class _CompletionReply(_Reply):
         if request.logprobs is None:
             return self.echoes[index], None
         # The prompt's first token has no context to be drawn from: OpenAI gives it null.
-        first_text = self.service.tokenizer.decode([request.prompt_ids[0]])
+        [first_text], _ = self.token_texts(request.prompt_ids[:1], TokenLogprobs.empty())  # by id, if asked
         first = {"tokens": [first_text], "token_logprobs": [None], "top_logprobs": [None],
                  "text_offset": [self.text_offsets[index]]}
         self.text_offsets[index] += len(first_text)

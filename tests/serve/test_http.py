@@ -384,6 +384,10 @@ def test_return_tokens_as_token_ids_names_logprobs_tokens_by_id(http, parts, ref
                     if line.startswith("data: {")]
     assert [t for event in streamed for choice in event["choices"] if choice.get("logprobs")
             for t in choice["logprobs"]["tokens"]] == [f"token_id:{t}" for t in tokens]
+    # an echoed prompt's tokens too, its first (which has no log-probability) included
+    prompt_ids = tokenizer.encode(PROMPT)
+    echoed = http.post("/v1/completions", json={**body, "echo": True, "return_tokens_as_token_ids": True}).json()
+    assert echoed["choices"][0]["logprobs"]["tokens"] == [f"token_id:{t}" for t in prompt_ids + tokens]
     chat = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
                                                    "seed": 2, "logprobs": True, "top_logprobs": 2,
                                                    "return_tokens_as_token_ids": True}).json()
