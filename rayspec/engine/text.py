@@ -151,18 +151,24 @@ class StopStrings:
 
     def __init__(self, stop: Sequence[str]):
         self.stop = [s for s in stop if s]
-        self._clear = 0  # text[:clear] is searched and will not change
+        self._clear = 0  # text[:clear] is searched (and will not change, unless the decoding rewrites it)
+        self._searched = ""  # the text last searched
 
     def find(self, text: str) -> StopMatch | None:
         """The stop string that ends past the searched text and begins first in `text` (of
-        two beginning there, the first listed), or None."""
-        starts = ((text.find(s, max(self._clear - len(s) + 1, 0)), s) for s in self.stop)
+        two beginning there, the first listed), or None.  Where `text` no longer begins with
+        the searched text (a decoding that rewrites across tokens, e.g. clean-up of spaces
+        before punctuation, turned "world " into "world."), the search begins where they differ."""
+        clear = self._clear
+        if not text.startswith(self._searched[:clear]):
+            clear = next((i for i, (a, b) in enumerate(zip(text, self._searched)) if a != b), min(clear, len(text)))
+        starts = ((text.find(s, max(clear - len(s) + 1, 0)), s) for s in self.stop)
         return min((StopMatch(i, s) for i, s in starts if i >= 0), key=lambda match: match.start, default=None)
 
     def searched(self, text: str) -> None:
         """`text` is searched: no stop string ending in what of it is settled will be found
         (it held none, or those it held came before min_tokens and do not count)."""
-        self._clear = finished_length(text)
+        self._clear, self._searched = finished_length(text), text
 
 
 class _StopScan:

@@ -144,6 +144,19 @@ def test_a_decoding_that_rewrites_across_chunks_falls_back_to_whole_decodes(demo
     assert decoder.text == "Hello world. Bye," and not decoder.windowed
 
 
+def test_a_stop_string_that_a_rewrite_across_chunks_completes_is_found(demo_tokenizer):
+    """"world " searched, then the full stop's clean-up makes it "world.": the stop string
+    begins before the searched text's end, so the search goes back to where the text changed."""
+    tokenizer = _CleaningUpTokenizer(demo_tokenizer)
+    chunks = [tokenizer.encode(piece, add_special_tokens=False) for piece in ("Hello world", " ", ".", " Bye")]
+    finder = StopFinder(tokenizer, ["world."])
+    assert [finder.cut(chunk) for chunk in chunks[:3]] == [None, None, (1, "world.")]
+    assembler = TextAssembler(tokenizer, ["world."], include_stop=True)
+    for chunk in chunks:
+        assembler.push(chunk)
+    assert (assembler.text, assembler.stopped) == ("Hello world.", True)
+
+
 def test_a_push_decodes_a_few_tokens_however_long_the_completion():
     """The decoder's cost per push does not grow with the completion: a decode call covers the
     last settled chunk and the chunks since (more than one while characters are unfinished),
