@@ -69,6 +69,20 @@ def _strings(value, name: str) -> list[str]:
     return [check_text(s, name) for s in strings]
 
 
+def _last_tokens(tokenizer, ids: list[int], keep: int) -> list[int]:
+    """The last `keep` tokens of a text tokenized with its special tokens, as HF's tokenizers
+    truncate from the left (vLLM's truncate_prompt_tokens): the special tokens before and after
+    the text's tokens stay, and as many of the text's last tokens as leave room for them."""
+    bare, marked = (tokenizer.encode("a", add_special_tokens=special) for special in (False, True))
+    head = next((i for i in range(len(marked) - len(bare) + 1) if marked[i:i + len(bare)] == bare), None)
+    tail = None if head is None else len(marked) - len(bare) - head
+    # (head None: where the special tokens go is not known; k below their count: no room for them)
+    if head is None or len(ids) <= keep or keep < head + tail:
+        return ids[-keep:]
+    text = ids[head:len(ids) - tail]
+    return ids[:head] + text[len(text) - (keep - head - tail):] + ids[len(ids) - tail:]
+
+
 class GenerationRequest:
     """A validated generation request, whatever the front end (gRPC or HTTP)."""
 
@@ -84,7 +98,8 @@ class GenerationRequest:
         (a BOS, for Llama-style tokenizers), as vLLM's completions and HF's `encode` do
         (default True; chat prompts, whose template writes them, pass False).
         truncate_prompt_tokens (vLLM's): k keeps the prompt's last k tokens, -1 as many as the
-        model's context holds.
+        model's context holds; a text prompt keeps the special tokens its tokenizer wrote (its
+        BOS, and the last k - 1 tokens of its text), as vLLM's left-truncating tokenizer does.
         prompt_logprobs: k for the log-probabilities of the prompt's tokens after the first
         (`rayspec.engine.interfaces.TokenLogprobs`) and the k most likely tokens' at each;
         prompt_only: generate nothing, only those (OpenAI's `echo` with `max_tokens: 0`).
@@ -103,6 +118,7 @@ class GenerationRequest:
         if (prompt is None) == (prompt_ids is None):
             raise ValueError("give exactly one of prompt (text) and prompt_ids (token ids)")
         context = engine.target.context_length
+        special = False  # whether the tokenizer wrote its special tokens around the prompt's text
         if prompt is not None:
             if not isinstance(prompt, str):
                 raise ValueError("prompt must be a string")
@@ -118,7 +134,7 @@ class GenerationRequest:
             if type(keep) is not int or not 1 <= keep <= context:
                 raise ValueError(f"truncate_prompt_tokens must be -1 or between 1 and the model's context "
                                  f"({context}), got {truncate_prompt_tokens!r}")
-            self.prompt_ids = self.prompt_ids[-keep:]
+            self.prompt_ids = _last_tokens(tokenizer, self.prompt_ids, keep) if special else self.prompt_ids[-keep:]
         engine.check_prompt(self.prompt_ids)  # here, not at the first step: a batch starts whole or not at all
         self.prompt_only = bool(prompt_only)
         if self.prompt_only:

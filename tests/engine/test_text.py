@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from rayspec.demo import TARGET_PATH
@@ -259,6 +259,30 @@ def test_a_stop_string_after_the_prompt_is_found_as_the_completion_reads(sentenc
     engine = SpeculativeEngine(_ScriptedTarget(full[1:]), None, tokenizer=tokenizer)
     out = engine.run(full[:1], max_new_tokens=len(full) - 1, stop=[" world"])
     assert (out.tokens, out.finish_reason) == (full[1:2], "stop")  # the tokens that complete it are yielded
+
+
+@pytest.mark.parametrize("template", ["<|endoftext|> $A", "<|endoftext|> $A <|endoftext|>"])
+def test_a_truncated_text_prompt_keeps_its_special_tokens_as_vllms_tokenizer_does(demo_tokenizer, template):
+    """vLLM's truncate_prompt_tokens cuts a text prompt with its tokenizer truncating from the
+    left: the BOS (and any special token after the text) stays, the text's last tokens fill the
+    rest; a prompt of token ids, or a text without special tokens, keeps its last k tokens."""
+    backend = Tokenizer.from_str(demo_tokenizer.backend_tokenizer.to_str())
+    backend.post_processor = processors.TemplateProcessing(single=template,
+                                                           special_tokens=[("<|endoftext|>", 0)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<|endoftext|>",
+                                        eos_token="<|endoftext|>", truncation_side="left")
+    engine = SpeculativeEngine(_ScriptedTarget([]), None, tokenizer=tokenizer)
+    prompt = "def add(a, b):\n    return a + b"
+    ids = tokenizer.encode(prompt)
+    assert ids[0] == 0
+    for keep in (2, 3, 5, len(ids), len(ids) + 1):
+        request = GenerationRequest(engine, tokenizer, Limits(), prompt=prompt, truncate_prompt_tokens=keep)
+        assert request.prompt_ids == tokenizer(prompt, truncation=True, max_length=keep)["input_ids"], keep
+        assert GenerationRequest(engine, tokenizer, Limits(), prompt_ids=ids,
+                                 truncate_prompt_tokens=keep).prompt_ids == ids[-keep:]
+    bare = tokenizer.encode(prompt, add_special_tokens=False)
+    assert GenerationRequest(engine, tokenizer, Limits(), prompt=prompt, add_special_tokens=False,
+                             truncate_prompt_tokens=3).prompt_ids == bare[-3:]
 
 
 def test_accepted_drafts_a_cut_step_did_not_emit_count_as_rejected(demo_tokenizer):
