@@ -345,6 +345,27 @@ def test_the_text_of_chunks_across_min_tokens_stops_at_the_first_stop_string_aft
     assert (text + assembler.finish(), assembler.stopped) == ("alpha beta gamma delta", True)
 
 
+def test_a_long_stop_string_is_compared_where_the_text_could_begin_it_not_at_every_length(demo_tokenizer):
+    """What to hold back of a text of 20k characters, for a stop string of 20k that could
+    begin only where its first character is: read where it could begin (none here), not
+    compared at each of 20k lengths per step (seconds a step for a client's long stop strings)."""
+
+    class Read(str):
+        reads = 0
+
+        def __getitem__(self, key):
+            Read.reads += 1
+            return str.__getitem__(self, key)
+
+    ids = demo_tokenizer.encode(TEXT * 300, add_special_tokens=False)
+    assembler = TextAssembler(demo_tokenizer, [Read("#" * 20_000)])
+    sent = assembler.push(ids[:-40])
+    Read.reads = 0
+    sent += "".join(assembler.push([token]) for token in ids[-40:]) + assembler.finish()
+    assert sent == TEXT * 300
+    assert Read.reads <= 40, Read.reads  # one look at its first character a step
+
+
 @pytest.mark.parametrize("stop", ["café", "thés", "日本語", "🙂🙂", "é c", "nowhere"])
 def test_with_include_stop_the_text_ends_after_the_stop_string_and_never_streams_past_it(demo_tokenizer, stop):
     ids = demo_tokenizer.encode(TEXT, add_special_tokens=False)
