@@ -551,11 +551,6 @@ class Primed:
         return await anext(self.rest)
 
 
-def start_streams(service: Service, requests: list[GenerationRequest]) -> list[StepStream]:
-    """Every choice's generation started, or none: Overloaded when the slots run out."""
-    return service.start_all(requests)
-
-
 async def _all(awaitables) -> list:
     """Their results, or the first failure with the others cancelled (not left running)."""
     tasks = [asyncio.ensure_future(a) for a in awaitables]
@@ -616,7 +611,7 @@ async def _client_gone(http: Request) -> None:
 
 async def _answer(reply: _Reply, http: Request, stream: bool, include_usage: bool,
                   continuous_usage: bool = False) -> Response:
-    streams = start_streams(reply.service, reply.requests)
+    streams = reply.service.start_all(reply.requests)
 
     def close() -> None:
         for step_stream in streams:

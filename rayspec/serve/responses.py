@@ -49,7 +49,7 @@ from rayspec.engine.text import check_text
 from rayspec.serve.bodies import RayspecOptions, StrictBody, check_tree, tool_calling_read_by_service
 from rayspec.serve.errors import bad_request, error_body
 from rayspec.serve.http import (
-    EventStream, Primed, drain, speculation_figures, start_streams, unless_client_leaves,
+    EventStream, Primed, drain, speculation_figures, unless_client_leaves,
 )
 from rayspec.serve.service import Service
 from rayspec.serve.tools import ToolCalling, ToolError
@@ -429,7 +429,7 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
             skip_special_tokens=None if calling is None else calling.skip_special_tokens(None),
         )
         answer = _Answer(service, request, body, calling)
-        [steps] = start_streams(service, [request])
+        [steps] = service.start_all([request])
         if not body.stream:
             try:
                 await unless_client_leaves(drain(steps), http)

@@ -1910,7 +1910,7 @@ def test_responses_auto_streams_a_message_then_each_call_as_it_is_read(parts):
     response lists the items streamed, in order, with their ids."""
     import asyncio
 
-    from rayspec.serve.http import start_streams, tool_calling_read_by_service
+    from rayspec.serve.http import tool_calling_read_by_service
     from rayspec.serve.responses import ResponsesBody, _Answer
 
     service, _ = _tool_service(parts, "hermes")
@@ -1925,7 +1925,7 @@ def test_responses_auto_streams_a_message_then_each_call_as_it_is_read(parts):
         answer = _Answer(service, request, body, calling)
 
         async def run():
-            [steps] = start_streams(service, [request])
+            [steps] = service.start_all([request])
             try:
                 if not stream:
                     async for _ in steps:
