@@ -83,6 +83,8 @@ class GenerationBody(StrictBody):
 
     def refuse_unsupported(self) -> None:
         """Refuse, with a 400 naming the field, what the endpoint does not implement."""
+        if self.stream_options is not None and not self.stream:  # as OpenAI and vLLM refuse it
+            raise bad_request("stream_options is only allowed with stream: true", "stream_options")
 
     def generation_fields(self) -> dict:
         """The `GenerationRequest` fields other than the prompt and max_tokens."""

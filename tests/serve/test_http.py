@@ -1667,6 +1667,20 @@ def test_continuous_usage_stats_give_every_chunk_its_choices_usage_so_far(http, 
     assert unknown.status_code == 400 and "include_usages" in unknown.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+@pytest.mark.parametrize("stream", [False, None])
+def test_stream_options_without_a_stream_are_refused_as_openai_and_vllm_refuse_them(http, path, stream):
+    prompt = {"prompt": PROMPT} if path == "/v1/completions" else {"messages": [{"role": "user", "content": PROMPT}]}
+    body = {**prompt, "max_tokens": 4, "stream_options": {"include_usage": True}}
+    if stream is not None:
+        body["stream"] = stream
+    response = http.post(path, json=body)
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["param"] == "stream_options"
+    assert error["message"] == "stream_options is only allowed with stream: true"
+    assert http.post(path, json={**body, "stream_options": None}).status_code == 200
+
+
 
 def test_continuous_usage_counts_the_steps_sent_not_those_run_ahead(http, server, monkeypatch):
     """A generation's thread runs ahead of its stream when the event loop lags (here held until
