@@ -82,7 +82,8 @@ class GenerationBody(StrictBody):
     rayspec: RayspecOptions | None = None
 
     def refuse_unsupported(self) -> None:
-        """Refuse, with a 400 naming the field, what the endpoint does not implement."""
+        """Refuse, with a 400 naming the field, what the endpoint does not implement, or a field
+        that only another makes sense of."""
         if self.stream_options is not None and not self.stream:  # as OpenAI and vLLM refuse it
             raise bad_request("stream_options is only allowed with stream: true", "stream_options")
 
