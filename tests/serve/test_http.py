@@ -1681,7 +1681,6 @@ def test_stream_options_without_a_stream_are_refused_as_openai_and_vllm_refuse_t
     assert http.post(path, json={**body, "stream_options": None}).status_code == 200
 
 
-
 def test_continuous_usage_counts_the_steps_sent_not_those_run_ahead(http, server, monkeypatch):
     """A generation's thread runs ahead of its stream when the event loop lags (here held until
     four steps ran): each chunk's usage so far counts the tokens sent up to it, not those of
