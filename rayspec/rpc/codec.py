@@ -345,10 +345,12 @@ def decode_logprobs(message: worker_pb2.TokenLogprobs, tokens: int, vocab_size: 
                          [values[i * top : (i + 1) * top] for i in range(tokens)], ranks if known else None)
 
 
-def decode_outcome(message: worker_pb2.Outcome, vocab_size: int) -> Outcome:
+def decode_outcome(message: worker_pb2.Outcome, vocab_size: int, tree: DraftTree | None = None) -> Outcome:
     """An Outcome whose tokens are in the vocabulary and whose path is shorter than them
     (the accepted drafts' tokens, then one more): a session is never handed tokens that
-    its next forward cannot embed."""
+    its next forward cannot embed.  With the `tree` it was verified on (a target's reply),
+    also a path down that tree from its root whose nodes hold the tokens it emits: the
+    drafter commits those nodes."""
     tokens, path = list(message.tokens), list(message.path)
     if not tokens or len(path) >= len(tokens):
         raise CodecError(f"an outcome emits its {len(path)} accepted drafts' tokens and one more; "
@@ -357,9 +359,34 @@ def decode_outcome(message: worker_pb2.Outcome, vocab_size: int) -> Outcome:
         raise CodecError(f"outcome tokens outside the vocabulary [0, {vocab_size})")
     if min(path, default=1) < 1:
         raise CodecError("an outcome's path holds tree nodes below the root (indices >= 1)")
+    if tree is not None:
+        _check_path_on(tree, path, tokens)
     logprobs = decode_logprobs(message.logprobs, len(tokens), vocab_size) if message.HasField("logprobs") else None
     return Outcome(tokens, path, list(message.ranks), message.score_seconds, message.verify_seconds, logprobs=logprobs,
                    batch_size=message.batch_size)
+
+
+def _check_path_on(tree: DraftTree, path: list[int], tokens: list[int]) -> None:
+    parents = tree.shape.parents
+    above = 0
+    for depth, node in enumerate(path):
+        if node >= len(parents) or parents[node] != above:
+            raise CodecError(f"an outcome's path {path} does not go down the {len(parents)}-node tree it verified "
+                             f"from its root")
+        if int(tree.tokens[node]) != tokens[depth]:
+            raise CodecError(f"an outcome emits token {tokens[depth]} for tree node {node}, which holds "
+                             f"{int(tree.tokens[node])}")
+        above = node
+
+
+def decode_node_tokens(values, size: int, vocab_size: int) -> torch.Tensor:
+    """A target's sample at each of a tree's `size` nodes (`ScoreReply.node_tokens`), checked."""
+    tokens = torch.tensor(list(values), dtype=torch.long)
+    if tokens.shape != (size,):
+        raise CodecError(f"{tokens.numel()} node tokens for a tree of {size} nodes")
+    if size and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
+        raise CodecError(f"node tokens outside the vocabulary [0, {vocab_size})")
+    return tokens
 
 
 def encode_draft(draft: Draft, out: worker_pb2.DraftReply | None = None) -> worker_pb2.DraftReply:

@@ -20,6 +20,7 @@ Where the verifier runs (`verify_at`):
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -334,6 +335,7 @@ class _RemoteSession:
 
     def __init__(self, channel, stub, call_type, timeout: float, what: str, streams: bool, session_id: str):
         self.stub, self.call_type, self.timeout, self.session_id = stub, call_type, timeout, session_id
+        self.what = what
         self.steps = CallStream(channel, call_type, timeout, what) if streams else None
         self.lost = False  # its worker stopped answering: closing asks nothing of it
 
@@ -357,6 +359,18 @@ class _RemoteSession:
         request = getattr(message, kind)
         reply = call(getattr(self.stub, kind.capitalize()), request, timeout)
         return reply, request.ByteSize() + reply.ByteSize()
+
+    @contextlib.contextmanager
+    def _faulting_the_service(self, kind: str):
+        """A step's bad input (INVALID_ARGUMENT at the worker, a reply that does not decode
+        here) as the service's fault, INTERNAL: after the Open, steps carry only what the
+        workers and this coordinator made (trees, rows, outcomes), so it is not the request's,
+        and its client must not be told so (a 400)."""
+        try:
+            yield
+        except ValueError as error:
+            raise RemoteError(f"INTERNAL: a {kind} step with {self.what} failed on what the service's own "
+                              f"processes sent, not on the request: {error}", grpc.StatusCode.INTERNAL) from None
 
     def close(self) -> None:
         if self.steps is not None:
@@ -416,7 +430,12 @@ class RemoteTargetSession(_RemoteSession):
 
     def _verify(self, draft: Draft) -> Outcome:
         if self.target.verify_at == "coordinator":
-            return self._verify_here(draft)
+            with self._faulting_the_service("score"):
+                return self._verify_here(draft)
+        with self._faulting_the_service("verify"):
+            return self._verify_there(draft)
+
+    def _verify_there(self, draft: Draft) -> Outcome:
         message, request = self._new("verify")
         request.tree.CopyFrom(codec.encode_tree(draft.tree))
         request.draft_seconds = draft.seconds
@@ -425,7 +444,7 @@ class RemoteTargetSession(_RemoteSession):
         elif draft.q_rows is not None:
             codec.encode_rows(draft.q_rows, request.q_rows, draft.q_divisors)
         reply, wire_bytes = self._step(message)
-        outcome = codec.decode_outcome(reply.outcome, self.target.vocab_size)
+        outcome = codec.decode_outcome(reply.outcome, self.target.vocab_size, draft.tree)
         outcome.wire_bytes = wire_bytes
         return outcome
 
@@ -435,7 +454,8 @@ class RemoteTargetSession(_RemoteSession):
         reply, score_bytes = self._step(message)
         size = draft.tree.shape.size
         if self.verifier.token_only:  # each node's own sample as a point mass: the walk emits exactly those
-            p_rows = torch.nn.functional.one_hot(torch.tensor(list(reply.node_tokens)), self.target.vocab_size).float()
+            node_tokens = codec.decode_node_tokens(reply.node_tokens, size, self.target.vocab_size)
+            p_rows = torch.nn.functional.one_hot(node_tokens, self.target.vocab_size).float()
         else:
             p_rows = codec.decode_rows(reply.p_rows, size, self.target.vocab_size, "p rows")
         randomness = KeyedNoise(self.seed, self.length) if self.verifier.drafter_invariant else self.generator
@@ -588,12 +608,14 @@ class RemoteDrafterSession(_RemoteSession):
             request.previous.CopyFrom(codec.encode_outcome(previous))
         timeout = self.drafter.draft_timeout if self.drafted else None
         try:
-            reply, wire_bytes = self.drafter.guarded(lambda: self._step(message, timeout))
+            with self._faulting_the_service("draft"):
+                reply, wire_bytes = self.drafter.guarded(lambda: self._step(message, timeout))
+                received = ReceivedDraft(reply, self.vocab_size, wire_bytes)
         except DrafterLost:
             self.lost = True
             raise
         self.drafted = True
-        return ReceivedDraft(reply, self.vocab_size, wire_bytes)
+        return received
 
 
 class ReceivedDraft(Draft):

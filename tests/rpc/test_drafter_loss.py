@@ -20,17 +20,12 @@ from rayspec.models import load_causal_lm
 from rayspec.rpc.remote import DrafterLost, RemoteDrafter, RemoteError
 from rayspec.rpc.worker import serve_drafter
 from rayspec.verify.processing import SamplingParams
+from tests.rpc.conftest import TINY_VOCAB
 from tests.rpc.processes import Worker, save_tiny_pair
-from tests.tiny_models import noisy_copy, tiny_llama
+from tests.tiny_models import tiny_llama
 
-VOCAB = 64
+VOCAB = TINY_VOCAB  # the `pair` fixture's (conftest)
 PROMPT = [11, 5, 7, 40]
-
-
-@pytest.fixture(scope="module")
-def pair():
-    target = tiny_llama(vocab=VOCAB, seed=0)
-    return target, noisy_copy(target, noise=0.3)
 
 
 def _spec() -> SequenceSpec:

@@ -16,20 +16,14 @@ from rayspec.engine.interfaces import GenerationCancelled, SequenceSpec, TargetU
 from rayspec.rpc.remote import RemoteTarget, TargetLost
 from rayspec.rpc.worker import serve_target
 from rayspec.verify.processing import SamplingParams
-from tests.tiny_models import noisy_copy, tiny_llama
+from tests.rpc.conftest import TINY_VOCAB
 
-VOCAB = 64
+VOCAB = TINY_VOCAB  # the `pair` fixture's (conftest)
 PROMPT = [11, 5, 7, 40]
 # gumbel's tokens are a function of the seed and the target's laws alone: a resumed sequence
 # gives exactly the tokens of one never interrupted, if its laws after the resume are right —
 # penalties counting the completion so far as completion included.
 REQUEST = dict(max_new_tokens=48, temperature=1.0, seed=5, frequency_penalty=0.6, presence_penalty=0.4)
-
-
-@pytest.fixture(scope="module")
-def pair():
-    target = tiny_llama(vocab=VOCAB, seed=0)
-    return target, noisy_copy(target, noise=0.3)
 
 
 class _Restarting(LocalTarget):
