@@ -576,6 +576,29 @@ def test_an_auto_trial_measures_what_it_serves_and_switches_to_target_only_when_
     assert served[:16] == [True] * 16 and served[16:32] == [False] * 16 and served[32:] == [False] * 64
 
 
+def test_an_auto_trial_counts_the_steps_of_its_drafting_tree_drafted_narrower(tmp_path):
+    """A drafter draws fewer children than planned where top-p, top-k or min-p leave q fewer
+    tokens: the step is still the drafting tree's, and its tokens count for it."""
+    write_vector(tmp_path, "rrsw", 1.0, [0.8, 0.1, 0.05])
+    policy = SequoiaTrees(SequoiaSpec(None), AcceptanceLibrary(tmp_path), load_costs(0.001), adaptive=False)
+    clock = FakeClock()
+    for _ in range(40):  # the load builds up to 4 sequences at once
+        policy.next_shape("rrsw", 1.0, sequences=4)
+    drafting = policy.shape_under_load("rrsw", 1.0, 4)
+    assert drafting.max_children > 1
+    narrow = TreeShape.chain(drafting.max_depth)  # each node's first child alone
+    trial = policy._trials[("rrsw", 1.0), 4] = TreeTrial((drafting, TreeShape.chain(0)), 4, window=16, exploit=64,
+                                                         clock=clock)
+    for _ in range(96):
+        planned = policy.next_shape("rrsw", 1.0, sequences=4)
+        drafts = planned.size > 1
+        clock.now += 0.02 if drafts else 0.01  # drafting: 3 tokens per 20 ms, target-only 1 per 10 ms
+        outcome = Outcome([1, 2, 3], [1, 2], [1, 1]) if drafts else Outcome([1], [], [])
+        policy.observe("rrsw", 1.0, narrow if drafts else planned, outcome, planned)
+    assert trial.choice == "drafting"
+    assert trial.report().rates == (pytest.approx(150.0), pytest.approx(100.0))
+
+
 def test_a_new_levels_trial_starts_from_what_the_nearest_level_chose(tmp_path):
     write_vector(tmp_path, "rrsw", 1.0, [0.8, 0.1, 0.05])
     policy = SequoiaTrees(SequoiaSpec(None), AcceptanceLibrary(tmp_path), load_costs(0.001), adaptive=False)
