@@ -473,7 +473,9 @@ class SequoiaTrees(TreePolicy):
                 log.info("tree for %s at T=%.1f: %d nodes, depth %d, from the %s vector",
                          verifier, key[1], self._plans[key].size, self._plans[key].max_depth, source)
                 if self.adaptive:
-                    self._running[key] = RunningAcceptance(len(vector), min_samples=self.min_samples, prior=vector,
+                    # A depth-aware vector (`rayspec tree measure --depth-aware`) is [depths, ranks].
+                    depths, ranks = self._vectors[key].reshape(-1, self._vectors[key].shape[-1]).shape
+                    self._running[key] = RunningAcceptance(ranks, depths, min_samples=self.min_samples, prior=vector,
                                                            prior_weight=self.min_samples)
             return self._plans[key]
 

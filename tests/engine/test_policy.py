@@ -305,6 +305,19 @@ def test_a_change_of_tree_brings_the_checks_back_to_every_replan_every_steps(tmp
     assert max(gaps) > 25  # and back off once the new tree holds
 
 
+def test_adaptive_trees_estimate_a_depth_aware_vector_per_depth_and_rank(tmp_path):
+    """A vector of `rayspec tree measure --depth-aware` is [depths, ranks]: the running
+    estimate keeps that form, and counts every rank drafted."""
+    write_vector(tmp_path, "rrsw", 1.0, [[0.3, 0.3, 0.2], [0.2, 0.2, 0.1]])
+    policy = SequoiaTrees(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25,
+                          min_samples=100, background_checks=False)
+    served = [0.05, 0.05, 0.85]  # the third child is the one taken
+    serve_planned_trees(policy, served, np.random.default_rng(0), steps=300)
+    estimate = policy._running[("rrsw", 1.0)].vector()
+    assert estimate.shape == (2, 3)
+    assert estimate[0, 2] > 0.5 and estimate[0, 0] < 0.2  # rank 3 taken, rank 1 rarely, at the root
+
+
 def test_a_check_that_fails_is_tried_again_replan_every_steps_later_not_at_the_next(tmp_path):
     vector = [0.6, 0.15, 0.05]
     write_vector(tmp_path, "rrsw", 1.0, vector)
