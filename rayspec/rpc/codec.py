@@ -203,16 +203,26 @@ def check_worker_features(spec: SequenceSpec, features: frozenset[str], worker: 
             raise RuntimeError(f"the {worker} predates {what}: upgrade it")
 
 
+_FLOAT32 = torch.finfo(torch.float32)
+
+
+def _float32_range(value: float) -> float:
+    """A positive `value` within float32's finite normal numbers, where the proto's float
+    fields carry it: 1e-50 would arrive as 0 and 1e39 as inf, both refused by the worker,
+    while `logits_to_probs` clamps to this very range, so the law is unchanged."""
+    return min(max(value, float(_FLOAT32.tiny)), float(_FLOAT32.max)) if value > 0 else value
+
+
 def encode_params(params: SamplingParams) -> worker_pb2.SamplingParams:
     message = worker_pb2.SamplingParams(
-        temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
+        temperature=_float32_range(params.temperature), top_p=_float32_range(params.top_p), top_k=params.top_k,
         presence_penalty=params.presence_penalty, frequency_penalty=params.frequency_penalty,
         logit_bias=dict(params.logit_bias), min_p=params.min_p, min_tokens=params.min_tokens,
         stop_token_ids=params.stop_token_ids, allowed_token_ids=params.allowed_token_ids,
         bad_words=[worker_pb2.TokenIds(ids=word) for word in params.bad_words_ids], regex=params.regex,
     )
     if params.repetition_penalty != 1:
-        message.repetition_penalty = params.repetition_penalty
+        message.repetition_penalty = _float32_range(params.repetition_penalty)
     return message
 
 

@@ -11,7 +11,7 @@ from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec, TokenLogprob
 from rayspec.rpc import codec
 from rayspec.rpc.generated import tensor_pb2, worker_pb2
 from rayspec.tree.structure import DraftTree, TreeShape
-from rayspec.verify.processing import SamplingParams, half_precision
+from rayspec.verify.processing import SamplingParams, TokenHistory, half_precision, logits_to_probs
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64])
@@ -154,6 +154,19 @@ def test_penalties_and_a_bias_round_trip_and_bad_ones_are_refused():
     message.params.logit_bias[4] = 250.0
     with pytest.raises(ValueError, match="the bias of token 4 must be in"):
         codec.decode_spec(message)
+
+
+@pytest.mark.parametrize("params", [SamplingParams(1e39), SamplingParams(0.7, 1e-50), SamplingParams(1e-50),
+                                    SamplingParams(0.7, repetition_penalty=1e-50),
+                                    SamplingParams(0.7, repetition_penalty=1e39)])
+def test_values_past_float32s_range_cross_as_the_law_they_stand_for(params):
+    """The wire's float fields are float32: 1e-50 would arrive as 0 and 1e39 as inf, which a
+    worker refuses, though in-process they are valid.  They cross clamped to float32's
+    finite normal numbers, where `logits_to_probs` clamps them too: the same law."""
+    decoded = codec.decode_spec(codec.encode_spec(SequenceSpec((1, 2), params, 3, "rrsw"))).params
+    logits = torch.randn(4, 64, generator=torch.Generator().manual_seed(0)) * 4
+    history = TokenHistory([1, 2, 5]).rows([()] * 4)  # the penalty's tokens
+    assert torch.equal(logits_to_probs(logits, decoded, history=history), logits_to_probs(logits, params, history=history))
 
 
 def test_min_p_min_tokens_and_stop_ids_round_trip_and_bad_ones_are_refused():
