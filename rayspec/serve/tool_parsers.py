@@ -28,8 +28,28 @@ once whole.  The pieces of any chunking of a text join to its one-shot reading.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import ClassVar, Union
+
+
+def _finite(number: str) -> float:
+    value = float(number)
+    if not math.isfinite(value):  # 1e999: a call's arguments would be re-encoded as `Infinity`
+        raise ValueError(f"{number} is past a double's range")
+    return value
+
+
+def _not_json(constant: str):
+    raise ValueError(f"{constant} is not JSON")
+
+
+# JSON as RFC 8259 has it: Python's decoder also takes NaN and Infinity, and the arguments a
+# reply gives would then be re-encoded so, which a client's JSON parser refuses.
+JSON = json.JSONDecoder(parse_float=_finite, parse_constant=_not_json)
+# What reading a text as JSON may raise: a JSONDecodeError is a ValueError, and a value nested
+# deeper than the decoder's recursion goes raises RecursionError.
+NOT_JSON = (ValueError, RecursionError)
 
 
 @dataclass(frozen=True)
@@ -54,8 +74,8 @@ def _call(value, text: str) -> ParsedCall | None:
     arguments = value.get("arguments", value.get("parameters", {}))
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
+            arguments = JSON.decode(arguments)
+        except NOT_JSON:
             return None
     return ParsedCall(value["name"], arguments, text) if isinstance(arguments, dict) else None
 
@@ -117,8 +137,8 @@ class HermesParser(ToolCallParser):
     @staticmethod
     def _block(source: str, body: str) -> Piece:
         try:
-            call = _call(json.loads(body), source)
-        except json.JSONDecodeError:
+            call = _call(JSON.decode(body), source)
+        except NOT_JSON:
             call = None
         return source if call is None else call
 
@@ -148,10 +168,10 @@ class MistralParser(ToolCallParser):
             try:
                 if self.ARGS in part and not part.startswith(("[", "{")):  # v11: name[ARGS]{...}
                     name, arguments = part.split(self.ARGS, 1)
-                    found = _calls({"name": name.strip(), "arguments": json.loads(arguments)}, self.MARKER + part)
+                    found = _calls({"name": name.strip(), "arguments": JSON.decode(arguments)}, self.MARKER + part)
                 else:
-                    found = _calls(json.loads(part), self.MARKER + part)
-            except json.JSONDecodeError:
+                    found = _calls(JSON.decode(part), self.MARKER + part)
+            except NOT_JSON:
                 return None
             if found is None:
                 return None
@@ -180,15 +200,15 @@ class JsonParser(ToolCallParser):
 
     @staticmethod
     def _calls(source: str) -> list[ParsedCall] | None:
-        decoder, calls, at = json.JSONDecoder(), [], 0
+        calls, at = [], 0
         while True:
             while at < len(source) and (source[at].isspace() or source[at] == ";"):
                 at += 1
             if at == len(source):
                 return calls or None
             try:
-                value, end = decoder.raw_decode(source, at)
-            except json.JSONDecodeError:
+                value, end = JSON.raw_decode(source, at)
+            except NOT_JSON:
                 return None
             found = _calls(value, source[at:end])
             if found is None:

@@ -52,6 +52,15 @@ def calls_of(pieces) -> list[tuple[str, dict]]:
     (JsonParser(), '{"answer": 42}', '{"answer": 42}', []),  # JSON, but not a call
     (JsonParser(), 'The call would be {"name": "now"}', 'The call would be {"name": "now"}', []),
     (JsonParser(), "", "", []),
+    # JSON that is not RFC 8259's, or nested deeper than the decoder goes: text, not a call
+    # whose arguments would be re-encoded as NaN, or an error after the reply was generated
+    (HermesParser(), '<tool_call>{"name": "now", "arguments": {"x": NaN}}</tool_call>',
+     '<tool_call>{"name": "now", "arguments": {"x": NaN}}</tool_call>', []),
+    (JsonParser(), '{"name": "now", "parameters": {"x": 1e999}}', '{"name": "now", "parameters": {"x": 1e999}}', []),
+    (MistralParser(), '[TOOL_CALLS]now[ARGS]{"x": -Infinity}', '[TOOL_CALLS]now[ARGS]{"x": -Infinity}', []),
+    (HermesParser(), '<tool_call>' + "[" * 5000, '<tool_call>' + "[" * 5000, []),
+    (JsonParser(), '{"name": "now", "parameters": {"x": ' + "[" * 5000 + "]" * 5000 + "}}",
+     '{"name": "now", "parameters": {"x": ' + "[" * 5000 + "]" * 5000 + "}}", []),
 ])
 def test_each_syntax_reads_into_content_and_calls(parser, text, content, calls):
     read_content, read_calls = read_tool_calls(parser, text, NAMES)
