@@ -377,7 +377,7 @@ class _ChatReply(_Reply):
                 if self.tool_calling.mode == "named":
                     calls[0]["id"] = self.call_ids[index]
                 message = {"role": "assistant", "content": None, "tool_calls": calls}
-            finish_reason = self.tool_calling.finish_reason(finish_reason)
+            finish_reason = self.tool_calling.finish_reason(finish_reason, called=calls is not None)
         return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish_reason,
                 "stop_reason": stop_reason}
 
@@ -406,13 +406,14 @@ class _ChatReply(_Reply):
             delta = self.pieces_delta(index, self.readers[index].finish())
             return {"index": index, "delta": delta, "logprobs": None, "stop_reason": request.stop_reason,
                     "finish_reason": calling.finish_reason(request.finish_reason, called=self.calls_sent[index] > 0)}
-        delta = {}
+        delta, calls = {}, None
         if calling.mode == "required":
             calls = calling.calls(request.text)
             delta = ({"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]} if calls is not None
                      else {"content": request.text} if request.text else {})
         return {"index": index, "delta": delta, "logprobs": None,
-                "finish_reason": calling.finish_reason(request.finish_reason), "stop_reason": request.stop_reason}
+                "finish_reason": calling.finish_reason(request.finish_reason, called=calls is not None),
+                "stop_reason": request.stop_reason}
 
     def pieces_delta(self, index: int, pieces: list) -> dict:
         """The delta of an auto reply's newly read content and calls (the calls numbered on
@@ -735,8 +736,8 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
     async def chat_completions(body: ChatBody, http: Request):
         check_model(body.model)
         body.refuse_unsupported()
+        calling = tool_calling_read_by_service(body.tool_calling(), service)  # bad tools: a 400 naming tools
         prompt = await run_in_threadpool(body.prompt, service)  # a long conversation renders for a while
-        calling = tool_calling_read_by_service(body.tool_calling(), service)
         fields = body.generation_fields()
         if calling is not None:
             fields["skip_special_tokens"] = calling.skip_special_tokens(fields["skip_special_tokens"])

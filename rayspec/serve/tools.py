@@ -3,7 +3,10 @@ function, the reply is that function's arguments, JSON following its `parameters
 with `tool_choice: "required"`, it is a list of one or more calls, each naming one of the
 `tools` with arguments following that tool's schema (vLLM's named and required tool choice).
 Both are constrained decoding (`rayspec.engine.structured`), so the speculative output still
-follows the target's constrained law exactly, and the answer's `tool_calls` always parse.
+follows the target's constrained law exactly, and the answer's `tool_calls` always parse, but
+for a reply cut short: by `max_tokens` (finish_reason "length"), or by a `stop` string or
+token (its `stop_reason`), a named call's arguments are the text as far as it got, and a
+required reply that is no whole list of calls is content.
 
 `tool_choice: "auto"` (OpenAI's default when tools are given) lets the model choose between
 text and calls: its reply is generated unconstrained, and the service's tool-call parser
@@ -19,7 +22,9 @@ import uuid
 from dataclasses import dataclass
 
 from rayspec.engine.structured import StructuredOutput
-from rayspec.serve.tool_parsers import ParsedCall, Piece, ToolCallParser, ToolCallStream, read_pieces, read_tool_calls
+from rayspec.serve.tool_parsers import (
+    JSON, NOT_JSON, ParsedCall, Piece, ToolCallParser, ToolCallStream, read_pieces, read_tool_calls,
+)
 
 # The arguments of a tool that declares no parameters: none, `{}`.
 NO_PARAMETERS = {"type": "object", "properties": {}}
@@ -81,7 +86,8 @@ class ToolCalling:
             if calling.mode == "required":
                 calling.structured_output()  # tools whose definitions clash are refused here, as a 400
             return calling
-        name = tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else None
+        function = tool_choice.get("function") if isinstance(tool_choice, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
         if not (isinstance(tool_choice, dict) and tool_choice.get("type") == "function" and isinstance(name, str)):
             raise ToolError('tool_choice must be "none", "auto", "required" or {"type": "function", "function": '
                             '{"name": ...}}', "tool_choice")
@@ -121,7 +127,10 @@ class ToolCalling:
         for name, schema in self.functions.items():
             schema = dict(schema)
             for key, definitions in shared.items():
-                for definition, value in (schema.pop(key, None) or {}).items():
+                own = schema.pop(key, None) or {}
+                if not isinstance(own, dict):
+                    raise ToolError(f"tools: the parameters of {name!r} give {key} that is not an object", "tools")
+                for definition, value in own.items():
                     if definitions.setdefault(definition, value) != value:
                         raise ToolError(f'two tools define {key}["{definition}"] differently, which a call to either '
                                         f'would read: give one of them another name', "tools")
@@ -140,8 +149,8 @@ class ToolCalling:
         if self.mode == "named":
             return [self.call(self.function, text)]
         try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError:
+            parsed = JSON.decode(text)
+        except NOT_JSON:  # 1e999 or nested past the decoder's depth, which the schema's grammar allows
             return None
         return [self.call(call["name"], json.dumps(call["parameters"], ensure_ascii=False)) for call in parsed]
 
@@ -167,8 +176,8 @@ class ToolCalling:
         return content, [self.parsed_call(call) for call in calls]
 
     def finish_reason(self, generation_finish: str, called: bool = True) -> str:
-        """OpenAI's: "stop" for a call forced by name, "tool_calls" for required calls and for
-        an auto reply that `called`, and "length" for a reply cut short."""
+        """OpenAI's: "stop" for a call forced by name, "tool_calls" for a required or auto reply
+        that `called` (one a stop string cut is its text), and "length" for a reply cut short."""
         if generation_finish != "stop":
             return generation_finish
-        return "tool_calls" if self.mode == "required" or (self.mode == "auto" and called) else "stop"
+        return "tool_calls" if self.mode in ("required", "auto") and called else "stop"

@@ -1882,6 +1882,34 @@ def test_auto_tool_choice_is_refused_by_a_service_without_a_parser(parts):
     assert json.loads(named.choices[0].message.tool_calls[0].function.arguments) == {}
 
 
+def test_required_calls_cut_by_a_stop_string_are_text_and_bad_tools_are_named(parts):
+    """A required reply a stop string cuts is no list of calls: its text is the content, and
+    its finish reason "stop", not "tool_calls" (which promises calls).  A bad `tool_choice` or
+    `tools` gets a 400 naming it, not a 500, nor the chat template's complaint about it."""
+    service, _ = _tool_service(parts)
+    messages = [{"role": "user", "content": "weather in Paris?"}]
+    with ServerThread(create_app(service)) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+        cut = dict(model=MODEL, messages=messages, tools=[WEATHER, CLOCK], tool_choice="required", max_tokens=64,
+                   seed=0, stop=['"name"'])
+        reply = client.chat.completions.create(**cut)
+        streamed = list(client.chat.completions.create(**cut, stream=True))
+        for wrong, message, param in [
+            ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": "get_weather"}},
+             'tool_choice must be "none", "auto", "required"', "tool_choice"),
+            ({"tools": [1], "tool_choice": "auto"}, "tools[0] must be", "tools"),
+        ]:
+            with pytest.raises(openai.BadRequestError, match=re.escape(message)) as refused:
+                client.chat.completions.create(model=MODEL, messages=messages, max_tokens=8, **wrong)
+            assert refused.value.body["param"] == param
+    choice = reply.choices[0]
+    assert choice.finish_reason == "stop" and not choice.message.tool_calls
+    assert choice.message.content.startswith("[") and '"name"' not in choice.message.content
+    [last] = [c.choices[0] for c in streamed if c.choices and c.choices[0].finish_reason]
+    assert last.finish_reason == "stop" and not last.delta.tool_calls
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == choice.message.content
+
+
 def test_auto_tool_choice_through_the_responses_api(parts):
     """The Responses API's default tool_choice with tools, auto: a text answer is one message
     item (the chat endpoint's text); a reply in the call syntax gives function_call items,

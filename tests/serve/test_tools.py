@@ -60,6 +60,10 @@ def test_required_calls_keep_each_tools_definitions_where_its_references_point()
      "tools[0].function.parameters must be a JSON schema object", "tools"),
     ([SEARCH], {"type": "function", "function": {"name": "now"}}, "which tools do not define", "tool_choice"),
     ([SEARCH], "sometimes", 'tool_choice must be "none", "auto", "required"', "tool_choice"),
+    ([SEARCH], {"type": "function", "function": "search"}, 'tool_choice must be "none"', "tool_choice"),
+    ([SEARCH], {"type": "function", "function": None}, 'tool_choice must be "none"', "tool_choice"),
+    ([{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "$defs": "x"}}}], "required",
+     "the parameters of 'f' give $defs that is not an object", "tools"),
 ])
 def test_bad_tools_and_choices_are_refused_naming_the_field(tools, choice, message, field):
     with pytest.raises(ToolError, match=re.escape(message)) as refused:
@@ -79,6 +83,10 @@ def test_calls_are_read_back_from_the_text():
     assert len({c["id"] for c in calls}) == 2
     assert required.calls('[{"name": "now", "param') is None  # cut by max_tokens: no calls to give
     assert required.finish_reason("stop") == "tool_calls"
+    # cut by a stop string: the reply is its text, and so not "tool_calls"
+    assert required.finish_reason("stop", called=False) == "stop"
+    # numbers past a double's range, which the grammar allows, would be re-encoded as Infinity
+    assert required.calls('[{"name": "search", "parameters": {"query": "a", "n": 1e999}}]') is None
 
 
 def test_auto_reads_the_calls_out_of_a_free_reply():
