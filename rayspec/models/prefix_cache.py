@@ -91,20 +91,31 @@ class PrefixCache:
         if nbytes > self.capacity_bytes:
             return
         with self._lock:
-            for key, entry in list(self._entries.items()):
-                shared = _shared_prefix(entry.tokens, tokens)
-                if shared == n:  # already held, as this or a longer sequence
-                    self._entries.move_to_end(key)
-                    return
-                if shared == len(entry.tokens):
-                    self._drop(key)
+            if self._held_or_superseded(tokens):
+                return
         copied = [(keys.clone(), values.clone()) for keys, values in rows]  # outside the lock: large copies
         with self._lock:
+            # again: another thread may have stored this sequence, or a prefix of it, meanwhile
+            if self._held_or_superseded(tokens):
+                return
             while self._entries and self.nbytes + nbytes > self.capacity_bytes:
                 self._drop(next(iter(self._entries)))
             self._entries[self._next_key] = _Entry(tokens, copied, nbytes)
             self._next_key += 1
             self.nbytes += nbytes
+
+    def _held_or_superseded(self, tokens: torch.Tensor) -> bool:
+        """Whether `tokens` are held already, as themselves or within a longer sequence (that
+        entry then counts as used); else the entries they extend are dropped (called holding
+        the lock)."""
+        for key, entry in list(self._entries.items()):
+            shared = _shared_prefix(entry.tokens, tokens)
+            if shared == len(tokens):
+                self._entries.move_to_end(key)
+                return True
+            if shared == len(entry.tokens):
+                self._drop(key)
+        return False
 
     def clear(self) -> None:
         with self._lock:

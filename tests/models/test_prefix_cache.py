@@ -4,6 +4,8 @@ continues as a full prefill would (to rounding), and sessions report what they r
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -45,6 +47,34 @@ def test_a_longer_sequence_supersedes_its_prefix_and_a_shorter_one_is_not_stored
     assert len(cache) == 1 and cache.nbytes == nbytes(5)
     cache.store([1, 2], rows_of([1, 2]))
     assert len(cache) == 1 and cache.lookup([1, 2, 3, 4, 5, 6])[0] == 5
+
+
+class _CopiedTogether(torch.Tensor):
+    """Rows whose copy waits for the other thread's: both stores pass the check for a held
+    sequence before either has stored."""
+
+    meeting: threading.Barrier
+
+    def clone(self, *args, **kwargs):
+        _CopiedTogether.meeting.wait(timeout=10)
+        return torch.Tensor.clone(self.as_subclass(torch.Tensor), *args, **kwargs)
+
+
+@pytest.mark.parametrize("lengths", [(32, 20), (20, 32), (32, 32)])
+def test_sequences_stored_at_once_are_stored_once(lengths):
+    """Two sessions storing one prompt, or a prompt and its prefix, at the same moment."""
+    cache = PrefixCache(10**6, min_tokens=2)
+    tokens = list(range(100, 132))
+    _CopiedTogether.meeting = threading.Barrier(2)
+    stores = [threading.Thread(target=cache.store, args=(
+        tokens[:n], [tuple(r.as_subclass(_CopiedTogether) for r in layer) for layer in rows_of(tokens[:n])][:1]))
+        for n in lengths]
+    for store in stores:
+        store.start()
+    for store in stores:
+        store.join()
+    assert len(cache) == 1 and cache.nbytes == nbytes(32) // LAYERS
+    assert cache.lookup(tokens)[0] == 32
 
 
 def test_least_recently_used_sequences_make_room_within_the_capacity():
