@@ -380,14 +380,14 @@ class TreeLM:
         other sequences queued meanwhile between two chunks, so a long prompt delays their
         steps by a chunk's forward at a time rather than by its whole prefill.  The chunks are
         a function of the prompt alone, so a seed's tokens do not depend on the load.  A caller
-        that left (`rayspec.models.cancellation`) stops it between two chunks."""
+        that left (`rayspec.models.cancellation`) stops it before its first chunk (a prefill
+        that found the model idle, and so never waited in its queue) or between two."""
         tokens = list(tokens)
         chunk = self.batcher.prefill_chunk if self.batcher is not None else 0
         size = chunk if chunk and tokens else max(len(tokens), 1)
         kept = []
         for start in range(0, max(len(tokens), 1), size):
-            if start:
-                stop_if_caller_left(f"after {start} tokens of its prompt's prefill")
+            stop_if_caller_left(f"after {start} tokens of its prompt's prefill" if start else "before its prefill")
             piece = tokens[start : start + size]
             n = len(piece)
             # of a chunk before the last, only rows that `last` may still reach

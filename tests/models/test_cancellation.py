@@ -116,6 +116,13 @@ def test_a_chunked_prefill_stops_between_chunks_once_its_caller_left(model):
         lm.prefill(PROMPT)
     assert chunks == [4, 4] and lm.committed == 8
 
+    # A caller that left before the model took its prefill, found idle: no forward at all.
+    for batcher in (None, ForwardBatcher(), ForwardBatcher(prefill_chunk=4)):
+        idle = TreeLM(model, batcher=batcher)
+        with watching_caller(lambda: True), pytest.raises(GenerationCancelled, match="before its prefill"):
+            idle.prefill(PROMPT)
+        assert idle.committed == 0 and idle.cached == 0
+
     whole = TreeLM(model, batcher=ForwardBatcher(prefill_chunk=4))
     with watching_caller(lambda: False):
         logits = whole.prefill(PROMPT)
