@@ -55,6 +55,9 @@ def _functions(tools) -> dict[str, dict]:
         parameters = function.get("parameters", NO_PARAMETERS)
         if not isinstance(parameters, dict):
             raise ToolError(f"tools[{index}].function.parameters must be a JSON schema object", "tools")
+        if parameters.get("type", "object") != "object":  # a call's arguments are an object (OpenAI's)
+            raise ToolError(f"tools[{index}].function.parameters must describe an object (\"type\": \"object\"), "
+                            f"got type {parameters['type']!r}", "tools")
         functions[name] = parameters or NO_PARAMETERS
     return functions
 

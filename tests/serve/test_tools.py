@@ -60,6 +60,8 @@ def test_required_calls_keep_each_tools_definitions_where_its_references_point()
      "tools[0].function.parameters must be a JSON schema object", "tools"),
     ([SEARCH], {"type": "function", "function": {"name": "now"}}, "which tools do not define", "tool_choice"),
     ([SEARCH], "sometimes", 'tool_choice must be "none", "auto", "required"', "tool_choice"),
+    ([{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}], "required",
+     "tools[0].function.parameters must describe an object (\"type\": \"object\"), got type 'array'", "tools"),
     ([SEARCH], {"type": "function", "function": "search"}, 'tool_choice must be "none"', "tool_choice"),
     ([SEARCH], {"type": "function", "function": None}, 'tool_choice must be "none"', "tool_choice"),
     ([{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "$defs": "x"}}}], "required",
