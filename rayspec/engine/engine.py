@@ -481,7 +481,9 @@ class SpeculativeEngine:
         replayable: draft the trees the policy planned before serving anything, not those it
         adapted since, and graft a prediction by tokens per step rather than by this
         process's measured costs, so that the same request and seed give the same tokens
-        whatever was served in between, and wherever (default: when a seed is given).
+        whatever was served in between, and wherever the same tree is planned: a named tree
+        everywhere, `sequoia:auto` where the costs it is planned from are the same (the
+        service's coordinators share one calibration; default: when a seed is given).
         logprobs: k to give each chunk its tokens' log-probabilities under the target's raw
         law and the k most likely tokens' at each position (`TokenLogprobs`); the tokens are
         the same with or without.
