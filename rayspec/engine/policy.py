@@ -63,7 +63,7 @@ from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.planner import (
     Candidate, CostModel, Plan, candidates_from_solution, payload_bytes, plan_tree, price, replan_decision,
 )
-from rayspec.tree.sequoia import expected_tokens, solve
+from rayspec.tree.sequoia import acceptance_rows, expected_tokens, solve
 from rayspec.tree.structure import TreeShape
 from rayspec.verify import verifier_class
 
@@ -154,7 +154,11 @@ class AcceptanceLibrary:
                         directory)
             return
         for path in sorted(Path(directory).glob("*.json")):
-            estimate = AcceptanceEstimate.from_json(json.loads(path.read_text()))
+            try:
+                estimate = AcceptanceEstimate.from_json(json.loads(path.read_text()))
+                acceptance_rows(estimate.acceptance)  # checked now, not at each request planned from it
+            except (ValueError, KeyError, TypeError) as error:
+                raise ValueError(f"acceptance vector {path}: {error}") from None
             setting = estimate.setting
             if "verifier" in setting and "temperature" in setting:
                 self.vectors.setdefault(setting["verifier"], []).append((float(setting["temperature"]), estimate.acceptance))

@@ -30,6 +30,22 @@ def write_vector(directory, verifier, temperature, vector):
     )
 
 
+@pytest.mark.parametrize("acceptance, message", [
+    ([0.7, 0.5], "sum to at most 1, got 1.200000"), ([0.5, float("nan")], "finite and non-negative"),
+    ([0.5, -0.1], "finite and non-negative"), ([[0.5], [0.6, 0.1]], None)])
+def test_a_malformed_vector_file_is_refused_when_read_naming_it(tmp_path, acceptance, message):
+    """Not at each request planned from it, long after start-up."""
+    write_vector(tmp_path, "rrsw", 0.6, [0.5, 0.2])
+    write_vector(tmp_path, "rrsw", 1.0, acceptance)
+    with pytest.raises(ValueError, match=re.escape(f"acceptance vector {tmp_path / vector_file_name('rrsw', 1.0)}: ")
+                       + (".*" + re.escape(message) if message else "")):
+        AcceptanceLibrary(tmp_path)
+    (tmp_path / "broken.json").write_text('{"acceptance": [0.5,')
+    (tmp_path / vector_file_name("rrsw", 1.0)).unlink()
+    with pytest.raises(ValueError, match="acceptance vector .*broken.json: Expecting value"):
+        AcceptanceLibrary(tmp_path)
+
+
 def test_library_takes_the_nearest_temperature_of_the_verifier(tmp_path):
     write_vector(tmp_path, "rrsw", 0.6, [0.5, 0.2])
     write_vector(tmp_path, "rrsw", 1.0, [0.4, 0.1])
