@@ -498,8 +498,10 @@ def half_precision(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     A drafter drafts from this law so that its rows can cross a wire as float16 values and a
     float32 divisor per row — half the bytes — and decode to the very law it drew from, bit
     for bit (float32 division is correctly rounded everywhere), which exact verification
-    needs.  Rounding moves each probability by at most 2^-11 of itself; float16 subnormals
-    keep probabilities down to 6e-8, and nothing smaller is ever drafted.  Recovering
+    needs.  Rounding moves each probability of 6e-5 or more (float16's normal numbers) by at
+    most 2^-11 of itself, and each smaller one by at most 3e-8 (half the subnormals' step,
+    some per cent of a probability near 1e-6); below 3e-8 a probability rounds to 0 and is
+    never drafted.  Recovering
     `weights` from the law is exact: law * divisors is within a few float32 ulps of a
     float16 value, far inside half a float16 step."""
     weights = probs.to(torch.float16).float()
