@@ -7,6 +7,7 @@ and iterate `run()` for the text of each verification step.
 
 from __future__ import annotations
 
+import operator
 import secrets
 import threading
 import uuid
@@ -23,6 +24,19 @@ from rayspec.verify.processing import SamplingParams
 
 # No tokenizer's tokens average this many characters over a whole prompt.
 MAX_CHARS_PER_TOKEN = 64
+
+
+def _integer(value, name: str) -> int:
+    """`value` as an int, or a ValueError naming `name`: a Python caller's 2.5 is refused, not
+    cut to 2 (HTTP and gRPC bodies are typed already); 2.0 and numpy's or torch's integers pass."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise ValueError(f"{name} must be an integer, got {value!r}")
 
 
 @dataclass
@@ -128,7 +142,7 @@ class GenerationRequest:
                                  f"{context} tokens can hold")
             special = True if add_special_tokens is None else bool(add_special_tokens)
             prompt_ids = tokenizer.encode(prompt, add_special_tokens=special)
-        self.prompt_ids = [int(t) for t in prompt_ids]
+        self.prompt_ids = [_integer(t, "a prompt token id") for t in prompt_ids]
         if truncate_prompt_tokens is not None:
             keep = context if truncate_prompt_tokens == -1 else truncate_prompt_tokens
             if type(keep) is not int or not 1 <= keep <= context:
@@ -140,7 +154,7 @@ class GenerationRequest:
         if self.prompt_only:
             max_tokens = None  # the checks below are of a length that is not asked for
         asked = max_tokens not in (None, 0)
-        max_tokens = int(max_tokens) if asked else limits.default_max_tokens
+        max_tokens = _integer(max_tokens, "max_tokens") if asked else limits.default_max_tokens
         if not 1 <= max_tokens <= limits.max_tokens:
             raise ValueError(f"max_tokens must be between 1 and {limits.max_tokens}, got {max_tokens}")
         # As OpenAI and vLLM do, a length the context cannot hold is refused, not cut short; the
@@ -155,7 +169,8 @@ class GenerationRequest:
         for name, ids in (("stop_token_ids", stop_token_ids), ("allowed_token_ids", allowed_token_ids)):
             if ids is not None and not all(type(t) is int and t >= 0 for t in ids):
                 raise ValueError(f"{name} must be a list of token ids (integers >= 0)")
-        if min_tokens is not None and not self.prompt_only and not 0 <= int(min_tokens) <= max_tokens:
+        min_tokens = None if min_tokens is None else _integer(min_tokens, "min_tokens")
+        if min_tokens is not None and not self.prompt_only and not 0 <= min_tokens <= max_tokens:
             raise ValueError(f"min_tokens must be between 0 and max_tokens ({max_tokens}), got {min_tokens}")
         if verifier_params is not None and not isinstance(verifier_params, dict):
             raise ValueError("verifier_params must be an object")
@@ -166,13 +181,13 @@ class GenerationRequest:
         sampling = dict(
             temperature=1.0 if temperature is None else float(temperature),
             top_p=1.0 if top_p is None else float(top_p),
-            top_k=int(top_k or 0),
+            top_k=_integer(top_k or 0, "top_k"),
             presence_penalty=float(presence_penalty or 0),
             frequency_penalty=float(frequency_penalty or 0),
             repetition_penalty=1.0 if repetition_penalty is None else float(repetition_penalty),
             logit_bias=dict(logit_bias or {}),
             min_p=float(min_p or 0),
-            min_tokens=int(min_tokens or 0),
+            min_tokens=min_tokens or 0,
             allowed_token_ids=tuple(allowed_token_ids or ()),
         )
         if self.prompt_only:  # `generate` checks them itself; scoring a prompt does not read them

@@ -5,8 +5,11 @@ stop string or max_tokens cuts a step."""
 from __future__ import annotations
 
 import random
+import re
 
+import numpy as np
 import pytest
+import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -283,6 +286,20 @@ def test_a_truncated_text_prompt_keeps_its_special_tokens_as_vllms_tokenizer_doe
     bare = tokenizer.encode(prompt, add_special_tokens=False)
     assert GenerationRequest(engine, tokenizer, Limits(), prompt=prompt, add_special_tokens=False,
                              truncate_prompt_tokens=3).prompt_ids == bare[-3:]
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"max_tokens": 2.5}, "max_tokens must be an integer, got 2.5"), ({"top_k": 1.5}, "top_k must be an integer"),
+    ({"min_tokens": 0.5}, "min_tokens must be an integer"), ({"prompt_ids": [1, 2.5]}, "a prompt token id must be"),
+    ({"max_tokens": "4"}, "max_tokens must be an integer, got '4'"), ({"top_k": True}, "top_k must be an integer")])
+def test_a_python_callers_fractional_or_text_counts_are_refused_not_rounded(demo_tokenizer, fields, message):
+    engine = SpeculativeEngine(_ScriptedTarget([]), None, tokenizer=demo_tokenizer)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        GenerationRequest(engine, demo_tokenizer, Limits(), **{"prompt_ids": [1, 2], **fields})
+    whole = GenerationRequest(engine, demo_tokenizer, Limits(), prompt_ids=[np.int64(1), torch.tensor(2)],
+                              max_tokens=4.0, top_k=np.int32(3), min_tokens=1.0)
+    assert whole.prompt_ids == [1, 2] and whole.kwargs["max_new_tokens"] == 4 and whole.kwargs["top_k"] == 3
+    assert type(whole.kwargs["max_new_tokens"]) is int and whole.kwargs["min_tokens"] == 1
 
 
 def test_accepted_drafts_a_cut_step_did_not_emit_count_as_rejected(demo_tokenizer):
