@@ -359,14 +359,15 @@ def test_bytes_that_are_no_message_are_invalid_argument_and_the_server_goes_on(t
 
 def _tracking(worker, open_seconds: float = 0.0, late_draft: tuple[int, float] | None = None):
     """The sessions `worker` (a local target or drafter) opens and those it closes, in two
-    lists; its Opens take `open_seconds` more, and with `late_draft` = (n, seconds) the n-th
-    draft of a session that many seconds more."""
+    lists; its Opens take `open_seconds` more after their prefill (one whose caller left before
+    it began stops there), and with `late_draft` = (n, seconds) the n-th draft of a session
+    that many seconds more."""
     opened, closed = [], []
     open_ = worker.open
 
     def open(spec):
-        time.sleep(open_seconds)
         session = open_(spec)
+        time.sleep(open_seconds)
         close, draft, drafts = session.close, getattr(session, "draft", None), []
         session.close = lambda: (close(), closed.append(session))
         if late_draft is not None:
