@@ -119,6 +119,11 @@ def encode_rows(rows: torch.Tensor, out: tensor_pb2.ProbabilityRows | None = Non
     return out
 
 
+# Float32 sums of a law's V entries, each rounded once (and float16 rows divided by their sum),
+# are 1 to well within this; a row of another mass is no law.
+LAW_MASS_TOLERANCE = 1e-3
+
+
 def decode_rows(message, rows: int, width: int, what: str = "probability rows") -> torch.Tensor | None:
     """The [rows, width] float32 table of a ProbabilityRows message, None if it is empty."""
     kind = message.WhichOneof("rows")
@@ -156,6 +161,11 @@ def decode_rows(message, rows: int, width: int, what: str = "probability rows") 
         low, high = table.aminmax()  # one pass; a NaN makes both comparisons fail
         if not (bool(low >= 0) and bool(high <= 1 + 1e-5)):
             raise CodecError(f"{what}: probabilities must lie in [0, 1] (found values in [{float(low)}, {float(high)}])")
+        # Each row a law: a verifier fed rows of another mass would emit another law, silently.
+        off = (table.sum(-1) - 1).abs()
+        if bool((off > LAW_MASS_TOLERANCE).any()):
+            row = int(off.argmax())
+            raise CodecError(f"{what}: each row must sum to 1 (row {row} sums to {float(table[row].sum()):.6g})")
     return table
 
 

@@ -89,6 +89,9 @@ def test_rows_of_the_wrong_dtype_shape_or_content_are_refused():
     for bad_values in (-rows, rows * float("nan"), rows + float("inf"), rows + 1):
         with pytest.raises(codec.CodecError, match=r"must lie in \[0, 1\]"):
             codec.decode_rows(codec.encode_rows(bad_values), 2, 8)
+    for mass in (0.5, 0.99, 1.01):  # a row that is no law, which a verifier would turn into another law
+        with pytest.raises(codec.CodecError, match=rf"each row must sum to 1 \(row 1 sums to {mass:g}\)"):
+            codec.decode_rows(codec.encode_rows(rows * torch.tensor([[1.0], [mass]])), 2, 8)
     bad = codec.encode_rows(torch.tensor([[0.0, 0, 0, 1, 0, 0, 0, 0]] * 2))
     bad.sparse.indices.CopyFrom(codec.encode_tensor(torch.tensor([3, 99], dtype=torch.int32)))
     with pytest.raises(codec.CodecError, match="column indices outside"):

@@ -91,18 +91,19 @@ probabilities = st.floats(0, 1)
 
 @st.composite
 def probability_rows(draw, rows: int, width: int):
-    """(a ProbabilityRows message of [rows, width], whether it is known to be valid): dense or sparse,
-    with divisors or not, then perhaps a part of it spoiled."""
+    """(a ProbabilityRows message of [rows, width] laws, whether it is known to be valid): dense or
+    sparse, with divisors or not, then perhaps a part of it spoiled."""
     table = torch.tensor(draw(st.lists(st.lists(probabilities, min_size=width, max_size=width),
                                        min_size=rows, max_size=rows)))
     table = table * torch.tensor(draw(st.lists(st.booleans(), min_size=rows * width, max_size=rows * width)),
                                  dtype=torch.float32).reshape(rows, width)  # zeros, for the sparse form
+    table[:, 0] += 0.5  # every row has mass to normalise
+    law = table / table.sum(-1, keepdim=True)
     if draw(st.booleans()):  # a drafter's half-precision law: float16 values and a divisor per row
-        table[:, 0] += 0.5  # every row has mass to normalise
-        law, divisors = half_precision(table / table.sum(-1, keepdim=True))
+        law, divisors = half_precision(law)
         message = codec.encode_rows(law, divisors=divisors)
     else:
-        message = codec.encode_rows(table)
+        message = codec.encode_rows(law)
     if not draw(spoiled):
         return message, True
     kind = message.WhichOneof("rows")
@@ -128,6 +129,7 @@ def test_made_up_probability_rows_decode_to_a_checked_table_or_are_refused(data,
     if table is not None:
         assert table.shape == (rows, width) and table.dtype == torch.float32
         assert bool(((table >= 0) & (table <= 1 + 1e-5)).all())
+        assert bool(((table.sum(-1) - 1).abs() <= codec.LAW_MASS_TOLERANCE).all())  # laws, each row
 
 
 # ------------------------------------------------------------------------------- trees
