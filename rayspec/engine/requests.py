@@ -122,7 +122,7 @@ class GenerationRequest:
         ignore_eos: EOS does not (vLLM's).  allowed_token_ids: the only tokens that can be
         drawn (vLLM's; None or empty: all).  bad_words: words the completion never contains
         (vLLM's).  include_stop_str_in_output: the text ends after the stop string that ended
-        it rather than before (vLLM's); skip_special_tokens: special tokens have no text
+        it rather than before, and with a stop token id's text (vLLM's); skip_special_tokens: special tokens have no text
         (default True, as in vLLM).  prediction: the completion expected, as text or token
         ids (OpenAI's Predicted Outputs), drafted where the completion follows it
         (`rayspec.engine.prediction`).  structured_output: what the completion must be
@@ -262,6 +262,10 @@ class GenerationRequest:
             self.finish_reason = chunk.finish_reason or self.finish_reason
             self.stop_reason = chunk.stop_reason
             text = assembler.push(chunk.tokens)
+            if self.include_stop and chunk.finish_reason == "stop" and isinstance(chunk.stop_reason, int):
+                # vLLM's include_stop_str_in_output shows a stop token id's text too (none for a
+                # special token, with skip_special_tokens); the token is not among the completion's.
+                text += assembler.push([chunk.stop_reason])
             if chunk.finish_reason:
                 text += assembler.finish()
             yield StepText(text, chunk.tokens, chunk.step, chunk.logprobs, chunk.prompt_logprobs)

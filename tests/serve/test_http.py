@@ -241,6 +241,12 @@ def test_stop_reason_include_stop_str_in_output_and_skip_special_tokens(client, 
     by_token = http.post("/v1/completions", json={**body, "stop_token_ids": [tokens[at]]}).json()["choices"][0]
     assert (by_token["text"], by_token["finish_reason"], by_token["stop_reason"]) == (
         tokenizer.decode(tokens[:at]), "stop", tokens[at])
+    for stream in (False, True):  # include_stop_str_in_output shows a stop token's text too, as vLLM's does
+        answer = client.completions.create(model=MODEL, **body, stream=stream, extra_body={
+            "stop_token_ids": [tokens[at]], "include_stop_str_in_output": True})
+        choices = [c.choices[0] for c in answer if c.choices] if stream else answer.choices
+        assert "".join(c.text for c in choices) == tokenizer.decode(tokens[: at + 1]), stream
+        assert choices[-1].finish_reason == "stop" and choices[-1].model_extra["stop_reason"] == tokens[at]
     by_length = http.post("/v1/completions", json=body).json()["choices"][0]
     assert (by_length["text"], by_length["finish_reason"], by_length["stop_reason"]) == (text, "length", None)
     eos = {**body, "max_tokens": 3, "ignore_eos": True, "logit_bias": {"0": 100}}  # token 0: <|endoftext|>
