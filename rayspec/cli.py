@@ -158,7 +158,7 @@ def cmd_generate(args) -> int:
     sys.stdout.write(args.prompt)
     try:
         for chunk in itertools.chain([first] if first is not None else [], chunks):
-            sys.stdout.write(assembler.push(chunk.tokens))
+            sys.stdout.write(assembler.push_chunk(chunk.tokens, chunk.finish_reason, chunk.stop_reason))
             sys.stdout.flush()
     finally:  # a failure mid-way is reported on a line of its own
         sys.stdout.write(assembler.finish() + "\n")

@@ -261,11 +261,7 @@ class GenerationRequest:
                 self.prompt_logprobs = chunk.prompt_logprobs
             self.finish_reason = chunk.finish_reason or self.finish_reason
             self.stop_reason = chunk.stop_reason
-            text = assembler.push(chunk.tokens)
-            if self.include_stop and chunk.finish_reason == "stop" and isinstance(chunk.stop_reason, int):
-                # vLLM's include_stop_str_in_output shows a stop token id's text too (none for a
-                # special token, with skip_special_tokens); the token is not among the completion's.
-                text += assembler.push([chunk.stop_reason])
+            text = assembler.push_chunk(chunk.tokens, chunk.finish_reason, chunk.stop_reason)
             if chunk.finish_reason:
                 text += assembler.finish()
             yield StepText(text, chunk.tokens, chunk.step, chunk.logprobs, chunk.prompt_logprobs)

@@ -235,6 +235,14 @@ class TextAssembler(_StopScan):
         self.stops.searched(self._text)
         return self._release(len(self._text) - self._held_back())
 
+    def push_chunk(self, tokens: Sequence[int], finish_reason: str | None, stop_reason) -> str:
+        """`push` a step's tokens; of a step a stop token id ended (`stop_reason`), with
+        include_stop, that token's text too (vLLM's; the token is not the completion's)."""
+        text = self.push(tokens)
+        if self.include_stop and finish_reason == "stop" and isinstance(stop_reason, int):
+            text += self.push([stop_reason])
+        return text
+
     def finish(self) -> str:
         """The rest of the text once generation is over (nothing held back any more)."""
         if self._text.endswith(REPLACEMENT) and not self.stopped:
