@@ -112,6 +112,14 @@ class ResponsesBody(StrictBody):
         for asked, message in refusals:
             if asked:
                 raise bad_request(message, message.split(":")[0])
+        # echoed in the answer, which is UTF-8: refused before generating rather than failing after it
+        echoed = [("user", self.user), *(("metadata", text) for pair in (self.metadata or {}).items() for text in pair)]
+        for field, text in echoed:
+            try:
+                if text is not None:
+                    check_text(text, field)
+            except ValueError as error:
+                raise bad_request(str(error), field) from None
 
     def chat_tools(self) -> list[dict] | None:
         """The tools in the chat API's shape ({"type": "function", "function": {...}}): the
@@ -163,7 +171,14 @@ class ResponsesBody(StrictBody):
             raise bad_request("input must be a string or a non-empty list of messages", "input")
         messages = [{"role": "system", "content": self.instructions}] if self.instructions else []
         for index, item in enumerate(items):
-            messages.append(_message(item, f"input[{index}]"))
+            message = _message(item, f"input[{index}]")
+            last = messages[-1] if messages else None
+            # One model turn is one assistant message, as the chat endpoint reads it: its text and
+            # the calls after it (the items an auto answer gives, sent back) join the message before.
+            if "tool_calls" in message and last is not None and last["role"] == "assistant":
+                messages[-1] = {**last, "tool_calls": [*last.get("tool_calls", []), *message["tool_calls"]]}
+                continue
+            messages.append(message)
         return messages
 
 
@@ -419,7 +434,12 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
             try:  # off the event loop: a large schema takes seconds to compile
                 await run_in_threadpool(service.compile_structured, structured)
             except ValueError as error:
+                if forced is not None:  # the tools' schemas, not text.format
+                    raise bad_request(f"tools: {error}", "tools") from None
                 raise bad_request(f"text.format: {error}", "text") from None
+        if body.max_output_tokens is not None and body.max_output_tokens > service.limits.max_tokens:
+            raise bad_request(f"max_output_tokens must be at most {service.limits.max_tokens}, got "
+                              f"{body.max_output_tokens}", "max_output_tokens")
         request = await run_in_threadpool(
             service.request, prompt=prompt, add_special_tokens=False, max_tokens=body.max_output_tokens,
             temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, min_p=body.min_p,

@@ -1448,6 +1448,8 @@ def test_text_that_is_not_unicode_is_refused(http):
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": lone}]}, "messages.0.content: Value error, "
                                                                                     "the content"),
         ("/v1/responses", {"input": lone}, "input[0].content"), ("/tokenize", {"prompt": lone}, "the prompt"),
+        ("/v1/responses", {"input": "x", "metadata": {"k": lone}}, "metadata"),
+        ("/v1/responses", {"input": "x", "user": lone}, "user"),
     ]:
         reply = http.post(path, content=json.dumps(body), headers={"Content-Type": "application/json"})
         message = reply.json()["error"]["message"]

@@ -107,7 +107,10 @@ def test_a_streamed_response_is_openais_event_sequence(client, http):
      "input[0].content must be a string or a list of input_text parts", "input"),
     ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens: Input should be greater than or equal to 1",
      "max_output_tokens"),
-    ({"input": "hi", "max_output_tokens": 100000}, "max_tokens must be between 1 and 256", None),
+    ({"input": "hi", "max_output_tokens": 100000}, "max_output_tokens must be at most 256", "max_output_tokens"),
+    ({"input": "hi", "tools": [{"type": "function", "name": "f", "parameters": {
+        "type": "object", "properties": {"n": {"type": "number", "minimum": 0}}}}], "tool_choice": "required"},
+     "tools: json_schema uses", "tools"),
     ({"input": "hi", "temperature": -1}, "temperature must be >= 0", None),
     ({"input": "hi", "rayspec": {"verifier": "nope"}}, "unknown verifier 'nope'", None),
     ({"input": "hi", "rayspec": {"tree": "kary:9"}}, "tree spec", "rayspec.tree"),
@@ -137,3 +140,27 @@ def test_unknown_models_are_404_and_a_failure_mid_stream_is_an_error_event(http,
     eventually(lambda: target.open_sessions == 0, what="sessions released")
     target.fail = None
     assert http.post("/v1/responses", json={"input": "hi", "max_output_tokens": 2}).status_code == 200
+
+
+def test_a_turn_of_calls_sent_back_reads_as_the_chat_endpoints_one_assistant_message(http):
+    """An answer's items sent back as input (text, then parallel calls) are one assistant turn:
+    the prompt the chat endpoint and /tokenize count for the same conversation."""
+    function = {"name": "f", "parameters": {"type": "object", "properties": {}}}
+    items = [{"role": "user", "content": "go"},
+             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Sure."}]},
+             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+             {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "c1", "output": "1"},
+             {"type": "function_call_output", "call_id": "c2", "output": "2"}]
+    calls = [{"id": c, "type": "function", "function": {"name": "f", "arguments": "{}"}} for c in ("c1", "c2")]
+    messages = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "Sure.", "tool_calls": calls},
+                {"role": "tool", "tool_call_id": "c1", "content": "1"},
+                {"role": "tool", "tool_call_id": "c2", "content": "2"}]
+    tools = [{"type": "function", "function": function}]
+    answer = http.post("/v1/responses", json={"input": items, "tools": [{"type": "function", **function}],
+                                              "tool_choice": "none", "max_output_tokens": 4, "seed": 1}).json()
+    chat = http.post("/v1/chat/completions", json={"messages": messages, "tools": tools, "tool_choice": "none",
+                                                   "max_tokens": 4, "seed": 1}).json()
+    counted = http.post("/tokenize", json={"messages": messages, "tools": tools}).json()["count"]
+    assert answer["usage"]["input_tokens"] == chat["usage"]["prompt_tokens"] == counted
+    assert answer["output"][0]["content"][0]["text"] == chat["choices"][0]["message"]["content"]
