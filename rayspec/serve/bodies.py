@@ -393,6 +393,7 @@ class TokenizeBody(StrictBody):
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[Any] | None = None  # vLLM's: shown to the chat template, as the chat endpoint does
     return_token_strs: bool = False
 
 

@@ -758,7 +758,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
             raise bad_request("give exactly one of prompt and messages", "prompt")
         if body.messages is not None:
             text = await run_in_threadpool(render_messages, service, body.messages, body.add_generation_prompt,
-                                           body.continue_final_message, body.chat_template_kwargs)
+                                           body.continue_final_message, body.chat_template_kwargs, body.tools)
             special = bool(body.add_special_tokens)
         else:
             text, special = body.prompt, body.add_special_tokens is not False
