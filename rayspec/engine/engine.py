@@ -554,6 +554,8 @@ class SpeculativeEngine:
                                  skip_special_tokens) if stop_texts else None
         eos_ids = () if ignore_eos else self.target.eos_token_ids
         seed = secrets.randbits(63) if seed is None else int(seed)
+        if not -2**63 <= seed < 2**63:  # the int64 a worker's session and the couplings' keyed noise take
+            raise ValueError(f"seed must be a 64-bit signed integer, got {seed}")
         spec = SequenceSpec(tuple(prompt), params, seed, verifier, verifier_params,
                             logprobs=None if logprobs is None else int(logprobs),
                             prompt_logprobs=None if prompt_logprobs is None else int(prompt_logprobs),

@@ -96,6 +96,20 @@ def test_same_seed_same_tokens(pair, name):
     assert runs[0] != runs[2]
 
 
+@pytest.mark.parametrize("name", ["rrsw", "gumbel"])
+def test_a_seed_past_64_bits_is_refused_before_anything_opens(pair, name):
+    """A worker's session and the couplings' keyed noise take an int64 seed: the in-process
+    engine refuses what the distributed path cannot carry, not rrsw alone taking it (it hashes
+    the seed) and gumbel failing with OverflowError after the prompt's prefill."""
+    target, drafter = pair
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier=name, tree="kary:2x2")
+    for seed in (2**63, -2**63 - 1, 2**64 + 5):
+        with pytest.raises(ValueError, match=f"seed must be a 64-bit signed integer, got {seed}"):
+            engine.run([4, 8, 15], max_new_tokens=4, temperature=1.0, seed=seed)
+    for seed in (2**63 - 1, -2**63):
+        assert len(engine.run([4, 8, 15], max_new_tokens=4, temperature=1.0, seed=seed).tokens) == 4
+
+
 @pytest.mark.parametrize("tree", ["dynamic:16", "dynamic:24x5x4", "dynamic:6x2x1"])
 def test_dynamic_trees_are_exact_at_temperature_zero(pair, greedy_reference, tree):
     target, drafter = pair
