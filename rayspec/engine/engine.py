@@ -635,7 +635,8 @@ class SpeculativeEngine:
                 # What a prediction accepts says nothing of the drafter; the drafter's part of a
                 # grafted tree is verified against p less the prediction's head, not p.
                 if placed is None and (by_drafter or predicted is None):
-                    policy.observe(verifier, params.temperature, draft.tree.shape, outcome, planned)
+                    policy.served(verifier, params.temperature, planned, outcome)
+                    policy.observe(verifier, params.temperature, draft.tree.shape, outcome)
                 new = list(outcome.tokens)
                 finish = stop_reason = None
                 room = max_new_tokens - len(produced)

@@ -35,7 +35,7 @@ class CountingTrees(StaticTrees):
         super().__init__(shape)
         self.counts = RankCounts.zeros(shape.max_children, depths)
 
-    def observe(self, verifier, temperature, shape, outcome, planned=None):
+    def observe(self, verifier, temperature, shape, outcome):
         visited = (0, *outcome.path)
         for depth, rank in enumerate(outcome.ranks):
             self.counts.add(int(rank), shape.num_children[visited[depth]], depth)

@@ -368,10 +368,13 @@ class TreePolicy:
         """The tree of a replayable request: one that does not depend on what was served."""
         return self.next_shape(verifier, temperature)
 
-    def observe(self, verifier: str, temperature: float, shape, outcome, planned=None) -> None:
-        """A step drafted `shape` and got `outcome`.  planned: the tree the policy handed out
-        for it (None: `shape`), which a drafter may draft narrower (fewer children where
-        top-p, top-k or min-p leave q fewer tokens) and the tokens left shallower."""
+    def observe(self, verifier: str, temperature: float, shape, outcome) -> None:
+        """A step drafted `shape` and got `outcome`."""
+
+    def served(self, verifier: str, temperature: float, planned, outcome) -> None:
+        """A step of the tree `planned`, as the policy handed it out, ended with `outcome`: a
+        drafter may have drafted it narrower (fewer children where top-p, top-k or min-p leave
+        q fewer tokens), and the tokens left shallower (`observe` gets what it drafted)."""
 
     def trials(self) -> list[tuple[str, float, TrialReport]]:
         """What the policy's load trials measured and chose (none: it does not plan for load)."""
@@ -586,15 +589,18 @@ class SequoiaTrees(TreePolicy):
             vector = running.prior if vector is None else vector
         return solve(vector, self.explore_budget, self.spec.depth, verifier_class(verifier).max_drafts).tree()
 
-    def observe(self, verifier, temperature, shape, outcome, planned=None):
-        if self.load_aware:
-            self.batches.observe(outcome.batch_size)
-            level = self.load_level()
-            if level > 1:
-                with self._lock:
-                    trial = self._trials.get((self._key(verifier, temperature), level))
-                    if trial is not None:  # its turns are of the trees it handed out, as drafted or not
-                        trial.record(shape if planned is None else planned, len(outcome.tokens))
+    def served(self, verifier, temperature, planned, outcome):
+        if not self.load_aware:
+            return
+        self.batches.observe(outcome.batch_size)
+        level = self.load_level()
+        if level > 1:
+            with self._lock:
+                trial = self._trials.get((self._key(verifier, temperature), level))
+                if trial is not None:  # its turns are of the trees it handed out, as drafted or not
+                    trial.record(planned, len(outcome.tokens))
+
+    def observe(self, verifier, temperature, shape, outcome):
         if not self.adaptive or isinstance(shape, DynamicPlan) or shape.size <= 1:
             return
         key = self._key(verifier, temperature)

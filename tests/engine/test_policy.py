@@ -571,7 +571,7 @@ def test_auto_trees_are_priced_for_the_load_and_seeded_requests_keep_the_one_seq
     assert policy.first_shape("rrsw", 1.0) == alone  # what a seeded request drafts, whatever the load
     # The target's batches count too (other coordinators' sequences): 8 per forward is load 8.
     for _ in range(100):
-        policy.observe("rrsw", 1.0, TreeShape.chain(0), Outcome([1], [], [], batch_size=4))
+        policy.served("rrsw", 1.0, TreeShape.chain(0), Outcome([1], [], [], batch_size=4))
     assert policy.load_level(1) == 4
     policy.in_flight.mean = 1.0
     assert policy.next_shape("rrsw", 1.0) == policy.shape_under_load("rrsw", 1.0, 4)
@@ -600,7 +600,7 @@ def test_an_auto_trial_measures_what_it_serves_and_switches_to_target_only_when_
         drafts = shape.size > 1
         clock.now += 0.03 if drafts else 0.01  # drafting: 2 tokens per 30 ms, target-only 1 per 10 ms
         outcome = Outcome([1, 2], [1], [1]) if drafts else Outcome([1], [], [])
-        policy.observe("rrsw", 1.0, shape, outcome)
+        policy.served("rrsw", 1.0, shape, outcome)
         served.append(drafts)
     assert served[:16] == [True] * 16 and served[16:32] == [False] * 16 and served[32:] == [False] * 64
 
@@ -623,7 +623,8 @@ def test_an_auto_trial_counts_the_steps_of_its_drafting_tree_drafted_narrower(tm
         drafts = planned.size > 1
         clock.now += 0.02 if drafts else 0.01  # drafting: 3 tokens per 20 ms, target-only 1 per 10 ms
         outcome = Outcome([1, 2, 3], [1, 2], [1, 1]) if drafts else Outcome([1], [], [])
-        policy.observe("rrsw", 1.0, narrow if drafts else planned, outcome, planned)
+        policy.served("rrsw", 1.0, planned, outcome)
+        policy.observe("rrsw", 1.0, narrow if drafts else planned, outcome)
     assert trial.choice == "drafting"
     assert trial.report().rates == (pytest.approx(150.0), pytest.approx(100.0))
 
