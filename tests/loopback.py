@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 import time
@@ -9,9 +10,40 @@ import time
 import uvicorn
 
 
+# Ray's worker processes bind ports in 10002-19999 (its min/max_worker_port defaults).
+_ABOVE_RAYS_WORKER_PORTS = 20000
+_given: set[int] = set()
+
+
+def _ephemeral_ports_start() -> int:
+    """Where the ports the kernel hands out for binds to port 0 begin (Linux; 32768 elsewhere)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
     """A loopback TCP port nothing listens on now.  It is free only until somebody binds it, so
-    a server that can take a bound socket or bind port 0 itself should do that instead."""
+    a server that can take a bound socket or bind port 0 itself should do that instead.
+
+    It is drawn between Ray's worker ports and the kernel's ephemeral ones, and never given
+    twice: a Ray service binds its ports tens of seconds after choosing them, meanwhile its
+    actors, gRPC and every client socket bind ports the kernel chooses, and one of those took
+    a port that came from the ephemeral range ("the port is in use" at start-up)."""
+    low, high = _ABOVE_RAYS_WORKER_PORTS, _ephemeral_ports_start()
+    for _ in range(200 if high - low > 1000 else 0):
+        port = random.randrange(low, high)
+        if port in _given:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _given.add(port)
+        return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
