@@ -819,7 +819,9 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics():
-        return Response(service.metrics.exposition(), media_type=CONTENT_TYPE)
+        # Off the event loop: the tree collectors wait for the policy's lock, which a Sequoia
+        # plan holds while it runs; every request would wait with them.
+        return Response(await run_in_threadpool(service.metrics.exposition), media_type=CONTENT_TYPE)
 
     return app
 

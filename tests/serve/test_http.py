@@ -1292,6 +1292,24 @@ def test_metrics_export_what_the_load_trials_measured_and_chose(http, server):
     assert not any(name.startswith("rayspec_tree_trial") for name, _ in metric_samples(http))
 
 
+def test_a_scrape_waiting_for_the_policys_lock_holds_up_no_other_request(http, server):
+    """The tree collectors wait for the policy's lock, which a Sequoia plan holds while it
+    runs: a scrape then waits, off the event loop, and /health answers meanwhile."""
+    metrics, planning = server["service"].metrics, threading.Event()
+    metrics.watch_trials(lambda: (planning.wait(30), [])[1])
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            scrape = pool.submit(http.get, "/metrics")
+            time.sleep(0.3)  # the scrape is waiting in the collector
+            assert not scrape.done()
+            assert http.get("/health", timeout=5).status_code == 200
+            planning.set()
+            assert scrape.result(timeout=30).status_code == 200
+    finally:
+        planning.set()
+        metrics.watch_trials(server["service"].engine.tree_trials)
+
+
 def test_metrics_export_the_sequoia_trees_in_use_and_their_replanning(http, server):
     def sample(samples, name, verifier="rrsw", temperature="0.6", tree="sequoia:auto"):
         return samples.get((name, (("temperature", temperature), ("tree", tree), ("verifier", verifier))))
