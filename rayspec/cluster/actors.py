@@ -326,6 +326,7 @@ class WorkerWatch:
 
     def __init__(self, service, actors: dict):
         self.service, self.actors = service, dict(actors)
+        self._asked: dict = {}  # address -> the unanswered question to its actor (restarting, or unplaceable)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rayspec-worker-watch", daemon=True)
         self._thread.start()
@@ -337,9 +338,16 @@ class WorkerWatch:
     def check(self) -> None:
         """Ask each worker actor where it listens; follow those that moved."""
         for address, actor in list(self.actors.items()):
+            # An actor that cannot be placed queues what it is asked: the question still
+            # unanswered is waited for again, rather than a new one added every period.
+            asked = self._asked.pop(address, None) or actor.ready.remote()
+            answered, _ = ray.wait([asked], timeout=self.PERIOD)
+            if not answered:
+                self._asked[address] = asked
+                continue
             try:
-                now = ray.get(actor.ready.remote(), timeout=self.PERIOD)
-            except Exception:  # noqa: BLE001 — restarting (asked again next time), or gone for good
+                now = ray.get(asked)
+            except Exception:  # noqa: BLE001 — it failed while restarting (asked again next time), or is gone
                 continue
             if now != address:
                 log.warning("worker %s now listens at %s: dialling it there", address, now)
