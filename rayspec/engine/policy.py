@@ -451,7 +451,9 @@ class SequoiaTrees(TreePolicy):
 
     @staticmethod
     def _key(verifier: str, temperature: float) -> tuple[str, float]:
-        return verifier, round(min(float(temperature), MAX_PLANNED_TEMPERATURE), 1)
+        # Rounded as the float32 it crosses a wire as: 0.65 is 0.6499999762 in a gRPC message,
+        # and a request must plan the tree it plans in-process and over HTTP, where it is a double.
+        return verifier, round(min(float(np.float32(temperature)), MAX_PLANNED_TEMPERATURE), 1)
 
     def cost_model(self, verifier: str, sequences: int = 1, temperature: float = 1.0) -> CostModel:
         return step_cost_model(self.costs() if callable(self.costs) else self.costs, verifier, self.vocab_size,

@@ -30,6 +30,14 @@ def write_vector(directory, verifier, temperature, vector):
     )
 
 
+def test_a_temperature_plans_the_same_tree_whether_it_came_as_a_double_or_a_float32():
+    """The gRPC API's temperature is a float32 (0.65 arrives as 0.6499999762), HTTP's a double:
+    the same seed must draft the same tree through both."""
+    for temperature in np.arange(0.0, 2.2, 0.005):
+        assert SequoiaTrees._key("rrsw", temperature) == SequoiaTrees._key("rrsw", float(np.float32(temperature)))
+    assert SequoiaTrees._key("rrsw", 0.65) == ("rrsw", 0.6) and SequoiaTrees._key("rrsw", 7.0) == ("rrsw", 2.0)
+
+
 @pytest.mark.parametrize("acceptance, message", [
     ([0.7, 0.5], "sum to at most 1, got 1.200000"), ([0.5, float("nan")], "finite and non-negative"),
     ([0.5, -0.1], "finite and non-negative"), ([[0.5], [0.6, 0.1]], None)])
