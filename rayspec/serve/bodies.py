@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rayspec.engine.interfaces import MAX_LOGPROBS
 from rayspec.engine.policy import check_tree_spec
@@ -289,6 +289,16 @@ class Message(BaseModel):
             raise ValueError('only text content is supported: a string, or a list of {"type": "text", "text": ...} '
                              'parts')
         return check_text(text, "the content")
+
+    @model_validator(mode="after")
+    def _shape_of_its_role(self) -> "Message":
+        """OpenAI's: every message but an assistant's has content (one that calls tools may
+        have none), and only an assistant's carries tool_calls."""
+        if self.role != "assistant" and "content" not in self.model_fields_set:
+            raise ValueError(f"a {self.role} message needs content")
+        if self.tool_calls is not None and self.role != "assistant":
+            raise ValueError(f"tool_calls are an assistant message's, not a {self.role} message's")
+        return self
 
     def as_template_input(self) -> dict:
         message = {"role": self.role, "content": self.content}

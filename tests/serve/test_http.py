@@ -859,6 +859,11 @@ BAD_COMPLETIONS = [
      "the prediction has 32769 characters, far more than the model's context of 512 tokens can hold", None),
 ]
 BAD_CHATS = [
+    ({"messages": [{"role": "user"}]}, 400, "messages.0: Value error, a user message needs content", "messages"),
+    ({"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "c"}]}, 400,
+     "messages.1: Value error, a tool message needs content", "messages"),
+    ({"messages": [{"role": "user", "content": "hi", "tool_calls": []}]}, 400,
+     "tool_calls are an assistant message's, not a user message's", "messages"),
     ({"messages": [{"role": "user", "content": "hi"}], "prompt_logprobs": 1, "stream": True}, 400,
      "prompt_logprobs: a chat gives them in its non-streamed response only", "prompt_logprobs"),
     ({"messages": [{"role": "user", "content": "hi"}], "prompt_logprobs": 21}, 400,
