@@ -5,7 +5,9 @@ position t is Sample_C(p_t, ξ_t), its own coupled sample under the noise ξ_t s
 (seed, t) — never a function of q or of the drafts.  The drafter draws its k drafts at a
 node from the same ξ_t, so they tend to contain that token; verification merely looks the
 target's token up among them.  Hence the output is exactly target-only sampling with the
-same noise (`sample_target` at every position), whatever the drafter, and lossless.
+same noise (`sample_target` at every position), whatever the drafter, and lossless — given
+p: a target that scores a tree in one forward rounds p as the tree's shape has it, so a
+draw whose noise falls within that rounding of a boundary may differ between trees (README).
 
 Randomness: a `KeyedNoise` (the production path; `tree_randomness` shifts it by the
 node's depth, since a node at depth d verifies position base + d), or a torch.Generator,
