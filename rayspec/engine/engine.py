@@ -283,6 +283,7 @@ def _open_target(target, spec: SequenceSpec, cancelled: threading.Event | None):
     """`target.open(spec)`, the prompt's prefill, which stops (`GenerationCancelled`) where the
     target can stop it once the caller gave up (`watching_caller`): a remote target cancels
     its Open, and the worker skips or cuts short its prefill."""
+    _stop_if_cancelled(cancelled, "before its prompt was prefilled")  # no Open (nor prefill) for nobody
     with watching_caller(None if cancelled is None else cancelled.is_set):
         return target.open(spec)
 

@@ -71,7 +71,7 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
     @rpc_errors
     def Generate(self, message, context):
         request = self._request(message)
-        context.add_callback(request.cancel)  # the RPC ended (cancelled, past its deadline): stop waiting
+        _cancel_when_over(context, request)  # the RPC ended (cancelled, past its deadline): stop waiting
         with self._slot(), closing(request.run()) as steps:
             for _ in steps:
                 if not context.is_active():  # cancelled, or past its deadline: stop, releasing the sessions
@@ -81,7 +81,7 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
     @rpc_errors
     def GenerateStream(self, message, context):
         request = self._request(message)
-        context.add_callback(request.cancel)
+        _cancel_when_over(context, request)
         with self._slot():
             for added in request.run():
                 yield generation_pb2.GenerateStreamResponse(
@@ -91,6 +91,14 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
                         prompt_logprobs=_token_logprobs(request.prompt_ids[1:], added.prompt_logprobs)),
                 )
         yield generation_pb2.GenerateStreamResponse(complete=self._complete(request, ""))
+
+
+def _cancel_when_over(context, request: GenerationRequest) -> None:
+    """`request.cancel` once the RPC ends, or now if it already has: a deadline may pass while
+    `_request` tokenizes a long prompt, and gRPC then refuses the callback (False) rather than
+    run it, so the request would prefill and take its first step for nobody."""
+    if not context.add_callback(request.cancel):
+        request.cancel()
 
 
 def _token_logprobs(token_ids: list[int], logprobs: TokenLogprobs | None) -> list[generation_pb2.TokenLogprob]:

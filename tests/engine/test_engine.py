@@ -668,6 +668,10 @@ def test_a_generation_whose_caller_left_during_its_prefill_opens_no_drafter_and_
     with pytest.raises(GenerationCancelled, match=r"^its caller left after \d+ tokens$"):
         next(chunks)
     assert len(stats.steps) == 1 and engine.decoding == 0
+    # One that left before its prefill began (while its prompt was tokenized) opens nothing at all.
+    with pytest.raises(GenerationCancelled, match="^its caller left before its prompt was prefilled$"):
+        list(engine.generate([1, 2, 3], max_new_tokens=8, cancelled=cancelled))
+    assert (target.opens, drafter.opens, engine.decoding) == (2, 1, 0)
 
 
 def test_no_step_drafts_deeper_than_the_tokens_left_and_the_output_is_unchanged(pair, greedy_reference):
