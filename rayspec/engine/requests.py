@@ -122,13 +122,13 @@ class GenerationRequest:
         ignore_eos: EOS does not (vLLM's).  allowed_token_ids: the only tokens that can be
         drawn (vLLM's; None or empty: all).  bad_words: words the completion never contains
         (vLLM's).  include_stop_str_in_output: the text ends after the stop string that ended
-        it rather than before, and with a stop token id's text (vLLM's); skip_special_tokens: special tokens have no text
-        (default True, as in vLLM).  prediction: the completion expected, as text or token
-        ids (OpenAI's Predicted Outputs), drafted where the completion follows it
-        (`rayspec.engine.prediction`).  structured_output: what the completion must be
-        (`rayspec.engine.structured.StructuredOutput`: a JSON schema, any JSON object, a
-        regular expression or a choice), compiled here so that a bad one is refused before
-        anything runs."""
+        it rather than before, and with a stop token id's text (vLLM's); skip_special_tokens:
+        special tokens have no text (default True, as in vLLM).  prediction: the completion
+        expected, as text or token ids (OpenAI's Predicted Outputs), drafted where the
+        completion follows it (`rayspec.engine.prediction`).  structured_output: what the
+        completion must be (`rayspec.engine.structured.StructuredOutput`: a JSON schema, any
+        JSON object, a regular expression or a choice), compiled here so that a bad one is
+        refused before anything runs."""
         if (prompt is None) == (prompt_ids is None):
             raise ValueError("give exactly one of prompt (text) and prompt_ids (token ids)")
         context = engine.target.context_length
