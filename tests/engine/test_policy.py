@@ -594,14 +594,22 @@ def test_only_auto_trees_are_load_aware(tmp_path):
     assert off.next_shape("rrsw", 1.0, sequences=16) == off.shape_for("rrsw", 1.0)
 
 
-def test_an_auto_trial_measures_what_it_serves_and_switches_to_target_only_when_drafting_is_slower(tmp_path):
+def _trial_at_four_sequences(tmp_path) -> tuple[SequoiaTrees, TreeTrial, TreeShape, FakeClock]:
+    """An auto policy under a load of 4 sequences, its trial there on a fake clock: (policy,
+    trial, the trial's drafting tree, clock)."""
     write_vector(tmp_path, "rrsw", 1.0, [0.8, 0.1, 0.05])
     policy = SequoiaTrees(SequoiaSpec(None), AcceptanceLibrary(tmp_path), load_costs(0.001), adaptive=False)
     clock = FakeClock()
     for _ in range(40):  # the load builds up to 4 sequences at once
         policy.next_shape("rrsw", 1.0, sequences=4)
     drafting = policy.shape_under_load("rrsw", 1.0, 4)
-    policy._trials[("rrsw", 1.0), 4] = TreeTrial((drafting, TreeShape.chain(0)), 4, window=16, exploit=64, clock=clock)
+    trial = policy._trials[("rrsw", 1.0), 4] = TreeTrial((drafting, TreeShape.chain(0)), 4, window=16, exploit=64,
+                                                         clock=clock)
+    return policy, trial, drafting, clock
+
+
+def test_an_auto_trial_measures_what_it_serves_and_switches_to_target_only_when_drafting_is_slower(tmp_path):
+    policy, _, _, clock = _trial_at_four_sequences(tmp_path)
     served = []
     for _ in range(96):
         shape = policy.next_shape("rrsw", 1.0, sequences=4)
@@ -616,16 +624,9 @@ def test_an_auto_trial_measures_what_it_serves_and_switches_to_target_only_when_
 def test_an_auto_trial_counts_the_steps_of_its_drafting_tree_drafted_narrower(tmp_path):
     """A drafter draws fewer children than planned where top-p, top-k or min-p leave q fewer
     tokens: the step is still the drafting tree's, and its tokens count for it."""
-    write_vector(tmp_path, "rrsw", 1.0, [0.8, 0.1, 0.05])
-    policy = SequoiaTrees(SequoiaSpec(None), AcceptanceLibrary(tmp_path), load_costs(0.001), adaptive=False)
-    clock = FakeClock()
-    for _ in range(40):  # the load builds up to 4 sequences at once
-        policy.next_shape("rrsw", 1.0, sequences=4)
-    drafting = policy.shape_under_load("rrsw", 1.0, 4)
+    policy, trial, drafting, clock = _trial_at_four_sequences(tmp_path)
     assert drafting.max_children > 1
     narrow = TreeShape.chain(drafting.max_depth)  # each node's first child alone
-    trial = policy._trials[("rrsw", 1.0), 4] = TreeTrial((drafting, TreeShape.chain(0)), 4, window=16, exploit=64,
-                                                         clock=clock)
     for _ in range(96):
         planned = policy.next_shape("rrsw", 1.0, sequences=4)
         drafts = planned.size > 1
