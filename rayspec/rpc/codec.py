@@ -320,10 +320,15 @@ def decode_tree(message: worker_pb2.Tree, vocab_size: int, max_nodes: int = 4096
     shape = decode_shape(message, max_nodes)
     if len(message.tokens) != shape.size:
         raise CodecError(f"a tree of {shape.size} nodes needs {shape.size} tokens, got {len(message.tokens)}")
-    tokens = torch.tensor(list(message.tokens), dtype=torch.long)
+    return DraftTree(shape, _vocabulary_ids(message.tokens, vocab_size, "tree tokens"))
+
+
+def _vocabulary_ids(values, vocab_size: int, what: str) -> torch.Tensor:
+    """Token ids as an int64 tensor, refused (naming `what`) unless all are in the vocabulary."""
+    tokens = torch.tensor(list(values), dtype=torch.long)
     if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
-        raise CodecError(f"tree tokens outside the vocabulary [0, {vocab_size})")
-    return DraftTree(shape, tokens)
+        raise CodecError(f"{what} outside the vocabulary [0, {vocab_size})")
+    return tokens
 
 
 def encode_outcome(outcome: Outcome) -> worker_pb2.Outcome:
@@ -401,12 +406,9 @@ def _check_path_on(tree: DraftTree, path: list[int], tokens: list[int]) -> None:
 
 def decode_node_tokens(values, size: int, vocab_size: int) -> torch.Tensor:
     """A target's sample at each of a tree's `size` nodes (`ScoreReply.node_tokens`), checked."""
-    tokens = torch.tensor(list(values), dtype=torch.long)
-    if tokens.shape != (size,):
-        raise CodecError(f"{tokens.numel()} node tokens for a tree of {size} nodes")
-    if size and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
-        raise CodecError(f"node tokens outside the vocabulary [0, {vocab_size})")
-    return tokens
+    if len(values) != size:
+        raise CodecError(f"{len(values)} node tokens for a tree of {size} nodes")
+    return _vocabulary_ids(values, vocab_size, "node tokens")
 
 
 def encode_draft(draft: Draft, out: worker_pb2.DraftReply | None = None) -> worker_pb2.DraftReply:
