@@ -18,7 +18,9 @@ Streaming (`stream: true`) sends OpenAI's typed events, each as `event: <type>` 
 response.output_item.added, response.content_part.added, one response.output_text.delta per
 verified step that adds text, response.output_text.done, response.content_part.done,
 response.output_item.done, then response.completed (or response.incomplete).  A failure
-after the first event is an `error` event.
+after the first event is an `error` event, then `response.failed` carrying the Response with
+`status: "failed"` and its `error`, whose `code` is one of OpenAI's (`server_error`,
+`rate_limit_exceeded`, `invalid_prompt`).
 
 Nothing is stored (`store` is answered false): `previous_response_id`, `conversation`,
 `background`, `max_tool_calls`, reasoning, `include` and `top_logprobs` are refused with a 400 naming
@@ -55,6 +57,8 @@ from rayspec.serve.service import Service
 from rayspec.serve.tools import ToolCalling, ToolError
 
 ROLES = ("system", "developer", "user", "assistant")
+# The codes OpenAI's Response.error takes, by the HTTP status the failure would have had
+_RESPONSE_ERROR_CODES = {400: "invalid_prompt", 429: "rate_limit_exceeded"}
 
 
 class ResponsesBody(StrictBody):
@@ -328,10 +332,14 @@ class _Answer:
             finished = self.response(done=True)
             yield self.event("response.output_item.done", output_index=0, item=finished["output"][0])
             yield self.event(f"response.{finished['status']}", response=finished)
-        except Exception as failure:  # the status line is sent: the error travels as an event
-            error = error_body(failure)[1]["error"]
+        except Exception as failure:  # the status line is sent: the error travels as events
+            status, body = error_body(failure)
+            error = body["error"]
             yield self.event("error", code=error["code"] or error["type"], message=error["message"],
                              param=error["param"])
+            failed = {**self.response(done=False), "status": "failed",
+                      "error": {"code": _RESPONSE_ERROR_CODES.get(status, "server_error"), "message": error["message"]}}
+            yield self.event("response.failed", response=failed)
 
     async def read_events(self, steps):
         """An auto answer's items, each streamed as the reader gives it: a message's text as

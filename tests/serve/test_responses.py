@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from openai.types.responses import ResponseErrorEvent, ResponseFailedEvent
 
 from rayspec.rpc.remote import RemoteError
 from tests.serve.served import MODEL, chat_prompt, eventually, expected
@@ -125,7 +126,7 @@ def test_bad_input_gets_a_400_naming_the_field(http, body, message, param):
     assert http.post("/v1/responses", json={"input": "hi", "max_output_tokens": 2}).status_code == 200
 
 
-def test_unknown_models_are_404_and_a_failure_mid_stream_is_an_error_event(http, server):
+def test_unknown_models_are_404_and_a_failure_mid_stream_is_an_error_event_then_response_failed(http, server):
     reply = http.post("/v1/responses", json={"input": "hi", "model": "gpt-4"})
     assert reply.status_code == 404 and reply.json()["error"]["param"] == "model"
     target = server["target"]
@@ -135,8 +136,17 @@ def test_unknown_models_are_404_and_a_failure_mid_stream_is_an_error_event(http,
     with http.stream("POST", "/v1/responses", json={"input": "hi", "max_output_tokens": 100, "seed": 1,
                                                     "stream": True}) as reply:
         assert reply.status_code == 200
-        last = json.loads(reply.read().decode()[:-2].split("\n\n")[-1].split("\n")[1].removeprefix("data: "))
-    assert last["type"] == "error" and "connection reset" in last["message"] and last["code"] == "service_unavailable"
+        error, last = (json.loads(event.split("\n")[1].removeprefix("data: "))
+                       for event in reply.read().decode()[:-2].split("\n\n")[-2:])
+    assert error["type"] == "error" and "connection reset" in error["message"]
+    assert error["code"] == "service_unavailable"
+    assert last["type"] == "response.failed" and last["sequence_number"] == error["sequence_number"] + 1
+    failed = last["response"]
+    assert failed["status"] == "failed" and failed["error"]["code"] == "server_error"
+    assert failed["error"]["message"] == error["message"] and failed["id"].startswith("resp_")
+    # as the openai SDK's types have them, checked field by field
+    assert ResponseErrorEvent.model_validate(error).message == error["message"]
+    assert ResponseFailedEvent.model_validate(last).response.error.code == "server_error"
     eventually(lambda: target.open_sessions == 0, what="sessions released")
     target.fail = None
     assert http.post("/v1/responses", json={"input": "hi", "max_output_tokens": 2}).status_code == 200
