@@ -428,6 +428,11 @@ class GenerationActor(_Placed):
     def ready(self) -> str:
         return self.address
 
+    def workers(self) -> list[str]:
+        """The workers it dials, as "target host:port" / "drafter host:port" (the names HTTP
+        /health lists): where its `WorkerWatch` last found them."""
+        return list(self.service.workers)
+
     def costs(self, measure: bool = False) -> dict | None:
         """The step costs its engine plans sequoia:auto trees from (`Costs.to_json`), which the
         HTTP coordinator plans from too: measured at start-up when the service's tree is

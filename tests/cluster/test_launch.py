@@ -263,7 +263,19 @@ def test_a_worker_restarted_at_another_address_is_followed_by_both_coordinators(
             squatter.close()
         workers = httpx.get(f"{url}/health", timeout=10).json()["workers"]
         assert any(name.endswith(moved) for name in workers) and not any(name.endswith(address) for name in workers)
+        # the gRPC coordinator's watch keeps its own period: /health answering "ok" says only
+        # that the HTTP one has followed
+        _wait_until(lambda: any(name.endswith(moved) for name in _grpc_dials(running)),
+                    f"the gRPC coordinator to dial {moved}", timeout=60)
+        assert not any(name.endswith(address) for name in _grpc_dials(running))
     assert_serves_in_process_tokens(running, target_path, drafter_path)
+
+
+def _grpc_dials(running) -> list[str]:
+    """The workers the gRPC coordinator dials now ("target host:port", ...)."""
+    import ray
+
+    return ray.get(running.generation.workers.remote(), timeout=30)
 
 
 def _bound(sock, port: int) -> bool:
