@@ -410,10 +410,20 @@ class _Answer:
         for index, item in enumerate(finished["output"]):
             if not named:
                 opened = {**item, "status": "in_progress"}
+                if item["type"] == "message":
+                    opened["content"] = []  # its text follows in events
                 yield self.event("response.output_item.added", output_index=index, item=opened)
             if item["type"] == "function_call":
                 yield self.event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
                                  arguments=item["arguments"])
+            else:  # calls cut short, given as the text they are: a client reads a message's text from its events
+                text = item["content"][0]["text"]
+                place = {"item_id": item["id"], "output_index": index, "content_index": 0}
+                yield self.event("response.content_part.added", **place, part=self.part(""))
+                if text:
+                    yield self.event("response.output_text.delta", **place, delta=text, logprobs=[])
+                yield self.event("response.output_text.done", **place, text=text, logprobs=[])
+                yield self.event("response.content_part.done", **place, part=self.part(text))
             yield self.event("response.output_item.done", output_index=index, item=item)
         yield self.event(f"response.{finished['status']}", response=finished)
 

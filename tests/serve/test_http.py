@@ -2056,6 +2056,9 @@ def test_function_calls_through_the_responses_api(parts):
                                               max_output_tokens=64, stream=True, extra_body={"seed": 3}))
         required = client.responses.create(model=MODEL, input="weather?", tools=flat, tool_choice="required",
                                            max_output_tokens=96, extra_body={"seed": 1})
+        cut = dict(model=MODEL, input="weather?", tools=flat, tool_choice="required", max_output_tokens=5,
+                   extra_body={"seed": 1})
+        cut_short, cut_events = client.responses.create(**cut), list(client.responses.create(stream=True, **cut))
         [call] = response.output
         follow_up = client.responses.create(model=MODEL, max_output_tokens=8, extra_body={"seed": 1}, input=[
             {"role": "user", "content": "weather?"},
@@ -2074,6 +2077,14 @@ def test_function_calls_through_the_responses_api(parts):
         assert item.type == "function_call" and item.name in ("get_weather", "now") and json.loads(item.arguments) \
             is not None
     assert follow_up.output[0].type == "message"
+    # required calls cut short are given as their text, which the stream carries as a message's
+    [message] = cut_short.output
+    assert message.type == "message" and cut_short.status == "incomplete" and message.content[0].text
+    assert [event.type for event in cut_events][2:] == [
+        "response.output_item.added", "response.content_part.added", "response.output_text.delta",
+        "response.output_text.done", "response.content_part.done", "response.output_item.done", "response.incomplete"]
+    assert cut_events[2].item.content == []
+    assert cut_events[4].delta == cut_events[5].text == message.content[0].text == cut_events[-1].response.output_text
 
 
 def test_concurrent_structured_requests_each_get_their_sequential_text(parts):
