@@ -11,7 +11,7 @@ for the request's verifier near its temperature (`AcceptanceLibrary`), with the 
 limit on children per node.  They adapt while serving: the engine reports each step's
 accepted ranks, a running estimate of the vector builds up (`RunningAcceptance`), and every
 `replan_every` steps the tree is re-planned if the new vector predicts a gain above
-`threshold`; `history` records when and by how much.
+`threshold`; `history` records when and by how much (the latest `HISTORY_KEPT` re-plans).
 
 A check runs the dynamic program (sequoia:auto's, over 128 nodes and 10 levels, took 12 ms
 on the demo pair's CPU: 4 % of decoding at a check per 32 steps; over 1024 nodes, 0.3 s),
@@ -53,6 +53,7 @@ import logging
 import re
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -407,6 +408,8 @@ class SequoiaTrees(TreePolicy):
     """Sequoia's optimal trees per (verifier, temperature), optionally hardware-aware, adaptive
     and (sequoia:auto) load-aware."""
 
+    HISTORY_KEPT = 1024  # the latest re-plans `history` keeps: a service runs for months
+
     def __init__(self, spec: SequoiaSpec, library: AcceptanceLibrary, costs=None, vocab_size: int = 0,
                  adaptive: bool = True, replan_every: int = 32, threshold: float = 0.05, min_samples: float = 200.0,
                  explore_every: int = 4, explore_budget: int = 8, load_aware: bool = True,
@@ -446,7 +449,8 @@ class SequoiaTrees(TreePolicy):
         self.probes = 0
         self._lock = threading.Lock()
         self._checks_done = threading.Condition(self._lock)
-        self.history: list[Replanned] = []
+        self.history: deque[Replanned] = deque(maxlen=self.HISTORY_KEPT)
+        self._replans: dict[tuple[str, float], int] = {}  # trees changed, all told (history keeps the latest)
         self.steps = 0
 
     @staticmethod
@@ -559,7 +563,7 @@ class SequoiaTrees(TreePolicy):
         """(verifier, temperature, report) of every tree planned so far, by verifier and temperature."""
         with self._lock:
             return [(key[0], key[1], PlanReport(str(self.spec), shape.size, shape.max_depth,
-                                                sum(1 for event in self.history if (event.verifier, event.temperature) == key),
+                                                self._replans.get(key, 0),
                                                 self._checks.get(key, 0), self._check_seconds.get(key, 0.0)))
                     for key, shape in sorted(self._plans.items())]
 
@@ -657,6 +661,7 @@ class SequoiaTrees(TreePolicy):
             self._replan_interval[key] = interval
             self._replan_at[key] = at + interval
             if changed:
+                self._replans[key] = self._replans.get(key, 0) + 1
                 self.history.append(Replanned(steps, verifier, key[1], (current.size, current.max_depth),
                                               (better.size, better.max_depth), gain))
                 self._plans[key], self._vectors[key] = better, np.asarray(vector)

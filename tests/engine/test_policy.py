@@ -288,7 +288,7 @@ def test_adaptive_trees_stay_put_when_the_served_vector_matches(tmp_path):
                           min_samples=100, background_checks=False)
     rng = np.random.default_rng(1)
     serve_planned_trees(policy, vector, rng)
-    assert policy.history == []
+    assert not policy.history
 
 
 class CountedChecks(SequoiaTrees):
@@ -310,7 +310,7 @@ def test_replanning_checks_back_off_while_the_tree_holds(tmp_path):
                            max_replan_every=100, background_checks=False)
     rng = np.random.default_rng(1)
     serve_planned_trees(policy, vector, rng)
-    assert policy.history == []
+    assert not policy.history
     # the estimate first reaches min_samples at step 50; then 50, 100, and every 100 steps
     assert policy.checks == [50, 100, 200, 300, 400, 500, 600]
 
@@ -360,7 +360,7 @@ def test_a_check_that_fails_is_tried_again_replan_every_steps_later_not_at_the_n
             policy.observe("rrsw", 1.0, shape, simulate_walk(shape, vector, rng))
         except RuntimeError:
             failures += 1
-    assert policy.checks == [50, 75, 100] and failures == 3 and policy.history == []
+    assert policy.checks == [50, 75, 100] and failures == 3 and not policy.history
 
 
 def test_a_check_in_the_background_holds_up_no_step_and_lands_when_done(tmp_path):
@@ -384,7 +384,7 @@ def test_a_check_in_the_background_holds_up_no_step_and_lands_when_done(tmp_path
         policy.observe("rrsw", 1.0, first, simulate_walk(first, served, rng))
     assert checking.is_set() and policy.checks == [50]
     assert not policy.wait_for_checks(timeout=0.05)  # still held
-    assert policy.shape_for("rrsw", 1.0) == first and policy.history == []
+    assert policy.shape_for("rrsw", 1.0) == first and not policy.history
     release.set()
     assert policy.wait_for_checks(timeout=30)
     assert [event.step for event in policy.history] == [50]
@@ -410,7 +410,7 @@ def test_a_check_that_fails_in_the_background_is_logged_and_tried_again_later(tm
         for _ in range(120):
             policy.observe("rrsw", 1.0, first, simulate_walk(first, vector, rng))
             assert policy.wait_for_checks(timeout=30)
-    assert policy.checks == [50, 75, 100] and policy.history == []
+    assert policy.checks == [50, 75, 100] and not policy.history
     failures = [r for r in caplog.records if "re-planning check of the rrsw tree at T=1.0 failed" in r.getMessage()]
     assert len(failures) == 3 and "the planner failed" in failures[0].exc_text
     assert policy.shape_for("rrsw", 1.0) == first
@@ -451,7 +451,7 @@ def test_a_one_node_plan_stays_when_the_probes_confirm_it(tmp_path):
         shape = policy.next_shape("rrsw", 1.0)
         sizes.append(shape.size)
         policy.observe("rrsw", 1.0, shape, simulate_walk(shape, [0.2, 0.05], rng))
-    assert policy.history == [] and policy.shape_for("rrsw", 1.0).size == 1
+    assert not policy.history and policy.shape_for("rrsw", 1.0).size == 1
     probes = [i for i, size in enumerate(sizes) if size > 1]
     assert probes[:4] == [3, 7, 11, 15]  # every fourth step at first,
     gaps = np.diff(probes)
@@ -655,6 +655,22 @@ def test_a_new_levels_trial_starts_from_what_the_nearest_level_chose(tmp_path):
     assert (verifier, temperature, report.choice, report.drafting_nodes) == ("rrsw", 1.0, "target_only", drafting.size)
     assert report.rates == (pytest.approx(2 / 0.03), pytest.approx(100.0)) and report.turns == (1, 1)
     assert [t[2].sequences for t in policy.trials()] == [4, 8, 16]
+
+
+def test_history_keeps_the_latest_replans_and_the_report_counts_them_all(tmp_path, monkeypatch):
+    write_vector(tmp_path, "rrsw", 1.0, [0.3, 0.3, 0.2])
+
+    def served():
+        policy = CountedChecks(SequoiaSpec(16, 8), AcceptanceLibrary(tmp_path), replan_every=25,
+                               min_samples=100, background_checks=False)
+        serve_planned_trees(policy, [0.85, 0.05, 0.02], np.random.default_rng(0))
+        return policy
+
+    whole = served()
+    monkeypatch.setattr(SequoiaTrees, "HISTORY_KEPT", 1)
+    kept = served()
+    assert len(whole.history) > 1 and list(kept.history) == [whole.history[-1]]
+    assert kept.plans()[0][2].replans == len(whole.history)
 
 
 def test_plans_report_the_tree_in_use_its_changes_and_the_checks(tmp_path):
