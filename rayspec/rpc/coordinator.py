@@ -3,12 +3,14 @@
 The coordinator owns no model: its engine drives remote (or in-process) drafter and target
 handles.  `Generate` returns the whole completion; `GenerateStream` yields each verification
 step's text (and its tokens' log-probabilities, when asked; the first step's also carries the
-prompt's) as soon as it is verified, then a last message with the totals.
+prompt's) as soon as it is verified, then a last message with the totals.  Its
+`grpc.health.v1` service answers SERVING only while the target worker does.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from contextlib import closing, contextmanager
 
 from rayspec.client.types import GENERATION_FEATURES, GenerateRequest, stop_reason_fields
@@ -114,13 +116,16 @@ HEALTH_CHECK_THREADS = 4  # the server's threads beyond its generations': health
 
 
 def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits: Limits | None = None,
-                     max_concurrent_requests: int = 64, api_key: str | None = None):
+                     max_concurrent_requests: int = 64, api_key: str | None = None,
+                     serving: Callable[[], bool] | None = None):
     """Generation on `address`; requests beyond `max_concurrent_requests` running at once are
     refused with RESOURCE_EXHAUSTED (each holds a server thread while it generates).  With an
     `api_key`, calls without it (metadata `authorization: Bearer <key>`, as the SDK's
-    `api_key` sends it) are refused UNAUTHENTICATED, the health service's excepted."""
+    `api_key` sends it) are refused UNAUTHENTICATED, the health service's excepted.
+    `serving`: asked at each health check, whether the engine's workers let it serve (None:
+    always, as an engine over in-process models)."""
     servicer = GenerationServicer(engine, tokenizer, limits, max_concurrent_requests)
-    health = HealthServicer(["rayspec.v1.Generation"])
+    health = HealthServicer(["rayspec.v1.Generation"], serving)
 
     def register(server):
         generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)
@@ -150,7 +155,7 @@ def serve_generation_from_workers(address: str, target, drafter, verifier: str =
     from transformers import AutoTokenizer
 
     from rayspec.demo import DEMO_DIR, TARGET_PATH
-    from rayspec.rpc.remote import RemoteDrafter, RemoteTarget
+    from rayspec.rpc.remote import RemoteDrafter, RemoteTarget, overall_status, worker_statuses
 
     if isinstance(target, str):
         target = RemoteTarget(target, verify_at=verify_at)
@@ -162,4 +167,9 @@ def serve_generation_from_workers(address: str, target, drafter, verifier: str =
         acceptance_dir = DEMO_DIR / "acceptance"
     engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=tree, tokenizer=tokenizer,
                                draft_hedge=draft_hedge, acceptance_dir=acceptance_dir)
-    return serve_generation(engine, tokenizer, address, api_key=api_key)
+
+    def target_serves() -> bool:  # a drafter's absence is decoded around: the target's is not
+        return overall_status(worker_statuses({f"target {target.address}": target.channel})) == "ok"
+
+    return serve_generation(engine, tokenizer, address, api_key=api_key,
+                            serving=target_serves if isinstance(target, RemoteTarget) else None)

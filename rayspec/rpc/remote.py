@@ -37,7 +37,7 @@ from rayspec.engine.interfaces import (
 from rayspec.models.cancellation import caller_watch
 from rayspec.coupling import KeyedNoise
 from rayspec.rpc import codec
-from rayspec.rpc.generated import worker_pb2, worker_pb2_grpc
+from rayspec.rpc.generated import health_pb2, health_pb2_grpc, worker_pb2, worker_pb2_grpc
 from rayspec.rpc.server import GRPC_OPTIONS, RemoteError
 from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import TreeShape
@@ -477,6 +477,31 @@ class TargetLost(RemoteError, TargetUnavailable):
     """A target worker's call that failed for want of the worker: it is gone (UNAVAILABLE), or
     restarted and without the session (NOT_FOUND).  The engine resumes the sequence on it once
     it answers again."""
+
+
+HEALTH_TIMEOUT = 2.0
+
+
+def worker_statuses(channels: dict[str, grpc.Channel], timeout: float = HEALTH_TIMEOUT) -> dict[str, str]:
+    """Each worker's grpc.health.v1 status name, or UNREACHABLE with the reason (blocking).
+    `channels`: "target host:port" / "drafter host:port" -> the channel dialling it."""
+    statuses = {}
+    for name, channel in channels.items():
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
+            statuses[name] = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+        except grpc.RpcError as error:
+            statuses[name] = f"UNREACHABLE: {error.code().name}"
+    return statuses
+
+
+def overall_status(statuses: dict[str, str]) -> str:
+    """"ok" when every worker of `worker_statuses` serves; "degraded" when only drafters do
+    not (their sequences decode without drafts); else "unavailable"."""
+    down = [name for name, status in statuses.items() if status != "SERVING"]
+    if not down:
+        return "ok"
+    return "degraded" if all(name.startswith("drafter ") for name in down) else "unavailable"
 
 
 LOST_TARGET_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND})

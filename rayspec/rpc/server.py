@@ -21,7 +21,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent import futures
 
 import grpc
@@ -282,10 +282,13 @@ def _sweep_idle_sessions(servicer_ref, every: float) -> None:
 
 
 class HealthServicer(health_pb2_grpc.HealthServicer):
-    """grpc.health.v1: SERVING for the server ("") and the services it hosts."""
+    """grpc.health.v1: SERVING for the server ("") and the services it hosts — while
+    `serving()`, when given, holds: a coordinator asks whether its target workers answer, so
+    that a probe or a load balancer sees NOT_SERVING while its requests would fail."""
 
-    def __init__(self, services: list[str]):
+    def __init__(self, services: list[str], serving: Callable[[], bool] | None = None):
         self.statuses = {name: health_pb2.HealthCheckResponse.SERVING for name in ["", *services]}
+        self.serving = serving
 
     def set_serving(self, serving: bool) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
@@ -295,11 +298,18 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
     def Check(self, request, context):
         if request.service not in self.statuses:
             context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
-        return health_pb2.HealthCheckResponse(status=self.statuses[request.service])
+        return health_pb2.HealthCheckResponse(status=self._status(request.service))
 
     def Watch(self, request, context):
-        status = self.statuses.get(request.service, health_pb2.HealthCheckResponse.SERVICE_UNKNOWN)
+        status = self._status(request.service) if request.service in self.statuses \
+            else health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
         yield health_pb2.HealthCheckResponse(status=status)
+
+    def _status(self, service: str):
+        status = self.statuses[service]
+        if status == health_pb2.HealthCheckResponse.SERVING and self.serving is not None and not self.serving():
+            return health_pb2.HealthCheckResponse.NOT_SERVING
+        return status
 
 
 def _handler_like(handler, behaviour, request_deserializer):

@@ -811,10 +811,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
 
     @app.get("/health")
     async def health():
-        workers = await run_in_threadpool(service.health)
-        down = [name for name, status in workers.items() if status != "SERVING"]
-        status = "ok" if not down else "degraded" if all(name.startswith("drafter ") for name in down) \
-            else "unavailable"
+        status, workers = await run_in_threadpool(service.health)
         return JSONResponse({"status": status, "workers": workers}, status_code=503 if status == "unavailable" else 200)
 
     @app.get("/metrics")

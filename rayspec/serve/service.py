@@ -25,6 +25,7 @@ from rayspec.engine.pool import DrafterPool
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.engine.structured import StructuredOutput, compiled_index, structured_regex, vocabulary_of
 from rayspec.models.threads import honour_torch_threads
+from rayspec.rpc.remote import HEALTH_TIMEOUT, overall_status, worker_statuses
 from rayspec.serve.config import LimitsConfig, ServiceConfig
 from rayspec.serve.metrics import Metrics
 from rayspec.serve.tool_parsers import pick_parser
@@ -41,7 +42,6 @@ FALLBACK_CHAT_TEMPLATE = (
     "{{ '\\n\\n' }}{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}"
 )
-HEALTH_TIMEOUT = 2.0
 # apply_chat_template's own parameters (HF), which template variables must not shadow.
 _RENDERER_OPTIONS = {
     "conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
@@ -226,18 +226,10 @@ class Service:
             raise
         return streams
 
-    def health(self) -> dict[str, str]:
-        """Each worker's grpc.health.v1 status name, or UNREACHABLE with the reason (blocking)."""
-        from rayspec.rpc.generated import health_pb2, health_pb2_grpc
-
-        statuses = {}
-        for name, channel in self.workers.items():
-            try:
-                reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=HEALTH_TIMEOUT)
-                statuses[name] = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
-            except grpc.RpcError as error:
-                statuses[name] = f"UNREACHABLE: {error.code().name}"
-        return statuses
+    def health(self) -> tuple[str, dict[str, str]]:
+        """("ok" | "degraded" | "unavailable" (`overall_status`), each worker's status) (blocking)."""
+        statuses = worker_statuses(self.workers, HEALTH_TIMEOUT)
+        return overall_status(statuses), statuses
 
     def move_worker(self, old: str, new: str) -> None:
         """The worker at `old` (host:port) now listens at `new`: a Ray actor restarted on another

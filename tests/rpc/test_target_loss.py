@@ -245,3 +245,30 @@ def test_a_target_back_after_a_long_outage_is_dialled_within_seconds(pair):
         stream.close()
         remote.close()
         server.stop(0)
+
+
+def test_a_coordinator_answers_not_serving_to_health_checks_while_its_target_is_away(pair):
+    """A plain-process coordinator's grpc.health.v1 follows its target worker: SERVING while
+    the target answers, NOT_SERVING (the whole server and Generation alike) while it is gone,
+    SERVING again once a worker is back at its address.  A probe or load balancer thus turns
+    away from a coordinator whose requests would fail."""
+    from rayspec.client import Client
+    from rayspec.rpc.coordinator import serve_generation_from_workers
+
+    target_model, _ = pair
+    server, port = serve_target(LocalTarget(target_model), "127.0.0.1:0")
+    coordinator, coordinator_port = serve_generation_from_workers("127.0.0.1:0", f"127.0.0.1:{port}", None)
+    try:
+        with Client(f"127.0.0.1:{coordinator_port}", retries=0) as sdk:
+            assert sdk.health(timeout=10) and sdk.health("rayspec.v1.Generation", timeout=10)
+            server.stop(0).wait()
+            assert not sdk.health(timeout=10) and not sdk.health("rayspec.v1.Generation", timeout=10)
+            assert not sdk.health("no.such.Service", timeout=10)
+            server, _ = serve_target(LocalTarget(target_model), f"127.0.0.1:{port}")
+            deadline = time.monotonic() + 10  # the channel dials again within 2 s
+            while not sdk.health(timeout=10) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert sdk.health(timeout=10) and sdk.health("rayspec.v1.Generation", timeout=10)
+    finally:
+        coordinator.stop(0)
+        server.stop(0)
