@@ -284,8 +284,15 @@ def _open_target(target, spec: SequenceSpec, cancelled: threading.Event | None):
     target can stop it once the caller gave up (`watching_caller`): a remote target cancels
     its Open, and the worker skips or cuts short its prefill."""
     _stop_if_cancelled(cancelled, "before its prompt was prefilled")  # no Open (nor prefill) for nobody
-    with watching_caller(None if cancelled is None else cancelled.is_set):
+    with _watched_by(cancelled):
         return target.open(spec)
+
+
+def _watched_by(cancelled: threading.Event | None):
+    """`watching_caller` for a generation's `cancelled`: the calls to workers made within it
+    end (`GenerationCancelled`) once it is set, rather than at their deadline.  Around calls
+    only, never across a `yield`: the generation's consumer must not run inside the watch."""
+    return watching_caller(None if cancelled is None else cancelled.is_set)
 
 
 class SpeculativeEngine:
@@ -607,7 +614,8 @@ class SpeculativeEngine:
                     draft is None or (grafting is not None and grafting.grafts(draft.tree.shape, step_shape)))
                 placed = None  # with a grafted prediction: the node each of the drafter's nodes became
                 if by_drafter:
-                    drafted = drafting.draft(step_shape, len(produced))
+                    with _watched_by(cancelled):  # a first draft prefills the prompt: seconds
+                        drafted = drafting.draft(step_shape, len(produced))
                     if drafted is None:  # lost, or late: the step goes on without it
                         by_drafter = False
                     elif draft is None:
@@ -619,7 +627,8 @@ class SpeculativeEngine:
                 resume_by = None  # the step's deadline to resume by, from its first failure
                 while True:
                     try:
-                        outcome = target.verify(draft)
+                        with _watched_by(cancelled):  # a hung worker would hold the departed client's slot
+                            outcome = target.verify(draft)
                         break
                     except TargetUnavailable as error:
                         resume_by = resume_by or time.monotonic() + self.target_resume_timeout

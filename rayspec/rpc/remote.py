@@ -120,8 +120,11 @@ class CallStream:
     opens a new one — the session lives in the worker, not in the stream).  A call
     unanswered after `timeout` seconds is cancelled by a shared watchdog thread: the per-call
     deadline of unary calls, which a stream that lives as long as its session cannot carry
-    itself.  `sent` and `received`: the bytes of the last call's two messages, counted as
-    they are serialised and parsed (asking a message its size would serialise it again)."""
+    itself.  So is one whose caller left (`caller_watch`: the engine's client gave up), within
+    the watchdog's period, raising `GenerationCancelled`: a hung worker, or a first draft's
+    prefill, does not hold a departed client's slot until the deadline.  `sent` and
+    `received`: the bytes of the last call's two messages, counted as they are serialised and
+    parsed (asking a message its size would serialise it again)."""
 
     _END = None
 
@@ -132,10 +135,12 @@ class CallStream:
         self.timeout, self.what = timeout, what
         self.call_timeout = timeout  # the deadline of the call under way
         self.waiting_since: float | None = None
+        self.caller_left = None  # the call under way's `caller_watch`
         self.sent = self.received = 0
         self._requests: queue.SimpleQueue | None = None
         self._results = None
         self._expired = False
+        self._abandoned = False  # the call under way was cancelled for its caller, who left
         self._lock = threading.Lock()  # the watchdog's check-and-cancel against a call's start and end
 
     def _serialize(self, message) -> bytes:
@@ -156,8 +161,9 @@ class CallStream:
             self._results = self.method(iter(self._requests.get, self._END))
             _watchdog.watch(self)
         with self._lock:
-            self._expired = False
+            self._expired = self._abandoned = False
             self.call_timeout = self.timeout if timeout is None else timeout
+            self.caller_left = caller_watch()
             self.waiting_since = time.monotonic()
         self._requests.put(message)
         try:
@@ -165,14 +171,17 @@ class CallStream:
         except (grpc.RpcError, StopIteration) as error:
             expired = self._end_wait()
             self._close_stream()
+            if self._abandoned:
+                raise GenerationCancelled(f"its caller left while it waited for {self.what}") from None
             if expired:
                 raise RemoteError(f"DEADLINE_EXCEEDED: {self.what} did not answer within {self.call_timeout:g} s",
                                   grpc.StatusCode.DEADLINE_EXCEEDED) from None
             if isinstance(error, StopIteration):
                 raise RemoteError(f"UNAVAILABLE: {self.what} ended the session stream") from None
             raise failure(error.code(), error.details()) from None
-        if self._end_wait():
-            # The deadline struck as the reply came in: the reply stands, the cancelled stream goes.
+        if self._end_wait() or self._abandoned:
+            # The deadline or the caller's leaving struck as the reply came in: the reply
+            # stands, the cancelled stream goes.
             self._close_stream()
         which = result.WhichOneof("result")
         if which == "error":
@@ -187,13 +196,14 @@ class CallStream:
             self.waiting_since = None
             return self._expired
 
-    def expire(self, since: float) -> None:
+    def expire(self, since: float, abandoned: bool = False) -> None:
         """Cancel the call waiting since `since` (what the watchdog read), if it still waits:
-        not one that has had its reply, nor a later one."""
+        not one that has had its reply, nor a later one.  abandoned: for its caller, who left,
+        rather than past its deadline."""
         with self._lock:
             if self.waiting_since != since:  # answered (None), or a later call
                 return
-            self._expired = True
+            self._expired, self._abandoned = not abandoned, abandoned
             results = self._results
             if results is not None:
                 results.cancel()
@@ -210,7 +220,8 @@ class CallStream:
 
 
 class _Watchdog:
-    """One daemon thread cancelling the stream calls that outlived their deadline."""
+    """One daemon thread cancelling the stream calls that outlived their deadline or their
+    caller."""
 
     PERIOD = 0.25
 
@@ -237,9 +248,13 @@ class _Watchdog:
             with self._lock:
                 streams = list(self._streams)
             for stream in streams:
-                since = stream.waiting_since
-                if since is not None and now - since > stream.call_timeout:
+                since, left = stream.waiting_since, stream.caller_left
+                if since is None:
+                    continue
+                if now - since > stream.call_timeout:
                     stream.expire(since)
+                elif left is not None and left():
+                    stream.expire(since, abandoned=True)
 
 
 _watchdog = _Watchdog()
@@ -353,7 +368,11 @@ class _RemoteSession:
         deadline (None: the session's)."""
         timeout = self.timeout if timeout is None else timeout
         if self.steps is not None:
-            reply = self.steps.send(message, timeout)
+            try:
+                reply = self.steps.send(message, timeout)
+            except GenerationCancelled:
+                self.lost = True  # its worker may be hung: the session's release must not wait for it
+                raise
             return reply, self.steps.sent + self.steps.received
         kind = message.WhichOneof("call")
         request = getattr(message, kind)

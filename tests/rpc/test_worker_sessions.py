@@ -497,3 +497,61 @@ def test_a_client_that_leaves_during_its_prefill_cancels_the_workers_open():
     finally:
         remote.close()
         server.stop(0)
+
+
+def _hanging(worker, method: str, at_call: int, release: threading.Event):
+    """`worker`'s sessions' `method` ("verify" or "draft") hangs at its `at_call`-th call
+    (counted over all sessions) until `release` is set: a worker alive but stuck."""
+    calls, open_ = [], worker.open
+
+    def open(spec):
+        session = open_(spec)
+        original = getattr(session, method)
+
+        def hanging(*args):
+            calls.append(method)
+            if len(calls) == at_call:
+                release.wait(30)
+            return original(*args)
+
+        setattr(session, method, hanging)
+        return session
+
+    worker.open = open
+    return calls
+
+
+@pytest.mark.parametrize("role", ["target", "drafter"])
+def test_a_client_that_leaves_while_a_worker_hangs_ends_its_generation_at_once(role):
+    """A worker that stops answering under a step — a target's verify, or a drafter's first
+    draft (which prefills the prompt, under the call's 60-s deadline) — while the engine's
+    client leaves: the generation ends with `GenerationCancelled` within the call watchdog's
+    period, not at the deadline, and the session is released without waiting for the worker."""
+    model = tiny_llama(vocab=VOCAB, seed=0)
+    release = threading.Event()
+    worker = LocalTarget(model) if role == "target" else LocalDrafter(model)
+    _hanging(worker, "verify" if role == "target" else "draft", 2 if role == "target" else 1, release)
+    opened, closed = _tracking(worker)
+    server, port = (serve_target if role == "target" else serve_drafter)(worker, "127.0.0.1:0")
+    remote = (RemoteTarget(f"127.0.0.1:{port}", timeout=60) if role == "target"
+              else RemoteDrafter(f"127.0.0.1:{port}", VOCAB, timeout=60))
+    engine = (SpeculativeEngine(remote, LocalDrafter(model), verifier="gumbel", tree="chain:2") if role == "target"
+              else SpeculativeEngine(LocalTarget(model), remote, verifier="gumbel", tree="chain:2"))
+    cancelled = threading.Event()
+    try:
+        stream = engine.generate([11, 5, 7, 40], max_new_tokens=24, temperature=1.0, seed=3, ignore_eos=True,
+                                 cancelled=cancelled)
+        if role == "target":
+            next(stream)  # a first step verified: the second hangs
+        threading.Timer(0.5, cancelled.set).start()
+        started = time.monotonic()
+        with pytest.raises(GenerationCancelled, match=f"^its caller left while it waited for {role} 127.0.0.1:{port}$"):
+            next(stream)
+        assert 0.4 < time.monotonic() - started < 2.0
+        assert engine.decoding == 0
+        release.set()
+        assert _eventually(lambda: len(closed) == len(opened) == 1), (len(opened), len(closed))
+    finally:
+        release.set()
+        remote.close()
+        server.stop(0)
