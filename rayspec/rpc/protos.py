@@ -5,10 +5,11 @@
 The stubs are committed, so installing rayspec needs no code generation; a test checks that
 they are what this script produces from the current protos (but for the stamps of the
 grpcio-tools and protoc versions, which a patch release of the tools changes alone), and that
-those stamps ask for no newer grpcio and protobuf than pyproject.toml's minimums.  protoc names Python modules
-after the proto paths (`from rayspec.v1 import tensor_pb2`, `from grpc.health.v1 import
-health_pb2`), which would resolve into this package and into grpcio; the stubs are placed
-flat in `rayspec.rpc.generated` and those imports rewritten to point there.
+those stamps ask for no newer grpcio and protobuf than pyproject.toml's minimums.  protoc
+names Python modules after the proto paths (`from rayspec.v1 import tensor_pb2`, `from
+grpc.health.v1 import health_pb2`), which would resolve into this package and into grpcio;
+the stubs are placed flat in `rayspec.rpc.generated` and those imports rewritten to point
+there.
 """
 
 from __future__ import annotations
