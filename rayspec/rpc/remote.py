@@ -81,11 +81,11 @@ def call(method, request, timeout: float):
 CALLER_POLL_SECONDS = 0.05
 
 
-def call_while_wanted(method, request, timeout: float):
-    """`call`, cancelled (`GenerationCancelled`) once its caller left (`caller_left`, polled
-    every `CALLER_POLL_SECONDS`): a target's Open waits for the prompt's prefill, queued behind
-    the others', which a client that left no longer wants.  An answer that came first is
-    returned all the same; the engine then closes what it opened."""
+def call_while_wanted(method, request, timeout: float, when: str = "while its prompt was prefilled"):
+    """`call`, cancelled (`GenerationCancelled`: its caller left `when`) once its caller left
+    (`caller_left`, polled every `CALLER_POLL_SECONDS`): a target's Open waits for the prompt's
+    prefill, queued behind the others', which a client that left no longer wants.  An answer
+    that came first is returned all the same; the engine then closes what it opened."""
     left = caller_watch()
     if left is None:
         return call(method, request, timeout)
@@ -94,7 +94,7 @@ def call_while_wanted(method, request, timeout: float):
     future.add_done_callback(lambda _: answered.set())
     while not answered.wait(CALLER_POLL_SECONDS):
         if left() and future.cancel():
-            raise GenerationCancelled("its caller left while its prompt was prefilled")
+            raise GenerationCancelled(f"its caller left {when}")
     try:
         return future.result()
     except grpc.RpcError as error:
@@ -367,16 +367,17 @@ class _RemoteSession:
         """Send a call message (see `_new`): its reply and the bytes both ways.  timeout: its
         deadline (None: the session's)."""
         timeout = self.timeout if timeout is None else timeout
-        if self.steps is not None:
-            try:
+        try:
+            if self.steps is not None:
                 reply = self.steps.send(message, timeout)
-            except GenerationCancelled:
-                self.lost = True  # its worker may be hung: the session's release must not wait for it
-                raise
-            return reply, self.steps.sent + self.steps.received
-        kind = message.WhichOneof("call")
-        request = getattr(message, kind)
-        reply = call(getattr(self.stub, kind.capitalize()), request, timeout)
+                return reply, self.steps.sent + self.steps.received
+            kind = message.WhichOneof("call")
+            request = getattr(message, kind)
+            reply = call_while_wanted(getattr(self.stub, kind.capitalize()), request, timeout,
+                                      f"while it waited for {self.what}")
+        except GenerationCancelled:
+            self.lost = True  # its worker may be hung: the session's release must not wait for it
+            raise
         return reply, request.ByteSize() + reply.ByteSize()
 
     @contextlib.contextmanager

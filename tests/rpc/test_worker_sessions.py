@@ -521,20 +521,22 @@ def _hanging(worker, method: str, at_call: int, release: threading.Event):
     return calls
 
 
+@pytest.mark.parametrize("streams", [True, False], ids=["stream", "unary"])
 @pytest.mark.parametrize("role", ["target", "drafter"])
-def test_a_client_that_leaves_while_a_worker_hangs_ends_its_generation_at_once(role):
+def test_a_client_that_leaves_while_a_worker_hangs_ends_its_generation_at_once(role, streams):
     """A worker that stops answering under a step — a target's verify, or a drafter's first
     draft (which prefills the prompt, under the call's 60-s deadline) — while the engine's
     client leaves: the generation ends with `GenerationCancelled` within the call watchdog's
-    period, not at the deadline, and the session is released without waiting for the worker."""
+    period (or a unary call's poll), not at the deadline, and the session is released without
+    waiting for the worker."""
     model = tiny_llama(vocab=VOCAB, seed=0)
     release = threading.Event()
     worker = LocalTarget(model) if role == "target" else LocalDrafter(model)
     _hanging(worker, "verify" if role == "target" else "draft", 2 if role == "target" else 1, release)
     opened, closed = _tracking(worker)
     server, port = (serve_target if role == "target" else serve_drafter)(worker, "127.0.0.1:0")
-    remote = (RemoteTarget(f"127.0.0.1:{port}", timeout=60) if role == "target"
-              else RemoteDrafter(f"127.0.0.1:{port}", VOCAB, timeout=60))
+    remote = (RemoteTarget(f"127.0.0.1:{port}", timeout=60, streams=streams) if role == "target"
+              else RemoteDrafter(f"127.0.0.1:{port}", VOCAB, timeout=60, streams=streams))
     engine = (SpeculativeEngine(remote, LocalDrafter(model), verifier="gumbel", tree="chain:2") if role == "target"
               else SpeculativeEngine(LocalTarget(model), remote, verifier="gumbel", tree="chain:2"))
     cancelled = threading.Event()
