@@ -32,7 +32,7 @@ def _version(text: str) -> tuple[int, ...]:
 def _minimum(package: str) -> tuple[int, ...]:
     dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     [pin] = [d for d in dependencies if re.match(rf"{package}\s*>=", d)]
-    return _version(pin.split(">=")[1].strip())
+    return _version(pin.split(">=")[1].split(",")[0].strip())
 
 
 def test_committed_stubs_are_current(tmp_path):
