@@ -323,7 +323,7 @@ class WorkerWatch:
     taken — is dialled there (`Service.move_worker`) within `PERIOD` seconds of its restart.
     `actors`: address -> the worker actor listening there at first."""
 
-    PERIOD = 5.0
+    PERIOD = 1.0  # one small actor call per worker per period
 
     def __init__(self, service, actors: dict):
         self.service, self.actors = service, dict(actors)
