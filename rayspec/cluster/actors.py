@@ -299,7 +299,7 @@ def serve_generation_api(service, config: ServiceConfig) -> tuple:
     def serve(address):
         return serve_generation(service.engine, service.tokenizer, address, service.request_limits,
                                 max_concurrent_requests=config.limits.max_concurrent_requests, api_key=service.api_key,
-                                serving=lambda: service.health()[0] != "unavailable")
+                                serving=service.targets_answer)
 
     server, port = bind_again(serve, config.grpc.host, config.grpc.port)
     return server, advertised_address(config.grpc.host, port)

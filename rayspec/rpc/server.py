@@ -286,9 +286,18 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
     `serving()`, when given, holds: a coordinator asks whether its target workers answer, so
     that a probe or a load balancer sees NOT_SERVING while its requests would fail."""
 
+    # How long a check waits for `serving()` asked on its behalf (counted from when that ask
+    # began); past it, the last answer stands.  `serving()` may wait seconds on a hung worker:
+    # a probe (often 1-s timeouts) must not time out for it, nor may checks each hold one of
+    # the server's few spare threads meanwhile (its generations are then refused).
+    SERVING_WAIT = 0.5
+
     def __init__(self, services: list[str], serving: Callable[[], bool] | None = None):
         self.statuses = {name: health_pb2.HealthCheckResponse.SERVING for name in ["", *services]}
         self.serving = serving
+        self._serves = False  # `serving()`'s last answer (none yet: not known to serve)
+        self._asking: tuple[threading.Event, float] | None = None  # the ask in flight: (answered, wait until)
+        self._asking_lock = threading.Lock()
 
     def set_serving(self, serving: bool) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
@@ -307,9 +316,32 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
 
     def _status(self, service: str):
         status = self.statuses[service]
-        if status == health_pb2.HealthCheckResponse.SERVING and self.serving is not None and not self.serving():
+        if status == health_pb2.HealthCheckResponse.SERVING and self.serving is not None and not self._serving_now():
             return health_pb2.HealthCheckResponse.NOT_SERVING
         return status
+
+    def _serving_now(self) -> bool:
+        """`serving()`, asked by one thread at a time: a check joins the ask in flight (or
+        starts one) and waits for it until `SERVING_WAIT` after it began, then takes the last
+        answer."""
+        with self._asking_lock:
+            if self._asking is None:
+                self._asking = (threading.Event(), time.monotonic() + self.SERVING_WAIT)
+                threading.Thread(target=self._ask, args=(self._asking[0],), name="rayspec-health-ask",
+                                 daemon=True).start()
+            answered, until = self._asking
+        answered.wait(max(0.0, until - time.monotonic()))
+        return self._serves
+
+    def _ask(self, answered: threading.Event) -> None:
+        try:
+            serves = bool(self.serving())
+        except Exception:  # noqa: BLE001 — a check that fails says nothing serves
+            log.warning("the health check's serving() failed", exc_info=True)
+            serves = False
+        with self._asking_lock:
+            self._serves, self._asking = serves, None
+        answered.set()
 
 
 def _handler_like(handler, behaviour, request_deserializer):

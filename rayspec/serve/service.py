@@ -231,6 +231,12 @@ class Service:
         statuses = worker_statuses(self.workers, HEALTH_TIMEOUT)
         return overall_status(statuses), statuses
 
+    def targets_answer(self) -> bool:
+        """Whether every target worker answers SERVING (blocking): what the service needs to
+        serve at all, a drafter's absence being decoded around."""
+        targets = {name: channel for name, channel in self.workers.items() if name.startswith("target ")}
+        return overall_status(worker_statuses(targets, HEALTH_TIMEOUT)) == "ok"
+
     def move_worker(self, old: str, new: str) -> None:
         """The worker at `old` (host:port) now listens at `new`: a Ray actor restarted on another
         node (`rayspec.cluster.actors.WorkerWatch`).  Its handle dials it there from now on,
