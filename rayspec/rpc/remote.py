@@ -201,7 +201,8 @@ class CallStream:
         not one that has had its reply, nor a later one.  abandoned: for its caller, who left,
         rather than past its deadline."""
         with self._lock:
-            if self.waiting_since != since:  # answered (None), or a later call
+            # answered (None), a later call, or cancelled already (its thread not yet awake)
+            if self.waiting_since != since or self._expired or self._abandoned:
                 return
             self._expired, self._abandoned = not abandoned, abandoned
             results = self._results
