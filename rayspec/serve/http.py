@@ -289,6 +289,10 @@ class _Reply:
     def opening(self, index: int) -> dict | None:
         return None
 
+    def finish_choices(self, index: int) -> list[dict]:
+        """The streamed choices that end choice `index`, the last carrying its finish reason."""
+        return [self.finish_delta(index)]
+
 
 class _CompletionReply(_Reply):
     object = chunk_object = "text_completion"
@@ -415,6 +419,17 @@ class _ChatReply(_Reply):
                 "finish_reason": calling.finish_reason(request.finish_reason, called=calls is not None),
                 "stop_reason": request.stop_reason}
 
+    def finish_choices(self, index: int) -> list[dict]:
+        """As OpenAI ends a stream, the finish reason in a chunk of its own, after whatever the
+        end of the reply adds (a required reply's calls, an auto reply's last calls): the openai
+        client's stream helper closes a call (`tool_calls.function.arguments.done`) when a later
+        chunk carries the finish reason, never one that arrives with the call."""
+        last = self.finish_delta(index)
+        if not last["delta"]:
+            return [last]
+        return [{"index": index, "delta": last["delta"], "logprobs": last["logprobs"], "finish_reason": None},
+                {**last, "delta": {}, "logprobs": None}]
+
     def pieces_delta(self, index: int, pieces: list) -> dict:
         """The delta of an auto reply's newly read content and calls (the calls numbered on
         from those sent before)."""
@@ -434,7 +449,11 @@ class _ChatReply(_Reply):
                 "finish_reason": finish_reason, "stop_reason": stop_reason}
 
     def opening(self, index: int) -> dict:
-        return {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+        # a reply that is calls (named or required) has no content, as OpenAI's stream opens it;
+        # one cut short before its calls are whole follows with its text as content
+        calls = self.tool_calling is not None and self.tool_calling.mode in ("named", "required")
+        return {"index": index, "delta": {"role": "assistant", "content": None if calls else ""}, "logprobs": None,
+                "finish_reason": None}
 
     def response(self) -> dict:
         answer = super().response()
@@ -510,8 +529,11 @@ async def _events(reply: _Reply, streams: list[StepStream], include_usage: bool,
                     yield _sse(reply.chunk(delta, **extra(index)))
                 continue
             running -= 1
+            *before, last = reply.finish_choices(index)
+            for choice in before:
+                yield _sse(reply.chunk(choice, **extra(index)))
             figures = {} if running else {"rayspec": reply.figures()}
-            yield _sse(reply.chunk(reply.finish_delta(index), **figures, **extra(index)))
+            yield _sse(reply.chunk(last, **figures, **extra(index)))
         if include_usage:
             yield _sse(reply.usage_chunk())
     except Exception as error:  # the status line is sent: the error travels as an event

@@ -299,7 +299,7 @@ class _Answer:
             counts = self.request.usage()
             head["usage"] = {
                 "input_tokens": counts["prompt_tokens"],
-                "input_tokens_details": {"cached_tokens": counts["cached_prompt_tokens"]},
+                "input_tokens_details": {"cached_tokens": counts["cached_prompt_tokens"], "cache_write_tokens": 0},
                 "output_tokens": counts["completion_tokens"], "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": counts["prompt_tokens"] + counts["completion_tokens"],
             }

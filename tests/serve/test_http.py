@@ -1808,8 +1808,10 @@ def test_tool_calls_by_name_or_required_through_the_openai_client(parts):
         for made in reply.choices[0].message.tool_calls:
             arguments = json.loads(made.function.arguments)
             assert (made.function.name, set(arguments)) in (("get_weather", {"city", "unit"}), ("now", set()))
-    last = [c.choices[0] for c in required_streamed if c.choices and c.choices[0].finish_reason]
-    assert last[0].finish_reason == "tool_calls" and len(last[0].delta.tool_calls) == 1  # parallel_tool_calls false
+    finished = [c.choices[0].finish_reason for c in required_streamed if c.choices and c.choices[0].finish_reason]
+    streamed_calls = [call for c in required_streamed if c.choices for call in c.choices[0].delta.tool_calls or []]
+    assert finished == ["tool_calls"] and len(streamed_calls) == 1  # parallel_tool_calls false
+    assert not required_streamed[-1].choices[0].delta.tool_calls  # the finish reason in a chunk of its own, as OpenAI's
     assert follow_up.choices[0].message.content is not None
 
 
