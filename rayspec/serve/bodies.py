@@ -36,6 +36,19 @@ class StreamOptions(StrictBody):
     include_obfuscation: bool | None = None  # OpenAI's padding against side channels: accepted, none added
 
 
+class PromptCacheOptions(StrictBody):
+    """OpenAI's prompt_cache_options: how long its cache keeps a prompt's prefix (no answer changes)."""
+    mode: Literal["implicit", "explicit"] | None = None
+    ttl: Literal["30m", "12h"] | None = None
+
+
+def refuse_unless_default(asked: list[tuple[str, bool, str]]) -> None:
+    """A 400 naming the first field given other than at its default: (field, at its default, why)."""
+    for field, at_default, why in asked:
+        if not at_default:
+            raise bad_request(f"{field}: {why}", field)
+
+
 class GenerationBody(StrictBody):
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
@@ -56,7 +69,7 @@ class GenerationBody(StrictBody):
     min_p: float | None = Field(None, ge=0, le=1)
     min_tokens: int | None = Field(None, ge=0)
     stop_token_ids: list[int] | None = None
-    allowed_token_ids: list[int] | None = None
+    allowed_token_ids: list[int] | None = Field(None, min_length=1)  # [] allows no token: refused, as vLLM does
     bad_words: str | list[str] | None = None
     add_special_tokens: bool | None = None  # vLLM's: completions default true, chat false
     truncate_prompt_tokens: int | None = Field(None, ge=-1)
@@ -279,6 +292,7 @@ class Message(BaseModel):
     name: str | None = None
     tool_calls: list[dict[str, Any]] | None = None  # an assistant's calls, given back in the conversation
     tool_call_id: str | None = None  # a tool message: the call it answers
+    function_call: Any = None  # OpenAI's deprecated form of an assistant's tool_calls: refused, not dropped
 
     @field_validator("content")
     @classmethod
@@ -298,6 +312,8 @@ class Message(BaseModel):
             raise ValueError(f"a {self.role} message needs content")
         if self.tool_calls is not None and self.role != "assistant":
             raise ValueError(f"tool_calls are an assistant message's, not a {self.role} message's")
+        if self.function_call is not None:
+            raise ValueError("function_call (deprecated by OpenAI) is not supported: give the call as tool_calls")
         return self
 
     def as_template_input(self) -> dict:
@@ -325,6 +341,16 @@ class ChatBody(GenerationBody):
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
+    # OpenAI's prompt cache's lifetime: accepted, without effect on the answer
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    prompt_cache_options: PromptCacheOptions | None = None
+    # OpenAI's, accepted at their defaults (null, or what null means) and refused otherwise
+    audio: dict[str, Any] | None = None
+    modalities: list[str] | None = None
+    reasoning_effort: str | None = None
+    verbosity: str | None = None
+    web_search_options: dict[str, Any] | None = None
+    moderation: dict[str, Any] | None = None
 
     def prompt(self, service: Service) -> str:
         """The conversation rendered by the model's chat template, as this request asks (the
@@ -358,6 +384,14 @@ class ChatBody(GenerationBody):
 
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
+        refuse_unless_default([
+            ("audio", self.audio is None, 'audio output is not supported (text only: modalities ["text"])'),
+            ("modalities", self.modalities in (None, ["text"]), 'only text output is supported: ["text"]'),
+            ("reasoning_effort", self.reasoning_effort is None, "this model does not reason"),
+            ("verbosity", self.verbosity in (None, "medium"), 'only "medium" (the default) is supported'),
+            ("web_search_options", self.web_search_options is None, "web search is not supported"),
+            ("moderation", self.moderation is None, "moderation is not supported"),
+        ])
         if self.top_logprobs is not None and not self.logprobs:
             raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
         if self.prompt_logprobs is not None and self.stream:

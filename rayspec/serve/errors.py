@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 from fastapi.exceptions import RequestValidationError
 
@@ -34,7 +35,7 @@ def error_body(error: BaseException) -> tuple[int, dict]:
     if isinstance(error, ApiError):
         return openai_error(error.status, error.message, error.param, error.code)
     if isinstance(error, ValueError):  # the engine's and GenerationRequest's word for bad input
-        return openai_error(400, str(error))
+        return openai_error(400, str(error), field_named(str(error)))
     if isinstance(error, Overloaded):
         return openai_error(429, str(error), code="too_many_requests", kind="rate_limit_error")
     if isinstance(error, RemoteError) and error.worker_full:
@@ -47,6 +48,22 @@ def error_body(error: BaseException) -> tuple[int, dict]:
         return openai_error(503, f"a model worker failed or cannot be reached: {error}", kind="service_unavailable")
     log.error("internal error", exc_info=error)
     return openai_error(500, f"internal error: {type(error).__name__}: {error}", kind="internal_error")
+
+
+def field_named(message: str) -> str | None:
+    """The request field an engine's refusal is about, when it opens with its name ("temperature
+    must be ...", "logit_bias: ...", "allowed_token_ids names ..."); else None."""
+    match = _FIELD_FIRST.match(message)
+    if match is None:
+        return None
+    from rayspec.serve.bodies import ChatBody, CompletionBody  # here: they build on this module
+    from rayspec.serve.responses import ResponsesBody
+
+    fields = {*ChatBody.model_fields, *CompletionBody.model_fields, *ResponsesBody.model_fields}
+    return match.group(1) if match.group(1) in fields else None
+
+
+_FIELD_FIRST = re.compile(r"([a-z][a-z_]*)(?::| must | names )")
 
 
 def validation_error(error: RequestValidationError) -> ApiError:

@@ -38,7 +38,10 @@ output change the target's law, and the output follows that law exactly.  Fields
 change the answer and that rayspec does not implement (`suffix`, `best_of` > 1, grammars) are
 refused, never silently ignored; so
 are unknown fields, as OpenAI does.  `user`, `metadata`, `store`, `service_tier`,
-`safety_identifier` and `prompt_cache_key` are accepted and ignored (they change no answer).
+`safety_identifier`, `prompt_cache_key` and chat's `prompt_cache_retention` and
+`prompt_cache_options` are accepted and ignored (they change no answer); chat's `audio`,
+`modalities`, `reasoning_effort`, `verbosity`, `web_search_options` and `moderation` are
+accepted at their defaults (null, `["text"]`, `"medium"`) and refused otherwise.
 
 Log-probabilities are the target's raw law at each token's position — the log-softmax of its
 logits, before temperature, top-k and top-p — as OpenAI and vLLM report them, whatever the

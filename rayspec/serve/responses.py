@@ -23,9 +23,11 @@ after the first event is an `error` event, then `response.failed` carrying the R
 `rate_limit_exceeded`, `invalid_prompt`).
 
 Nothing is stored (`store` is answered false): `previous_response_id`, `conversation`,
-`background`, `max_tool_calls`, reasoning, `include` and `top_logprobs` are refused with a 400 naming
-the field, never ignored.  `text.format` may ask for structured output: `{"type":
-"json_object"}` or `{"type": "json_schema", "name": ..., "schema": {...}}`
+`background`, `max_tool_calls`, reasoning, `include`, `top_logprobs`, `context_management`,
+`moderation` and a `text.verbosity` other than "medium" are refused with a 400 naming the field,
+never ignored; `stream_options` (with `stream: true`), `prompt_cache_retention` and
+`prompt_cache_options` are accepted and change nothing.  `text.format` may ask for structured
+output: `{"type": "json_object"}` or `{"type": "json_schema", "name": ..., "schema": {...}}`
 (`rayspec.engine.structured`).  Function tools with `tool_choice` "required" or
 `{"type": "function", "name": ...}` answer with `function_call` items (`rayspec.serve.tools`);
 with "auto" (the default when tools are given) the model answers freely and the service's
@@ -39,7 +41,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -48,7 +50,9 @@ from pydantic import Field
 from rayspec.engine.requests import GenerationRequest
 from rayspec.engine.structured import StructuredOutput
 from rayspec.engine.text import check_text
-from rayspec.serve.bodies import RayspecOptions, StrictBody, check_tree, tool_calling_read_by_service
+from rayspec.serve.bodies import (
+    PromptCacheOptions, RayspecOptions, StrictBody, check_tree, refuse_unless_default, tool_calling_read_by_service,
+)
 from rayspec.serve.errors import bad_request, error_body
 from rayspec.serve.http import (
     EventStream, Primed, drain, speculation_figures, unless_client_leaves,
@@ -59,6 +63,10 @@ from rayspec.serve.tools import ToolCalling, ToolError
 ROLES = ("system", "developer", "user", "assistant")
 # The codes OpenAI's Response.error takes, by the HTTP status the failure would have had
 _RESPONSE_ERROR_CODES = {400: "invalid_prompt", 429: "rate_limit_exceeded"}
+
+
+class ResponsesStreamOptions(StrictBody):
+    include_obfuscation: bool | None = None  # OpenAI's padding against side channels: accepted, none added
 
 
 class ResponsesBody(StrictBody):
@@ -85,6 +93,9 @@ class ResponsesBody(StrictBody):
     service_tier: str | None = None
     parallel_tool_calls: bool | None = None
     truncation: str | None = None
+    stream_options: ResponsesStreamOptions | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    prompt_cache_options: PromptCacheOptions | None = None
     # refused when they ask for something (`refuse_unsupported`)
     previous_response_id: str | None = None
     conversation: Any = None
@@ -97,6 +108,8 @@ class ResponsesBody(StrictBody):
     include: list[str] | None = None
     top_logprobs: int | None = None
     prompt: Any = None
+    context_management: list[Any] | None = None
+    moderation: dict[str, Any] | None = None
 
     def refuse_unsupported(self) -> None:
         """A 400 naming the first field asking for what a stateless text service cannot do."""
@@ -116,6 +129,17 @@ class ResponsesBody(StrictBody):
         for asked, message in refusals:
             if asked:
                 raise bad_request(message, message.split(":")[0])
+        text = self.text or {}
+        refuse_unless_default([
+            ("stream_options", self.stream_options is None or bool(self.stream),
+             "only allowed with stream: true"),
+            ("context_management", not self.context_management, "context compaction is not supported"),
+            ("moderation", self.moderation is None, "moderation is not supported"),
+            ("text", not set(text) - {"format", "verbosity"},
+             f"unknown field(s) {', '.join(sorted(set(text) - {'format', 'verbosity'}))}; text takes format "
+             f"and verbosity"),
+            ("text", text.get("verbosity") in (None, "medium"), 'verbosity: only "medium" (the default) is supported'),
+        ])
         # echoed in the answer, which is UTF-8: refused before generating rather than failing after it
         echoed = [("user", self.user), *(("metadata", text) for pair in (self.metadata or {}).items() for text in pair)]
         for field, text in echoed:

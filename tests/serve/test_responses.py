@@ -112,7 +112,7 @@ def test_a_streamed_response_is_openais_event_sequence(client, http):
     ({"input": "hi", "tools": [{"type": "function", "name": "f", "parameters": {
         "type": "object", "properties": {"n": {"type": "number", "minimum": 0}}}}], "tool_choice": "required"},
      "tools: json_schema uses", "tools"),
-    ({"input": "hi", "temperature": -1}, "temperature must be >= 0", None),
+    ({"input": "hi", "temperature": -1}, "temperature must be >= 0", "temperature"),
     ({"input": "hi", "rayspec": {"verifier": "nope"}}, "unknown verifier 'nope'", None),
     ({"input": "hi", "rayspec": {"tree": "kary:9"}}, "tree spec", "rayspec.tree"),
     ({"input": "hi", "frobnicate": 1}, "unrecognized request argument: frobnicate", "frobnicate"),
