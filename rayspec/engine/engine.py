@@ -295,6 +295,21 @@ def _watched_by(cancelled: threading.Event | None):
     return watching_caller(None if cancelled is None else cancelled.is_set)
 
 
+class _ClosedWatched(ExitStack):
+    """A generation's sessions, closed within the watch of its caller (`_watched_by`): a
+    remote session's Release is waited for only while the caller is there, so that one that
+    left while a worker hangs is let go at once.  Only the closing is watched, never the
+    block, which yields to the generation's consumer."""
+
+    def __init__(self, cancelled: threading.Event | None):
+        super().__init__()
+        self._cancelled = cancelled
+
+    def __exit__(self, *exc):
+        with _watched_by(self._cancelled):
+            return super().__exit__(*exc)
+
+
 class SpeculativeEngine:
     """Speculative decoding over a target and (optionally) a drafter."""
 
@@ -583,7 +598,7 @@ class SpeculativeEngine:
             grafting = GraftChoice(self.graft_predictions, None if costs is None else
                                    step_cost_model(costs, verifier, self.target.vocab_size,
                                                    temperature=params.temperature))
-        with ExitStack() as sessions:
+        with _ClosedWatched(cancelled) as sessions:
             targeting = sessions.enter_context(ExitStack())  # the target's session
             target = targeting.enter_context(closing(_open_target(self.target, spec, cancelled)))
             _stop_if_cancelled(cancelled, "while its prompt was prefilled")

@@ -403,26 +403,38 @@ class _RemoteSession:
             # unwatched.
             release_unwatched(self.stub, self.session_id)
             return
-        try:
-            self.stub.Release(worker_pb2.ReleaseRequest(session_id=self.session_id), timeout=RELEASE_TIMEOUT)
-        except grpc.RpcError:
-            pass  # the worker expires idle sessions anyway
+        # Waited for (up to `RELEASE_TIMEOUT`) only while the generation's caller is there
+        # (`caller_watch`): one that left while a worker hangs — a generation cancelled with
+        # its drafter and target both stopped, or between two calls — is let go at once, its
+        # Release going on unwatched.
+        answered = threading.Event()
+        release_unwatched(self.stub, self.session_id).add_done_callback(lambda _: answered.set())
+        left = caller_watch()
+        until = time.monotonic() + RELEASE_TIMEOUT
+        while not answered.wait(CALLER_POLL_SECONDS) and time.monotonic() < until:
+            if left is not None and left():
+                return
 
 
 RELEASE_TIMEOUT = 5.0
+# An unwatched Release waits longer: it is sent to a worker that may be hung (stopped, stalled,
+# cut off) and nobody waits for it, so a deadline past the worker's hang costs nothing, while
+# one that expires first leaves the session, KV cache and all, until the worker's idle expiry.
+UNWATCHED_RELEASE_TIMEOUT = DEFAULT_TIMEOUT
 _unwatched_releases: set = set()  # their calls, kept from garbage collection (which cancels a call)
 _unwatched_lock = threading.Lock()
 
 
-def release_unwatched(stub, session_id: str) -> None:
+def release_unwatched(stub, session_id: str) -> grpc.Future:
     """Ask a worker to release `session_id` without waiting for its answer: after a call that
     failed in a way that leaves the session's fate unknown (an Open or a step past its
     deadline, a broken stream), to a worker that may be gone, hung or merely slow.  Releasing
     an id the worker does not know, or one still opening, is harmless (`Servicer.release`)."""
-    future = stub.Release.future(worker_pb2.ReleaseRequest(session_id=session_id), timeout=RELEASE_TIMEOUT)
+    future = stub.Release.future(worker_pb2.ReleaseRequest(session_id=session_id), timeout=UNWATCHED_RELEASE_TIMEOUT)
     with _unwatched_lock:
         _unwatched_releases.add(future)
     future.add_done_callback(_forget_release)
+    return future
 
 
 def _forget_release(future) -> None:
