@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import shutil
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from rayspec.demo import TARGET_PATH
@@ -36,3 +36,19 @@ def stopping(worker: Worker):
         yield worker
     finally:
         worker.stop()
+
+
+def start_tiny_pair_workers(started: ExitStack, directory: Path, *coordinator_args: str) -> dict:
+    """A target and a drafter worker of `save_tiny_pair`'s pair and a coordinator over them
+    (with `coordinator_args`), processes logging into `directory`, each stopped when `started`
+    closes (one that fails to start stops those started before it): {"target", "drafter",
+    "coordinator", "paths": (target path, drafter path)}."""
+    target_path, drafter_path = save_tiny_pair(directory)
+    target = started.enter_context(stopping(Worker(directory / "target.log", "--role", "target", "--model",
+                                                   str(target_path))))
+    drafter = started.enter_context(stopping(Worker(directory / "drafter.log", "--role", "drafter", "--model",
+                                                    str(drafter_path))))
+    coordinator = started.enter_context(stopping(Worker(
+        directory / "coordinator.log", "--role", "coordinator", "--target", target.address, "--drafter",
+        drafter.address, "--tokenizer", str(target_path), *coordinator_args)))
+    return {"target": target, "drafter": drafter, "coordinator": coordinator, "paths": (target_path, drafter_path)}

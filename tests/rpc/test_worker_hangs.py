@@ -18,7 +18,7 @@ from rayspec.engine.interfaces import SequenceSpec
 from rayspec.rpc import codec
 from rayspec.rpc.generated import worker_pb2, worker_pb2_grpc
 from rayspec.verify.processing import SamplingParams
-from tests.rpc.processes import Worker, save_tiny_pair, stopping
+from tests.rpc.processes import start_tiny_pair_workers
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs SIGSTOP")
 
@@ -27,17 +27,11 @@ MAX_SESSIONS = 256  # a worker's (`Servicer`)
 
 @pytest.fixture
 def cluster(tmp_path):
-    target_path, drafter_path = save_tiny_pair(tmp_path)
     with ExitStack() as started:
-        target = started.enter_context(stopping(Worker(tmp_path / "target.log", "--role", "target", "--model",
-                                                       str(target_path))))
-        drafter = started.enter_context(stopping(Worker(tmp_path / "drafter.log", "--role", "drafter", "--model",
-                                                        str(drafter_path))))
-        coordinator = started.enter_context(stopping(Worker(
-            tmp_path / "coordinator.log", "--role", "coordinator", "--target", target.address, "--drafter",
-            drafter.address, "--tokenizer", str(target_path))))
+        workers = start_tiny_pair_workers(started, tmp_path)
+        target, drafter = workers["target"], workers["drafter"]
         try:
-            yield {"target": target, "drafter": drafter, "coordinator": coordinator, "logs": tmp_path}
+            yield {**workers, "logs": tmp_path}
         finally:
             for worker in (target, drafter):  # never leave one stopped
                 if worker.process.poll() is None:

@@ -29,7 +29,7 @@ from rayspec.rpc.generated import (
     generation_pb2, generation_pb2_grpc, health_pb2, health_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc,
 )
 from rayspec.rpc.remote import RemoteDrafter, RemoteTarget
-from tests.rpc.processes import Worker, save_tiny_pair, stopping
+from tests.rpc.processes import Worker, start_tiny_pair_workers, stopping
 
 CASES = [("rrsw", "kary:2x3", 0.8), ("spechub", "kary:2x2", 1.0), ("gumbel", "kary:2x3", 1.0), ("greedy", "kary:3x2", 0.0),
          ("topk", "dynamic:12x3x3", 0.9)]
@@ -37,18 +37,9 @@ CASES = [("rrsw", "kary:2x3", 0.8), ("spechub", "kary:2x2", 1.0), ("gumbel", "ka
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("workers")
-    target_path, drafter_path = save_tiny_pair(tmp)
-    with ExitStack() as started:  # a worker that fails to start stops those started before it
-        target = started.enter_context(stopping(Worker(tmp / "target.log", "--role", "target", "--model",
-                                                       str(target_path))))
-        drafter = started.enter_context(stopping(Worker(tmp / "drafter.log", "--role", "drafter", "--model",
-                                                        str(drafter_path))))
-        coordinator = started.enter_context(stopping(Worker(
-            tmp / "coordinator.log", "--role", "coordinator", "--target", target.address, "--drafter",
-            drafter.address, "--verifier", "rrsw", "--tree", "kary:2x3", "--tokenizer", str(target_path),
-        )))
-        yield {"target": target, "drafter": drafter, "coordinator": coordinator, "paths": (target_path, drafter_path)}
+    with ExitStack() as started:
+        yield start_tiny_pair_workers(started, tmp_path_factory.mktemp("workers"), "--verifier", "rrsw",
+                                      "--tree", "kary:2x3")
 
 
 @pytest.fixture(scope="module")
