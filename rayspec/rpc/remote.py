@@ -426,11 +426,13 @@ _unwatched_lock = threading.Lock()
 
 
 def release_unwatched(stub, session_id: str) -> grpc.Future:
-    """Ask a worker to release `session_id` without waiting for its answer: after a call that
-    failed in a way that leaves the session's fate unknown (an Open or a step past its
-    deadline, a broken stream), to a worker that may be gone, hung or merely slow.  Releasing
-    an id the worker does not know, or one still opening, is harmless (`Servicer.release`)."""
-    future = stub.Release.future(worker_pb2.ReleaseRequest(session_id=session_id), timeout=UNWATCHED_RELEASE_TIMEOUT)
+    """Ask a worker to release `session_id` without waiting for its answer (the call's future,
+    which `_RemoteSession.close` waits on while its caller is there): after a call that failed
+    in a way that leaves the session's fate unknown (an Open or a step past its deadline, a
+    broken stream), to a worker that may be gone, hung or merely slow.  Releasing an id the
+    worker does not know, or one still opening, is harmless (`Servicer.release`)."""
+    request = worker_pb2.ReleaseRequest(session_id=session_id)
+    future = stub.Release.future(request, timeout=UNWATCHED_RELEASE_TIMEOUT)
     with _unwatched_lock:
         _unwatched_releases.add(future)
     future.add_done_callback(_forget_release)
