@@ -1220,7 +1220,10 @@ def test_a_client_that_leaves_while_its_target_is_lost_frees_its_slot_at_once(ht
     try:
         body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 200, "temperature": 0, "stream": True}
         with http.stream("POST", "/v1/completions", json=body) as reply:
-            next(line for line in reply.iter_lines() if line.startswith("data: {"))
+            # held until the client leaves: an iterator dropped would close the stream now, and
+            # the generation, stopped at once, might never reach its lost step
+            lines = reply.iter_lines()
+            next(line for line in lines if line.startswith("data: {"))
             eventually(faulty.lost.is_set, what="the target session to be lost")
         left = time.monotonic()
         eventually(lambda: metric_samples(http).get(aborted, 0) == aborts + 1, timeout=10, what="the abort")
