@@ -1365,7 +1365,8 @@ def test_a_client_disconnect_stops_the_generation_and_releases_the_sessions(http
     aborts = metric_samples(http).get(aborted, 0)
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 200, "seed": 1, "stream": True}
     with http.stream("POST", "/v1/chat/completions", json=body) as response:
-        first = next(line for line in response.iter_lines() if line)
+        lines = response.iter_lines()  # held: an iterator dropped would close the stream before the checks
+        first = next(line for line in lines if line)
         assert json.loads(first[len("data: "):])["choices"][0]["delta"]["role"] == "assistant"
         assert target.open_sessions == 1 and drafter.open_sessions == 1
     # the connection is closed mid-stream; once the server has ended that response ...
