@@ -113,24 +113,19 @@ class ResponsesBody(StrictBody):
 
     def refuse_unsupported(self) -> None:
         """A 400 naming the first field asking for what a stateless text service cannot do."""
-        refusals = [
-            (self.previous_response_id, "previous_response_id: responses are not stored; send the whole conversation "
-                                        "as input"),
-            (self.conversation, "conversation: conversations are not stored; send the whole conversation as input"),
-            (self.background, "background: responses run in the foreground only"),
-            (self.max_tool_calls, "max_tool_calls: not supported (parallel_tool_calls: false makes one call)"),
-            (self.reasoning and any(v is not None for v in self.reasoning.values()),
-             "reasoning: reasoning options are not supported"),
-            (self.include, "include: no extra output is supported (log-probabilities: /v1/chat/completions)"),
-            (self.top_logprobs, "top_logprobs: log-probabilities are given by /v1/chat/completions"),
-            (self.prompt, "prompt: stored prompt templates are not supported"),
-            (self.truncation not in (None, "disabled"), 'truncation: only "disabled" is supported'),
-        ]
-        for asked, message in refusals:
-            if asked:
-                raise bad_request(message, message.split(":")[0])
         text = self.text or {}
         refuse_unless_default([
+            ("previous_response_id", not self.previous_response_id,
+             "responses are not stored; send the whole conversation as input"),
+            ("conversation", not self.conversation, "conversations are not stored; send the whole conversation as input"),
+            ("background", not self.background, "responses run in the foreground only"),
+            ("max_tool_calls", not self.max_tool_calls, "not supported (parallel_tool_calls: false makes one call)"),
+            ("reasoning", not (self.reasoning and any(v is not None for v in self.reasoning.values())),
+             "reasoning options are not supported"),
+            ("include", not self.include, "no extra output is supported (log-probabilities: /v1/chat/completions)"),
+            ("top_logprobs", not self.top_logprobs, "log-probabilities are given by /v1/chat/completions"),
+            ("prompt", not self.prompt, "stored prompt templates are not supported"),
+            ("truncation", self.truncation in (None, "disabled"), 'only "disabled" is supported'),
             ("stream_options", self.stream_options is None or bool(self.stream),
              "only allowed with stream: true"),
             ("context_management", not self.context_management, "context compaction is not supported"),
