@@ -155,7 +155,7 @@ def serve_generation_from_workers(address: str, target, drafter, verifier: str =
     from transformers import AutoTokenizer
 
     from rayspec.demo import DEMO_DIR, TARGET_PATH
-    from rayspec.rpc.remote import RemoteDrafter, RemoteTarget, overall_status, worker_statuses
+    from rayspec.rpc.remote import RemoteDrafter, RemoteTarget, targets_answer
 
     if isinstance(target, str):
         target = RemoteTarget(target, verify_at=verify_at)
@@ -168,8 +168,8 @@ def serve_generation_from_workers(address: str, target, drafter, verifier: str =
     engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=tree, tokenizer=tokenizer,
                                draft_hedge=draft_hedge, acceptance_dir=acceptance_dir)
 
-    def target_serves() -> bool:  # a drafter's absence is decoded around: the target's is not
-        return overall_status(worker_statuses({f"target {target.address}": target.channel})) == "ok"
+    def target_serves() -> bool:
+        return targets_answer({f"target {target.address}": target.channel})
 
     return serve_generation(engine, tokenizer, address, api_key=api_key,
                             serving=target_serves if isinstance(target, RemoteTarget) else None)

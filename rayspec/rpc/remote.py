@@ -539,6 +539,14 @@ def overall_status(statuses: dict[str, str]) -> str:
     return "degraded" if all(name.startswith("drafter ") for name in down) else "unavailable"
 
 
+def targets_answer(channels: dict[str, grpc.Channel], timeout: float = HEALTH_TIMEOUT) -> bool:
+    """Whether every target worker among `channels` (named as for `worker_statuses`) answers
+    SERVING (blocking): what a coordinator needs to serve at all, a drafter's absence being
+    decoded around."""
+    targets = {name: channel for name, channel in channels.items() if name.startswith("target ")}
+    return overall_status(worker_statuses(targets, timeout)) == "ok"
+
+
 LOST_TARGET_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND})
 
 

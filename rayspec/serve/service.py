@@ -25,7 +25,7 @@ from rayspec.engine.pool import DrafterPool
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.engine.structured import StructuredOutput, compiled_index, structured_regex, vocabulary_of
 from rayspec.models.threads import honour_torch_threads
-from rayspec.rpc.remote import HEALTH_TIMEOUT, overall_status, worker_statuses
+from rayspec.rpc.remote import HEALTH_TIMEOUT, overall_status, targets_answer, worker_statuses
 from rayspec.serve.config import LimitsConfig, ServiceConfig
 from rayspec.serve.metrics import Metrics
 from rayspec.serve.tool_parsers import pick_parser
@@ -234,8 +234,7 @@ class Service:
     def targets_answer(self) -> bool:
         """Whether every target worker answers SERVING (blocking): what the service needs to
         serve at all, a drafter's absence being decoded around."""
-        targets = {name: channel for name, channel in self.workers.items() if name.startswith("target ")}
-        return overall_status(worker_statuses(targets, HEALTH_TIMEOUT)) == "ok"
+        return targets_answer(self.workers, HEALTH_TIMEOUT)
 
     def move_worker(self, old: str, new: str) -> None:
         """The worker at `old` (host:port) now listens at `new`: a Ray actor restarted on another
