@@ -13,42 +13,43 @@ import pytest
 from tests import local_ray
 
 
-def ray_daemons() -> set[int]:
-    """Pids of the GCS servers and raylets running on this machine."""
+def ray_daemons(temp_dir: str) -> set[int]:
+    """Pids of the GCS servers and raylets of the head whose temp dir is `temp_dir`.  Only that
+    head's: tests on the other xdist worker start and stop Ray heads of their own meanwhile (in
+    CI a test taking all new daemons for its head's saw another head's two and failed)."""
     pids = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                command = (entry / "cmdline").read_bytes().split(b"\0")[0]
+                command = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if command.endswith((b"gcs_server", b"raylet")):
+            if command[0].endswith((b"gcs_server", b"raylet")) and any(temp_dir.encode() in arg for arg in command[1:]):
                 pids.add(int(entry.name))
     return pids
 
 
-def wait_for_no_new_daemons(before: set[int], seconds: float = 10.0) -> set[int]:
+def wait_for_no_daemons(temp_dir: str, seconds: float = 10.0) -> set[int]:
     deadline = time.monotonic() + seconds
-    while ray_daemons() - before and time.monotonic() < deadline:
+    while ray_daemons(temp_dir) and time.monotonic() < deadline:
         time.sleep(0.2)
-    return ray_daemons() - before
+    return ray_daemons(temp_dir)
 
 
 def test_a_head_that_does_not_start_in_time_is_killed_with_its_daemons():
-    before = ray_daemons()
     with pytest.raises(local_ray.HeadDidNotStart, match=r"did not start in 1 s; its logs are in (\S+); it printed:") as failed:
         local_ray.LocalRay(num_cpus=1, timeout=1.0)  # `ray start` needs 3 s and more here
-    shutil.rmtree(re.search(r"logs are in (\S+);", str(failed.value)).group(1))
-    assert wait_for_no_new_daemons(before) == set()
+    temp_dir = re.search(r"logs are in (\S+);", str(failed.value)).group(1)
+    assert wait_for_no_daemons(temp_dir) == set()
+    shutil.rmtree(temp_dir)
 
 
 def test_stopping_a_running_head_kills_its_daemons_and_removes_its_directory():
-    before = ray_daemons()
     head = local_ray.LocalRay(num_cpus=1, timeout=60.0)
     assert head.process.poll() is None
-    assert ray_daemons() - before, "a running head has a GCS server and a raylet"
+    assert len(ray_daemons(head.temp_dir)) == 2, "a running head has a GCS server and a raylet"
     head.stop()
-    assert wait_for_no_new_daemons(before) == set()
+    assert wait_for_no_daemons(head.temp_dir) == set()
     assert not Path(head.temp_dir).exists()
 
 
