@@ -291,6 +291,9 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
     # a probe (often 1-s timeouts) must not time out for it, nor may checks each hold one of
     # the server's few spare threads meanwhile (its generations are then refused).
     SERVING_WAIT = 0.5
+    # A watch looks again this often (asking `serving()` each time, one ask for all watches).
+    WATCH_PERIOD = 1.0
+    MAX_WATCHES = 4
 
     def __init__(self, services: list[str], serving: Callable[[], bool] | None = None):
         self.statuses = {name: health_pb2.HealthCheckResponse.SERVING for name in ["", *services]}
@@ -298,6 +301,7 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
         self._serves = False  # `serving()`'s last answer (none yet: not known to serve)
         self._asking: tuple[threading.Event, float] | None = None  # the ask in flight: (answered, wait until)
         self._asking_lock = threading.Lock()
+        self._watches = threading.BoundedSemaphore(self.MAX_WATCHES)
 
     def set_serving(self, serving: bool) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
@@ -310,9 +314,26 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
         return health_pb2.HealthCheckResponse(status=self._status(request.service))
 
     def Watch(self, request, context):
-        status = self._status(request.service) if request.service in self.statuses \
-            else health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
-        yield health_pb2.HealthCheckResponse(status=status)
+        """grpc.health.v1's watch: the status at once, then each change of it, until the caller
+        leaves; an unknown service is SERVICE_UNKNOWN and the call stays open (as the protocol
+        says).  A watch holds a server thread for its life, so at most `MAX_WATCHES` run at once
+        (their threads are added to the server's); more are RESOURCE_EXHAUSTED."""
+        if not self._watches.acquire(blocking=False):
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"at most {self.MAX_WATCHES} health watches at once; use Check, or watch later")
+        try:
+            left = threading.Event()
+            context.add_callback(left.set)
+            sent = None
+            while context.is_active():
+                status = self._status(request.service) if request.service in self.statuses \
+                    else health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+                if status != sent:
+                    yield health_pb2.HealthCheckResponse(status=status)
+                    sent = status
+                left.wait(self.WATCH_PERIOD)
+        finally:
+            self._watches.release()
 
     def _status(self, service: str):
         status = self.statuses[service]

@@ -3,6 +3,7 @@ in time, and leave the server's threads to its other calls."""
 
 from __future__ import annotations
 
+import queue
 import socket
 import threading
 import time
@@ -83,3 +84,98 @@ def test_health_checks_of_a_coordinator_whose_target_hangs_do_not_hold_its_threa
         coordinator.stop(0)
         worker.stop(0)
         target.close()
+
+
+@pytest.fixture
+def coordinator_over_a_target():
+    worker, port = serve_target(LocalTarget(tiny_llama(vocab=VOCAB, seed=0)), "127.0.0.1:0")
+    target = RemoteTarget(f"127.0.0.1:{port}")
+    coordinator, coordinator_port = serve_generation_from_workers("127.0.0.1:0", target, None)
+    yield target, f"127.0.0.1:{port}", coordinator_port
+    coordinator.stop(0)
+    worker.stop(0)
+    target.close()
+
+
+class Statuses:
+    """A watch's messages, read by one thread as they come."""
+
+    def __init__(self, watch):
+        self.watch, self.messages = watch, queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        try:
+            for message in self.watch:
+                self.messages.put(message.status)
+        except grpc.RpcError as error:
+            self.messages.put(error.code())
+
+    def next(self, within: float):
+        """The next status, waiting at most `within` seconds (None: none came)."""
+        try:
+            return self.messages.get(timeout=within)
+        except queue.Empty:
+            return None
+
+
+def test_a_health_watch_reports_each_change_and_stays_open(coordinator_over_a_target, black_hole):
+    """grpc.health.v1 Watch: the status at once, then a message at each change — the target
+    hanging, then answering again — on the one open call (a watch that answered once and
+    ended left watchers, e.g. Envoy's or a client channel's health checking, blind)."""
+    target, target_address, port = coordinator_over_a_target
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service="rayspec.v1.Generation"))
+        statuses = Statuses(watch)
+        assert statuses.next(10) == SERVING
+        assert statuses.next(1.5) is None, "no message while nothing changes"
+        target.move_to(black_hole)
+        assert statuses.next(8) == NOT_SERVING
+        target.move_to(target_address)
+        assert statuses.next(8) == SERVING
+        watch.cancel()
+        assert statuses.next(5) == grpc.StatusCode.CANCELLED
+
+
+def test_a_watch_of_an_unknown_service_says_so_and_stays_open(coordinator_over_a_target):
+    _, _, port = coordinator_over_a_target
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service="no.such.Service"),
+                                                          timeout=3)
+        assert next(watch).status == health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+        with pytest.raises(grpc.RpcError) as ended:
+            next(watch)
+        assert ended.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED  # open until the caller's deadline
+
+
+def test_watches_beyond_their_limit_are_refused_and_leave_checks_and_calls_their_threads(coordinator_over_a_target):
+    """Each watch holds a server thread for its life: beyond `MAX_WATCHES` they are
+    RESOURCE_EXHAUSTED, checks and Info still answer, and a watch that ended frees its place."""
+    from rayspec.rpc.server import HealthServicer
+
+    _, _, port = coordinator_over_a_target
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        watches = [health.Watch(health_pb2.HealthCheckRequest()) for _ in range(HealthServicer.MAX_WATCHES)]
+        assert [Statuses(watch).next(10) for watch in watches] == [SERVING] * HealthServicer.MAX_WATCHES
+        refused = health.Watch(health_pb2.HealthCheckRequest(), timeout=10)
+        with pytest.raises(grpc.RpcError) as error:
+            next(refused)
+        assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert f"at most {HealthServicer.MAX_WATCHES} health watches at once" in error.value.details()
+        for _ in range(4):  # the server's threads for checks and Info are all still there
+            assert _check(port, 5) == SERVING
+        assert generation_pb2_grpc.GenerationStub(channel).Info(generation_pb2.GenerationInfoRequest(), timeout=5)
+        watches[0].cancel()
+        deadline = time.monotonic() + 5
+        while True:  # the cancelled watch's thread notices within its period
+            again = health.Watch(health_pb2.HealthCheckRequest(), timeout=10)
+            try:
+                assert next(again).status == SERVING
+                break
+            except grpc.RpcError as error:
+                assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and time.monotonic() < deadline
+                time.sleep(0.2)
+        again.cancel()
+        for watch in watches[1:]:
+            watch.cancel()
