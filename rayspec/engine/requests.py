@@ -169,6 +169,10 @@ class GenerationRequest:
         for name, ids in (("stop_token_ids", stop_token_ids), ("allowed_token_ids", allowed_token_ids)):
             if ids is not None and not all(type(t) is int and t >= 0 for t in ids):
                 raise ValueError(f"{name} must be a list of token ids (integers >= 0)")
+        outside = sorted(t for t in stop_token_ids or () if t >= engine.target.vocab_size)
+        if outside:
+            raise ValueError(f"stop_token_ids names token {outside[0]}, outside the vocabulary of "
+                             f"{engine.target.vocab_size} tokens")
         min_tokens = None if min_tokens is None else _integer(min_tokens, "min_tokens")
         if min_tokens is not None and not self.prompt_only and not 0 <= min_tokens <= max_tokens:
             raise ValueError(f"min_tokens must be between 0 and max_tokens ({max_tokens}), got {min_tokens}")

@@ -13,6 +13,7 @@ from rayspec.engine.policy import check_tree_spec
 from rayspec.engine.structured import StructuredOutput
 from rayspec.engine.text import check_text
 from rayspec.serve.errors import bad_request
+from rayspec.serve.middleware import MAX_REQUEST_ID_CHARS, usable_request_id
 from rayspec.serve.service import ChatRenderError, Service
 from rayspec.serve.tools import ToolCalling, ToolError
 from rayspec.verify.processing import MAX_PRESENCE_OR_FREQUENCY_PENALTY as PENALTY_BOUND
@@ -92,6 +93,11 @@ class GenerationBody(StrictBody):
     service_tier: str | None = None
     safety_identifier: str | None = None  # OpenAI's user id for abuse monitoring
     prompt_cache_key: str | None = None  # OpenAI's hint for its prompt cache
+    # vLLM's: the generation's id when no X-Request-Id header names it; the scheduling
+    # priority and beam search, accepted at their defaults
+    request_id: str | None = None
+    priority: int | None = None
+    use_beam_search: bool | None = None
     rayspec: RayspecOptions | None = None
 
     def refuse_unsupported(self) -> None:
@@ -99,6 +105,13 @@ class GenerationBody(StrictBody):
         that only another makes sense of."""
         if self.stream_options is not None and not self.stream:  # as OpenAI and vLLM refuse it
             raise bad_request("stream_options is only allowed with stream: true", "stream_options")
+        if self.request_id is not None and not usable_request_id(self.request_id.encode()):
+            raise bad_request(f"request_id must be 1 to {MAX_REQUEST_ID_CHARS} printable ASCII characters, no spaces",
+                              "request_id")
+        refuse_unless_default([
+            ("priority", self.priority in (None, 0), "requests are served in the order they come: only 0 (the default)"),
+            ("use_beam_search", not self.use_beam_search, "beam search is not supported"),
+        ])
 
     def generation_fields(self) -> dict:
         """The `GenerationRequest` fields other than the prompt and max_tokens."""
@@ -166,10 +179,16 @@ class GenerationBody(StrictBody):
         """`logit_bias` with its keys, token ids written as JSON strings as OpenAI's are, read."""
         if not self.logit_bias:
             return None
-        try:
-            return {int(token): bias for token, bias in self.logit_bias.items()}
-        except ValueError:
-            raise bad_request("logit_bias keys must be token ids, such as \"50256\"", "logit_bias") from None
+        biases, keys = {}, {}
+        for key, bias in self.logit_bias.items():
+            try:
+                token = int(key)
+            except ValueError:
+                raise bad_request("logit_bias keys must be token ids, such as \"50256\"", "logit_bias") from None
+            if token in biases:  # "5" and "05": which bias was meant is not known
+                raise bad_request(f"logit_bias names token {token} twice ({keys[token]!r} and {key!r})", "logit_bias")
+            biases[token], keys[token] = bias, key
+        return biases
 
     def alternatives(self) -> int | None:
         """How many most likely tokens' log-probabilities to give at each token; None: none."""

@@ -78,7 +78,9 @@ released.
 
 Every response carries an `X-Request-Id` header (vLLM's, with --enable-request-id-headers):
 the request's own `X-Request-Id` when it sends a usable one (1-256 printable ASCII characters),
-else a fresh id.  A generation's response id is made of it (`cmpl-<id>`, `chatcmpl-<id>`).
+else the body's vLLM `request_id` (refused if unusable), else a fresh id.  A generation's
+response id is made of it (`cmpl-<id>`, `chatcmpl-<id>`).  vLLM's `priority` (0) and
+`use_beam_search` (false) are accepted at their defaults, and refused otherwise.
 
 Errors have OpenAI's body `{"error": {"message", "type", "param", "code"}}`: 400 for bad
 input (malformed JSON, wrong types, unknown verifier, a prompt longer than the context, ...),
@@ -120,7 +122,7 @@ from rayspec.serve.bodies import (
 )
 from rayspec.serve.errors import ApiError, bad_request, error_body, validation_error
 from rayspec.serve.metrics import CONTENT_TYPE
-from rayspec.serve.middleware import AnswerFailures, CountResponses, LimitBodies, RequestIds, RequireKey
+from rayspec.serve.middleware import AnswerFailures, CountResponses, LimitBodies, RequestIds, RequireKey, named_by
 from rayspec.serve.service import Overloaded, Service, StepStream
 from rayspec.serve.tools import ToolCalling
 
@@ -742,7 +744,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
         requests = await choices(
             body, prompts, max_tokens=None if prompt_only else body.max_tokens,
             default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS, **body.generation_fields(), prompt_only=prompt_only,
-            add_special_tokens=body.add_special_tokens, request_id=http.state.request_id,
+            add_special_tokens=body.add_special_tokens, request_id=named_by(http.state, body.request_id),
         )
         echoes = None
         if body.echo:
@@ -762,6 +764,10 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
         check_model(body.model)
         body.refuse_unsupported()
         calling = tool_calling_read_by_service(body.tool_calling(), service)  # bad tools: a 400 naming tools
+        limit = service.limits.max_tokens
+        if body.max_completion_tokens is not None and body.max_completion_tokens > limit:
+            raise bad_request(f"max_completion_tokens must be between 1 and {limit}, got {body.max_completion_tokens}",
+                              "max_completion_tokens")
         prompt = await run_in_threadpool(body.prompt, service)  # a long conversation renders for a while
         fields = body.generation_fields()
         if calling is not None:
@@ -769,7 +775,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
         requests = await choices(
             body, [{"prompt": prompt}], **max_tokens_field(body.max_completion_tokens or body.max_tokens),
             **fields, add_special_tokens=bool(body.add_special_tokens),  # the template writes them
-            request_id=http.state.request_id,
+            request_id=named_by(http.state, body.request_id),
         )
         reply = _ChatReply(service, requests, body.n or 1, bool(body.return_tokens_as_token_ids), body.prompt_logprobs,
                            tool_calling=calling)

@@ -68,6 +68,20 @@ class AnswerFailures:
 MAX_REQUEST_ID_CHARS = 256
 
 
+def usable_request_id(given: bytes) -> bool:
+    """Whether a client's request id can name a request: 1-256 printable ASCII characters (it
+    goes into logs, headers and response ids)."""
+    return 0 < len(given) <= MAX_REQUEST_ID_CHARS and all(32 < byte < 127 for byte in given)
+
+
+def named_by(state, body_request_id: str | None) -> str:
+    """The request's id: its `X-Request-Id` header's, else its body's vLLM `request_id` (as vLLM
+    takes them), else the fresh one; the response's `X-Request-Id` header answers it."""
+    if body_request_id is not None and not state.request_id_given:
+        state.request_id = body_request_id
+    return state.request_id
+
+
 class RequestIds:
     """ASGI middleware giving every request an id — the client's `X-Request-Id` header when it
     sends a usable one (1-256 printable ASCII characters; another is replaced), else a fresh
@@ -82,14 +96,15 @@ class RequestIds:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         given = dict(scope["headers"]).get(b"x-request-id", b"")
-        usable = 0 < len(given) <= MAX_REQUEST_ID_CHARS and all(32 < byte < 127 for byte in given)
-        request_id = given.decode() if usable else uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = request_id
+        usable = usable_request_id(given)
+        state = scope.setdefault("state", {})
+        # given: whether the client named it (else a body's vLLM `request_id` may, `named_by`)
+        state["request_id"], state["request_id_given"] = given.decode() if usable else uuid.uuid4().hex, usable
 
         async def send_with_id(message):
             if self.answer and message["type"] == "http.response.start":
                 message = {**message, "headers": [*message.get("headers", []),
-                                                  (b"x-request-id", request_id.encode())]}
+                                                  (b"x-request-id", state["request_id"].encode())]}
             await send(message)
 
         await self.app(scope, receive, send_with_id)

@@ -15,6 +15,10 @@ def _chat(**fields) -> dict:
     return {"model": MODEL, "messages": MESSAGES, "max_tokens": 4, "seed": 1, **fields}
 
 
+def _completion(**fields) -> dict:
+    return {"model": MODEL, "prompt": "hi", "max_tokens": 4, "seed": 1, **fields}
+
+
 def _response(**fields) -> dict:
     return {"model": MODEL, "input": "hi", "max_output_tokens": 4, "seed": 1, **fields}
 
@@ -125,10 +129,64 @@ def test_a_responses_field_asking_for_what_is_not_done_is_refused_naming_it(http
     ("/v1/chat/completions", {"max_tokens": 100000}, "max_tokens"),
     ("/v1/chat/completions", {"allowed_token_ids": [99999]}, "allowed_token_ids"),
     ("/v1/chat/completions", {"truncate_prompt_tokens": 0}, "truncate_prompt_tokens"),
+    ("/v1/chat/completions", {"max_tokens": None, "max_completion_tokens": 100000}, "max_completion_tokens"),
+    ("/v1/chat/completions", {"stop_token_ids": [99999]}, "stop_token_ids"),
+    ("/v1/completions", {"stop_token_ids": [1, 99999]}, "stop_token_ids"),
     ("/v1/responses", {"temperature": -1}, "temperature"),
 ])
 def test_a_value_the_engine_refuses_gets_openais_param(http, path, fields, param):
-    body = _response(**fields) if path == "/v1/responses" else _chat(**fields)
+    body = {"/v1/responses": _response, "/v1/chat/completions": _chat, "/v1/completions": _completion}[path](**fields)
     reply = http.post(path, json=body)
     assert reply.status_code == 400, reply.text
-    assert reply.json()["error"]["param"] == param, reply.json()
+    error = reply.json()["error"]
+    assert error["param"] == param and error["message"].startswith(param), error
+
+
+@pytest.mark.parametrize("keys", [("5", "05"), ("5", " 5"), ("5", "+5")])
+def test_logit_bias_naming_one_token_twice_is_refused(http, keys):
+    """JSON keys "5" and "05" both read as token 5: which bias was meant is not known, so the
+    request is refused rather than one of them silently dropped."""
+    reply = http.post("/v1/chat/completions", json=_chat(logit_bias={keys[0]: 10, keys[1]: -10}))
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert error["param"] == "logit_bias" and error["message"] == f"logit_bias names token 5 twice ({keys[0]!r} and {keys[1]!r})"
+
+
+# ---------------------------------------------------------------- vLLM's request fields
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_vllms_request_id_names_the_generation_unless_a_header_does(http, path):
+    """vLLM's body `request_id` gives the response its id and X-Request-Id header; the
+    X-Request-Id header, when sent, wins (as in vLLM)."""
+    prefix = "chatcmpl" if path == "/v1/chat/completions" else "cmpl"
+    body = (_chat if prefix == "chatcmpl" else _completion)(request_id="job-7")
+    named = http.post(path, json=body)
+    assert named.status_code == 200, named.text
+    assert named.json()["id"] == f"{prefix}-job-7" and named.headers["x-request-id"] == "job-7"
+    header = http.post(path, json=body, headers={"X-Request-Id": "trace-1"})
+    assert header.json()["id"] == f"{prefix}-trace-1" and header.headers["x-request-id"] == "trace-1"
+
+
+@pytest.mark.parametrize("request_id", ["", "a b", "x" * 257, "caf\u00e9"])
+def test_an_unusable_request_id_is_refused(http, request_id):
+    reply = http.post("/v1/chat/completions", json=_chat(request_id=request_id))
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["param"] == "request_id"
+    assert "printable ASCII" in reply.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("fields", [{"priority": 0}, {"priority": None}, {"use_beam_search": False}])
+def test_vllms_scheduling_fields_at_their_defaults_are_accepted(http, fields):
+    plain = http.post("/v1/chat/completions", json=_chat())
+    reply = http.post("/v1/chat/completions", json=_chat(**fields))
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["choices"][0]["message"]["content"] == plain.json()["choices"][0]["message"]["content"]
+
+
+@pytest.mark.parametrize("fields, param", [({"priority": 1}, "priority"), ({"priority": -5}, "priority"),
+                                           ({"use_beam_search": True}, "use_beam_search")])
+def test_vllms_scheduling_fields_asking_for_what_is_not_done_are_refused(http, fields, param):
+    reply = http.post("/v1/completions", json=_completion(**fields))
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["param"] == param
