@@ -312,6 +312,8 @@ class Message(BaseModel):
     tool_calls: list[dict[str, Any]] | None = None  # an assistant's calls, given back in the conversation
     tool_call_id: str | None = None  # a tool message: the call it answers
     function_call: Any = None  # OpenAI's deprecated form of an assistant's tool_calls: refused, not dropped
+    refusal: str | None = None  # an assistant's refusal, given back in the conversation: its text
+    audio: Any = None  # an assistant's audio answer, given back: none is made here, so refused
 
     @field_validator("content")
     @classmethod
@@ -333,6 +335,14 @@ class Message(BaseModel):
             raise ValueError(f"tool_calls are an assistant message's, not a {self.role} message's")
         if self.function_call is not None:
             raise ValueError("function_call (deprecated by OpenAI) is not supported: give the call as tool_calls")
+        if self.audio is not None:
+            raise ValueError("audio is not supported (text only): give the assistant's answer as content")
+        if self.refusal is not None:
+            if self.role != "assistant":
+                raise ValueError(f"a refusal is an assistant message's, not a {self.role} message's")
+            if self.content:
+                raise ValueError("an assistant message has content or a refusal, not both")
+            self.content = check_text(self.refusal, "the refusal")  # what the assistant said
         return self
 
     def as_template_input(self) -> dict:

@@ -190,3 +190,38 @@ def test_vllms_scheduling_fields_asking_for_what_is_not_done_are_refused(http, f
     reply = http.post("/v1/completions", json=_completion(**fields))
     assert reply.status_code == 400, reply.text
     assert reply.json()["error"]["param"] == param
+
+
+# ---------------------------------------------------------------- an assistant's message given back
+
+
+def _conversation(assistant: dict) -> list[dict]:
+    return [{"role": "user", "content": "tell me a secret"}, {"role": "assistant", **assistant},
+            {"role": "user", "content": "then a joke"}]
+
+
+def test_an_assistants_refusal_given_back_is_its_turn_in_the_conversation(http):
+    """OpenAI's assistant message with `refusal` (content null): what the assistant said, as if
+    it were content — not a turn silently emptied."""
+    said = http.post("/v1/chat/completions", json=_chat(messages=_conversation({"content": "I cannot say."})))
+    refused = http.post("/v1/chat/completions", json=_chat(messages=_conversation({"content": None,
+                                                                                    "refusal": "I cannot say."})))
+    emptied = http.post("/v1/chat/completions", json=_chat(messages=_conversation({"content": ""})))
+    assert refused.status_code == 200, refused.text
+    assert refused.json()["usage"]["prompt_tokens"] == said.json()["usage"]["prompt_tokens"] \
+        > emptied.json()["usage"]["prompt_tokens"]
+    assert refused.json()["choices"][0]["message"]["content"] == said.json()["choices"][0]["message"]["content"]
+    echoed = http.post("/v1/chat/completions", json=_chat(messages=_conversation({"content": "hi", "refusal": None})))
+    assert echoed.status_code == 200, echoed.text  # the SDK's messages carry refusal: null
+
+
+@pytest.mark.parametrize("message, words", [
+    ({"role": "assistant", "content": "yes", "refusal": "no"}, "content or a refusal, not both"),
+    ({"role": "user", "content": "x", "refusal": "no"}, "a refusal is an assistant message's"),
+    ({"role": "assistant", "content": None, "audio": {"id": "audio_abc"}}, "audio is not supported"),
+])
+def test_a_message_field_that_cannot_be_honoured_is_refused(http, message, words):
+    reply = http.post("/v1/chat/completions", json=_chat(messages=[{"role": "user", "content": "hi"}, message,
+                                                                   {"role": "user", "content": "and?"}]))
+    assert reply.status_code == 400, reply.text
+    assert words in reply.json()["error"]["message"] and reply.json()["error"]["param"] == "messages"
