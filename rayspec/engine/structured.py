@@ -218,6 +218,18 @@ def token_bytes(tokenizer) -> dict[int, bytes]:
 
 
 _INDEXES_LOCK = threading.Lock()
+_TOKEN_BYTES: dict[int, tuple[object, dict[int, bytes]]] = {}
+_TOKEN_BYTES_LOCK = threading.Lock()  # not _INDEXES_LOCK: `vocabulary_of` asks for the table holding that
+
+
+def token_bytes_of(tokenizer) -> dict[int, bytes]:
+    """`token_bytes(tokenizer)`, built once per tokenizer object (held with it, so that its id
+    is not reused); read only."""
+    with _TOKEN_BYTES_LOCK:
+        held = _TOKEN_BYTES.get(id(tokenizer))
+        if held is None or held[0] is not tokenizer:
+            held = _TOKEN_BYTES[id(tokenizer)] = (tokenizer, token_bytes(tokenizer))
+    return held[1]
 
 
 class GrammarVocabulary:
@@ -228,7 +240,7 @@ class GrammarVocabulary:
     def __init__(self, tokenizer):
         from outlines_core import Vocabulary
 
-        bytes_of = token_bytes(tokenizer)
+        bytes_of = token_bytes_of(tokenizer)
         eos = tokenizer.eos_token_id
         if eos is None:
             raise ValueError("structured output needs the tokenizer's EOS token: this tokenizer has none")

@@ -109,6 +109,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from rayspec.engine.engine import GenerationStats
 from rayspec.engine.interfaces import TokenLogprobs
 from rayspec.engine.requests import GenerationRequest, StepText, usage_of
+from rayspec.engine.structured import token_bytes_of
 from rayspec.engine.text import check_text
 from rayspec.rpc.remote import RemoteError
 from rayspec.serve.bodies import (
@@ -469,13 +470,18 @@ class _ChatReply(_Reply):
     def logprobs(self, index: int, token_ids: list[int], logprobs: TokenLogprobs) -> dict:
         """OpenAI's chat object: per token its text, log-probability and UTF-8 bytes, and the
         most likely tokens' (as many as `top_logprobs` asked for)."""
-        def entry(text: str, value: float) -> dict:
-            return {"token": text, "logprob": _reported(value), "bytes": list(text.encode("utf-8"))}
+        def entry(token: int, text: str, value: float) -> dict:
+            # A token that is part of a character decodes alone to U+FFFD: its bytes are its own,
+            # so that a client can join a character's tokens' bytes into it (as OpenAI's can).
+            raw = token_bytes_of(self.service.tokenizer).get(token) if "\ufffd" in text else None
+            return {"token": text, "logprob": _reported(value), "bytes": list(raw or text.encode("utf-8"))}
 
         texts, top_texts = self.token_texts(token_ids, logprobs)
         content = [
-            {**entry(text, value), "top_logprobs": [entry(t, v) for t, v in zip(alternative_texts, values)]}
-            for text, value, alternative_texts, values in zip(texts, logprobs.chosen, top_texts, logprobs.top_values)
+            {**entry(token, text, value),
+             "top_logprobs": [entry(i, t, v) for i, t, v in zip(alternative_ids, alternative_texts, values)]}
+            for token, text, value, alternative_ids, alternative_texts, values
+            in zip(token_ids, texts, logprobs.chosen, logprobs.top_ids, top_texts, logprobs.top_values)
         ]
         return {"content": content, "refusal": None}
 

@@ -370,6 +370,30 @@ def test_truncate_prompt_tokens_keeps_the_prompts_last_tokens(http, parts, refer
         assert refused.status_code == 400 and message in refused.json()["error"]["message"], bad
 
 
+def test_chat_logprobs_bytes_are_each_tokens_own_so_partial_characters_join_into_the_content(http, parts):
+    """OpenAI's `bytes`: a token's UTF-8 bytes, so that tokens each holding part of a character
+    (which decode alone to U+FFFD) join into it.  Tokens 128 and 103 of the demo's byte-level
+    vocabulary are the bytes 0xC3 and 0xA9 ("é" together), 72 is "h"."""
+    tokenizer = parts[2]
+    assert tokenizer.decode([128, 103, 72]) == "éh" and tokenizer.decode([128]) == "\ufffd"
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 16, "seed": 3, "temperature": 1.0,
+            "logprobs": True, "top_logprobs": 3, "allowed_token_ids": [128, 103, 72]}
+    choice = http.post("/v1/chat/completions", json=body).json()["choices"][0]
+    entries = choice["logprobs"]["content"]
+    assert "é" in choice["message"]["content"], choice  # the seed draws a whole character at least once
+    joined = b"".join(bytes(entry["bytes"]) for entry in entries).decode("utf-8", "replace")
+    assert joined.rstrip("\ufffd") == choice["message"]["content"]  # an unfinished last character is not shown
+    own = {"\ufffd": ([0xC3], [0xA9]), "h": ([0x68],)}
+    assert all(entry["bytes"] in own[entry["token"]] for entry in entries), entries
+    # the alternatives are the target's likeliest, any token: part of a character or whole
+    alternatives = [shown for entry in entries for shown in entry["top_logprobs"]]
+    for shown in alternatives:
+        if shown["token"] == "\ufffd":
+            assert len(shown["bytes"]) == 1 and shown["bytes"][0] >= 0x80, shown
+        else:
+            assert bytes(shown["bytes"]).decode() == shown["token"], shown
+
+
 def test_return_tokens_as_token_ids_names_logprobs_tokens_by_id(http, parts, reference):
     """vLLM's return_tokens_as_token_ids: the same log-probabilities, each token (and each
     alternative) named "token_id:{id}", in completions (streamed or not) and chat."""
