@@ -20,7 +20,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import pickle
 import re
+import subprocess
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -300,13 +303,56 @@ def compiled_index(regex: str, vocabulary: GrammarVocabulary):
     return index
 
 
-def _compile(regex: str, vocabulary: GrammarVocabulary):
-    from outlines_core import Index
+# A compilation runs in a child process of its own, given this long and this much memory: an
+# expression's automaton can grow exponentially with it ("[ab]*a[ab]{n}" has 2^n states: 1.1 s
+# at n = 12 over the demo's 8k tokens, 8x more for each 3 more), and a compilation in this
+# process could be neither stopped nor kept from taking the machine's memory.
+COMPILE_SECONDS = 60.0
+COMPILE_MEMORY_BYTES = 4 << 30
+# The child imports outlines-core alone (30 ms), never rayspec or torch.  Pickle is the only
+# form outlines-core gives its vocabulary and automaton; both ends are this process and its
+# own child, over a pipe: nothing crosses a network.
+_COMPILER = """
+import pickle, resource, sys
+try:
+    resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
+except (ValueError, OSError):  # a system that does not bound address space (macOS): the time bound alone
+    pass
+from outlines_core import Index
+regex, vocabulary = pickle.load(sys.stdin.buffer)
+try:
+    answer = ("index", Index(regex, vocabulary))
+except (ValueError, TypeError) as error:
+    answer = ("error", str(error))
+pickle.dump(answer, sys.stdout.buffer)
+"""
 
+
+def _compile(regex: str, vocabulary: GrammarVocabulary):
+    """`regex`'s automaton over `vocabulary`, compiled in a child process (`COMPILE_SECONDS`,
+    `COMPILE_MEMORY_BYTES`); an expression that cannot be compiled within them is a
+    ValueError naming the limit."""
+    child = subprocess.Popen([sys.executable, "-c", _COMPILER, str(COMPILE_MEMORY_BYTES)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        index = Index(regex, vocabulary.outlines)
-    except (ValueError, TypeError) as error:
-        raise ValueError(f"the regular expression {_shortened(regex)} cannot be used: {error}") from None
+        answer, printed = child.communicate(pickle.dumps((regex, vocabulary.outlines)), timeout=COMPILE_SECONDS)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        raise ValueError(f"the regular expression {_shortened(regex)} did not compile within {COMPILE_SECONDS:g} s: "
+                         f"its automaton is too large (repetitions such as [ab]*a[ab]{{20}} grow it "
+                         f"exponentially)") from None
+    finally:
+        if child.poll() is None:  # a caller interrupted (KeyboardInterrupt): the child goes too
+            child.kill()
+            child.wait()
+    if child.returncode != 0:
+        raise ValueError(f"the regular expression {_shortened(regex)} could not be compiled within "
+                         f"{COMPILE_MEMORY_BYTES / 2**30:g} GiB of memory (the compiler exited with {child.returncode}: "
+                         f"{printed.decode(errors='replace').strip()[-200:] or 'no message'})")
+    kind, index = pickle.loads(answer)
+    if kind == "error":
+        raise ValueError(f"the regular expression {_shortened(regex)} cannot be used: {index}")
     if not index.get_allowed_tokens(index.get_initial_state()):
         raise ValueError(f"no text of this vocabulary matches the regular expression {_shortened(regex)}")
     return index

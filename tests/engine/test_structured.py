@@ -344,6 +344,68 @@ def test_an_expression_asked_for_at_once_by_several_requests_is_compiled_once(to
     assert len({id(index) for index in indexes}) == 2
 
 
+EXPONENTIAL = "[ab]*a[ab]{22}"  # 2^22 states: hours to compile over the demo's vocabulary
+
+
+def _children(monkeypatch) -> list:
+    """The compiler processes started from now on."""
+    import subprocess
+
+    from rayspec.engine import structured
+
+    started, popen = [], subprocess.Popen
+
+    def recorded(*args, **kwargs):
+        started.append(popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(structured.subprocess, "Popen", recorded)
+    return started
+
+
+def test_an_expression_too_large_to_compile_in_time_is_refused_and_its_compiler_killed(tokenizer, monkeypatch):
+    """An automaton that grows exponentially with its expression would hold a thread and a CPU
+    for hours and could take the machine's memory; its compilation is given COMPILE_SECONDS in
+    a child process, which is then killed, and the request refused saying why."""
+    import time
+
+    from rayspec.engine import structured
+
+    monkeypatch.setattr(structured, "COMPILE_SECONDS", 1.5)
+    children = _children(monkeypatch)
+    began = time.monotonic()
+    with pytest.raises(ValueError, match=r"did not compile within 1.5 s: its automaton is too large"):
+        compiled_index(EXPONENTIAL, vocabulary_of(tokenizer))
+    assert time.monotonic() - began < 10
+    assert len(children) == 1 and children[0].returncode is not None  # killed, and reaped
+    with pytest.raises(ValueError, match="did not compile within"):  # not cached as compiled, nor stuck
+        compiled_index(EXPONENTIAL, vocabulary_of(tokenizer))
+
+
+def test_a_compilation_past_its_memory_is_refused_naming_the_limit(tokenizer, monkeypatch):
+    from rayspec.engine import structured
+
+    monkeypatch.setattr(structured, "COMPILE_MEMORY_BYTES", 1 << 20)  # too little for the compiler to start
+    with pytest.raises(ValueError, match=r"could not be compiled within 0.000976562 GiB of memory \(the compiler "
+                                         r"exited with -?[0-9]+"):
+        compiled_index("(fox|owl)+ [0-9]{2}", vocabulary_of(tokenizer))
+
+
+def test_an_expression_compiled_in_the_child_process_gives_the_masks_of_one_compiled_here(tokenizer):
+    """The automaton that comes back from the compiler process is outlines-core's own: the same
+    allowed tokens, state by state along a text, as one built in this process."""
+    from outlines_core import Index
+
+    vocabulary = vocabulary_of(tokenizer)
+    regex = "(cat|dog)s? [0-9]{1,3}!"
+    remote, local = compiled_index(regex, vocabulary), Index(regex, vocabulary.outlines)
+    states = [remote.get_initial_state(), local.get_initial_state()]
+    for token in tokenizer.encode("dogs 42!", add_special_tokens=False):
+        assert sorted(remote.get_allowed_tokens(states[0])) == sorted(local.get_allowed_tokens(states[1]))
+        states = [remote.get_next_state(states[0], token), local.get_next_state(states[1], token)]
+    assert remote.is_final_state(states[0]) and local.is_final_state(states[1])
+
+
 def test_a_resumed_sequence_goes_on_from_where_the_expression_stands(demo_engine):
     """The resumed session's automaton is advanced over the completion so far: gumbel gives
     the very tokens of an uninterrupted sequence, which the constraint shapes at every step."""

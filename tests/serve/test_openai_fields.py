@@ -225,3 +225,15 @@ def test_a_message_field_that_cannot_be_honoured_is_refused(http, message, words
                                                                    {"role": "user", "content": "and?"}]))
     assert reply.status_code == 400, reply.text
     assert words in reply.json()["error"]["message"] and reply.json()["error"]["param"] == "messages"
+
+
+def test_an_expression_too_large_to_compile_in_time_is_a_400_naming_its_field_and_the_service_serves_on(http,
+                                                                                                        monkeypatch):
+    from rayspec.engine import structured
+
+    monkeypatch.setattr(structured, "COMPILE_SECONDS", 1.0)
+    reply = http.post("/v1/completions", json=_completion(guided_regex="[ab]*a[ab]{22}"))
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert error["param"] == "guided_regex" and "did not compile within 1 s" in error["message"]
+    assert http.post("/v1/completions", json=_completion()).status_code == 200
