@@ -43,6 +43,17 @@ class Comeback:
         return time.monotonic() >= self.at
 
 
+def check_drafted_tokens(draft: Draft, vocab_size: int) -> None:
+    """RuntimeError when a draft names a token outside the target's vocabulary: a drafter of
+    one's own that breaks the `Drafter` contract is named, rather than failing as an IndexError
+    deep in the target's embedding (a remote drafter's ids are checked as they are decoded)."""
+    tokens = draft.tree.tokens
+    if tokens.numel() and not 0 <= int(tokens.min()) <= int(tokens.max()) < vocab_size:
+        bad = tokens[(tokens < 0) | (tokens >= vocab_size)][:5].tolist()
+        raise RuntimeError(f"the drafter proposed token ids outside the target's vocabulary of {vocab_size} tokens: "
+                           f"{bad}")
+
+
 class SequenceDrafting:
     """A sequence's drafter session — opened at the first step that drafts, closed with this
     (a context manager) — and what it has not been told.  Each step: `may_draft`, then `draft`

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rayspec.engine.calibrate import CostsFile, measure_costs
-from rayspec.engine.drafting import SequenceDrafting
+from rayspec.engine.drafting import SequenceDrafting, check_drafted_tokens
 from rayspec.engine.hedge import check_hedge_factor
 from rayspec.engine.interfaces import (
     Draft, GenerationCancelled, SequenceSpec, TargetUnavailable, TokenLogprobs, check_logprobs, check_tokenizers,
@@ -633,10 +633,12 @@ class SpeculativeEngine:
                         drafted = drafting.draft(step_shape, len(produced))
                     if drafted is None:  # lost, or late: the step goes on without it
                         by_drafter = False
-                    elif draft is None:
-                        draft = drafted
                     else:
-                        draft, placed = graft_draft(drafted, draft)
+                        check_drafted_tokens(drafted, self.target.vocab_size)
+                        if draft is None:
+                            draft = drafted
+                        else:
+                            draft, placed = graft_draft(drafted, draft)
                 if draft is None:
                     draft = Draft(DraftTree(TreeShape.chain(0), torch.tensor([produced[-1] if produced else prompt[-1]])), None)
                 resume_by = None  # the step's deadline to resume by, from its first failure

@@ -686,3 +686,38 @@ def test_no_step_drafts_deeper_than_the_tokens_left_and_the_output_is_unchanged(
             assert step.drafted <= TreeShape.kary(2, 3).truncated(n - produced - 1).size - 1, (n, produced, step)
             produced += step.emitted
     assert [s.drafted for s in engine.run(prompts[0], max_new_tokens=1, temperature=0.0).stats.steps] == [0]
+
+
+class ProposesOutsideTheVocabulary:
+    """A drafter of one's own that breaks the contract: its drafts (the root aside) are shifted
+    past the vocabulary."""
+
+    def __init__(self, drafter, shift):
+        self.drafter, self.shift = drafter, shift
+        self.vocab_size, self.context_length = drafter.vocab_size, drafter.context_length
+
+    def open(self, spec):
+        session, shift = self.drafter.open(spec), self.shift
+
+        class Session:
+            def draft(self, shape, previous):
+                draft = session.draft(shape, previous)
+                draft.tree.tokens = draft.tree.tokens.clone()
+                draft.tree.tokens[1:] += shift
+                return draft
+
+            def close(self):
+                session.close()
+
+        return Session()
+
+
+@pytest.mark.parametrize("shift", [10_000, -10_000])
+@pytest.mark.parametrize("verifier", ["rrsw", "gumbel", "greedy"])
+def test_a_drafter_proposing_ids_outside_the_vocabulary_is_named_not_an_index_error(verifier, shift):
+    target = tiny_llama(vocab=64, hidden=32, layers=2, context=128)
+    drafter = ProposesOutsideTheVocabulary(LocalDrafter(noisy_copy(target, noise=0.3)), shift)
+    engine = SpeculativeEngine(LocalTarget(target), drafter, verifier=verifier, tree="kary:2x2")
+    with pytest.raises(RuntimeError, match=r"the drafter proposed token ids outside the target's vocabulary of 64 "
+                                           r"tokens: \[-?1?[0-9]{4}"):
+        engine.run([1, 2, 3], max_new_tokens=5, temperature=0.0 if verifier == "greedy" else 0.7, seed=1)
