@@ -348,7 +348,8 @@ def _compile(regex: str, vocabulary: GrammarVocabulary):
             child.wait()
     if child.returncode != 0:
         raise ValueError(f"the regular expression {_shortened(regex)} could not be compiled within "
-                         f"{COMPILE_MEMORY_BYTES / 2**30:g} GiB of memory (the compiler exited with {child.returncode}: "
+                         f"{COMPILE_MEMORY_BYTES / 2**30:g} GiB of memory (the compiler exited with "
+                         f"{child.returncode}: "
                          f"{printed.decode(errors='replace').strip()[-200:] or 'no message'})")
     kind, index = pickle.loads(answer)
     if kind == "error":

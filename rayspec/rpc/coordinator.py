@@ -132,8 +132,8 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
 
     interceptors = [RequireKey(api_key, open_services=("grpc.health.v1.Health",))] if api_key else []
-    return start_server(register, address, max_workers=max_concurrent_requests + HEALTH_CHECK_THREADS + HealthServicer.MAX_WATCHES,
-                        interceptors=interceptors)
+    threads = max_concurrent_requests + HEALTH_CHECK_THREADS + HealthServicer.MAX_WATCHES
+    return start_server(register, address, max_workers=threads, interceptors=interceptors)
 
 
 def serve_generation_from_workers(address: str, target, drafter, verifier: str = "rrsw",

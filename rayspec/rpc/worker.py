@@ -202,7 +202,8 @@ def _serve(servicer, service: str, add_servicer, address: str):
         add_servicer(servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
 
-    return start_server(register, address, max_workers=servicer.max_sessions + _SPARE_THREADS + HealthServicer.MAX_WATCHES)
+    threads = servicer.max_sessions + _SPARE_THREADS + HealthServicer.MAX_WATCHES
+    return start_server(register, address, max_workers=threads)
 
 
 def wait_for_worker(role: str, address: str, timeout: float) -> bool:

@@ -109,7 +109,8 @@ class GenerationBody(StrictBody):
             raise bad_request(f"request_id must be 1 to {MAX_REQUEST_ID_CHARS} printable ASCII characters, no spaces",
                               "request_id")
         refuse_unless_default([
-            ("priority", self.priority in (None, 0), "requests are served in the order they come: only 0 (the default)"),
+            ("priority", self.priority in (None, 0),
+             "requests are served in the order they come: only 0 (the default)"),
             ("use_beam_search", not self.use_beam_search, "beam search is not supported"),
         ])
 

@@ -125,7 +125,8 @@ def test_a_health_watch_reports_each_change_and_stays_open(coordinator_over_a_ta
     ended left watchers, e.g. Envoy's or a client channel's health checking, blind)."""
     target, target_address, port = coordinator_over_a_target
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service="rayspec.v1.Generation"))
+        request = health_pb2.HealthCheckRequest(service="rayspec.v1.Generation")
+        watch = health_pb2_grpc.HealthStub(channel).Watch(request)
         statuses = Statuses(watch)
         assert statuses.next(10) == SERVING
         assert statuses.next(1.5) is None, "no message while nothing changes"

@@ -149,7 +149,8 @@ def test_logit_bias_naming_one_token_twice_is_refused(http, keys):
     reply = http.post("/v1/chat/completions", json=_chat(logit_bias={keys[0]: 10, keys[1]: -10}))
     assert reply.status_code == 400, reply.text
     error = reply.json()["error"]
-    assert error["param"] == "logit_bias" and error["message"] == f"logit_bias names token 5 twice ({keys[0]!r} and {keys[1]!r})"
+    assert error["param"] == "logit_bias"
+    assert error["message"] == f"logit_bias names token 5 twice ({keys[0]!r} and {keys[1]!r})"
 
 
 # ---------------------------------------------------------------- vLLM's request fields
