@@ -571,7 +571,7 @@ def test_bad_input_is_refused_and_the_workers_keep_serving(cluster):
          "min_tokens must be between 0 and max_tokens (5), got 6"),
         (generation_pb2.GenerateRequest(prompt="x", min_tokens=-1), "min_tokens must be between 0 and max_tokens"),
         (generation_pb2.GenerateRequest(prompt="x", stop_token_ids=[9000]),
-         "stop token 9000 is outside the vocabulary of 8192 tokens"),
+         "stop_token_ids names token 9000, outside the vocabulary of 8192 tokens"),
         (generation_pb2.GenerateRequest(prompt="x", min_tokens=2, stop_token_ids=[3, 9000]), "outside the vocabulary"),
         (generation_pb2.GenerateRequest(prompt="x", stop_token_ids=[-1]),
          "stop_token_ids must be a list of token ids (integers >= 0)"),
