@@ -378,6 +378,9 @@ def main(argv=None) -> int:
     except (ValueError, OSError) as error:  # OSError: a file missing or a directory, no Ray to join
         print(f"rayspec: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: a line, not a traceback (`serve` handles its own)
+        print("\nrayspec: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -69,6 +69,17 @@ def failure(code: grpc.StatusCode | int, details: str) -> Exception:
     return RemoteError(f"{code.name}: {details}", code)
 
 
+def worker_info(stub, address: str, role: str, timeout: float):
+    """A worker's `Info`, a failure naming the worker: UNIMPLEMENTED means another kind of
+    server (a drafter given as the target, a coordinator) listens there."""
+    try:
+        return call(stub.Info, worker_pb2.InfoRequest(), timeout)
+    except RemoteError as error:
+        hint = (f" (is it a {role} worker? it serves no rayspec {role} service)"
+                if error.code == grpc.StatusCode.UNIMPLEMENTED else "")
+        raise RemoteError(f"the {role} worker at {address}{hint}: {error}", error.code) from None
+
+
 def call(method, request, timeout: float):
     """One unary RPC with a deadline, failing as `failure` says."""
     try:
@@ -315,7 +326,7 @@ class RemoteTarget(_WorkerHandle):
             raise ValueError(f"verify_at must be 'target' or 'coordinator', got {verify_at!r}")
         self.timeout, self.verify_at, self.streams = timeout, verify_at, streams
         self._connect(address)
-        info = call(self.stub.Info, worker_pb2.InfoRequest(), timeout)
+        info = worker_info(self.stub, address, "target", timeout)
         self.model_id = info.model_id
         self.features = frozenset(info.features)
         self.vocab_size = int(info.vocab_size)
@@ -609,7 +620,7 @@ class RemoteDrafter(_WorkerHandle):
         self._down_lock = threading.Lock()
         self.losses = 0  # calls that lost the drafter
         self._connect(address)
-        info = call(self.stub.Info, worker_pb2.InfoRequest(), timeout)
+        info = worker_info(self.stub, address, "drafter", timeout)
         self.vocab_size = int(info.vocab_size)
         if self.vocab_size != int(vocab_size) and "padded_vocabulary" not in info.features:
             self.close()

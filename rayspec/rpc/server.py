@@ -123,6 +123,11 @@ def rpc_errors(method):
     """Map exceptions raised by a servicer method to gRPC status codes with messages."""
 
     def abort(context, error):
+        if not context.is_active():
+            # Cancelled, past its deadline, or the server stopping (its process exiting under a
+            # request's calibration): nobody reads the status, and it is no internal error.
+            log.info("%s ended after its call did: %s: %s", method.__name__, type(error).__name__, error)
+            context.abort(grpc.StatusCode.CANCELLED, "the call ended before its answer")
         context.abort(*status_of(error, method.__name__))
 
     @functools.wraps(method)

@@ -237,6 +237,36 @@ def _port(text: str) -> int:
 
 
 def main(argv=None) -> int:
+    """The worker's process: flags, model, server, then serving until SIGINT or SIGTERM.  Either
+    signal before the READY line (loading a model, waiting for workers) stops it with a line
+    and status 130 rather than a traceback; the handlers it replaces are put back on return."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+    except ValueError:  # not the main thread (signals are its alone): none set, none to put back
+        handlers = {}
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("rayspec worker: stopped while starting", file=sys.stderr)
+        return 130
+    finally:
+        for sig, handler in handlers.items():
+            if handler is not None:  # None: not set from Python, nothing to put back
+                signal.signal(sig, handler)
+
+
+def _worker_address(flag: str, where: str) -> None:
+    """A --target/--drafter HOST:PORT, checked before it is waited for: gRPC would dial a port
+    past 65535 modulo 65536, and an address without a port would be waited for in vain."""
+    host, sep, port = where.rpartition(":")
+    if not sep or not host.strip("[]"):
+        raise ValueError(f"{flag}: a worker's address is HOST:PORT or 'here', got {where!r}")
+    if check_port(port, f"{flag} {where!r}") == 0:
+        raise ValueError(f"{flag} {where!r}: port 0 names no worker")
+
+
+def _main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rayspec.rpc.worker",
                                      description="A rayspec gRPC worker (no Ray needed).")
     parser.add_argument("--role", choices=["target", "drafter", "coordinator"], required=True)
@@ -300,6 +330,9 @@ def main(argv=None) -> int:
         check_prefix_cache_mb(args.prefix_cache_mb, "--prefix-cache-mb")
         if args.role == "coordinator":  # before waiting minutes for the workers
             check_default_setting(args.verifier, {}, args.tree)
+            for flag, where in (("--target", args.target), ("--drafter", args.drafter)):
+                if where not in (None, "here"):
+                    _worker_address(flag, where)
         if not args.wait_for_workers >= 0:
             raise ValueError(f"--wait-for-workers is a number of seconds, 0 or more, got {args.wait_for_workers:g}")
     except ValueError as error:
@@ -351,8 +384,7 @@ def main(argv=None) -> int:
             handle = local("drafter")
             return serve_drafter(handle, address, model_id=str(args.model or "rayspec-demo-drafter"))
     try:
-        if args.port:
-            check_port_free(args.host, args.port)
+        check_port_free(args.host, args.port)  # port 0 too: a --host not this machine's, before the model loads
         server, port = serve()
     except (OSError, RemoteError, ValueError, RuntimeError) as error:
         # a checkpoint that cannot load, a port taken (say, by a worker started before), a

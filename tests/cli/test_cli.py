@@ -39,6 +39,15 @@ def test_generate_refuses_bad_sampling_flags_before_it_loads_the_models(capsys, 
         assert message in capsys.readouterr().err, flags
 
 
+def test_ctrl_c_during_a_command_is_a_line_and_status_130_not_a_traceback(capsys, monkeypatch):
+    def interrupted(args):
+        raise KeyboardInterrupt  # as Ctrl-C lands mid-forward
+
+    monkeypatch.setattr(cli, "load_pair", interrupted)
+    assert main(["generate", "--prompt", "x"]) == 130
+    assert capsys.readouterr().err.strip() == "rayspec: interrupted"
+
+
 def test_generate_applies_a_repetition_penalty(capsys):
     def text(*penalty):
         assert main(["generate", "--prompt", "def add(a, b):", "--max-new-tokens", "24", "--temperature", "0",

@@ -6,6 +6,7 @@ gRPC servers in this process, over tiny random models."""
 from __future__ import annotations
 
 import inspect
+import logging
 import threading
 import time
 from contextlib import contextmanager
@@ -557,3 +558,41 @@ def test_a_client_that_leaves_while_a_worker_hangs_ends_its_generation_at_once(r
         release.set()
         remote.close()
         server.stop(0)
+
+
+class _Context:
+    """A servicer context whose call is, or is no longer, `active`; abort raises as gRPC's does."""
+
+    def __init__(self, active: bool):
+        self.active, self.aborted = active, None
+
+    def is_active(self):
+        return self.active
+
+    def abort(self, code, details):
+        self.aborted = (code, details)
+        raise grpc.RpcError(details)
+
+
+@pytest.mark.parametrize("active", [True, False])
+def test_a_failure_after_the_call_ended_is_no_internal_error(active, caplog):
+    """A handler failing after its call ended (the client left, its deadline passed, or the
+    server stopping while its process exits under a calibration) has nobody to read a status:
+    it is CANCELLED and an INFO line, not an internal error's traceback in the log."""
+    class Servicer:
+        def check_size(self, request):
+            pass
+
+        @rpc_errors
+        def Open(self, request, context):
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    context = _Context(active)
+    with caplog.at_level(logging.INFO, logger="rayspec.rpc"), pytest.raises(grpc.RpcError):
+        Servicer().Open(None, context)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    if active:
+        assert context.aborted[0] == grpc.StatusCode.INTERNAL and errors
+    else:
+        assert context.aborted == (grpc.StatusCode.CANCELLED, "the call ended before its answer") and not errors
+        assert any("Open ended after its call did: RuntimeError" in r.getMessage() for r in caplog.records)

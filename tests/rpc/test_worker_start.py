@@ -5,6 +5,7 @@ never comes gives up at `--wait-for-workers` with a line saying which."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -83,6 +84,17 @@ def test_a_coordinator_gives_up_on_a_worker_that_never_comes():
     (["--role", "coordinator", "--target", "127.0.0.1:1", "--tree", "kary:2x3x4"], 2, "bad tree spec 'kary:2x3x4'"),
     (["--role", "coordinator", "--target", "127.0.0.1:1", "--tree", "kary:4x2", "--verifier", "sps"], 2,
      "verifier 'sps' takes at most 1 draft(s) per node, the tree has a node with 4 children"),
+    # a worker's address that names no port would be waited for in vain; gRPC dials a port past
+    # 65535 modulo 65536 (99999: 34463, where another server may well answer)
+    (["--role", "coordinator", "--target", "127.0.0.1"], 2,
+     "--target: a worker's address is HOST:PORT or 'here', got '127.0.0.1'"),
+    (["--role", "coordinator", "--target", "127.0.0.1:abc"], 2,
+     "--target '127.0.0.1:abc': a port is a whole number from 0 to 65535"),
+    (["--role", "coordinator", "--target", "here", "--drafter", "127.0.0.1:99999"], 2,
+     "--drafter '127.0.0.1:99999': a port is a whole number from 0 to 65535 (0: any free one), got '99999'"),
+    (["--role", "coordinator", "--target", "[::1]:0"], 2, "--target '[::1]:0': port 0 names no worker"),
+    # a --host that is not this machine's, refused before the model loads, with port 0 as with another
+    (["--role", "target", "--host", "192.0.2.99"], 1, "rayspec worker: error: cannot"),
 ])
 def test_a_workers_bad_flags_are_one_error_line_before_it_serves(flags, status, message, capsys, monkeypatch):
     """Bad flags are refused with what is wrong and nothing else: an exit status (2: argparse's
@@ -104,3 +116,56 @@ def test_a_workers_bad_flags_are_one_error_line_before_it_serves(flags, status, 
     assert outcome == status
     err = capsys.readouterr().err
     assert message in err.strip().splitlines()[-1] and "Traceback" not in err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_coordinator_stopped_while_it_waits_for_its_workers_says_so_in_a_line(sig):
+    """Ctrl-C or SIGTERM before the READY line (loading a model, waiting for workers): one
+    line and status 130, as `rayspec serve` answers, not a KeyboardInterrupt's traceback."""
+    coordinator = subprocess.Popen(
+        [*WORKER, "--role", "coordinator", "--target", f"127.0.0.1:{free_port()}", "--wait-for-workers", "120"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        waiting = ""
+        while "waiting for the target worker" not in waiting:  # logged 2 s into the wait
+            line = coordinator.stderr.readline()
+            assert line, f"the coordinator ended before waiting: {waiting}"
+            waiting += line
+        coordinator.send_signal(sig)
+        _, err = coordinator.communicate(timeout=30)
+    finally:
+        coordinator.kill()
+    assert coordinator.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "rayspec worker: stopped while starting" and "Traceback" not in err
+
+
+def test_a_worker_run_in_process_puts_back_the_signal_handlers_it_replaced(monkeypatch):
+    from rayspec.rpc.worker import main
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    assert main(["--role", "target", "--device", "tpu"]) == 1
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_a_coordinator_given_the_wrong_kind_of_worker_names_it():
+    """A drafter's port given as --target (or a target's as --drafter): the error says which
+    worker, where, and what it is not, rather than a bare UNIMPLEMENTED."""
+    from rayspec.engine import LocalDrafter, LocalTarget
+    from rayspec.rpc.remote import RemoteDrafter, RemoteError, RemoteTarget
+    from rayspec.rpc.worker import serve_drafter, serve_target
+    from tests.tiny_models import tiny_llama
+
+    model = tiny_llama(vocab=64, seed=0)
+    drafter, drafter_port = serve_drafter(LocalDrafter(model), "127.0.0.1:0")
+    target, target_port = serve_target(LocalTarget(model), "127.0.0.1:0")
+    try:
+        with pytest.raises(RemoteError, match=rf"the target worker at 127.0.0.1:{drafter_port} \(is it a target "
+                                              rf"worker\? it serves no rayspec target service\): UNIMPLEMENTED"):
+            RemoteTarget(f"127.0.0.1:{drafter_port}")
+        with pytest.raises(RemoteError, match=rf"the drafter worker at 127.0.0.1:{target_port} \(is it a drafter "
+                                              rf"worker\? it serves no rayspec drafter service\): UNIMPLEMENTED"):
+            RemoteDrafter(f"127.0.0.1:{target_port}", vocab_size=64)
+    finally:
+        drafter.stop(0)
+        target.stop(0)
