@@ -309,11 +309,17 @@ def compiled_index(regex: str, vocabulary: GrammarVocabulary):
 # process could be neither stopped nor kept from taking the machine's memory.
 COMPILE_SECONDS = 60.0
 COMPILE_MEMORY_BYTES = 4 << 30
+# Compilers running at once (each may take COMPILE_MEMORY_BYTES); another waits its turn, at
+# most COMPILE_SECONDS.
+MAX_COMPILERS = 2
+_COMPILERS = threading.BoundedSemaphore(MAX_COMPILERS)
 # The child imports outlines-core alone (30 ms), never rayspec or torch.  Pickle is the only
 # form outlines-core gives its vocabulary and automaton; both ends are this process and its
 # own child, over a pipe: nothing crosses a network.
 _COMPILER = """
-import pickle, resource, sys
+import sys
+sys.path = [entry for entry in sys.path if entry not in ("", ".")]  # no module of the server's cwd shadows one
+import pickle, resource
 try:
     resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
 except (ValueError, OSError):  # a system that does not bound address space (macOS): the time bound alone
@@ -332,6 +338,16 @@ def _compile(regex: str, vocabulary: GrammarVocabulary):
     """`regex`'s automaton over `vocabulary`, compiled in a child process (`COMPILE_SECONDS`,
     `COMPILE_MEMORY_BYTES`); an expression that cannot be compiled within them is a
     ValueError naming the limit."""
+    if not _COMPILERS.acquire(timeout=COMPILE_SECONDS):
+        raise ValueError(f"the regular expression {_shortened(regex)} waited {COMPILE_SECONDS:g} s for one of the "
+                         f"{MAX_COMPILERS} compilers, all busy with other expressions; ask again later")
+    try:
+        return _compile_in_child(regex, vocabulary)
+    finally:
+        _COMPILERS.release()
+
+
+def _compile_in_child(regex: str, vocabulary: GrammarVocabulary):
     child = subprocess.Popen([sys.executable, "-c", _COMPILER, str(COMPILE_MEMORY_BYTES)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -347,10 +363,9 @@ def _compile(regex: str, vocabulary: GrammarVocabulary):
             child.kill()
             child.wait()
     if child.returncode != 0:
-        raise ValueError(f"the regular expression {_shortened(regex)} could not be compiled within "
-                         f"{COMPILE_MEMORY_BYTES / 2**30:g} GiB of memory (the compiler exited with "
-                         f"{child.returncode}: "
-                         f"{printed.decode(errors='replace').strip()[-200:] or 'no message'})")
+        said = " ".join(printed.decode(errors="replace").split())[-200:] or "no message"
+        raise ValueError(f"the regular expression {_shortened(regex)} could not be compiled: the compiler exited with "
+                         f"{child.returncode} ({said}), as it does past {COMPILE_MEMORY_BYTES / 2**30:g} GiB of memory")
     kind, index = pickle.loads(answer)
     if kind == "error":
         raise ValueError(f"the regular expression {_shortened(regex)} cannot be used: {index}")

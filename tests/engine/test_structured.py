@@ -386,9 +386,34 @@ def test_a_compilation_past_its_memory_is_refused_naming_the_limit(tokenizer, mo
     from rayspec.engine import structured
 
     monkeypatch.setattr(structured, "COMPILE_MEMORY_BYTES", 1 << 20)  # too little for the compiler to start
-    with pytest.raises(ValueError, match=r"could not be compiled within 0.000976562 GiB of memory \(the compiler "
-                                         r"exited with -?[0-9]+"):
+    with pytest.raises(ValueError, match=r"could not be compiled: the compiler exited with -?[0-9]+ \(.*\), as it "
+                                         r"does past 0.000976562 GiB of memory"):
         compiled_index("(fox|owl)+ [0-9]{2}", vocabulary_of(tokenizer))
+
+
+def test_an_expression_that_waits_too_long_for_a_compiler_is_refused(tokenizer, monkeypatch):
+    """At most MAX_COMPILERS run at once (each may take COMPILE_MEMORY_BYTES); one that waits
+    COMPILE_SECONDS for its turn is refused, saying so."""
+    import threading
+
+    from rayspec.engine import structured
+
+    busy = threading.BoundedSemaphore(1)
+    monkeypatch.setattr(structured, "_COMPILERS", busy)
+    monkeypatch.setattr(structured, "MAX_COMPILERS", 1)
+    monkeypatch.setattr(structured, "COMPILE_SECONDS", 0.5)
+    busy.acquire()  # another expression compiling
+    with pytest.raises(ValueError, match=r"waited 0.5 s for one of the 1 compilers, all busy"):
+        compiled_index("(elk|yak)+ [0-9]", vocabulary_of(tokenizer))
+    busy.release()
+    assert compiled_index("(elk|yak)+ [0-9]", vocabulary_of(tokenizer)) is not None
+
+
+def test_a_module_in_the_servers_working_directory_does_not_shadow_the_compilers(tokenizer, tmp_path, monkeypatch):
+    (tmp_path / "pickle.py").write_text("raise SystemExit('the working directory shadowed pickle')\n")
+    (tmp_path / "resource.py").write_text("raise SystemExit('the working directory shadowed resource')\n")
+    monkeypatch.chdir(tmp_path)
+    assert compiled_index("(gnu|emu)+ [0-9]", vocabulary_of(tokenizer)) is not None
 
 
 def test_an_expression_compiled_in_the_child_process_gives_the_masks_of_one_compiled_here(tokenizer):
