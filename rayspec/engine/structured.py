@@ -318,7 +318,7 @@ _COMPILERS = threading.BoundedSemaphore(MAX_COMPILERS)
 # own child, over a pipe: nothing crosses a network.
 _COMPILER = """
 import sys
-sys.path = [entry for entry in sys.path if entry not in ("", ".")]  # no module of the server's cwd shadows one
+sys.path[:] = sys.argv[2:]  # the server's path: not its working directory, whose files would shadow modules
 import pickle, resource
 try:
     resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
@@ -348,7 +348,8 @@ def _compile(regex: str, vocabulary: GrammarVocabulary):
 
 
 def _compile_in_child(regex: str, vocabulary: GrammarVocabulary):
-    child = subprocess.Popen([sys.executable, "-c", _COMPILER, str(COMPILE_MEMORY_BYTES)],
+    path = [entry for entry in sys.path if entry not in ("", ".")]
+    child = subprocess.Popen([sys.executable, "-c", _COMPILER, str(COMPILE_MEMORY_BYTES), *path],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         answer, printed = child.communicate(pickle.dumps((regex, vocabulary.outlines)), timeout=COMPILE_SECONDS)
@@ -364,8 +365,13 @@ def _compile_in_child(regex: str, vocabulary: GrammarVocabulary):
             child.wait()
     if child.returncode != 0:
         said = " ".join(printed.decode(errors="replace").split())[-200:] or "no message"
-        raise ValueError(f"the regular expression {_shortened(regex)} could not be compiled: the compiler exited with "
-                         f"{child.returncode} ({said}), as it does past {COMPILE_MEMORY_BYTES / 2**30:g} GiB of memory")
+        # Past its memory the compiler dies of a signal (Rust aborts on a failed allocation) or
+        # of a MemoryError: the expression's doing.  Any other failure is this server's.
+        if child.returncode > 0 and b"MemoryError" not in printed:
+            raise RuntimeError(f"the structured-output compiler failed (exit {child.returncode}): {said}")
+        raise ValueError(f"the regular expression {_shortened(regex)} could not be compiled within "
+                         f"{COMPILE_MEMORY_BYTES / 2**30:g} GiB of memory (the compiler exited with "
+                         f"{child.returncode}: {said})")
     kind, index = pickle.loads(answer)
     if kind == "error":
         raise ValueError(f"the regular expression {_shortened(regex)} cannot be used: {index}")

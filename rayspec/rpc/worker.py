@@ -260,8 +260,9 @@ def _worker_address(flag: str, where: str) -> None:
     """A --target/--drafter HOST:PORT, checked before it is waited for: gRPC would dial a port
     past 65535 modulo 65536, and an address without a port would be waited for in vain."""
     host, sep, port = where.rpartition(":")
-    if not sep or not host.strip("[]"):
-        raise ValueError(f"{flag}: a worker's address is HOST:PORT or 'here', got {where!r}")
+    bare_ipv6 = ":" in host and "://" not in host and not (host.startswith("[") and host.endswith("]"))
+    if not sep or not host.strip("[]") or bare_ipv6 or "]" in port:
+        raise ValueError(f"{flag}: a worker's address is HOST:PORT ([IPv6]:PORT) or 'here', got {where!r}")
     if check_port(port, f"{flag} {where!r}") == 0:
         raise ValueError(f"{flag} {where!r}: port 0 names no worker")
 

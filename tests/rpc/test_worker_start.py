@@ -87,7 +87,11 @@ def test_a_coordinator_gives_up_on_a_worker_that_never_comes():
     # a worker's address that names no port would be waited for in vain; gRPC dials a port past
     # 65535 modulo 65536 (99999: 34463, where another server may well answer)
     (["--role", "coordinator", "--target", "127.0.0.1"], 2,
-     "--target: a worker's address is HOST:PORT or 'here', got '127.0.0.1'"),
+     "--target: a worker's address is HOST:PORT ([IPv6]:PORT) or 'here', got '127.0.0.1'"),
+    (["--role", "coordinator", "--target", "::1"], 2,  # not port 1 of host ":"
+     "--target: a worker's address is HOST:PORT ([IPv6]:PORT) or 'here', got '::1'"),
+    (["--role", "coordinator", "--target", "[::1]"], 2,
+     "--target: a worker's address is HOST:PORT ([IPv6]:PORT) or 'here', got '[::1]'"),
     (["--role", "coordinator", "--target", "127.0.0.1:abc"], 2,
      "--target '127.0.0.1:abc': a port is a whole number from 0 to 65535"),
     (["--role", "coordinator", "--target", "here", "--drafter", "127.0.0.1:99999"], 2,
