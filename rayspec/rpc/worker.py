@@ -209,7 +209,26 @@ def _serve(servicer, service: str, add_servicer, address: str):
 def wait_for_worker(role: str, address: str, timeout: float) -> bool:
     """Whether the worker at `address` accepts a connection within `timeout` seconds; a line
     in the log if it is not up at once (a coordinator started beside its workers comes up
-    before they have loaded their models)."""
+    before they have loaded their models).  The wait runs on a thread of its own, so that a
+    Ctrl-C or SIGTERM meanwhile stops the caller at once: interrupted inside gRPC's blocking
+    call, closing the channel could hang (a full suite run once did)."""
+    answer: list = []
+
+    def wait() -> None:
+        try:
+            answer.append(_wait_for_worker(role, address, timeout))
+        except Exception as error:  # noqa: BLE001 — raised in the caller's thread below
+            answer.append(error)
+
+    waited = threading.Thread(target=wait, name=f"rayspec-wait-for-{role}", daemon=True)
+    waited.start()
+    waited.join()
+    if isinstance(answer[0], Exception):
+        raise answer[0]
+    return answer[0]
+
+
+def _wait_for_worker(role: str, address: str, timeout: float) -> bool:
     import grpc
 
     # A health check that waits for the connection, rather than `channel_ready_future`, whose
@@ -242,7 +261,10 @@ def main(argv=None) -> int:
     and status 130 rather than a traceback; the handlers it replaces are put back on return."""
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        # SIGINT too: a process started with it ignored (a background job of a script, a test
+        # runner's worker) would otherwise only heed it once READY, where it stops the server
+        for sig in handlers:
+            signal.signal(sig, signal.default_int_handler)
     except ValueError:  # not the main thread (signals are its alone): none set, none to put back
         handlers = {}
     try:
