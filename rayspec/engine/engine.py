@@ -734,6 +734,21 @@ class SpeculativeEngine:
             log.info("sequence resumed on its target after %d tokens", done)
             return session
 
+    def close(self) -> None:
+        """Let go of the engine's own threads (those hedged drafts are waited on), at once: for
+        an application that makes engines and drops them.  The models are the caller's, and an
+        engine used again makes its threads again."""
+        with self._hedge_threads_lock:
+            threads, self._hedge_threads = self._hedge_threads, None
+        if threads is not None:
+            threads.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> SpeculativeEngine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def _hedge_executor(self) -> ThreadPoolExecutor:
         """The threads hedged drafts are waited for on: one per sequence with a draft out at
         most, so enough for the requests a service serves at once."""

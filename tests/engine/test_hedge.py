@@ -128,3 +128,25 @@ def test_a_drafter_grown_slower_for_good_is_soon_waited_for_again():
         time.sleep(0.005)  # a target-only step
     assert not all(answers[6:]), "the first slow drafts must be left behind"
     assert all(answers[-5:]), f"slow drafts are waited for again once the median has risen: {answers}"
+
+
+def test_closing_an_engine_lets_its_hedge_threads_go_and_it_can_be_used_again(pair):
+    import threading
+    import time
+
+    def hedge_threads():
+        return {t for t in threading.enumerate() if t.name.startswith("rayspec-draft")}
+
+    target, drafter = pair
+    others = hedge_threads()  # other engines' (earlier tests'), which stay
+    with SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), verifier="gumbel", tree="chain:2",
+                           draft_hedge=3) as engine:
+        first = engine.run(PROMPT, max_new_tokens=40, temperature=0.8, seed=2).tokens
+        own = hedge_threads() - others  # drafts waited on with a deadline once their times are known
+        assert own
+    deadline = time.monotonic() + 10
+    while own & hedge_threads() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not own & hedge_threads()
+    assert engine.run(PROMPT, max_new_tokens=40, temperature=0.8, seed=2).tokens == first
+    engine.close()
