@@ -225,14 +225,19 @@ _TOKEN_BYTES: dict[int, tuple[object, dict[int, bytes]]] = {}
 _TOKEN_BYTES_LOCK = threading.Lock()  # not _INDEXES_LOCK: `vocabulary_of` asks for the table holding that
 
 
-def token_bytes_of(tokenizer) -> dict[int, bytes]:
-    """`token_bytes(tokenizer)`, built once per tokenizer object (held with it, so that its id
-    is not reused); read only."""
-    with _TOKEN_BYTES_LOCK:
-        held = _TOKEN_BYTES.get(id(tokenizer))
+def _built_once(tokenizer, built: dict, lock: threading.Lock, build):
+    """`build(tokenizer)`, kept in `built` per tokenizer object — held with it, so that its id is
+    not reused by another's."""
+    with lock:
+        held = built.get(id(tokenizer))
         if held is None or held[0] is not tokenizer:
-            held = _TOKEN_BYTES[id(tokenizer)] = (tokenizer, token_bytes(tokenizer))
+            held = built[id(tokenizer)] = (tokenizer, build(tokenizer))
     return held[1]
+
+
+def token_bytes_of(tokenizer) -> dict[int, bytes]:
+    """`token_bytes(tokenizer)`, built once per tokenizer object; read only."""
+    return _built_once(tokenizer, _TOKEN_BYTES, _TOKEN_BYTES_LOCK, token_bytes)
 
 
 class GrammarVocabulary:
@@ -262,11 +267,7 @@ _VOCABULARIES: dict[int, tuple[object, GrammarVocabulary]] = {}
 def vocabulary_of(tokenizer) -> GrammarVocabulary:
     """The tokenizer's `GrammarVocabulary`, built once per tokenizer object (held with it, so
     that its id is not reused)."""
-    with _INDEXES_LOCK:
-        held = _VOCABULARIES.get(id(tokenizer))
-        if held is None or held[0] is not tokenizer:
-            held = _VOCABULARIES[id(tokenizer)] = (tokenizer, GrammarVocabulary(tokenizer))
-    return held[1]
+    return _built_once(tokenizer, _VOCABULARIES, _INDEXES_LOCK, GrammarVocabulary)
 
 
 _INDEXES: OrderedDict[tuple[str, str], object] = OrderedDict()
