@@ -199,6 +199,12 @@ class TargetUnavailable(RuntimeError):
     resumed`) once the target answers, within its `target_resume_timeout`."""
 
 
+class AtCapacity(RuntimeError):
+    """A resource the service shares between requests has no room for this one now (its own
+    limit, not the request's fault): refused as the service's capacity answer — HTTP 429,
+    gRPC RESOURCE_EXHAUSTED — for the client to ask again later."""
+
+
 class DrafterBusy(RuntimeError):
     """The drafter has no room for another sequence now (its session limit): the request is
     refused as the service's capacity answer (429), unless a pool has another drafter."""

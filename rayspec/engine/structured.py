@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
+from rayspec.engine.interfaces import AtCapacity
+
 # json_object's values nest this deep (objects and arrays of scalars inside the object): the
 # automaton of a deeper generic JSON costs seconds per vocabulary (6 s at 8k tokens for
 # depth 3 against 0.16 s).  A json_schema nests as deep as its schema says.
@@ -338,9 +340,10 @@ pickle.dump(answer, sys.stdout.buffer)
 def _compile(regex: str, vocabulary: GrammarVocabulary):
     """`regex`'s automaton over `vocabulary`, compiled in a child process (`COMPILE_SECONDS`,
     `COMPILE_MEMORY_BYTES`); an expression that cannot be compiled within them is a
-    ValueError naming the limit."""
+    ValueError naming the limit, and one that waited `COMPILE_SECONDS` for a compiler is
+    `AtCapacity` (the server's limit, not the expression's fault)."""
     if not _COMPILERS.acquire(timeout=COMPILE_SECONDS):
-        raise ValueError(f"the regular expression {_shortened(regex)} waited {COMPILE_SECONDS:g} s for one of the "
+        raise AtCapacity(f"the regular expression {_shortened(regex)} waited {COMPILE_SECONDS:g} s for one of the "
                          f"{MAX_COMPILERS} compilers, all busy with other expressions; ask again later")
     try:
         return _compile_in_child(regex, vocabulary)

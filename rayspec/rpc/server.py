@@ -1,10 +1,10 @@
 """What every rayspec gRPC server shares: options, error mapping, sessions, health.
 
 Errors: bad input (a `ValueError`, codec errors included) is INVALID_ARGUMENT with its
-message; an unknown session NOT_FOUND; too many sessions RESOURCE_EXHAUSTED; a worker of a
-coordinator that failed (`RemoteError`) UNAVAILABLE, or RESOURCE_EXHAUSTED when the worker
-was full; anything else INTERNAL with the exception's message — the server keeps serving in
-every case.
+message; an unknown session NOT_FOUND; too many sessions, or a shared resource at capacity
+(`AtCapacity`), RESOURCE_EXHAUSTED; a worker of a coordinator that failed (`RemoteError`)
+UNAVAILABLE, or RESOURCE_EXHAUSTED when the worker was full; anything else INTERNAL with the
+exception's message — the server keeps serving in every case.
 
 Sizes: the transport accepts messages up to `TRANSPORT_LIMIT`; requests above the service's
 own `max_request_bytes` are refused with INVALID_ARGUMENT and a message saying so, rather
@@ -26,7 +26,7 @@ from concurrent import futures
 
 import grpc
 
-from rayspec.engine.interfaces import GenerationCancelled, SessionClosedError
+from rayspec.engine.interfaces import AtCapacity, GenerationCancelled, SessionClosedError
 from rayspec.models.cancellation import watching_caller
 from rayspec.models.threads import honour_torch_threads
 from rayspec.rpc.generated import health_pb2, health_pb2_grpc, worker_pb2
@@ -105,7 +105,7 @@ def status_of(error: Exception, where: str) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.NOT_FOUND, str(error.args[0])
     if isinstance(error, SessionClosedError):
         return grpc.StatusCode.NOT_FOUND, str(error)
-    if isinstance(error, SessionLimitError):
+    if isinstance(error, (SessionLimitError, AtCapacity)):
         return grpc.StatusCode.RESOURCE_EXHAUSTED, str(error)
     if isinstance(error, GenerationCancelled):  # its caller left: nobody reads this status
         log.info("%s: %s", where, error)

@@ -9,6 +9,7 @@ import re
 
 from fastapi.exceptions import RequestValidationError
 
+from rayspec.engine.interfaces import AtCapacity
 from rayspec.rpc.remote import RemoteError
 from rayspec.serve.service import Overloaded
 
@@ -36,7 +37,7 @@ def error_body(error: BaseException) -> tuple[int, dict]:
         return openai_error(error.status, error.message, error.param, error.code)
     if isinstance(error, ValueError):  # the engine's and GenerationRequest's word for bad input
         return openai_error(400, str(error), field_named(str(error)))
-    if isinstance(error, Overloaded):
+    if isinstance(error, (Overloaded, AtCapacity)):
         return openai_error(429, str(error), code="too_many_requests", kind="rate_limit_error")
     if isinstance(error, RemoteError) and error.worker_full:
         return openai_error(429, f"a model worker is full: {error}", code="too_many_requests", kind="rate_limit_error")

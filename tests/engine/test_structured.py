@@ -400,6 +400,32 @@ def test_a_compiler_that_dies_is_the_expressions_fault_only_when_out_of_memory(t
         compiled_index("(fox|owl)+ [0-9]{2}", vocabulary_of(tokenizer))
 
 
+def test_waiting_past_its_time_for_a_compiler_is_the_servers_capacity_and_a_freed_compiler_is_taken(tokenizer,
+                                                                                                   monkeypatch):
+    """Every compiler busy for COMPILE_SECONDS is the server's limit, not the expression's
+    fault: `AtCapacity` (a 429 / RESOURCE_EXHAUSTED), not the ValueError of bad input; a
+    compiler freed while a request waits is taken, and its expression compiled."""
+    import threading
+
+    from rayspec.engine import structured
+    from rayspec.engine.interfaces import AtCapacity
+
+    compilers = threading.BoundedSemaphore(1)
+    monkeypatch.setattr(structured, "_COMPILERS", compilers)
+    monkeypatch.setattr(structured, "MAX_COMPILERS", 1)
+    monkeypatch.setattr(structured, "COMPILE_SECONDS", 0.5)
+    compilers.acquire()  # another expression's compilation, holding the only compiler
+    with pytest.raises(AtCapacity, match=r"waited 0.5 s for one of the 1 compilers, all busy with other "
+                                         r"expressions; ask again later") as refused:
+        compiled_index("(elk|yak)+ [0-9]{2}", vocabulary_of(tokenizer))
+    assert not isinstance(refused.value, ValueError)
+    monkeypatch.setattr(structured, "COMPILE_SECONDS", 30.0)
+    threading.Timer(0.3, compilers.release).start()
+    index = compiled_index("(elk|yak)+ [0-9]{2}", vocabulary_of(tokenizer))
+    assert index.get_allowed_tokens(index.get_initial_state())
+    assert compilers.acquire(blocking=False)  # given back after compiling
+
+
 def test_the_address_space_limit_is_the_compilers(tokenizer, monkeypatch):
     """COMPILE_MEMORY_BYTES bounds the child: too little for even its imports, and it fails (as
     an ImportError, a MemoryError or a signal, depending on where its memory runs out)."""

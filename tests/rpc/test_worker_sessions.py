@@ -255,6 +255,39 @@ def test_generations_past_the_cap_are_refused_and_health_checks_still_answer():
         server.stop(0)
 
 
+def test_a_coordinator_whose_compilers_are_all_busy_answers_resource_exhausted(monkeypatch):
+    """A structured request that waited out COMPILE_SECONDS for a compiler is the service's
+    capacity: RESOURCE_EXHAUSTED (the SDK's OverloadedError, retry later), not
+    INVALID_ARGUMENT — the same request is fine once a compiler is free."""
+    from transformers import AutoTokenizer
+
+    from rayspec.client import Client, OverloadedError
+    from rayspec.demo import DRAFTER_PATH, TARGET_PATH
+    from rayspec.engine import structured
+    from rayspec.models import load_causal_lm
+    from rayspec.rpc.coordinator import serve_generation
+
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
+    engine = SpeculativeEngine(LocalTarget(load_causal_lm(TARGET_PATH, "cpu")[0], tokenizer),
+                               LocalDrafter(load_causal_lm(DRAFTER_PATH, "cpu")[0], tokenizer), tokenizer=tokenizer)
+    compilers = threading.BoundedSemaphore(1)
+    monkeypatch.setattr(structured, "_COMPILERS", compilers)
+    monkeypatch.setattr(structured, "MAX_COMPILERS", 1)
+    monkeypatch.setattr(structured, "COMPILE_SECONDS", 0.5)
+    compilers.acquire()
+    server, port = serve_generation(engine, tokenizer, "127.0.0.1:0")
+    try:
+        with Client(f"127.0.0.1:{port}", timeout=30) as client:
+            request = dict(max_tokens=4, seed=1, structured_output={"regex": "(auk|owl)+"})
+            with pytest.raises(OverloadedError, match="waited 0.5 s for one of the 1 compilers") as refused:
+                client.generate("Birds:", **request)
+            assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            compilers.release()
+            assert client.generate("Birds:", **request).text
+    finally:
+        server.stop(0)
+
+
 def test_a_coordinator_reports_a_full_or_missing_worker_with_its_status(full_target):
     from rayspec.rpc.coordinator import serve_generation
 

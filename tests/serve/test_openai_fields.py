@@ -238,3 +238,30 @@ def test_an_expression_too_large_to_compile_in_time_is_a_400_naming_its_field_an
     error = reply.json()["error"]
     assert error["param"] == "guided_regex" and "did not compile within 1 s" in error["message"]
     assert http.post("/v1/completions", json=_completion()).status_code == 200
+
+
+def test_an_expression_waiting_too_long_for_a_compiler_is_a_429_and_compiles_once_one_is_free(http, server, parts,
+                                                                                              monkeypatch):
+    """Every compiler busy is the service's capacity (429, as OpenAI's rate limits), not a bad
+    request; the same request succeeds once a compiler is free."""
+    import threading
+
+    from rayspec.engine import structured
+
+    # the tiny target declares no EOS, where a match ends
+    monkeypatch.setattr(server["target"].inner, "eos_token_ids", (parts[2].eos_token_id,))
+
+    compilers = threading.BoundedSemaphore(1)
+    monkeypatch.setattr(structured, "_COMPILERS", compilers)
+    monkeypatch.setattr(structured, "MAX_COMPILERS", 1)
+    monkeypatch.setattr(structured, "COMPILE_SECONDS", 0.5)
+    compilers.acquire()
+    body = _completion(guided_regex="(gnu|emu)+ [0-9]{2}")
+    reply = http.post("/v1/completions", json=body)
+    assert reply.status_code == 429, reply.text
+    error = reply.json()["error"]
+    assert error["type"] == "rate_limit_error" and error["code"] == "too_many_requests"
+    assert "waited 0.5 s for one of the 1 compilers" in error["message"] and "ask again later" in error["message"]
+    compilers.release()
+    served = http.post("/v1/completions", json=body)
+    assert served.status_code == 200, served.text
