@@ -718,7 +718,8 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
             raise bad_request("seed + n - 1 must stay below 2^63: choice i is seeded with seed + i", "seed")
         if fields.get("structured_output") is not None:
             try:  # compiled off the event loop (a large schema takes seconds), once for all the choices
-                await run_in_threadpool(service.compile_structured, fields["structured_output"])
+                await run_in_threadpool(service.compile_structured, fields["structured_output"],
+                                        bool(fields.get("ignore_eos")))
             except ValueError as error:
                 raise bad_request(str(error), body.structured_field()) from None
 

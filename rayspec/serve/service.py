@@ -23,7 +23,9 @@ import grpc
 from rayspec.engine.engine import SpeculativeEngine
 from rayspec.engine.pool import DrafterPool
 from rayspec.engine.requests import GenerationRequest, Limits
-from rayspec.engine.structured import StructuredOutput, compiled_index, structured_regex, vocabulary_of
+from rayspec.engine.structured import (
+    StructuredOutput, check_structured, compiled_index, structured_regex, vocabulary_of,
+)
 from rayspec.models.threads import honour_torch_threads
 from rayspec.rpc.remote import HEALTH_TIMEOUT, overall_status, targets_answer, worker_statuses
 from rayspec.serve.config import LimitsConfig, ServiceConfig
@@ -144,10 +146,13 @@ class Service:
             limits = dataclasses.replace(limits, default_max_tokens=min(default_max_tokens, limits.max_tokens))
         return GenerationRequest(self.engine, self.tokenizer, limits, **fields)
 
-    def compile_structured(self, output: StructuredOutput) -> None:
+    def compile_structured(self, output: StructuredOutput, ignore_eos: bool = False) -> None:
         """Compile a structured output's automaton over the tokenizer's vocabulary (cached:
-        the requests that use it find it compiled); a bad one is a ValueError."""
-        compiled_index(structured_regex(output), vocabulary_of(self.tokenizer))
+        the requests that use it find it compiled); a bad one is a ValueError, and so is one
+        the request could never end (`check_structured`) — before a compilation of seconds."""
+        regex = structured_regex(output)
+        check_structured(regex, ignore_eos, self.engine.target.eos_token_ids)
+        compiled_index(regex, vocabulary_of(self.tokenizer))
 
     def measured_costs(self) -> dict | None:
         """The step costs its engine plans sequoia:auto trees from (`Costs.to_json`), None

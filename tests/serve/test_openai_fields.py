@@ -229,6 +229,7 @@ def test_a_message_field_that_cannot_be_honoured_is_refused(http, message, words
 
 
 def test_an_expression_too_large_to_compile_in_time_is_a_400_naming_its_field_and_the_service_serves_on(http,
+                                                                                                        with_eos,
                                                                                                         monkeypatch):
     from rayspec.engine import structured
 
@@ -240,7 +241,23 @@ def test_an_expression_too_large_to_compile_in_time_is_a_400_naming_its_field_an
     assert http.post("/v1/completions", json=_completion()).status_code == 200
 
 
-def test_an_expression_waiting_too_long_for_a_compiler_is_a_429_and_compiles_once_one_is_free(http, server, parts,
+@pytest.fixture
+def with_eos(server, parts, monkeypatch):
+    """The served tiny target declaring the tokenizer's EOS, where a structured output's match
+    ends (it declares none, and such a request is refused before its expression compiles)."""
+    monkeypatch.setattr(server["target"].inner, "eos_token_ids", (parts[2].eos_token_id,))
+
+
+@pytest.mark.parametrize("path, body", [("/v1/chat/completions", _chat()), ("/v1/completions", _completion())])
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_expression_that_does_not_compile_is_a_400_naming_its_field(http, with_eos, path, body, stream):
+    reply = http.post(path, json={**body, "guided_regex": "(((", "stream": stream})
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert "the regular expression '(((' cannot be used" in error["message"] and error["param"] == "guided_regex"
+
+
+def test_an_expression_waiting_too_long_for_a_compiler_is_a_429_and_compiles_once_one_is_free(http, with_eos,
                                                                                               monkeypatch):
     """Every compiler busy is the service's capacity (429, as OpenAI's rate limits), not a bad
     request; the same request succeeds once a compiler is free."""
@@ -248,8 +265,6 @@ def test_an_expression_waiting_too_long_for_a_compiler_is_a_429_and_compiles_onc
 
     from rayspec.engine import structured
 
-    # the tiny target declares no EOS, where a match ends
-    monkeypatch.setattr(server["target"].inner, "eos_token_ids", (parts[2].eos_token_id,))
 
     compilers = threading.BoundedSemaphore(1)
     monkeypatch.setattr(structured, "_COMPILERS", compilers)
@@ -265,3 +280,20 @@ def test_an_expression_waiting_too_long_for_a_compiler_is_a_429_and_compiles_onc
     compilers.release()
     served = http.post("/v1/completions", json=body)
     assert served.status_code == 200, served.text
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"ignore_eos": True}, "ignore_eos cannot be combined with structured output"),
+    ({}, "structured output ends the completion at the model's EOS token, and this target declares none"),
+])
+def test_a_structured_output_that_could_never_end_is_refused_before_its_expression_is_compiled(http, monkeypatch,
+                                                                                              fields, words):
+    """Refused at once, not after a compilation that can take up to COMPILE_SECONDS."""
+    from rayspec.engine import structured
+
+    compiled = []
+    monkeypatch.setattr(structured, "_compile", lambda regex, vocabulary: compiled.append(regex))
+    reply = http.post("/v1/completions", json=_completion(guided_regex="[ab]*a[ab]{22}", **fields))
+    assert reply.status_code == 400, reply.text
+    assert words in reply.json()["error"]["message"] and reply.json()["error"]["param"] == "guided_regex"
+    assert compiled == []
