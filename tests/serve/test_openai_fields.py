@@ -257,28 +257,32 @@ def test_an_expression_that_does_not_compile_is_a_400_naming_its_field(http, wit
     assert "the regular expression '(((' cannot be used" in error["message"] and error["param"] == "guided_regex"
 
 
+@pytest.mark.parametrize("path, body", [
+    ("/v1/completions", _completion(guided_regex="(gnu|emu)+ [0-9]{2}")),
+    ("/v1/chat/completions", _chat(guided_regex="(yak|gnu)+ [0-9]{2}", stream=True)),
+    ("/v1/responses", _response(text={"format": {"type": "json_schema", "name": "bird", "schema": {
+        "type": "object", "properties": {"wren": {"type": "boolean"}}, "required": ["wren"]}}})),
+])
 def test_an_expression_waiting_too_long_for_a_compiler_is_a_429_and_compiles_once_one_is_free(http, with_eos,
-                                                                                              monkeypatch):
+                                                                                              monkeypatch, path, body):
     """Every compiler busy is the service's capacity (429, as OpenAI's rate limits), not a bad
     request; the same request succeeds once a compiler is free."""
     import threading
 
     from rayspec.engine import structured
 
-
     compilers = threading.BoundedSemaphore(1)
     monkeypatch.setattr(structured, "_COMPILERS", compilers)
     monkeypatch.setattr(structured, "MAX_COMPILERS", 1)
     monkeypatch.setattr(structured, "COMPILE_SECONDS", 0.5)
     compilers.acquire()
-    body = _completion(guided_regex="(gnu|emu)+ [0-9]{2}")
-    reply = http.post("/v1/completions", json=body)
+    reply = http.post(path, json=body)
     assert reply.status_code == 429, reply.text
     error = reply.json()["error"]
     assert error["type"] == "rate_limit_error" and error["code"] == "too_many_requests"
     assert "waited 0.5 s for one of the 1 compilers" in error["message"] and "ask again later" in error["message"]
     compilers.release()
-    served = http.post("/v1/completions", json=body)
+    served = http.post(path, json=body)
     assert served.status_code == 200, served.text
 
 
