@@ -168,6 +168,11 @@ class Metrics:
         if first_token_seconds is not None and stats.tokens > 1:
             self.time_per_output_token.observe((seconds - first_token_seconds) / (stats.tokens - 1))
         self.ended.labels(finish_reason).inc()
+
+    def observe_incidents(self, stats: GenerationStats) -> None:
+        """What befell a generation's workers — its drafter lost (and back), steps hedged, the
+        target resumed — however the generation ended: a client that left, or a target that
+        failed after the drafter did, does not unmake them."""
         if stats.drafter_lost is not None:
             self.drafter_lost.inc()
         self.drafter_comebacks.inc(stats.drafter_comebacks)

@@ -324,6 +324,8 @@ class StepStream:
                 metrics.ended.labels("abort").inc()
             if steps is not None:
                 steps.close()
+            if getattr(request, "stats", None) is not None:  # set once the generation began
+                metrics.observe_incidents(request.stats)
             metrics.in_flight.dec()
             service._slots.release()
             self.finished.set()

@@ -1165,6 +1165,28 @@ def test_a_request_whose_drafter_is_lost_is_answered_without_drafts_and_counted(
     assert metric_samples(http)[name] == before + 1
 
 
+@pytest.mark.parametrize("then", ["client leaves mid-stream", "target fails"])
+def test_a_generation_that_lost_its_drafter_is_counted_however_it_ends(http, server, then):
+    """The loss happened whatever came after it: a client that left, or a target that failed
+    later, does not unmake it (it was counted only for generations that ran to their end)."""
+    target, drafter = server["target"], server["drafter"]
+    name = ("rayspec_drafter_lost_generations_total", ())
+    before = metric_samples(http)[name]
+    drafter.fail = (1, DrafterUnavailable("UNAVAILABLE: the drafter worker is gone"))
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 200, "seed": 1}
+    if then == "target fails":
+        target.fail = (4, RuntimeError("the target failed"))
+        assert http.post("/v1/completions", json=body).status_code == 500
+    else:
+        target.permits = threading.Semaphore(4)
+        with http.stream("POST", "/v1/completions", json={**body, "stream": True}) as response:
+            chunks = (line for line in response.iter_lines() if line.startswith("data: {"))
+            assert all(next(chunks) for _ in range(3))  # then the client leaves
+        target.permits.release(1000)
+    eventually(lambda: target.open_sessions == 0 and drafter.open_sessions == 0, what="sessions released")
+    eventually(lambda: metric_samples(http)[name] == before + 1, what="the loss to be counted")
+
+
 def test_a_request_that_takes_its_drafter_back_is_counted(http, server):
     engine = server["service"].engine
     lost, back = ("rayspec_drafter_lost_generations_total", ()), ("rayspec_drafter_comebacks_total", ())
