@@ -35,7 +35,8 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.acceptance_length = Histogram(
-            "rayspec_acceptance_length", "Tokens emitted per verification step (accepted drafts + 1).",
+            "rayspec_acceptance_length", "Tokens a verification step accepted: its accepted drafts + 1 (a stop or "
+            "max_tokens may keep fewer in the completion).",
             buckets=(1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32), registry=r,
         )
         self.depth_visits = Counter(
