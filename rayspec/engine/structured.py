@@ -136,23 +136,111 @@ _DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples", "required", 
 _SCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "patternProperties"})
 
 
-def _unenforced(schema, where: str = "") -> list[str]:
-    """The unenforced keywords a schema uses, each with where it stands."""
-    found = []
+def _keywords(schema, where: str = ""):
+    """(where, keyword, value) of each keyword of a schema and of its subschemas — not of the
+    data under `enum`, `const` and the like, nor the names under `properties`."""
     if isinstance(schema, list):
         for i, item in enumerate(schema):
-            found += _unenforced(item, f"{where}[{i}]")
+            yield from _keywords(item, f"{where}[{i}]")
     elif isinstance(schema, dict):
         for key, value in schema.items():
             place = f"{where}.{key}" if where else key
-            if key in UNENFORCED_KEYWORDS:
-                found.append(place)
-            elif key in _SCHEMA_MAPS and isinstance(value, dict):
+            yield place, key, value
+            if key in _SCHEMA_MAPS and isinstance(value, dict):
                 for name, sub in value.items():
-                    found += _unenforced(sub, f"{place}.{name}")
+                    yield from _keywords(sub, f"{place}.{name}")
             elif key not in _DATA_KEYWORDS:
-                found += _unenforced(value, place)
-    return found
+                yield from _keywords(value, place)
+
+
+def _unenforced(schema) -> list[str]:
+    """Where a schema uses a keyword outlines-core does not enforce."""
+    return [place for place, key, _ in _keywords(schema) if key in UNENFORCED_KEYWORDS]
+
+
+def _overlapping_one_ofs(schema) -> list[str]:
+    """Where a schema has a `oneOf` two of whose branches some value may match: outlines-core
+    builds a oneOf as an anyOf (a value matching two branches passes), so only a oneOf whose
+    branches are disjoint (`_disjoint`) is enforced as written."""
+    return [place for place, key, branches in _keywords(schema) if key == "oneOf" and isinstance(branches, list)
+            and any(not _disjoint(a, b, schema) for i, a in enumerate(branches) for b in branches[i + 1:])]
+
+
+def _resolved(schema, root, depth: int = 0):
+    """`schema` with its local `$ref` ("#/$defs/Cat") followed; None for one that cannot be
+    (remote, broken, or a cycle of references)."""
+    while isinstance(schema, dict) and "$ref" in schema:
+        ref = schema["$ref"]
+        if depth > 32 or not isinstance(ref, str) or not ref.startswith("#"):
+            return None
+        schema, depth = root, depth + 1
+        for part in filter(None, ref[1:].split("/")):
+            part = part.replace("~1", "/").replace("~0", "~")
+            if not isinstance(schema, dict) or part not in schema:
+                return None
+            schema = schema[part]
+    return schema
+
+
+def _json_type(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        return "integer"
+    return {float: "number", str: "string", list: "array", dict: "object"}[type(value)]
+
+
+def _values(schema) -> set[str] | None:
+    """The values a schema admits when it lists them (`const`, `enum`), each as canonical JSON
+    (1 and 1.0 alike, true and 1 not); None when it does not."""
+    listed = [schema["const"]] if "const" in schema else schema.get("enum")
+    if not isinstance(listed, list):
+        return None
+    return {json.dumps(int(v) if isinstance(v, float) and v.is_integer() else v, sort_keys=True) for v in listed}
+
+
+def _types(schema) -> set[str] | None:
+    """The JSON types a schema admits, when it says (`type`, or its listed values'); None when
+    it does not."""
+    if isinstance(schema.get("type"), str):
+        return {schema["type"]}
+    if isinstance(schema.get("type"), list):
+        return set(schema["type"])
+    values = _values(schema)
+    return None if values is None else {_json_type(json.loads(v)) for v in values}
+
+
+def _types_overlap(a: set[str], b: set[str]) -> bool:
+    def widened(types: set[str]) -> set[str]:  # an integer is a number too
+        return types | {"number"} if "integer" in types else types
+
+    return bool(widened(a) & widened(b))
+
+
+def _disjoint(a, b, root) -> bool:
+    """Whether no value can match both schemas, by what they say plainly: listed values that
+    differ, types that differ, or — objects — a property both require whose listed values
+    differ (a discriminated union's tag).  False when that cannot be told."""
+    a, b = _resolved(a, root), _resolved(b, root)
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return False
+    values_a, values_b = _values(a), _values(b)
+    if values_a is not None and values_b is not None:
+        return not values_a & values_b
+    types_a, types_b = _types(a), _types(b)
+    if types_a is not None and types_b is not None and not _types_overlap(types_a, types_b):
+        return True
+    required = set(a.get("required") or ()) & set(b.get("required") or ())
+    for name in required:
+        tag_a = _resolved((a.get("properties") or {}).get(name), root)
+        tag_b = _resolved((b.get("properties") or {}).get(name), root)
+        if isinstance(tag_a, dict) and isinstance(tag_b, dict):
+            tags_a, tags_b = _values(tag_a), _values(tag_b)
+            if tags_a is not None and tags_b is not None and not tags_a & tags_b:
+                return True
+    return False
 
 
 @functools.lru_cache(maxsize=64)
@@ -175,6 +263,12 @@ def _compile_schema(schema_text: str) -> str:
         raise ValueError(f"json_schema uses {', '.join(unenforced)}, which structured output cannot enforce "
                          f"(numeric bounds, multipleOf, uniqueItems, min/maxProperties, not, contains, "
                          f"propertyNames, dependencies): give the values as an enum, or leave the keyword out")
+    overlapping = _overlapping_one_ofs(schema)
+    if overlapping:
+        raise ValueError(f"json_schema's {', '.join(overlapping)} has branches one value could match two of, and "
+                         f"structured output would let such a value through (it enforces oneOf as anyOf): use "
+                         f"anyOf, or make the branches exclusive — distinct types, distinct const/enum values, or a "
+                         f"property all of them require with distinct const values (a discriminated union's tag)")
     try:
         return build_regex_from_schema(schema_text)
     except (ValueError, TypeError) as error:

@@ -5,6 +5,7 @@ sampling (enumerated exactly), JSON that parses, and the refusals."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -267,6 +268,67 @@ def test_a_prediction_the_expression_forbids_is_never_accepted(demo_engine):
         assert tokenizer.decode(result.tokens) in ("yes", "no")
     plain = engine.run(prompt, max_new_tokens=8, temperature=0, structured_output=output)
     assert result.tokens == plain.tokens or temperature  # at T = 0 the prediction changes nothing
+
+
+CAT = {"type": "object", "properties": {"kind": {"const": "cat"}, "lives": {"type": "integer"}},
+       "required": ["kind", "lives"]}
+DOG = {"type": "object", "properties": {"kind": {"enum": ["dog", "puppy"]}, "good": {"type": "boolean"}},
+       "required": ["kind", "good"]}
+
+
+@pytest.mark.parametrize("one_of, where", [
+    ([{"type": "integer"}, {"type": "number"}], "oneOf"),  # 5 is both
+    ([{"enum": ["a", "b"]}, {"enum": ["b", "c"]}], "oneOf"),
+    ([{"const": 1}, {"const": 1.0}], "oneOf"),  # one number in JSON
+    ([{"const": "x"}, {"type": "string"}], "oneOf"),
+    ([{"type": "object", "properties": {"a": {"type": "string"}}},
+      {"type": "object", "properties": {"b": {"type": "string"}}}], "oneOf"),  # {} is both
+    ([{**CAT, "required": ["lives"]}, DOG], "oneOf"),  # a tag one branch does not require tells nothing
+    ([{"type": "string"}, {"type": "number", "oneOf": [{"type": "integer"}, {"type": "number"}]}],
+     "oneOf[1].oneOf"),
+])
+def test_a_one_of_whose_branches_may_overlap_is_refused_naming_where(one_of, where):
+    """outlines-core builds oneOf as anyOf: a value matching two branches, which oneOf forbids,
+    would pass.  Refused, as the keywords it does not enforce are, rather than followed in part."""
+    schema = {"type": "object", "properties": {"pet": {"oneOf": one_of}}, "required": ["pet"], "$defs": {"Cat": CAT}}
+    with pytest.raises(ValueError, match=rf"json_schema's properties\.pet\.{re.escape(where)} has branches one value "
+                                         rf"could match two of.*use anyOf, or make the branches exclusive"):
+        StructuredOutput(json_schema=schema).to_regex()
+    as_any_of = json.loads(json.dumps(schema).replace('"oneOf"', '"anyOf"'))
+    assert StructuredOutput(json_schema=as_any_of).to_regex()  # what the schema's author can send instead
+
+
+@pytest.mark.parametrize("one_of", [
+    [{"type": "integer"}, {"type": "boolean"}, {"type": "string"}],
+    [{"enum": ["a", "b"]}, {"enum": ["c"]}, {"const": None}],
+    [{"const": True}, {"const": 1}],  # true is no number in JSON
+    [{"const": "x"}, {"type": "integer"}],
+    [{"$ref": "#/$defs/Cat"}, DOG],  # a discriminated union: the required tag's values differ
+])
+def test_a_one_of_whose_branches_are_exclusive_is_compiled(one_of):
+    schema = {"type": "object", "properties": {"pet": {"oneOf": one_of}}, "required": ["pet"], "$defs": {"Cat": CAT}}
+    assert StructuredOutput(json_schema=schema).to_regex()
+
+
+def test_pydantics_discriminated_union_is_a_one_of_that_compiles_and_its_plain_union_an_any_of():
+    from typing import Annotated, Literal, Union
+
+    from pydantic import BaseModel, Field, TypeAdapter
+
+    class Cat(BaseModel):
+        kind: Literal["cat"]
+        lives: int
+
+    class Dog(BaseModel):
+        kind: Literal["dog"]
+        good: bool
+
+    tagged = TypeAdapter(Annotated[Union[Cat, Dog], Field(discriminator="kind")]).json_schema()
+    assert "oneOf" in tagged
+    text = StructuredOutput(json_schema=tagged).to_regex()
+    assert re.fullmatch(text, '{"kind":"cat","lives":9}') and re.fullmatch(text, '{"kind":"dog","good":true}')
+    assert not re.fullmatch(text, '{"kind":"cat","good":true}')
+    assert StructuredOutput(json_schema=TypeAdapter(Union[Cat, Dog]).json_schema()).to_regex()
 
 
 def test_bad_structured_outputs_are_refused_with_a_message(tokenizer, tiny_pair, demo_engine):

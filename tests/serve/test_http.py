@@ -922,6 +922,9 @@ BAD_CHATS = [
     ({"messages": [{"role": "user", "content": "hi"}],
       "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nothing"}}}},
      400, "json_schema cannot be compiled: Unsupported type: nothing", "response_format"),
+    ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"oneOf": [{"type": "integer"}, {"type": "number"}]}}}},
+     400, "json_schema's oneOf has branches one value could match two of", "response_format"),
     ({"messages": [{"role": "user", "content": "hi"}], "guided_choice": []}, 400,
      "guided_choice: choice must be a non-empty list of non-empty strings", "guided_choice"),
     ({"messages": [{"role": "user", "content": "hi"}], "guided_grammar": "root ::= 'a'"}, 400,
