@@ -158,11 +158,16 @@ class StopStrings:
         """The stop string that ends past the searched text and begins first in `text` (of
         two beginning there, the first listed), or None.  Where `text` no longer begins with
         the searched text (a decoding that rewrites across tokens, e.g. clean-up of spaces
-        before punctuation, turned "world " into "world."), the search begins where they differ."""
-        clear = self._clear
+        before punctuation, turned "world " into "world."), the search begins where they differ.
+
+        An unfinished character at the end is no text yet: a stop string is not matched
+        against the U+FFFD standing in for it, which the next token may turn into "¡" — else
+        a completion would stop there when its steps end between the character's tokens and
+        not when one step holds both, and a seed's tokens would depend on the tree."""
+        clear, end = self._clear, finished_length(text)
         if not text.startswith(self._searched[:clear]):
             clear = next((i for i, (a, b) in enumerate(zip(text, self._searched)) if a != b), min(clear, len(text)))
-        starts = ((text.find(s, max(clear - len(s) + 1, 0)), s) for s in self.stop)
+        starts = ((text.find(s, max(clear - len(s) + 1, 0), end), s) for s in self.stop)
         return min((StopMatch(i, s) for i, s in starts if i >= 0), key=lambda match: match.start, default=None)
 
     def searched(self, text: str) -> None:

@@ -63,8 +63,8 @@ stop token id that ended it, null for EOS or a length.  `usage.completion_tokens
 counts the accepted and rejected draft tokens (OpenAI's Predicted Outputs fields: accepted drafts are those in the
 completion, so drafts a stop or max_tokens cut off count as rejected), and a `rayspec` object
 carries the request's speculative decoding figures, the verifier's verdicts whatever the cut,
-pooled over the choices: the seed used (send it back to get the same tokens; `seeds`, one per
-choice, when n > 1), steps, tokens per step, the histogram of accepted drafts per step and
+pooled over the choices: the seed used (`seeds`, one per choice, when n > 1: sent back, it gives
+the same tokens, but for an unseeded request whose Sequoia tree adapted — see the README), steps, tokens per step, the histogram of accepted drafts per step and
 the acceptance rate at each tree depth.
 
 Streaming (`stream: true`): server-sent events, one `data: {chunk}` per verification step

@@ -193,6 +193,42 @@ def test_stop_strings_search_only_the_new_text_and_what_a_stop_string_could_begi
     assert _start(stops, "café!") == 3
 
 
+def test_a_stop_string_is_not_matched_against_an_unfinished_characters_stand_in():
+    """U+FFFD at the end stands in for a character the next token may finish ("\\xc2" then
+    "\\xa1" is "¡"): only a U+FFFD that stays in the text can be a stop string's."""
+    stops = StopStrings(["\ufffd", "a\ufffd"])
+    assert stops.find("xa\ufffd") is None and stops.find("xa\ufffd\ufffd") is None
+    stops.searched("xa\ufffd")
+    assert stops.find("xa¡") is None
+    assert stops.find("xa\ufffdb") == (1, "a\ufffd")  # it stayed: a character of the text
+
+
+def test_a_stop_string_on_an_unfinished_character_stops_a_seed_alike_whatever_the_tree(demo_tokenizer):
+    """A completion of "\\xc2"-like lead bytes and their continuations under stop "\ufffd":
+    target-only steps (one token each) and drafted steps (several) give the same tokens."""
+    tokenizer = demo_tokenizer
+    target = tiny_llama(vocab=len(tokenizer), hidden=32, layers=2, context=256, eos=0)
+    drafter = noisy_copy(target, noise=0.05)
+    lead, continuation = 127, 95  # "\xc2", "\xa1" in the demo's byte-level vocabulary
+    assert tokenizer.decode([lead]) == "\ufffd" and tokenizer.decode([lead, continuation]) == "¡"
+    request = dict(max_new_tokens=40, temperature=1.0, stop=["\ufffd"], allowed_token_ids=[lead, continuation, 50, 51],
+                   logit_bias={lead: 3.0, continuation: 3.0})
+    prompt = tokenizer.encode("def fibonacci(n):")
+    alone = SpeculativeEngine(LocalTarget(target, tokenizer), None, verifier="gumbel", tree="none", tokenizer=tokenizer)
+    drafted = SpeculativeEngine(LocalTarget(target, tokenizer), LocalDrafter(drafter, tokenizer), verifier="gumbel",
+                                tree="kary:2x3", tokenizer=tokenizer)
+    multi_token_steps, endings = 0, set()
+    for seed in range(12):
+        one, other = alone.run(prompt, seed=seed, **request), drafted.run(prompt, seed=seed, **request)
+        endings.add(one.finish_reason)
+        assert (one.tokens, one.finish_reason, one.stop_reason) == (other.tokens, other.finish_reason,
+                                                                   other.stop_reason), seed
+        if one.finish_reason == "stop":  # on a U+FFFD the text keeps, not on a "¡" in the making
+            assert "\ufffd" in tokenizer.decode(one.tokens + [50])
+        multi_token_steps += sum(step.emitted > 1 for step in other.stats.steps)
+    assert multi_token_steps and "stop" in endings  # the stop string was met, and steps ended within characters
+
+
 def test_the_stop_string_found_is_the_one_beginning_first_then_the_first_listed():
     assert StopStrings(["cd", "bcd", "b"]).find("abcd") == (1, "bcd")
     match = StopStrings(["xyz", "xy", "q"]).find("wxyzq")
