@@ -13,15 +13,25 @@ import torch
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
-    """`auto`: CUDA when this machine's torch sees a GPU, else the CPU.  ValueError for a
-    device torch does not know, or a CUDA one it cannot reach."""
-    if device in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def parse_device(device: str | torch.device) -> torch.device:
+    """The torch device `device` names, with no check that it exists here.  ValueError for one
+    torch does not know, and for the types it knows that rayspec does not decode on (meta, whose
+    tensors hold no values; mps, xpu, ...): they passed every check and failed mid-decode."""
     try:
         resolved = torch.device(device)
     except (RuntimeError, TypeError):
-        raise ValueError(f"device must be auto, cpu, cuda or cuda:N; got {device!r}") from None
+        resolved = None
+    if resolved is None or resolved.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N; got {device!r}")
+    return resolved
+
+
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    """`auto`: CUDA when this machine's torch sees a GPU, else the CPU.  ValueError for a
+    device `parse_device` refuses, or a CUDA one this machine cannot reach."""
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = parse_device(device)
     reachable = torch.cuda.is_available() and (resolved.index or 0) < torch.cuda.device_count()
     if resolved.type == "cuda" and not reachable:
         raise ValueError(f"device {device!r}: this machine's torch sees {torch.cuda.device_count()} CUDA device(s)")

@@ -414,7 +414,7 @@ def _check_model(model: ModelConfig, name: str) -> None:
     Ray has started (or be misread there: a GPU count of -1 in its bundle)."""
     import torch
 
-    from rayspec.models.loading import resolve_dtype
+    from rayspec.models.loading import parse_device, resolve_dtype
 
     if model.path is not None and (not isinstance(model.path, str) or not model.path.strip()):
         raise ValueError(f"{name}.path must be a checkpoint directory or hub id, or null for the demo pair, "
@@ -431,8 +431,8 @@ def _check_model(model: ModelConfig, name: str) -> None:
         if not isinstance(model.device, str):
             raise TypeError
         if model.device != "auto":
-            torch.device(model.device)
-    except (RuntimeError, TypeError):
+            parse_device(model.device)
+    except (ValueError, TypeError):
         raise ValueError(f"{name}.device must be auto, cpu, cuda or cuda:N, got {model.device!r}") from None
     if not isinstance(model.dtype, str):
         raise ValueError(f"{name}.dtype must be auto or a dtype's name such as bfloat16, got {model.dtype!r}")

@@ -286,3 +286,12 @@ def test_with_a_prediction_the_tree_is_the_chain_it_is_drafted_in(capsys):
 def test_a_device_torch_does_not_know_is_an_error_line(capsys):
     assert main(["generate", "--prompt", "x", "--device", "tpu"]) == 2
     assert capsys.readouterr().err.strip() == "rayspec: error: device must be auto, cpu, cuda or cuda:N; got 'tpu'"
+
+
+@pytest.mark.parametrize("device", ["meta", "mps"])
+def test_a_device_rayspec_does_not_decode_on_is_an_error_line(capsys, device):
+    """meta (tensors without values) passed and failed mid-decode with a traceback."""
+    assert main(["generate", "--prompt", "x", "--device", device, "--threads", "1"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"rayspec: error: device must be auto, cpu, cuda or cuda:N; got {device!r}\n"
+    assert captured.out == ""

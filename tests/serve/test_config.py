@@ -175,6 +175,9 @@ def test_both_front_ends_may_take_any_free_port():
                                           "default, got -1"),
     ({"target": {"device": "tpu"}}, "target.device must be auto, cpu, cuda or cuda:N, got 'tpu'"),
     ({"target": {"device": 0}}, "target.device must be auto, cpu, cuda or cuda:N, got 0"),
+    # devices torch knows but rayspec does not decode on: they failed mid-decode, with a traceback
+    ({"target": {"device": "meta"}}, "target.device must be auto, cpu, cuda or cuda:N, got 'meta'"),
+    ({"drafters": [{"device": "mps"}]}, "drafters[0].device must be auto, cpu, cuda or cuda:N, got 'mps'"),
     ({"drafters": [{"dtype": "float64"}]}, "drafters[0]: dtype must be one of auto, float32"),
     ({"target": {"dtype": ["float32"]}}, "target.dtype must be auto or a dtype's name such as bfloat16"),
     ({"target": {"path": 5}}, "target.path must be a checkpoint directory or hub id, or null for the demo pair"),
