@@ -183,6 +183,24 @@ def cmd_serve(args) -> int:
         return 130
 
 
+def _check_temperature(temperature: float) -> None:
+    """The sampler's own check of a temperature (`SamplingParams`), before the models load:
+    `tree measure` refused a negative one only once they had, and `tree plan` planned for it."""
+    from rayspec.verify.processing import SamplingParams
+
+    SamplingParams(temperature=temperature)
+
+
+def _json_out(out: str) -> Path:
+    """The path of a tree JSON whose drawing goes beside it, with the suffix .png: a name that
+    already ends so had its JSON written and then drawn over."""
+    path = Path(out)
+    if path.suffix.lower() == ".png":
+        raise ValueError(f"--out {out}: the tree JSON is written there and its drawing beside it as .png; "
+                         f"give a name that does not end in .png, such as {path.with_suffix('.json')}")
+    return path
+
+
 def _write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n")
@@ -196,17 +214,28 @@ def cmd_tree_measure(args) -> int:
     from rayspec.tree.draw import draw_acceptance
     from rayspec.verify import verifier_class
 
+    # Before the models load, and before a vector of zeros is written over a measured one.
+    _check_temperature(args.temperature)
+    if args.max_new_tokens < 2:
+        raise ValueError(f"--max-new-tokens {args.max_new_tokens}: a step with one token left drafts nothing "
+                         "(it emits the target's own token), so no draft would be measured; give 2 or more")
+    texts = load_prompts()
+    if args.prompts > len(texts):
+        raise ValueError(f"--prompts {args.prompts}: there are {len(texts)} held-out prompts")
     target, drafter, tokenizer = load_pair(args)
     if drafter is None:
         raise ValueError("measuring acceptance needs a drafter")
     width = min(args.width, verifier_class(args.verifier).max_drafts or args.width)
     engine = SpeculativeEngine(target, drafter, verifier=args.verifier, tree="chain:1", tokenizer=tokenizer)
-    prompts = [tokenizer.encode(p, add_special_tokens=False) for p in load_prompts(args.prompts)]
+    prompts = [tokenizer.encode(p, add_special_tokens=False) for p in texts[:args.prompts]]
     found = measure_acceptance(
         engine, prompts, args.verifier, args.temperature, width, args.max_new_tokens, args.depth_aware,
         setting={"target": str(args.target or "demo"), "drafter": str(args.drafter or "demo")},
     )
     path = Path(args.out) / vector_file_name(args.verifier, args.temperature)
+    if not found.samples.reshape(-1)[0]:  # every completion ended before a step drafted
+        raise ValueError(f"no draft was verified on {len(prompts)} prompt(s) of at most {args.max_new_tokens} "
+                         f"new tokens: nothing measured, {path} not written; give more prompts or tokens")
     _write_json(path, found.to_json())
     draw_acceptance(found.acceptance, path.with_suffix(".png"), ci95=found.ci95,
                     title=f"{args.verifier}, T = {args.temperature:g}, {int(found.samples if found.samples.ndim == 0 else found.samples[0])} nodes")
@@ -222,9 +251,9 @@ def cmd_tree_build(args) -> int:
     if args.budget > MAX_TREE_NODES:
         raise ValueError(f"--budget {args.budget}: a tree has at most {MAX_TREE_NODES} nodes, "
                          "as the engine drafts them")
+    out = _json_out(args.out)
     vector = _read_vector(args.vector)
     tree = planned_tree(vector, args.budget, args.max_depth, args.max_children)
-    out = Path(args.out)
     _write_json(out, tree_to_json(tree))
     draw_tree(tree.shape, out.with_suffix(".png"), acceptance=vector,
               title=f"Sequoia tree: {tree.shape.size} nodes, depth {tree.shape.max_depth}, E[tokens/step] {tree.expected_tokens:.3f}")
@@ -242,6 +271,8 @@ def cmd_tree_plan(args) -> int:
     from rayspec.verify import verifier_class
 
     check_draft_top_k(args.draft_top_k)  # before the models load
+    _check_temperature(args.temperature)
+    out = _json_out(args.out) if args.out else None
     if args.no_drafter:
         raise ValueError("planning a tree needs a drafter: its costs are half of what a tree is planned on")
     if args.vector:
@@ -267,8 +298,7 @@ def cmd_tree_plan(args) -> int:
     print(f"plan for {args.verifier} at T = {args.temperature:g}: {best.shape.size} nodes, depth {best.shape.max_depth}, "
           f"{best.tokens_per_step:.3f} tokens/step, {best.seconds_per_token * 1e3:.2f} ms/token, "
           f"predicted speedup over target-only {best.speedup:.2f}x")
-    if args.out:
-        out = Path(args.out)
+    if out is not None:
         _write_json(out, {"parents": list(best.shape.parents), "child_rank": list(best.shape.child_rank),
                           "expected_tokens": expected_tokens(best.shape, vector), "budget": best.budget,
                           "max_depth": best.max_depth, "acceptance": [float(a) for a in vector],

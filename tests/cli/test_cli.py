@@ -129,6 +129,32 @@ def test_tree_measure_writes_a_vector_with_its_evidence(tmp_path, capsys):
     assert 0 <= sum(data["acceptance"]) <= 1 and (tmp_path / "rrsw_t1.00.png").exists()
 
 
+def test_tree_measure_writes_nothing_when_no_draft_was_verified(tmp_path, capsys, monkeypatch):
+    """Completions that all end before a step drafts measure nothing: their vector of zeros was
+    written over the measured one."""
+    import rayspec.engine
+    import rayspec.engine.measure
+    from rayspec.tree.acceptance import RankCounts, estimate
+
+    class Tokenizer:
+        def encode(self, text, add_special_tokens):
+            return [1]
+
+    monkeypatch.setattr(cli, "load_pair", lambda args: (None, "drafter", Tokenizer()))
+    monkeypatch.setattr(rayspec.engine, "SpeculativeEngine", lambda *args, **kwargs: None)
+    monkeypatch.setattr(rayspec.engine.measure, "measure_acceptance",
+                        lambda *args, **kwargs: estimate(RankCounts.zeros(2, 1), depth_aware=False))
+    measured = tmp_path / "rrsw_t0.60.json"
+    measured.write_text('{"acceptance": [0.9, 0.5], "samples": 5000}')
+    assert main(["tree", "measure", "--prompts", "2", "--max-new-tokens", "2", "--width", "2",
+                 "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"rayspec: error: no draft was verified on 2 prompt(s) of at most 2 new "
+                                       f"tokens: nothing measured, {measured} not written; give more prompts or "
+                                       f"tokens\n")
+    assert measured.read_text() == '{"acceptance": [0.9, 0.5], "samples": 5000}'
+    assert [p.name for p in tmp_path.iterdir()] == ["rrsw_t0.60.json"]
+
+
 def test_tree_plan_prints_a_choice_and_a_predicted_speedup(tmp_path, capsys):
     out = tmp_path / "plan.json"
     assert main(["tree", "plan", "--verifier", "spechub", "--temperature", "0.6", "--max-budget", "32",
@@ -261,6 +287,20 @@ def test_bad_arguments_are_one_error_line_before_any_model_loads(tmp_path, capsy
          "with a prediction the tree is a chain of predicted tokens: give chain:N or no tree, not 'kary:2x3'"),
         (["tree", "plan", "--max-budget", "0"], "argument --max-budget: a whole number, 1 or more"),
         (["tree", "measure", "--depth-aware", "-1"], "argument --depth-aware: a whole number, 0 or more"),
+        # the JSON was written, then its drawing (out.with_suffix(".png") == out) over it
+        (["tree", "build", "--vector", str(tmp_path / "ok.json"), "--out", str(tmp_path / "tree.png")],
+         f"--out {tmp_path / 'tree.png'}: the tree JSON is written there and its drawing beside it as .png; "
+         f"give a name that does not end in .png, such as {tmp_path / 'tree.json'}"),
+        (["tree", "plan", "--out", str(tmp_path / "plan.PNG")], f"--out {tmp_path / 'plan.PNG'}: the tree JSON"),
+        # measured 0 samples, and wrote their vector of zeros over the measured one
+        (["tree", "measure", "--max-new-tokens", "1", "--out", str(tmp_path)],
+         "--max-new-tokens 1: a step with one token left drafts nothing (it emits the target's own token), "
+         "so no draft would be measured; give 2 or more"),
+        (["tree", "measure", "--prompts", "101", "--out", str(tmp_path)],  # was quietly 100
+         "--prompts 101: there are 100 held-out prompts"),
+        (["tree", "plan", "--temperature", "-1"], "temperature must be >= 0 and finite, got -1.0"),  # was planned
+        (["tree", "measure", "--temperature", "-1", "--out", str(tmp_path)],  # refused only once loaded
+         "temperature must be >= 0 and finite, got -1.0"),
     ]
     for argv, message in cases:
         try:
