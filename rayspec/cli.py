@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import sys
@@ -173,6 +174,8 @@ def cmd_serve(args) -> int:
     from rayspec.serve.config import ServiceConfig
 
     config = ServiceConfig.from_yaml(args.config) if args.config else ServiceConfig()
+    # $RAYSPEC_API_KEY checked now, as the file was, not by `Service` once Ray has started
+    config = dataclasses.replace(config, api_key=config.resolved_api_key)
     try:
         return serve_forever(config, args.address)
     except ServiceStartError as error:

@@ -308,8 +308,8 @@ class ServiceConfig:
     api_key: str | None = None
 
     def __post_init__(self):
-        if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()):
-            raise ValueError("api_key must be a non-empty string, or null for none")
+        if self.api_key is not None:
+            check_api_key(self.api_key, "api_key")
         if not isinstance(self.model_id, str) or not self.model_id.strip():
             raise ValueError(f"model_id must be a non-empty string (the name clients pass as `model`), "
                              f"got {self.model_id!r}")
@@ -377,8 +377,9 @@ class ServiceConfig:
 
     @property
     def resolved_api_key(self) -> str | None:
-        """The key clients must send: the config's, else $RAYSPEC_API_KEY, else none."""
-        return self.api_key or os.environ.get(API_KEY_VARIABLE) or None
+        """The key clients must send: the config's, else $RAYSPEC_API_KEY, else none.
+        ValueError, naming the variable, for a key in it that no client can send."""
+        return self.api_key or api_key_from_environment()
 
     @property
     def worker_drafters(self) -> list[DrafterConfig]:
@@ -387,6 +388,30 @@ class ServiceConfig:
     @property
     def coordinator_drafters(self) -> list[DrafterConfig]:
         return [d for d in self.drafters if d.where == "coordinator"]
+
+
+def check_api_key(key, name: str = "api_key", none: str = "null") -> str:
+    """`key`, or ValueError naming `name` for one no client can send: HTTP's Authorization
+    header and gRPC's metadata carry printable ASCII (gRPC clients refuse other bytes) and
+    strip the spaces around a value, so a key with a newline, a non-ASCII letter or a space at
+    either end was accepted and then matched no request.  `none`: how to ask for no key.  The
+    config's check and its environment variable's (`api_key_from_environment`)."""
+    if not isinstance(key, str) or not key.strip():
+        raise ValueError(f"{name} must be a non-empty string, or {none} for none")
+    bad = next((c for c in key if not " " <= c <= "~"), None)
+    if bad is not None:  # the character, not the key: it is a secret
+        raise ValueError(f"{name} holds {bad!r}: a key is printable ASCII, as HTTP headers and gRPC metadata "
+                         f"carry it")
+    if key != key.strip():
+        raise ValueError(f"{name} begins or ends with a space, which HTTP and gRPC strip from what a client sends")
+    return key
+
+
+def api_key_from_environment() -> str | None:
+    """$RAYSPEC_API_KEY as `check_api_key` takes it (ValueError naming the variable), or None
+    where it is unset or empty."""
+    key = os.environ.get(API_KEY_VARIABLE)
+    return check_api_key(key, f"${API_KEY_VARIABLE}", "unset") if key else None
 
 
 def _absolute_if_here(path: str | None) -> str | None:

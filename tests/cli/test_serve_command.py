@@ -109,6 +109,22 @@ def test_serve_refuses_a_bad_config_with_a_message(tmp_path, capsys):
     assert "target.where must be worker or coordinator, got 'edge'" in capsys.readouterr().err
 
 
+def test_serve_refuses_a_bad_api_key_variable_before_ray_starts(capsys, monkeypatch):
+    """It passed the config's check and was refused only once Ray had started, by a message
+    that did not name the variable."""
+    import rayspec.cluster.launch
+    from rayspec.cli import main
+
+    monkeypatch.setattr(rayspec.cluster.launch, "serve_forever", lambda *args: pytest.fail("Ray was started"))
+    monkeypatch.setenv("RAYSPEC_API_KEY", "   ")
+    assert main(["serve"]) == 2
+    assert capsys.readouterr().err == "rayspec: error: $RAYSPEC_API_KEY must be a non-empty string, or unset for none\n"
+    monkeypatch.setenv("RAYSPEC_API_KEY", "secret\n")
+    assert main(["serve"]) == 2
+    assert capsys.readouterr().err == ("rayspec: error: $RAYSPEC_API_KEY holds '\\n': a key is printable ASCII, "
+                                       "as HTTP headers and gRPC metadata carry it\n")
+
+
 def _serve_until_it_exits(config: Path) -> subprocess.CompletedProcess:
     """`rayspec serve config` as a process of its own, for a start that must fail."""
     return subprocess.run([sys.executable, "-m", "rayspec.cli", "serve", str(config)], cwd=ROOT,

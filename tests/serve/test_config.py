@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rayspec.cluster.actors import bundles
-from rayspec.serve.config import ServiceConfig
+from rayspec.serve.config import API_KEY_VARIABLE, ServiceConfig
 
 
 def test_drafters_in_the_coordinator_get_no_bundle():
@@ -234,3 +234,30 @@ def test_the_shipped_cluster_service_file_names_its_models_wherever_a_worker_sta
     config = ServiceConfig.from_yaml("clusters/service.yaml")
     for model in (config.target, *config.drafters):
         assert Path(model.path).is_absolute() and (Path(model.path) / "config.json").is_file(), model.path
+
+
+@pytest.mark.parametrize("key, problem", [
+    ("secret\n", "holds '\\n': a key is printable ASCII, as HTTP headers and gRPC metadata carry it"),
+    ("ключ", "holds 'к': a key is printable ASCII, as HTTP headers and gRPC metadata carry it"),
+    (" secret ", "begins or ends with a space, which HTTP and gRPC strip from what a client sends"),
+])
+def test_an_api_key_no_client_can_send_is_refused_from_the_file_and_the_environment(key, problem, monkeypatch):
+    """They were accepted, and then no request matched them."""
+    with pytest.raises(ValueError) as raised:
+        ServiceConfig.from_dict({"api_key": key})
+    assert str(raised.value) == f"api_key {problem}"
+    monkeypatch.setenv(API_KEY_VARIABLE, key)
+    config = ServiceConfig.from_dict({})
+    with pytest.raises(ValueError) as raised:
+        config.resolved_api_key
+    assert str(raised.value) == f"$RAYSPEC_API_KEY {problem}"
+    assert ServiceConfig.from_dict({"api_key": "sk-a b~!"}).resolved_api_key == "sk-a b~!"  # the file's wins
+
+
+def test_an_empty_api_key_variable_is_none_and_a_blank_one_is_refused(monkeypatch):
+    monkeypatch.setenv(API_KEY_VARIABLE, "")
+    assert ServiceConfig().resolved_api_key is None
+    monkeypatch.setenv(API_KEY_VARIABLE, "   ")
+    with pytest.raises(ValueError) as raised:
+        ServiceConfig().resolved_api_key
+    assert str(raised.value) == "$RAYSPEC_API_KEY must be a non-empty string, or unset for none"
