@@ -82,8 +82,9 @@ of drafts 200 ms late, the longest step fell from 225 to 32 ms.  With no draft l
 to 2.5 % (a thread hand-off per draft), so it is off by default (`bench/results/hedge_bench*.md`).
 
 A null model path is the shipped demo pair; a relative one that exists where `rayspec serve`
-reads the file is made absolute there (Ray's workers do not start in that directory; the
-cluster files sync the tree to the same place on every node).  `num_gpus: auto` is a whole
+reads the file is made absolute there, as are a relative `acceptance_dir` and `tree:
+file:PATH` (Ray's workers do not start in that directory; the cluster files sync the tree to
+the same place on every node).  `num_gpus: auto` is a whole
 GPU when the cluster has one for each model, an equal share of one when it has fewer (the
 demo pair on a one-GPU machine: half each), and 0 without GPUs.  `cpus` ("0-3", "8,9") pins
 the process that computes with the model (its worker, or the coordinator for `where:
@@ -370,6 +371,8 @@ class ServiceConfig:
         for model in (config.target, *config.drafters):
             model.path = _absolute_if_here(model.path)
         config.acceptance_dir = _absolute_if_here(config.acceptance_dir)
+        if config.tree.startswith("file:"):  # checked here, read by the coordinators
+            config.tree = "file:" + _absolute_if_here(config.tree[len("file:"):])
         return config
 
     def to_dict(self) -> dict:
@@ -416,9 +419,9 @@ def api_key_from_environment() -> str | None:
 
 def _absolute_if_here(path: str | None) -> str | None:
     """`path` made absolute when it is relative and names something in this working directory:
-    a model or acceptance directory the file gives relative to the tree `rayspec serve` runs
-    in, which Ray's workers — started elsewhere — would not find.  Anything else (a hub id,
-    null) as it is."""
+    a model, acceptance directory or tree file the file gives relative to the tree `rayspec
+    serve` runs in, which Ray's workers — started elsewhere — would not find.  Anything else (a
+    hub id, null) as it is."""
     if path is None or os.path.isabs(path) or not Path(path).exists():
         return path
     return str(Path(path).resolve())

@@ -215,15 +215,18 @@ def test_model_settings_the_loader_takes_are_accepted():
 def test_relative_paths_that_exist_here_are_made_absolute_for_workers_started_elsewhere(tmp_path, monkeypatch):
     (tmp_path / "models" / "target").mkdir(parents=True)
     (tmp_path / "vectors").mkdir()
+    (tmp_path / "tree.json").write_text('{"parents": [-1, 0, 0], "child_rank": [0, 1, 2]}')
     (tmp_path / "service.yaml").write_text(
         "target: {path: models/target}\n"
         "drafters: [{path: Qwen/Qwen2.5-0.5B-Instruct}, {path: null}]\n"  # a hub id; the demo drafter
-        "acceptance_dir: vectors\n")
+        "acceptance_dir: vectors\n"
+        "tree: file:tree.json\n")  # was checked here and kept relative
     monkeypatch.chdir(tmp_path)
     config = ServiceConfig.from_yaml("service.yaml")
     assert config.target.path == str(tmp_path / "models" / "target")
     assert [d.path for d in config.drafters] == ["Qwen/Qwen2.5-0.5B-Instruct", None]
     assert config.acceptance_dir == str(tmp_path / "vectors")
+    assert config.tree == f"file:{tmp_path / 'tree.json'}"
 
 
 def test_the_shipped_cluster_service_file_names_its_models_wherever_a_worker_starts(monkeypatch):
