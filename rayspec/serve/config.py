@@ -483,11 +483,28 @@ def _build(cls, data: dict, where: str):
     values = {}
     for name, value in data.items():
         kind = {"target": TargetConfig, "placement": PlacementConfig, "http": Endpoint, "grpc": Endpoint, "limits": LimitsConfig}.get(name)
+        # Only null (a bare `target:`) is the defaults: `target: []` or `http: 0` is a mistake.
         if kind is not None:
-            value = _build(kind, value or {}, f"{where}.{name}")
+            value = _build(kind, {} if value is None else value, f"{where}.{name}")
         elif name == "drafters":
             if not isinstance(value, list):
                 raise ValueError(f"{where}.drafters must be a list")
-            value = [_build(DrafterConfig, d or {}, f"{where}.drafters[{i}]") for i, d in enumerate(value)]
+            value = [_build(DrafterConfig, {} if d is None else d, f"{where}.drafters[{i}]")
+                     for i, d in enumerate(value)]
         values[name] = value
-    return cls(**values)
+    try:
+        return cls(**values)
+    except ValueError as error:
+        if not issubclass(cls, ModelConfig):  # the others' checks name their section
+            raise
+        raise ValueError(_naming_the_model(str(error), where.removeprefix("config."), cls)) from None
+
+
+def _naming_the_model(message: str, model: str, cls) -> str:
+    """A model's check's message with the model it is about (`drafters[1].prefix_cache_mb must
+    be ...`, `drafters[1]: ...`): the checks a ModelConfig runs itself name only the setting,
+    which left a config of several drafters to guess which one."""
+    if message.startswith(f"{model}."):  # target.resume_timeout
+        return message
+    setting = message.split(maxsplit=1)[0].rstrip(":")
+    return f"{model}.{message}" if setting in {f.name for f in dataclasses.fields(cls)} else f"{model}: {message}"

@@ -264,3 +264,28 @@ def test_an_empty_api_key_variable_is_none_and_a_blank_one_is_refused(monkeypatc
     with pytest.raises(ValueError) as raised:
         ServiceConfig().resolved_api_key
     assert str(raised.value) == "$RAYSPEC_API_KEY must be a non-empty string, or unset for none"
+
+
+@pytest.mark.parametrize("config, message", [
+    # the checks a model runs itself named only the setting, not the model
+    ({"drafters": [{}, {"prefix_cache_mb": -1}]},
+     "drafters[1].prefix_cache_mb must be a finite number of megabytes, 0 or more, got -1"),
+    ({"drafters": [{}, {"draft_timeout": 0}]}, "drafters[1].draft_timeout must be a positive number of seconds, got 0"),
+    ({"target": {"max_batch_sequences": 0}}, "target.max_batch_sequences must be a whole number, 1 or more, got 0"),
+    ({"target": {"resume_timeout": -1}}, "target.resume_timeout must be a number of seconds, 0 or more, got -1"),
+    # a section that is not a mapping was quietly the defaults
+    ({"target": []}, "config.target must be a mapping, got list"),
+    ({"http": 0}, "config.http must be a mapping, got int"),
+    ({"drafters": [False]}, "config.drafters[0] must be a mapping, got bool"),
+])
+def test_a_models_errors_name_the_model_and_only_null_is_a_sections_defaults(config, message):
+    with pytest.raises(ValueError) as raised:
+        ServiceConfig.from_dict(config)
+    assert str(raised.value) == message
+    with pytest.raises(ValueError) as raised:
+        ServiceConfig.from_dict({"drafters": [{}, {"cpus": "x"}]})
+    assert str(raised.value).startswith("drafters[1].cpus")
+    config = ServiceConfig.from_dict({"target": None, "drafters": [None], "http": None})  # YAML's bare `target:`
+    assert (config.target, config.drafters, config.http.port) == (ServiceConfig().target, [ServiceConfig().drafters[0]],
+                                                                  8000)
+
