@@ -362,8 +362,8 @@ class ServiceConfig:
     @classmethod
     def from_yaml(cls, path: str | Path) -> "ServiceConfig":
         try:
-            data = yaml.safe_load(Path(path).read_text())
-        except (OSError, yaml.YAMLError) as error:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:  # the decode error named no file
             raise ValueError(f"cannot read the service config {path}: {error}") from error
         if data is not None and not isinstance(data, dict):
             raise ValueError(f"the service config {path} must be a mapping")

@@ -289,3 +289,11 @@ def test_a_models_errors_name_the_model_and_only_null_is_a_sections_defaults(con
     assert (config.target, config.drafters, config.http.port) == (ServiceConfig().target, [ServiceConfig().drafters[0]],
                                                                   8000)
 
+
+def test_a_config_that_is_not_utf8_is_refused_naming_the_file(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"model_id: caf\xe9\n")  # an ISO-8859-1 editor's
+    with pytest.raises(ValueError) as raised:
+        ServiceConfig.from_yaml(path)
+    assert str(raised.value) == (f"cannot read the service config {path}: 'utf-8' codec can't decode byte 0xe9 in "
+                                 f"position 13: invalid continuation byte")
