@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import numbers
 import uuid
 from collections.abc import Sequence
 from importlib import metadata
@@ -17,6 +18,7 @@ from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, health_pb
 
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+MAX_TIMEOUT = 1e8  # seconds, over three years: gRPC's deadline overflows past about 7e9 s
 USER_AGENT = f"rayspec-client/{metadata.version('rayspec')}"
 INFO_REQUEST = generation_pb2.GenerationInfoRequest()  # the same every time
 
@@ -45,7 +47,8 @@ class BaseClient:
     """Settings (all keyword-only):
 
     timeout: the default deadline of every call, in seconds (a stream's covers the whole
-        stream); each method's `timeout=` overrides it for one call.
+        stream); each method's `timeout=` overrides it for one call.  Both are positive and at
+        most `MAX_TIMEOUT` (1e8 s); infinity is refused, as gRPC cannot carry it.
     retries: how many times an idempotent call is replayed after UNAVAILABLE (an int), or a
         `RetryPolicy` for the backoff too; 0 turns retries off.  See `rayspec.client.retry`.
     options: extra gRPC channel arguments, e.g. [("grpc.keepalive_time_ms", 30000)]; they
@@ -72,10 +75,8 @@ class BaseClient:
         credentials: grpc.ChannelCredentials | None = None,
         api_key: str | None = None,
     ):
-        if not timeout > 0:
-            raise ValueError(f"timeout must be positive (every call has a deadline), got {timeout}")
         self.target = target
-        self.timeout = float(timeout)
+        self.timeout = check_timeout(timeout)
         # sent with every call; None: none (a server started without a key takes any call)
         self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
         self.retry = RetryPolicy.coerce(retries)
@@ -123,11 +124,23 @@ class BaseClient:
         return GenerateRequest(prompt, **{**params, "request_id": params.get("request_id") or new_request_id()})
 
     def _timeout(self, timeout: float | None) -> float:
-        return self.timeout if timeout is None else timeout
+        return self.timeout if timeout is None else check_timeout(timeout)
 
     def __repr__(self) -> str:
         name, retries = type(self).__name__, self.retry.max_retries
         return f"{name}({self.target!r}, timeout={self.timeout}, retries={retries})"
+
+
+def check_timeout(timeout: float) -> float:
+    """`timeout` in seconds as a float, or ValueError: gRPC reads a deadline past about 7e9 s
+    (infinity too) as one that overflowed, and a NaN or negative one as passed, and would fail
+    the call DEADLINE_EXCEEDED at once, a healthy server's health check too."""
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"timeout must be a number of seconds, got {type(timeout).__name__}")
+    if not 0 < timeout <= MAX_TIMEOUT:
+        raise ValueError(f"timeout must be above 0 and at most {MAX_TIMEOUT:g} seconds (every call has a "
+                         f"deadline), got {timeout}")
+    return float(timeout)
 
 
 def new_request_id() -> str:

@@ -349,6 +349,43 @@ def test_client_default_deadline_and_override(server):
         assert client.generate("abc", max_tokens=2, timeout=5).text
 
 
+@pytest.mark.parametrize("timeout", [float("inf"), 1e10, float("nan"), 0, -1.0])
+def test_a_timeout_grpc_cannot_carry_is_refused_before_anything_is_sent(server, timeout):
+    """gRPC reads a deadline past about 7e9 s (infinity too) as expired, and a NaN or negative
+    one likewise: every call would fail DEADLINE_EXCEEDED at once, and health() say False."""
+    refused = rf"^timeout must be above 0 and at most 1e\+08 seconds \(every call has a deadline\), got {timeout}$"
+    with pytest.raises(ValueError, match=refused):
+        Client(server.address, timeout=timeout)
+    with pytest.raises(ValueError, match=refused):
+        AsyncClient(server.address, timeout=timeout)
+    with Client(server.address, retries=FAST) as client:
+        for call in (client.generate, client.stream):
+            with pytest.raises(ValueError, match=refused):
+                call("abc", timeout=timeout)
+        with pytest.raises(ValueError, match=refused):
+            client.health(timeout=timeout)
+
+    async def refused_by_the_async_client():
+        async with AsyncClient(server.address, retries=FAST) as client:
+            with pytest.raises(ValueError, match=refused):
+                await client.generate("abc", timeout=timeout)
+            with pytest.raises(ValueError, match=refused):
+                client.stream("abc", timeout=timeout)
+            with pytest.raises(ValueError, match=refused):
+                await client.health(timeout=timeout)
+        return True
+
+    assert run(refused_by_the_async_client()) and server.generation.requests == []
+    with pytest.raises(TypeError, match="^timeout must be a number of seconds, got str$"):
+        Client(server.address, timeout="60")
+
+
+def test_the_longest_timeout_reaches_a_healthy_server(server):
+    with Client(server.address, timeout=1e8, retries=FAST) as client:
+        assert client.generate("abcdef", max_tokens=2, seed=1).text == "bc" and client.health(timeout=1e8)
+        assert [c.text for c in client.stream("abcdef", max_tokens=2, seed=1, timeout=1e8)] == ["bc"]
+
+
 # ---------------------------------------------------------------- sync: retries
 
 def test_seeded_generate_is_retried_on_unavailable(client, server):
