@@ -8,6 +8,7 @@ with `GenerateRequest.from_proto`, which refuses malformed parameters with a Val
 from __future__ import annotations
 
 import json
+import numbers
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,15 @@ def unpack_params(data: bytes) -> dict[str, Any]:
 # those it knows in `Info`; the SDK refuses to send one to a server that does not.
 GENERATION_FEATURES = ("bad_words", "add_special_tokens", "truncate_prompt_tokens", "prediction", "structured_output")
 STRUCTURED_KINDS = ("json_schema", "json_object", "regex", "choice")
+
+# The request's scalar fields by the type of their proto field (each None: unset, the default).
+INT32_FIELDS = ("max_tokens", "top_k", "min_tokens", "logprobs", "prompt_logprobs", "truncate_prompt_tokens")
+INT64_FIELDS = ("seed",)
+FLOAT_FIELDS = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p")
+BOOL_FIELDS = ("ignore_eos", "include_stop_str_in_output", "skip_special_tokens", "add_special_tokens")
+STRING_FIELDS = ("verifier", "tree", "request_id")
+TOKEN_ID_FIELDS = ("prompt", "prediction", "stop_token_ids", "allowed_token_ids", "logit_bias")
+INT32_RANGE, INT64_RANGE = (-2**31, 2**31 - 1), (-2**63, 2**63 - 1)
 
 
 class GenerationParams(TypedDict, total=False):
@@ -190,33 +200,55 @@ class GenerateRequest:
         return self.seed is not None
 
     def to_proto(self) -> pb.GenerateRequest:
-        """The wire message; InvalidRequestError for a value it cannot carry (a seed past 64
-        bits, a float where a whole number goes), before anything is sent."""
+        """The wire message; InvalidRequestError naming the field for a value it cannot carry (a
+        seed past 64 bits, a float where a whole number goes, a string where a boolean goes),
+        before anything is sent.  Checked here and not at construction: the server makes its
+        request with `from_proto`, and answers a bad value with its own message."""
         verifier_params = pack_params(self.verifier_params)  # its own TypeError, naming msgpack
         try:
-            return self._message(verifier_params)
+            return self._message(self._scalars(), verifier_params)
         except (ValueError, TypeError) as error:
             raise InvalidRequestError(f"this request cannot be sent: {error}") from None
 
-    def _message(self, verifier_params: bytes) -> pb.GenerateRequest:
+    def _scalars(self) -> dict[str, Any]:
+        """The scalar fields as the Python types of their proto fields (None: unset), or a
+        ValueError or TypeError naming the field: protobuf's own errors name none, and it would
+        read a string (even "false") as true in a plain bool field."""
+        for name in TOKEN_ID_FIELDS:
+            ids = getattr(self, name)
+            if isinstance(ids, str) or ids is None:
+                continue
+            outside = next((t for t in ids if not INT32_RANGE[0] <= t <= INT32_RANGE[1]), None)
+            if outside is not None:
+                raise ValueError(f"{name} has token id {outside}, outside int32 (from {INT32_RANGE[0]} "
+                                 f"to {INT32_RANGE[1]})")
+        scalars = {}
+        for names, check in ((INT32_FIELDS, _int32), (INT64_FIELDS, _int64), (FLOAT_FIELDS, _float),
+                             (BOOL_FIELDS, _boolean), (STRING_FIELDS, _string)):
+            for name in names:
+                value = getattr(self, name)
+                scalars[name] = None if value is None else check(name, value)
+        return scalars
+
+    def _message(self, scalars: dict[str, Any], verifier_params: bytes) -> pb.GenerateRequest:
         message = pb.GenerateRequest(
-            max_tokens=self.max_tokens or 0,
-            top_k=self.top_k or 0,
-            presence_penalty=self.presence_penalty or 0.0,
-            frequency_penalty=self.frequency_penalty or 0.0,
+            max_tokens=scalars["max_tokens"] or 0,
+            top_k=scalars["top_k"] or 0,
+            presence_penalty=scalars["presence_penalty"] or 0.0,
+            frequency_penalty=scalars["frequency_penalty"] or 0.0,
             logit_bias=self.logit_bias,
-            min_p=self.min_p or 0.0,
-            min_tokens=self.min_tokens or 0,
+            min_p=scalars["min_p"] or 0.0,
+            min_tokens=scalars["min_tokens"] or 0,
             stop_token_ids=self.stop_token_ids,
-            ignore_eos=bool(self.ignore_eos),
-            include_stop_str_in_output=bool(self.include_stop_str_in_output),
+            ignore_eos=bool(scalars["ignore_eos"]),
+            include_stop_str_in_output=bool(scalars["include_stop_str_in_output"]),
             allowed_token_ids=self.allowed_token_ids,
             bad_words=self.bad_words,
             stop=self.stop,
-            verifier=self.verifier or "",
-            tree=self.tree or "",
+            verifier=scalars["verifier"] or "",
+            tree=scalars["tree"] or "",
             verifier_params=verifier_params,
-            request_id=self.request_id or "",
+            request_id=scalars["request_id"] or "",
         )
         if isinstance(self.prompt, str):
             message.prompt = self.prompt
@@ -235,8 +267,8 @@ class GenerateRequest:
         # proto3 `optional`: unset means the default
         for name in ("temperature", "top_p", "repetition_penalty", "seed", "logprobs", "prompt_logprobs",
                      "skip_special_tokens", "add_special_tokens", "truncate_prompt_tokens"):
-            if getattr(self, name) is not None:
-                setattr(message, name, getattr(self, name))
+            if scalars[name] is not None:
+                setattr(message, name, scalars[name])
         return message
 
     @classmethod
@@ -282,6 +314,48 @@ class GenerateRequest:
             structured_output=_structured_of(message.structured_output) if message.HasField("structured_output")
             else None,
         )
+
+
+def _integer(name: str, value: Any, bounds: tuple[int, int], kind: str) -> int:
+    """An int (NumPy's too), not a bool, within the proto field's `bounds`."""
+    try:
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    if not bounds[0] <= number <= bounds[1]:
+        raise ValueError(f"{name} must fit {kind} (from {bounds[0]} to {bounds[1]}), got {number}")
+    return number
+
+
+def _int32(name: str, value: Any) -> int:
+    return _integer(name, value, INT32_RANGE, "int32")
+
+
+def _int64(name: str, value: Any) -> int:
+    return _integer(name, value, INT64_RANGE, "int64")
+
+
+def _float(name: str, value: Any) -> float:
+    """A real number (NumPy's too), not a bool: True is no temperature."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
+def _boolean(name: str, value: Any) -> bool:
+    """A bool, or NumPy's (a scalar or a 0-d array): bool() would read "false" as true."""
+    numpy_bool = getattr(value, "dtype", None) == bool and getattr(value, "shape", None) == ()
+    if not isinstance(value, bool) and not numpy_bool:
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def _string(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, got {type(value).__name__} {value!r}")
+    return value
 
 
 def _structured(output: Mapping[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
+import re
 import threading
 import time
 from concurrent import futures
@@ -18,6 +19,7 @@ from types import SimpleNamespace
 
 import grpc
 import msgpack
+import numpy as np
 import pytest
 
 from rayspec.client import (
@@ -483,13 +485,42 @@ def test_cancel_from_another_thread_ends_the_stream_quietly(client, server):
     assert server.generation.interrupted.wait(2)
 
 
-@pytest.mark.parametrize("fields, why", [({"seed": 2**64}, "Value out of range"),
-                                         ({"max_tokens": 2.5}, "'float' object cannot be interpreted as an integer")])
+INT32 = "from -2147483648 to 2147483647"
+
+
+@pytest.mark.parametrize("fields, why", [
+    ({"seed": 2**64}, f"seed must fit int64 (from {-2**63} to {2**63 - 1}), got 18446744073709551616"),
+    ({"top_k": 2**40}, f"top_k must fit int32 ({INT32}), got 1099511627776"),
+    ({"max_tokens": 2.5}, "max_tokens must be an integer, got float 2.5"),
+    ({"max_tokens": "4"}, "max_tokens must be an integer, got str '4'"),
+    ({"seed": True}, "seed must be an integer, got bool True"),
+    ({"temperature": True}, "temperature must be a number, got bool True"),
+    ({"top_p": "0.5"}, "top_p must be a number, got str '0.5'"),
+    ({"ignore_eos": "false"}, "ignore_eos must be True or False, got str 'false'"),
+    ({"include_stop_str_in_output": "no"}, "include_stop_str_in_output must be True or False, got str 'no'"),
+    ({"skip_special_tokens": 0}, "skip_special_tokens must be True or False, got int 0"),
+    ({"verifier": 5}, "verifier must be a string, got int 5"),
+    ({"request_id": 5}, "request_id must be a string, got int 5"),
+    ({"stop_token_ids": [2**31]}, f"stop_token_ids has token id 2147483648, outside int32 ({INT32})"),
+    ({"logit_bias": {-2**31 - 1: 1.0}}, f"logit_bias has token id -2147483649, outside int32 ({INT32})"),
+])
 def test_a_value_the_message_cannot_carry_is_an_invalid_request_before_anything_is_sent(client, server, fields, why):
+    """Each error names its field (protobuf's own name none), and a string is no boolean
+    (bool("false") is true)."""
     for call in (client.generate, lambda *a, **k: next(client.stream(*a, **k))):
-        with pytest.raises(InvalidRequestError, match=f"^this request cannot be sent: {why}"):
+        with pytest.raises(InvalidRequestError, match=f"^this request cannot be sent: {re.escape(why)}$"):
             call("abc", **fields)
     assert server.generation.requests == []
+
+
+def test_numpy_scalars_and_zero_dimensional_arrays_cross_as_the_fields_types():
+    request = GenerateRequest(np.array([5, 6]), max_tokens=np.array(3), top_k=np.int8(2), seed=np.uint64(7),
+                              temperature=np.float16(0.5), ignore_eos=np.True_, skip_special_tokens=np.array(False),
+                              verifier=np.str_("sps"), stop_token_ids=np.array([1, 2]))
+    sent = pb.GenerateRequest.FromString(request.to_proto().SerializeToString())
+    assert (list(sent.prompt_ids), sent.max_tokens, sent.top_k, sent.seed, sent.temperature) == ([5, 6], 3, 2, 7, 0.5)
+    assert (sent.ignore_eos, sent.HasField("skip_special_tokens"), sent.skip_special_tokens) == (True, True, False)
+    assert (sent.verifier, list(sent.stop_token_ids)) == ("sps", [1, 2])
 
 
 @contextlib.contextmanager
