@@ -94,7 +94,7 @@ class GenerationParams(TypedDict, total=False):
 class GenerateRequest:
     """One generation request.  `None` leaves a parameter to the server's default.
 
-    prompt: text, or token ids.  max_tokens: new tokens at most.  temperature, top_p, top_k:
+    prompt: text, or token ids.  max_tokens: new tokens at most, 1 or more.  temperature, top_p, top_k:
     sampling, applied identically to target and drafter.  seed: makes the output
     reproducible (and the request retryable); without one the server draws a seed and
     returns it.  stop: strings that end generation (not included in the text).  verifier,
@@ -228,6 +228,8 @@ class GenerateRequest:
             for name in names:
                 value = getattr(self, name)
                 scalars[name] = None if value is None else check(name, value)
+        if scalars["max_tokens"] is not None and scalars["max_tokens"] < 1:  # 0 would cross as unset: 256 tokens
+            raise ValueError(f"max_tokens must be at least 1 (None: the server's default), got {scalars['max_tokens']}")
         return scalars
 
     def _message(self, scalars: dict[str, Any], verifier_params: bytes) -> pb.GenerateRequest:

@@ -92,8 +92,9 @@ class FakeGeneration(generation_pb2_grpc.GenerationServicer):
             raise RuntimeError("boom")
         if self.delay:
             _wait_while_active(context, self.delay)
-        if request.max_tokens < 0:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"max_tokens must be >= 0, got {request.max_tokens}")
+        if request.max_tokens > 4096:  # the SDK refuses one below 1 itself
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"max_tokens must be at most 4096, got {request.max_tokens}")
         if request.verifier not in VERIFIERS:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown verifier {request.verifier!r}")
         if not (request.prompt or request.prompt_ids):
@@ -287,8 +288,8 @@ def test_stop_strings(client):
 
 def test_invalid_argument_maps_to_invalid_request_error(client, server):
     with pytest.raises(InvalidRequestError) as info:
-        client.generate("abc", max_tokens=-1, seed=1)
-    assert info.value.message == "max_tokens must be >= 0, got -1"
+        client.generate("abc", max_tokens=5000, seed=1)
+    assert info.value.message == "max_tokens must be at most 4096, got 5000"
     assert info.value.code is grpc.StatusCode.INVALID_ARGUMENT and isinstance(info.value, RayspecError)
     assert "INVALID_ARGUMENT" in str(info.value)
     with pytest.raises(InvalidRequestError, match="unknown verifier 'nope'"):
@@ -493,6 +494,8 @@ INT32 = "from -2147483648 to 2147483647"
     ({"top_k": 2**40}, f"top_k must fit int32 ({INT32}), got 1099511627776"),
     ({"max_tokens": 2.5}, "max_tokens must be an integer, got float 2.5"),
     ({"max_tokens": "4"}, "max_tokens must be an integer, got str '4'"),
+    ({"max_tokens": 0}, "max_tokens must be at least 1 (None: the server's default), got 0"),
+    ({"max_tokens": -5}, "max_tokens must be at least 1 (None: the server's default), got -5"),
     ({"seed": True}, "seed must be an integer, got bool True"),
     ({"temperature": True}, "temperature must be a number, got bool True"),
     ({"top_p": "0.5"}, "top_p must be a number, got str '0.5'"),
@@ -596,7 +599,7 @@ def test_async_errors_and_deadline(server):
                 await client.generate("abc", verifier="nope", seed=1)
             assert info.value.message == "unknown verifier 'nope'"
             with pytest.raises(InvalidRequestError, match="max_tokens"):
-                async for _ in client.stream("abc", max_tokens=-3):
+                async for _ in client.stream("abc", max_tokens=5000):
                     pass
             server.generation.delay = 5.0
             start = time.monotonic()
