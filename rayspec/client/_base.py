@@ -18,6 +18,8 @@ from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, health_pb
 
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+# gRPC target schemes (dns:///host:port, unix:/path, ipv4:addr,addr, ...): gRPC's to read
+GRPC_TARGET_SCHEMES = ("dns", "unix", "unix-abstract", "ipv4", "ipv6", "vsock", "xds", "google-c2p")
 MAX_TIMEOUT = 1e8  # seconds, over three years: gRPC's deadline overflows past about 7e9 s
 USER_AGENT = f"rayspec-client/{metadata.version('rayspec')}"
 INFO_REQUEST = generation_pb2.GenerationInfoRequest()  # the same every time
@@ -59,6 +61,10 @@ class BaseClient:
         `authorization: Bearer <key>`; a server that needs one refuses calls without it
         (`AuthenticationError`).  Over plaintext the key crosses the network in the clear.
 
+    The target is HOST:PORT or [IPv6]:PORT (a port from 1 to 65535), or a gRPC target URI
+    (dns:///HOST:PORT, unix:/PATH, ...); ValueError for an empty one or a port out of range, and
+    for an api_key that is not printable ASCII without surrounding whitespace.
+
     Compression is off: requests and token chunks are small, and latency is what counts.
     """
 
@@ -75,6 +81,8 @@ class BaseClient:
         credentials: grpc.ChannelCredentials | None = None,
         api_key: str | None = None,
     ):
+        check_target(target)
+        check_api_key(api_key)
         self.target = target
         self.timeout = check_timeout(timeout)
         # sent with every call; None: none (a server started without a key takes any call)
@@ -141,6 +149,36 @@ def check_timeout(timeout: float) -> float:
         raise ValueError(f"timeout must be above 0 and at most {MAX_TIMEOUT:g} seconds (every call has a "
                          f"deadline), got {timeout}")
     return float(timeout)
+
+
+def check_target(target: str) -> None:
+    """ValueError for an address no server has, found here rather than as a call's failure:
+    gRPC dials a port past 65535 modulo 65536 (somewhere else), and reads an empty target as a
+    malformed URI that every call fails UNKNOWN, as if the server had a bug.  A target with a
+    scheme, or without a port (gRPC's default, 443), is left to gRPC."""
+    if not isinstance(target, str) or not target.strip():
+        raise ValueError(f"target must be the server's address, HOST:PORT or [IPv6]:PORT, got {target!r}")
+    if target.split(":", 1)[0] in GRPC_TARGET_SCHEMES:
+        return
+    host, sep, port = target.rpartition(":")
+    if not sep or "]" in port or (":" in host and not host.startswith("[")):  # no port; a bare IPv6 address
+        return
+    if not host.strip("[]"):
+        raise ValueError(f"target {target!r} names no host: give HOST:PORT or [IPv6]:PORT")
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f"target {target!r}: a port is a whole number from 1 to 65535, got {port!r}")
+
+
+def check_api_key(api_key: str | None) -> None:
+    """ValueError for a key that gRPC metadata cannot carry (printable ASCII only), which would
+    fail every call INTERNAL, as if the server had a bug; and for surrounding whitespace, which
+    no server's key has (HTTP strips it from a header)."""
+    if api_key is None:
+        return
+    if not isinstance(api_key, str):
+        raise TypeError(f"api_key must be a string, got {type(api_key).__name__}")
+    if api_key and not (api_key.isascii() and api_key.isprintable() and api_key == api_key.strip()):
+        raise ValueError(f"api_key must be printable ASCII without surrounding whitespace, got {api_key!r}")
 
 
 def new_request_id() -> str:

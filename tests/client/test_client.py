@@ -389,6 +389,40 @@ def test_the_longest_timeout_reaches_a_healthy_server(server):
         assert [c.text for c in client.stream("abcdef", max_tokens=2, seed=1, timeout=1e8)] == ["bc"]
 
 
+@pytest.mark.parametrize("target, why", [
+    ("127.0.0.1:99999", "target '127.0.0.1:99999': a port is a whole number from 1 to 65535, got '99999'"),
+    ("127.0.0.1:0", "target '127.0.0.1:0': a port is a whole number from 1 to 65535, got '0'"),
+    ("[::1]:70000", "target '[::1]:70000': a port is a whole number from 1 to 65535, got '70000'"),
+    ("localhost:", "target 'localhost:': a port is a whole number from 1 to 65535, got ''"),
+    (":9000", "target ':9000' names no host: give HOST:PORT or [IPv6]:PORT"),
+    ("", "target must be the server's address, HOST:PORT or [IPv6]:PORT, got ''"),
+])
+def test_an_address_no_server_has_is_refused_by_the_constructor(target, why):
+    """gRPC would dial port 99999 as 34463, and fail every call to "" as a server error (UNKNOWN)."""
+    for client_class in (Client, AsyncClient):
+        with pytest.raises(ValueError, match=f"^{re.escape(why)}$"):
+            client_class(target)
+
+
+@pytest.mark.parametrize("key", ["ключ", "secret\n", " secret"])
+def test_an_api_key_metadata_cannot_carry_is_refused_by_the_constructor(key):
+    """gRPC would fail every call INTERNAL ("Invalid metadata"), as if the server had a bug."""
+    why = f"api_key must be printable ASCII without surrounding whitespace, got {key!r}"
+    for client_class in (Client, AsyncClient):
+        with pytest.raises(ValueError, match=f"^{re.escape(why)}$"):
+            client_class("127.0.0.1:9000", api_key=key)
+
+
+def test_grpc_target_uris_are_left_to_grpc(server):
+    port = server.address.rpartition(":")[2]
+    for target in (f"dns:///127.0.0.1:{port}", f"ipv4:127.0.0.1:{port}"):
+        with Client(target, timeout=5, retries=FAST, api_key="sk-a b") as client:
+            assert client.target == target and client.health()
+    for target in ("[::1]:9000", "::1", "localhost", "unix:/tmp/rayspec.sock", "unix-abstract:rayspec"):
+        with Client(target) as client:
+            assert client.target == target
+
+
 # ---------------------------------------------------------------- sync: retries
 
 def test_seeded_generate_is_retried_on_unavailable(client, server):
