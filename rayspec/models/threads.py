@@ -23,16 +23,28 @@ def honour_torch_threads() -> None:
     torch.set_num_threads(torch.get_num_threads())
 
 
+# Above any machine's CPU ids (Linux's NR_CPUS goes to 8192): a list is checked where it is
+# written (a head node's config check), not on the machine it pins, so by this bound — before
+# "0-99999999999" became a set of 10^11 ids and took the memory.
+MAX_CPU_ID = 65535
+
+
+def _digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()  # not "²", which isdigit() accepts and int() refuses
+
+
 def parse_cpu_list(spec: str) -> frozenset[int]:
     """CPU ids from a taskset-style list, "0-3,8" -> {0, 1, 2, 3, 8}."""
     cpus = set()
     for part in str(spec).replace(" ", "").split(","):
         first, dash, last = part.partition("-")
-        if not first.isdigit() or (dash and not last.isdigit()):
+        if not _digits(first) or (dash and not _digits(last)):
             raise ValueError(f"cpus must be a list like '0-3,8' (CPU ids and ranges), got {spec!r}")
         low, high = int(first), int(last) if dash else int(first)
         if high < low:
             raise ValueError(f"cpus: the range {part!r} runs backwards")
+        if high > MAX_CPU_ID:
+            raise ValueError(f"cpus: {part!r} names CPU {high}; no machine has CPU ids above {MAX_CPU_ID}")
         cpus.update(range(low, high + 1))
     return frozenset(cpus)
 
@@ -51,8 +63,10 @@ def pin_process_to_cpus(spec: str) -> frozenset[int]:
         raise ValueError("cpus: pinning needs Linux (os.sched_setaffinity)")
     machine = os.cpu_count() or 1
     if max(cpus) >= machine:
-        raise ValueError(f"cpus {spec!r}: CPU(s) {sorted(c for c in cpus if c >= machine)} are not available to "
-                         f"this process (the machine has CPUs 0-{machine - 1})")
+        missing = sorted(c for c in cpus if c >= machine)
+        named = ", ".join(map(str, missing[:8])) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        raise ValueError(f"cpus {spec!r}: CPU(s) [{named}] are not available to this process (the machine has CPUs "
+                         f"0-{machine - 1})")
     try:
         os.sched_setaffinity(0, cpus)  # refused first here when a cpuset (container) excludes them
     except OSError as error:

@@ -20,10 +20,23 @@ def test_cpu_lists_read_as_taskset_writes_them(spec, cpus):
 
 @pytest.mark.parametrize("spec, message", [("", "cpus must be a list like"), ("0-", "cpus must be a list like"),
                                            ("a", "cpus must be a list like"), ("3-1", "runs backwards"),
-                                           ("-1", "cpus must be a list like")])
+                                           ("-1", "cpus must be a list like"), ("\u00b2", "cpus must be a list like"),
+                                           ("0-99999999999", "'0-99999999999' names CPU 99999999999; no machine has CPU ids "
+                                                             "above 65535")])
 def test_bad_cpu_lists_are_refused_with_a_message(spec, message):
+    """At once: a range of 10^11 ids was a set of them, which took the machine's memory."""
     with pytest.raises(ValueError, match=message):
         parse_cpu_list(spec)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU pinning is Linux-only")
+def test_pinning_to_cpus_the_machine_lacks_names_a_few_of_them():
+    from rayspec.models.threads import pin_process_to_cpus
+
+    machine = os.cpu_count()
+    with pytest.raises(ValueError, match=rf"CPU\(s\) \[{machine}, {machine + 1}, .*, {machine + 7} and 992 more\] are "
+                                         rf"not available to this process"):
+        pin_process_to_cpus(f"0-{machine + 999}")
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU pinning is Linux-only")
