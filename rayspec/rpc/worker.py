@@ -228,6 +228,11 @@ def wait_for_worker(role: str, address: str, timeout: float) -> bool:
     return answer[0]
 
 
+# gRPC's deadline is nanoseconds in an int64: a wait longer than ~290 years overflows it, and
+# the call fails at once.  One this long is a wait for ever (no deadline).
+FOREVER_SECONDS = 1e9
+
+
 def _wait_for_worker(role: str, address: str, timeout: float) -> bool:
     import grpc
 
@@ -237,9 +242,11 @@ def _wait_for_worker(role: str, address: str, timeout: float) -> bool:
         check = health_pb2_grpc.HealthStub(channel).Check
         for attempt, wait in enumerate((min(2.0, timeout), max(timeout - 2.0, 0.0))):
             if attempt:
-                log.info("waiting for the %s worker at %s (up to %g s)", role, address, timeout)
+                log.info("waiting for the %s worker at %s (%s)", role, address,
+                         "for as long as it takes" if timeout >= FOREVER_SECONDS else f"up to {timeout:g} s")
             try:
-                check(health_pb2.HealthCheckRequest(), timeout=wait, wait_for_ready=True)
+                check(health_pb2.HealthCheckRequest(), timeout=None if wait >= FOREVER_SECONDS else wait,
+                      wait_for_ready=True)
                 return True
             except grpc.RpcError as error:
                 if error.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -326,7 +333,8 @@ def _main(argv=None) -> int:
                              "recent median draft time, then goes on target-only (default: waits for every draft)")
     parser.add_argument("--wait-for-workers", type=float, default=600.0,
                         help="coordinator: seconds to wait for --target and --drafter workers that are not "
-                             "up yet (still loading their models, say) before giving up (default 600)")
+                             "up yet (still loading their models, say) before giving up (default 600; inf: "
+                             "for ever)")
     parser.add_argument("--verifier", default="rrsw", help="coordinator: default verifier")
     parser.add_argument("--tree", default="kary:2x3", help="coordinator: default tree")
     parser.add_argument("--verify-at", choices=["target", "coordinator"], default="target",

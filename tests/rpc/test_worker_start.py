@@ -65,6 +65,31 @@ def test_a_coordinator_gives_up_on_a_worker_that_never_comes():
         f"rayspec worker: error: the target worker at 127.0.0.1:{target_port} did not answer within 3 s")
 
 
+@pytest.mark.parametrize("seconds", [float("inf"), 1e10])
+def test_a_wait_for_workers_beyond_grpcs_deadlines_waits_for_ever(seconds):
+    """gRPC's deadline overflowed past ~290 years: `--wait-for-workers inf` gave up after the
+    first 2 s, saying the worker "did not answer within inf s"."""
+    import threading
+
+    from rayspec.rpc.server import HealthServicer, start_server
+    from rayspec.rpc.generated import health_pb2_grpc
+    from rayspec.rpc.worker import _wait_for_worker
+
+    port, servers = free_port(), []
+
+    def come_late():
+        time.sleep(3)
+        servers.append(start_server(lambda server: health_pb2_grpc.add_HealthServicer_to_server(
+            HealthServicer([]), server), f"127.0.0.1:{port}")[0])
+
+    threading.Thread(target=come_late, daemon=True).start()
+    try:
+        assert _wait_for_worker("target", f"127.0.0.1:{port}", seconds)
+    finally:
+        for server in servers:
+            server.stop(0)
+
+
 @pytest.mark.parametrize("flags, status, message", [
     (["--role", "target", "--port", "70000"], 2,
      "argument --port: a port is a whole number from 0 to 65535 (0: any free one), got '70000'"),
