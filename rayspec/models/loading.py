@@ -49,6 +49,20 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     return _DTYPES[dtype]
 
 
+def load_tokenizer(path_or_id: str | Path):
+    """The tokenizer of a checkpoint directory or hub id; where none loads, a FileNotFoundError
+    naming the place with the loader's first line (its messages run to five lines, or speak of
+    repo ids when given a local path)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path_or_id))
+    except (OSError, ValueError) as error:
+        said = str(error).strip().splitlines()
+        raise FileNotFoundError(f"cannot load a tokenizer from {str(path_or_id)!r}: "
+                                f"{said[0] if said else type(error).__name__}") from error
+
+
 def load_causal_lm(path_or_id: str | Path, device="auto", dtype="auto"):
     """(model, tokenizer) for a causal LM checkpoint, in eval mode on `device`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer

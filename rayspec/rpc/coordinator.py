@@ -137,14 +137,15 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
 
 
 def serve_generation_from_workers(address: str, target, drafter, verifier: str = "rrsw",
-                                  tree: str = "kary:2x3", verify_at: str = "target", tokenizer_path=None,
+                                  tree: str = "kary:2x3", verify_at: str = "target", tokenizer=None,
                                   api_key: str | None = None, draft_timeout: float | None = None,
                                   draft_hedge: float | None = None, acceptance_dir=None):
     """The coordinator of plain-process workers: Generation on `address` over their handles.
     `target`: a target worker's host:port, or a target in this process (`LocalTarget`) — the
     coordinator then sits with the target, and a step makes one call, to the drafter, whose
     reply is all that crosses.  `drafter`: a drafter worker's host:port, a drafter in this
-    process (`LocalDrafter`), or None for target-only decoding.  `api_key`: as `serve_generation`.
+    process (`LocalDrafter`), or None for target-only decoding.  `tokenizer`: a loaded one, or
+    its path or hub id (None: the demo pair's).  `api_key`: as `serve_generation`.
     `draft_timeout`: a drafter worker's deadline per draft after a sequence's first (None:
     `RemoteDrafter`'s default).  `draft_hedge`: the engine's (None: waits for every draft).
     `acceptance_dir`: the pair's measured acceptance vectors, which Sequoia trees are planned
@@ -152,9 +153,8 @@ def serve_generation_from_workers(address: str, target, drafter, verifier: str =
     tokens with sequoia trees depend on them — else the default prior)."""
     from pathlib import Path
 
-    from transformers import AutoTokenizer
-
     from rayspec.demo import DEMO_DIR, TARGET_PATH
+    from rayspec.models.loading import load_tokenizer
     from rayspec.rpc.remote import RemoteDrafter, RemoteTarget, targets_answer
 
     if isinstance(target, str):
@@ -162,8 +162,9 @@ def serve_generation_from_workers(address: str, target, drafter, verifier: str =
     if isinstance(drafter, str):
         drafter = RemoteDrafter(drafter, target.vocab_size,
                                 **({} if draft_timeout is None else {"draft_timeout": draft_timeout}))
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path or TARGET_PATH))
-    if acceptance_dir is None and (tokenizer_path is None or Path(tokenizer_path).resolve() == TARGET_PATH.resolve()):
+    if tokenizer is None or isinstance(tokenizer, (str, Path)):
+        tokenizer = load_tokenizer(tokenizer or TARGET_PATH)
+    if acceptance_dir is None and Path(tokenizer.name_or_path).resolve() == TARGET_PATH.resolve():
         acceptance_dir = DEMO_DIR / "acceptance"
     engine = SpeculativeEngine(target, drafter, verifier=verifier, tree=tree, tokenizer=tokenizer,
                                draft_hedge=draft_hedge, acceptance_dir=acceptance_dir)

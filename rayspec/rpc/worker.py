@@ -33,6 +33,7 @@ from rayspec.engine.local import LocalDrafter, LocalTarget, check_draft_top_k
 from rayspec.models.batching import (
     DEFAULT_MAX_BATCH_SEQUENCES, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PREFILL_CHUNK, check_batch_limits,
 )
+from rayspec.models.loading import load_tokenizer
 from rayspec.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB, check_prefix_cache_mb
 from rayspec.models.threads import pin_process_to_cpus
 from rayspec.rpc import codec
@@ -391,19 +392,25 @@ def _main(argv=None) -> int:
             parser.error("--role coordinator needs --target HOST:PORT or --target here")
         if args.target == args.drafter == "here":
             parser.error("--target here and --drafter here: --model names one model; run `rayspec serve` instead")
+        tokenizer = args.tokenizer or (args.model if args.target == "here" else None)
+        if args.tokenizer:  # loaded before waiting minutes for the workers, and named if it cannot be
+            try:
+                tokenizer = load_tokenizer(args.tokenizer)
+            except FileNotFoundError as error:
+                print(f"rayspec worker: error: --tokenizer: {error}", file=sys.stderr)
+                return 1
         for role, where in (("target", args.target), ("drafter", args.drafter)):
             if where not in (None, "here") and not wait_for_worker(role, where, args.wait_for_workers):
                 print(f"rayspec worker: error: the {role} worker at {where} did not answer within "
                       f"{args.wait_for_workers:g} s", file=sys.stderr)
                 return 1
-        tokenizer = args.tokenizer or (args.model if args.target == "here" else None)
 
         def serve():
             target = local("target") if args.target == "here" else args.target
             drafter = local("drafter") if args.drafter == "here" else args.drafter
             return serve_generation_from_workers(
                 address, target, drafter, verifier=args.verifier, tree=args.tree, verify_at=args.verify_at,
-                tokenizer_path=tokenizer, api_key=os.environ.get("RAYSPEC_API_KEY") or None,
+                tokenizer=tokenizer, api_key=os.environ.get("RAYSPEC_API_KEY") or None,
                 draft_timeout=args.draft_timeout, draft_hedge=args.draft_hedge, acceptance_dir=args.acceptance_dir,
             )
     elif args.role == "target":

@@ -65,6 +65,18 @@ def test_a_coordinator_gives_up_on_a_worker_that_never_comes():
         f"rayspec worker: error: the target worker at 127.0.0.1:{target_port} did not answer within 3 s")
 
 
+@pytest.mark.parametrize("where, said", [("/no/such/tokenizer", "Repo id must"), ("/etc", "")])
+def test_a_coordinators_tokenizer_that_cannot_load_is_one_line_naming_the_flag_before_any_wait(where, said):
+    """Before the wait for workers that may take minutes, and in one line that names the
+    flag (the loader's own messages run to five lines, or speak of repo ids)."""
+    done = subprocess.run([*WORKER, "--role", "coordinator", "--target", f"127.0.0.1:{free_port()}",
+                           "--tokenizer", where], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"rayspec worker: error: --tokenizer: cannot load a tokenizer from '{where}': {said}")
+    assert "waiting for the target worker" not in done.stderr
+
+
 @pytest.mark.parametrize("seconds", [float("inf"), 1e10])
 def test_a_wait_for_workers_beyond_grpcs_deadlines_waits_for_ever(seconds):
     """gRPC's deadline overflowed past ~290 years: `--wait-for-workers inf` gave up after the
