@@ -367,6 +367,10 @@ def _main(argv=None) -> int:
                     _worker_address(flag, where)
         if not args.wait_for_workers >= 0:
             raise ValueError(f"--wait-for-workers is a number of seconds, 0 or more, got {args.wait_for_workers:g}")
+        if args.role == "coordinator":  # a key no client can send, refused before anything starts
+            from rayspec.serve.config import api_key_from_environment
+
+            api_key = api_key_from_environment()
     except ValueError as error:
         parser.error(str(error))
     if args.threads:
@@ -410,7 +414,7 @@ def _main(argv=None) -> int:
             drafter = local("drafter") if args.drafter == "here" else args.drafter
             return serve_generation_from_workers(
                 address, target, drafter, verifier=args.verifier, tree=args.tree, verify_at=args.verify_at,
-                tokenizer=tokenizer, api_key=os.environ.get("RAYSPEC_API_KEY") or None,
+                tokenizer=tokenizer, api_key=api_key,
                 draft_timeout=args.draft_timeout, draft_hedge=args.draft_hedge, acceptance_dir=args.acceptance_dir,
             )
     elif args.role == "target":

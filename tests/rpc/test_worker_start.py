@@ -77,6 +77,19 @@ def test_a_coordinators_tokenizer_that_cannot_load_is_one_line_naming_the_flag_b
     assert "waiting for the target worker" not in done.stderr
 
 
+@pytest.mark.parametrize("key, said", [("secret\n", "$RAYSPEC_API_KEY holds '\\n'"),
+                                       (" secret", "$RAYSPEC_API_KEY begins or ends with a space")])
+def test_a_coordinators_api_key_no_client_can_send_is_refused_before_it_waits(key, said, monkeypatch, capsys):
+    """As `rayspec serve` refuses it: a key HTTP and gRPC cannot carry as given matches no call."""
+    from rayspec.rpc import worker
+
+    monkeypatch.setenv("RAYSPEC_API_KEY", key)
+    monkeypatch.setattr(worker, "wait_for_worker", lambda *_: pytest.fail("waited for the workers"))
+    with pytest.raises(SystemExit) as exited:
+        worker.main(["--role", "coordinator", "--target", "127.0.0.1:1", "--port", "0"])
+    assert exited.value.code == 2 and said in capsys.readouterr().err.strip().splitlines()[-1]
+
+
 @pytest.mark.parametrize("seconds", [float("inf"), 1e10])
 def test_a_wait_for_workers_beyond_grpcs_deadlines_waits_for_ever(seconds):
     """gRPC's deadline overflowed past ~290 years: `--wait-for-workers inf` gave up after the
