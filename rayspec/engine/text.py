@@ -43,10 +43,17 @@ def listed(value) -> list:
     return [value] if isinstance(value, str) else list(value or ())
 
 
+# A character is at most 4 UTF-8 bytes, so at most 3 of them wait for the rest; decoders show
+# those as one U+FFFD (byte-level BPE) or one per byte (SentencePiece's byte fallback).  A
+# longer run of U+FFFD ends in those, and the rest are the text's.
+MAX_PENDING_BYTES = 3
+
+
 def finished_length(text: str) -> int:
-    """The length of `text` without the unfinished character(s) it ends in (no copy made)."""
+    """The length of `text` without the character it may end in unfinished: up to
+    MAX_PENDING_BYTES trailing U+FFFD (no copy made)."""
     end = len(text)
-    while end and text[end - 1] == REPLACEMENT:
+    while end > len(text) - MAX_PENDING_BYTES and end and text[end - 1] == REPLACEMENT:
         end -= 1
     return end
 

@@ -201,6 +201,9 @@ def test_a_stop_string_is_not_matched_against_an_unfinished_characters_stand_in(
     stops.searched("xa\ufffd")
     assert stops.find("xa¡") is None
     assert stops.find("xa\ufffdb") == (1, "a\ufffd")  # it stayed: a character of the text
+    # A run longer than a character's pending bytes (3) holds U+FFFD that no token can change.
+    assert StopStrings(["\ufffd"]).find("\ufffd" * 3) is None
+    assert StopStrings(["\ufffd"]).find("\ufffd" * 4) == (0, "\ufffd")
 
 
 def test_a_stop_string_on_an_unfinished_character_stops_a_seed_alike_whatever_the_tree(demo_tokenizer):
@@ -227,6 +230,11 @@ def test_a_stop_string_on_an_unfinished_character_stops_a_seed_alike_whatever_th
             assert "\ufffd" in tokenizer.decode(one.tokens + [50])
         multi_token_steps += sum(step.emitted > 1 for step in other.stats.steps)
     assert multi_token_steps and "stop" in endings  # the stop string was met, and steps ended within characters
+    # Lead bytes alone: the fourth settles the first U+FFFD (no character has 4 pending bytes),
+    # and the completion stops there, whatever the tree — not at max_tokens holding the stop.
+    for engine in (alone, drafted):
+        leads = engine.run(prompt, seed=0, max_new_tokens=6, stop=["\ufffd"], allowed_token_ids=[lead])
+        assert (leads.tokens, leads.finish_reason) == ([lead] * 4, "stop")
 
 
 def test_the_stop_string_found_is_the_one_beginning_first_then_the_first_listed():
