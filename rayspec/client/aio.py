@@ -46,8 +46,8 @@ class AsyncClient(BaseClient):
     ) -> Completion:
         """Generate a completion; see `Client.generate`."""
         request = self._request(prompt, params)
+        message = request.to_proto()  # a field it cannot carry is refused before any call, the Info one too
         await self._check_features(request, timeout)
-        message = request.to_proto()
         response = await self._call(self._generation.Generate, message, timeout, idempotent=request.idempotent)
         return Completion.from_proto(response)
 

@@ -47,8 +47,8 @@ class Client(BaseClient):
         """Generate a completion; the parameters are `GenerateRequest`'s.  Replayed after
         UNAVAILABLE only when `seed` is given (see `rayspec.client.retry`)."""
         request = self._request(prompt, params)
+        message = request.to_proto()  # a field it cannot carry is refused before any call, the Info one too
         self._check_features(request, timeout)
-        message = request.to_proto()
         response = self._call(self._generation.Generate, message, timeout, idempotent=request.idempotent)
         return Completion.from_proto(response)
 

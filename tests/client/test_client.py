@@ -550,6 +550,23 @@ def test_a_value_the_message_cannot_carry_is_an_invalid_request_before_anything_
     assert server.generation.requests == []
 
 
+def test_a_value_the_message_cannot_carry_is_refused_before_the_servers_features_are_asked():
+    """A field newer than some servers (bad_words) makes `generate` ask the server's Info
+    first: the request's own values are checked before that call, as the README says, so an
+    unreachable server does not hide them behind UnavailableError."""
+    fields = dict(max_tokens=0, bad_words=["z"])
+    with Client(closed_port(), timeout=5, retries=0) as client:
+        with pytest.raises(InvalidRequestError, match="max_tokens must be at least 1"):
+            client.generate("abc", **fields)
+
+    async def refused():
+        async with AsyncClient(closed_port(), timeout=5, retries=0) as client:
+            with pytest.raises(InvalidRequestError, match="max_tokens must be at least 1"):
+                await client.generate("abc", **fields)
+
+    asyncio.run(refused())
+
+
 def test_numpy_scalars_and_zero_dimensional_arrays_cross_as_the_fields_types():
     request = GenerateRequest(np.array([5, 6]), max_tokens=np.array(3), top_k=np.int8(2), seed=np.uint64(7),
                               temperature=np.float16(0.5), ignore_eos=np.True_, skip_special_tokens=np.array(False),
