@@ -41,7 +41,8 @@ from rayspec.rpc.generated import health_pb2, health_pb2_grpc, worker_pb2, worke
 from rayspec.rpc.process import PARENT_VARIABLE
 from rayspec.rpc.remote import check_draft_timeout
 from rayspec.rpc.server import (
-    HealthServicer, RemoteError, Servicer, check_port, check_port_free, host_port, rpc_errors, start_server,
+    HealthServicer, RemoteError, Servicer, api_key_from_environment, check_port, check_port_free, host_port,
+    rpc_errors, start_server,
 )
 
 
@@ -368,8 +369,6 @@ def _main(argv=None) -> int:
         if not args.wait_for_workers >= 0:
             raise ValueError(f"--wait-for-workers is a number of seconds, 0 or more, got {args.wait_for_workers:g}")
         if args.role == "coordinator":  # a key no client can send, refused before anything starts
-            from rayspec.serve.config import api_key_from_environment
-
             api_key = api_key_from_environment()
     except ValueError as error:
         parser.error(str(error))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rayspec.cluster.actors import bundles
-from rayspec.serve.config import API_KEY_VARIABLE, ServiceConfig
+from rayspec.rpc.server import API_KEY_VARIABLE
+from rayspec.serve.config import ServiceConfig
 
 
 def test_drafters_in_the_coordinator_get_no_bundle():
