@@ -252,8 +252,6 @@ def _schema_regex(schema_text: str) -> str:
 
 
 def _compile_schema(schema_text: str) -> str:
-    from outlines_core.json_schema import build_regex_from_schema
-
     try:
         schema = json.loads(schema_text)
     except json.JSONDecodeError as error:
@@ -269,10 +267,11 @@ def _compile_schema(schema_text: str) -> str:
                          f"structured output would let such a value through (it enforces oneOf as anyOf): use "
                          f"anyOf, or make the branches exclusive — distinct types, distinct const/enum values, or a "
                          f"property all of them require with distinct const values (a discriminated union's tag)")
-    try:
-        return build_regex_from_schema(schema_text)
-    except (ValueError, TypeError) as error:
-        raise ValueError(f"json_schema cannot be compiled: {error}") from None
+    # In a compiler process too: the expression doubles with each level of nested arrays (a
+    # schema of 1 kB nesting 40 deep asks for gigabytes), and outlines-core aborts the process
+    # whose allocation fails — here, the server.
+    return _in_compiler(("schema", schema_text, MAX_SCHEMA_REGEX_CHARS), "json_schema cannot be compiled",
+                        "json_schema", "its expression is too large (each level of nested arrays doubles it)")
 
 
 def _byte_level_alphabet() -> dict[str, int]:
@@ -400,19 +399,24 @@ def compiled_index(regex: str, vocabulary: GrammarVocabulary):
     return index
 
 
-# A compilation runs in a child process of its own, given this long and this much memory: an
-# expression's automaton can grow exponentially with it ("[ab]*a[ab]{n}" has 2^n states: 1.1 s
-# at n = 12 over the demo's 8k tokens, 8x more for each 3 more), and a compilation in this
-# process could be neither stopped nor kept from taking the machine's memory.
+# A compilation runs in a child process of its own, given this long and this much memory:
+# an expression's automaton can grow exponentially with it ("[ab]*a[ab]{n}" has 2^n states:
+# 1.1 s at n = 12 over the demo's 8k tokens, 8x more for each 3 more), and so can a schema's
+# expression; a compilation in this process could be neither stopped nor kept from taking
+# the machine's memory (outlines-core aborts the process whose allocation fails).
 COMPILE_SECONDS = 60.0
 COMPILE_MEMORY_BYTES = 4 << 30
 # Compilers running at once (each may take COMPILE_MEMORY_BYTES); another waits its turn, at
 # most COMPILE_SECONDS.
 MAX_COMPILERS = 2
 _COMPILERS = threading.BoundedSemaphore(MAX_COMPILERS)
+# A schema's expression longer than this is refused: the automaton of one so long would not
+# compile in time, and each would be kept in the caches.  Real schemas' are kilobytes.
+MAX_SCHEMA_REGEX_CHARS = 2 << 20
 # The child imports outlines-core alone (30 ms), never rayspec or torch.  Pickle is the only
 # form outlines-core gives its vocabulary and automaton; both ends are this process and its
-# own child, over a pipe: nothing crosses a network.
+# own child, over a pipe: nothing crosses a network.  A job: ("index", regex, vocabulary) or
+# ("schema", schema_text, most characters).
 _COMPILER = """
 import sys
 sys.path[:] = sys.argv[2:]  # the server's path: not its working directory, whose files would shadow modules
@@ -422,9 +426,16 @@ try:
 except (ValueError, OSError):  # a system that does not bound address space (macOS): the time bound alone
     pass
 from outlines_core import Index
-regex, vocabulary = pickle.load(sys.stdin.buffer)
+from outlines_core.json_schema import build_regex_from_schema
+job = pickle.load(sys.stdin.buffer)
 try:
-    answer = ("index", Index(regex, vocabulary))
+    if job[0] == "index":
+        answer = ("done", Index(job[1], job[2]))
+    else:
+        regex = build_regex_from_schema(job[1])
+        answer = ("done", regex) if len(regex) <= job[2] else (
+            "error", f"it expands to an expression of {len(regex)} characters, more than the {job[2]} enforced: "
+                     f"nest arrays and alternatives less deeply")
 except (ValueError, TypeError) as error:
     answer = ("error", str(error))
 pickle.dump(answer, sys.stdout.buffer)
@@ -432,50 +443,52 @@ pickle.dump(answer, sys.stdout.buffer)
 
 
 def _compile(regex: str, vocabulary: GrammarVocabulary):
-    """`regex`'s automaton over `vocabulary`, compiled in a child process (`COMPILE_SECONDS`,
-    `COMPILE_MEMORY_BYTES`); an expression that cannot be compiled within them is a
-    ValueError naming the limit, and one that waited `COMPILE_SECONDS` for a compiler is
-    `AtCapacity` (the server's limit, not the expression's fault)."""
-    if not _COMPILERS.acquire(timeout=COMPILE_SECONDS):
-        raise AtCapacity(f"the regular expression {_shortened(regex)} waited {COMPILE_SECONDS:g} s for one of the "
-                         f"{MAX_COMPILERS} compilers, all busy with other expressions; ask again later")
-    try:
-        return _compile_in_child(regex, vocabulary)
-    finally:
-        _COMPILERS.release()
-
-
-def _compile_in_child(regex: str, vocabulary: GrammarVocabulary):
-    path = [entry for entry in sys.path if entry not in ("", ".")]
-    child = subprocess.Popen([sys.executable, "-c", _COMPILER, str(COMPILE_MEMORY_BYTES), *path],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        answer, printed = child.communicate(pickle.dumps((regex, vocabulary.outlines)), timeout=COMPILE_SECONDS)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.communicate()
-        raise ValueError(f"the regular expression {_shortened(regex)} did not compile within {COMPILE_SECONDS:g} s: "
-                         f"its automaton is too large (repetitions such as [ab]*a[ab]{{20}} grow it "
-                         f"exponentially)") from None
-    finally:
-        if child.poll() is None:  # a caller interrupted (KeyboardInterrupt): the child goes too
-            child.kill()
-            child.wait()
-    if child.returncode != 0:
-        said = " ".join(printed.decode(errors="replace").split())[-200:] or "no message"
-        # Past its memory the compiler dies of a signal (Rust aborts on a failed allocation) or
-        # of a MemoryError: the expression's doing.  Any other failure is this server's.
-        if child.returncode > 0 and b"MemoryError" not in printed:
-            raise RuntimeError(f"the structured-output compiler failed (exit {child.returncode}): {said}")
-        raise ValueError(f"the regular expression {_shortened(regex)} could not be compiled within "
-                         f"{COMPILE_MEMORY_BYTES / 2**30:g} GiB of memory (the compiler exited with "
-                         f"{child.returncode}: {said})")
-    kind, index = pickle.loads(answer)
-    if kind == "error":
-        raise ValueError(f"the regular expression {_shortened(regex)} cannot be used: {index}")
+    """`regex`'s automaton over `vocabulary`, compiled in a child process (`_in_compiler`)."""
+    what = f"the regular expression {_shortened(regex)}"
+    index = _in_compiler(("index", regex, vocabulary.outlines), f"{what} cannot be used", what,
+                         "its automaton is too large (repetitions such as [ab]*a[ab]{20} grow it exponentially)")
     if not index.get_allowed_tokens(index.get_initial_state()):
         raise ValueError(f"no text of this vocabulary matches the regular expression {_shortened(regex)}")
     return index
+
+
+def _in_compiler(job: tuple, refused: str, what: str, too_large: str):
+    """The answer of a compiler child process to `job`, given COMPILE_SECONDS and
+    COMPILE_MEMORY_BYTES: past either, a ValueError saying `what` is `too_large`; a job the
+    compiler refuses, "`refused`: its reason".  A compiler failing otherwise (a broken
+    install) is a RuntimeError, the server's fault; every compiler busy for COMPILE_SECONDS,
+    `AtCapacity` (the server's limit, not the request's fault)."""
+    if not _COMPILERS.acquire(timeout=COMPILE_SECONDS):
+        raise AtCapacity(f"{what} waited {COMPILE_SECONDS:g} s for one of the {MAX_COMPILERS} compilers, all busy "
+                         f"with other expressions; ask again later")
+    try:
+        path = [entry for entry in sys.path if entry not in ("", ".")]
+        child = subprocess.Popen([sys.executable, "-c", _COMPILER, str(COMPILE_MEMORY_BYTES), *path],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            answer, printed = child.communicate(pickle.dumps(job), timeout=COMPILE_SECONDS)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
+            raise ValueError(f"{what} did not compile within {COMPILE_SECONDS:g} s: {too_large}") from None
+        finally:
+            if child.poll() is None:  # a caller interrupted (KeyboardInterrupt): the child goes too
+                child.kill()
+                child.wait()
+    finally:
+        _COMPILERS.release()
+    if child.returncode != 0:
+        said = " ".join(printed.decode(errors="replace").split())[-200:] or "no message"
+        # Past its memory the compiler dies of a signal (Rust aborts on a failed allocation) or
+        # of a MemoryError: the job's doing.  Any other failure is this server's.
+        if child.returncode > 0 and b"MemoryError" not in printed:
+            raise RuntimeError(f"the structured-output compiler failed (exit {child.returncode}): {said}")
+        raise ValueError(f"{what} could not be compiled within {COMPILE_MEMORY_BYTES / 2**30:g} GiB of memory "
+                         f"(the compiler exited with {child.returncode}: {said}); {too_large}")
+    kind, value = pickle.loads(answer)
+    if kind == "error":
+        raise ValueError(f"{refused}: {value}")
+    return value
 
 
 def _shortened(regex: str, keep: int = 80) -> str:

@@ -488,6 +488,28 @@ def test_waiting_past_its_time_for_a_compiler_is_the_servers_capacity_and_a_free
     assert compilers.acquire(blocking=False)  # given back after compiling
 
 
+def _arrays_nested(depth: int) -> dict:
+    schema = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+
+@pytest.mark.parametrize("depth, message", [
+    (21, r"json_schema cannot be compiled: it expands to an expression of \d+ characters, more than the 2097152 "
+         r"enforced: nest arrays and alternatives less deeply"),
+    # 1 kB of schema asking for gigabytes: outlines-core aborts the process whose allocation fails
+    (40, r"json_schema could not be compiled within 4 GiB of memory \(the compiler exited with -\d+.*\); its "
+         r"expression is too large \(each level of nested arrays doubles it\)"),
+])
+def test_a_schema_whose_expression_explodes_is_refused_and_this_process_lives_on(depth, message):
+    """A schema's expression doubles with each level of nested arrays; it is built in the
+    bounded compiler process, which dies in this one's stead."""
+    with pytest.raises(ValueError, match=message):
+        StructuredOutput(json_schema=_arrays_nested(depth)).to_regex()
+    assert StructuredOutput(json_schema=_arrays_nested(3)).to_regex()
+
+
 def test_the_address_space_limit_is_the_compilers(tokenizer, monkeypatch):
     """COMPILE_MEMORY_BYTES bounds the child: too little for even its imports, and it fails (as
     an ImportError, a MemoryError or a signal, depending on where its memory runs out)."""

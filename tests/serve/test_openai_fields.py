@@ -301,3 +301,17 @@ def test_a_structured_output_that_could_never_end_is_refused_before_its_expressi
     assert reply.status_code == 400, reply.text
     assert words in reply.json()["error"]["message"] and reply.json()["error"]["param"] == "guided_regex"
     assert compiled == []
+
+
+def test_a_schema_of_a_kilobyte_whose_expression_would_take_gigabytes_is_a_400_and_the_service_serves_on(http):
+    """Built in this process, its expression (doubling with each level of nested arrays) made
+    outlines-core abort the server."""
+    schema = {"type": "string"}
+    for _ in range(40):
+        schema = {"type": "array", "items": schema}
+    reply = http.post("/v1/chat/completions", json=_chat(
+        response_format={"type": "json_schema", "json_schema": {"name": "deep", "schema": schema}}))
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert error["param"] == "response_format" and "its expression is too large" in error["message"]
+    assert http.post("/v1/chat/completions", json=_chat()).status_code == 200
