@@ -161,9 +161,71 @@ def _unenforced(schema) -> list[str]:
 def _overlapping_one_ofs(schema) -> list[str]:
     """Where a schema has a `oneOf` two of whose branches some value may match: outlines-core
     builds a oneOf as an anyOf (a value matching two branches passes), so only a oneOf whose
-    branches are disjoint (`_disjoint`) is enforced as written."""
-    return [place for place, key, branches in _keywords(schema) if key == "oneOf" and isinstance(branches, list)
-            and any(not _disjoint(a, b, schema) for i, a in enumerate(branches) for b in branches[i + 1:])]
+    branches are disjoint (`_exclusive`) is enforced as written."""
+    return [place for place, key, branches in _keywords(schema)
+            if key == "oneOf" and isinstance(branches, list) and not _exclusive(branches, schema, place)]
+
+
+# Branches of one oneOf compared pairwise at most (a tagged union of this many is compared by
+# its tags at once): a request's schema must not buy seconds of this process's time.
+MAX_ONE_OF_BRANCHES = 512
+
+
+@dataclass(frozen=True)
+class _Branch:
+    """What a oneOf branch says plainly: the values it lists (`const`, `enum`) as canonical
+    JSON, its JSON types, and the listed values of each property it requires (a tag); None
+    where it does not say."""
+
+    values: frozenset[str] | None
+    types: frozenset[str] | None
+    tags: dict[str, frozenset[str]]
+
+    @classmethod
+    def of(cls, schema, root) -> "_Branch | None":
+        schema = _resolved(schema, root)
+        if not isinstance(schema, dict):
+            return None
+        tags = {}
+        for name in schema.get("required") or ():
+            tag = _resolved((schema.get("properties") or {}).get(name), root) if isinstance(name, str) else None
+            listed = _values(tag) if isinstance(tag, dict) else None
+            if listed is not None:
+                tags[name] = listed
+        return cls(_values(schema), _types(schema), tags)
+
+    def disjoint(self, other: "_Branch") -> bool:
+        """Whether no value can match both: listed values that differ, types that differ, or a
+        property both require whose listed values differ (a discriminated union's tag)."""
+        if self.values is not None and other.values is not None:
+            return not self.values & other.values
+        if self.types is not None and other.types is not None and not _types_overlap(self.types, other.types):
+            return True
+        return any(not self.tags[name] & other.tags[name] for name in self.tags.keys() & other.tags.keys())
+
+
+def _exclusive(branches: list, root, place: str) -> bool:
+    """Whether no value can match two of `branches`, by what they say plainly (`_Branch`);
+    False when that cannot be told."""
+    summaries = [_Branch.of(branch, root) for branch in branches]
+    if any(summary is None for summary in summaries):
+        return False
+    if len(summaries) < 2:
+        return True
+    # Lists of values, or one tag, that tell every pair apart, counted at once.
+    if all(summary.values is not None for summary in summaries) and _apart([s.values for s in summaries]):
+        return True
+    if any(_apart([s.tags[tag] for s in summaries]) for tag in set.intersection(*(set(s.tags) for s in summaries))):
+        return True
+    if len(summaries) > MAX_ONE_OF_BRANCHES:
+        raise ValueError(f"json_schema's {place} has {len(summaries)} branches: more than {MAX_ONE_OF_BRANCHES} "
+                         f"are told apart only by a property they all require with distinct const values (a tag)")
+    return all(a.disjoint(b) for i, a in enumerate(summaries) for b in summaries[i + 1:])
+
+
+def _apart(sets: list[frozenset]) -> bool:
+    """Whether no two of `sets` share a member."""
+    return sum(map(len, sets)) == len(frozenset().union(*sets))
 
 
 def _resolved(schema, root, depth: int = 0):
@@ -192,55 +254,42 @@ def _json_type(value) -> str:
     return {float: "number", str: "string", list: "array", dict: "object"}[type(value)]
 
 
-def _values(schema) -> set[str] | None:
-    """The values a schema admits when it lists them (`const`, `enum`), each as canonical JSON
-    (1 and 1.0 alike, true and 1 not); None when it does not."""
+def _canonical(value):
+    """`value` as JSON compares it: 1.0 is 1 (at any depth), true is not 1."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_canonical(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _canonical(item) for key, item in value.items()}
+    return value
+
+
+def _values(schema) -> frozenset[str] | None:
+    """The values a schema admits when it lists them (`const`, `enum`), each as canonical JSON;
+    None when it does not."""
     listed = [schema["const"]] if "const" in schema else schema.get("enum")
     if not isinstance(listed, list):
         return None
-    return {json.dumps(int(v) if isinstance(v, float) and v.is_integer() else v, sort_keys=True) for v in listed}
+    return frozenset(json.dumps(_canonical(v), sort_keys=True) for v in listed)
 
 
-def _types(schema) -> set[str] | None:
+def _types(schema) -> frozenset[str] | None:
     """The JSON types a schema admits, when it says (`type`, or its listed values'); None when
     it does not."""
     if isinstance(schema.get("type"), str):
-        return {schema["type"]}
+        return frozenset({schema["type"]})
     if isinstance(schema.get("type"), list):
-        return set(schema["type"])
+        return frozenset(t for t in schema["type"] if isinstance(t, str))
     values = _values(schema)
-    return None if values is None else {_json_type(json.loads(v)) for v in values}
+    return None if values is None else frozenset(_json_type(json.loads(v)) for v in values)
 
 
-def _types_overlap(a: set[str], b: set[str]) -> bool:
-    def widened(types: set[str]) -> set[str]:  # an integer is a number too
+def _types_overlap(a: frozenset[str], b: frozenset[str]) -> bool:
+    def widened(types: frozenset[str]) -> frozenset[str]:  # an integer is a number too
         return types | {"number"} if "integer" in types else types
 
     return bool(widened(a) & widened(b))
-
-
-def _disjoint(a, b, root) -> bool:
-    """Whether no value can match both schemas, by what they say plainly: listed values that
-    differ, types that differ, or — objects — a property both require whose listed values
-    differ (a discriminated union's tag).  False when that cannot be told."""
-    a, b = _resolved(a, root), _resolved(b, root)
-    if not isinstance(a, dict) or not isinstance(b, dict):
-        return False
-    values_a, values_b = _values(a), _values(b)
-    if values_a is not None and values_b is not None:
-        return not values_a & values_b
-    types_a, types_b = _types(a), _types(b)
-    if types_a is not None and types_b is not None and not _types_overlap(types_a, types_b):
-        return True
-    required = set(a.get("required") or ()) & set(b.get("required") or ())
-    for name in required:
-        tag_a = _resolved((a.get("properties") or {}).get(name), root)
-        tag_b = _resolved((b.get("properties") or {}).get(name), root)
-        if isinstance(tag_a, dict) and isinstance(tag_b, dict):
-            tags_a, tags_b = _values(tag_a), _values(tag_b)
-            if tags_a is not None and tags_b is not None and not tags_a & tags_b:
-                return True
-    return False
 
 
 @functools.lru_cache(maxsize=64)

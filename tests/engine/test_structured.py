@@ -280,6 +280,7 @@ DOG = {"type": "object", "properties": {"kind": {"enum": ["dog", "puppy"]}, "goo
     ([{"type": "integer"}, {"type": "number"}], "oneOf"),  # 5 is both
     ([{"enum": ["a", "b"]}, {"enum": ["b", "c"]}], "oneOf"),
     ([{"const": 1}, {"const": 1.0}], "oneOf"),  # one number in JSON
+    ([{"const": {"a": [1.0]}}, {"const": {"a": [1]}}], "oneOf"),  # at any depth
     ([{"const": "x"}, {"type": "string"}], "oneOf"),
     ([{"type": "object", "properties": {"a": {"type": "string"}}},
       {"type": "object", "properties": {"b": {"type": "string"}}}], "oneOf"),  # {} is both
@@ -308,6 +309,25 @@ def test_a_one_of_whose_branches_may_overlap_is_refused_naming_where(one_of, whe
 def test_a_one_of_whose_branches_are_exclusive_is_compiled(one_of):
     schema = {"type": "object", "properties": {"pet": {"oneOf": one_of}}, "required": ["pet"], "$defs": {"Cat": CAT}}
     assert StructuredOutput(json_schema=schema).to_regex()
+
+
+def test_a_one_of_of_many_branches_is_told_apart_by_a_shared_tag_or_refused_past_the_pairwise_bound():
+    """A tagged union of 2,000 branches is checked by its tag at once; branches that only
+    pairwise comparison could tell apart are compared up to MAX_ONE_OF_BRANCHES of them, and
+    more are refused rather than compared for seconds."""
+    from rayspec.engine.structured import MAX_ONE_OF_BRANCHES, _overlapping_one_ofs
+
+    tagged = {"oneOf": [{"type": "object", "properties": {"kind": {"const": f"k{i}"}}, "required": ["kind"]}
+                        for i in range(2000)]}
+    assert _overlapping_one_ofs(tagged) == []
+    listed = {"oneOf": [{"enum": [f"v{i}", f"w{i}"]} for i in range(2000)]}
+    assert _overlapping_one_ofs(listed) == []
+    mixed = {"oneOf": [{"const": f"v{i}"} for i in range(MAX_ONE_OF_BRANCHES)] + [{"type": "integer"}]}
+    with pytest.raises(ValueError, match=rf"json_schema's oneOf has {MAX_ONE_OF_BRANCHES + 1} branches: more than "
+                                         rf"{MAX_ONE_OF_BRANCHES} are told apart only by a property they all require "
+                                         rf"with distinct const values \(a tag\)"):
+        _overlapping_one_ofs(mixed)
+    assert _overlapping_one_ofs({"oneOf": mixed["oneOf"][1:]}) == []  # as many as the bound: compared pairwise
 
 
 def test_pydantics_discriminated_union_is_a_one_of_that_compiles_and_its_plain_union_an_any_of():
