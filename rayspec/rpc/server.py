@@ -488,7 +488,7 @@ def check_port(port: str | int, where: str | None = None) -> int:
     """`port` as a number, or ValueError (saying `where`, if given): gRPC takes a port past
     65535, or a negative one, modulo 65536 and would serve somewhere else than asked."""
     text = str(port)
-    if isinstance(port, bool) or not text.isdigit() or int(text) > 65535:
+    if isinstance(port, bool) or not (text.isascii() and text.isdigit()) or int(text) > 65535:  # not "١٢"
         message = f"a port is a whole number from 0 to 65535 (0: any free one), got {port!r}"
         raise ValueError(f"{where}: {message}" if where else message)
     return int(text)

@@ -230,8 +230,8 @@ def wait_for_worker(role: str, address: str, timeout: float) -> bool:
     return answer[0]
 
 
-# gRPC's deadline is nanoseconds in an int64: a wait longer than ~290 years overflows it, and
-# the call fails at once.  One this long is a wait for ever (no deadline).
+# gRPC's deadline is nanoseconds since 1970 in an int64: a wait past about 7e9 s overflows it,
+# and the call fails at once.  One this long is a wait for ever (no deadline).
 FOREVER_SECONDS = 1e9
 
 

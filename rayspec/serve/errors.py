@@ -15,6 +15,10 @@ from rayspec.serve.service import Overloaded
 
 log = logging.getLogger("rayspec.serve")
 
+# nginx's status for a request whose client left before the answer: never read, but logged and
+# counted as what it was.
+CLIENT_CLOSED_REQUEST = 499
+
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):

@@ -121,7 +121,7 @@ from rayspec.serve.bodies import (
     render_messages,
     tool_calling_read_by_service,
 )
-from rayspec.serve.errors import ApiError, bad_request, error_body, validation_error
+from rayspec.serve.errors import CLIENT_CLOSED_REQUEST, ApiError, bad_request, error_body, validation_error
 from rayspec.serve.metrics import CONTENT_TYPE
 from rayspec.serve.middleware import AnswerFailures, CountResponses, LimitBodies, RequestIds, RequireKey, named_by
 from rayspec.serve.service import Overloaded, Service, StepStream
@@ -600,9 +600,6 @@ async def drain(stream: StepStream) -> None:
         pass
 
 
-# nginx's status for a request whose client left before the answer: never read, but logged and
-# counted as what it was.
-CLIENT_CLOSED_REQUEST = 499
 
 
 class ClientGone(Exception):
@@ -683,13 +680,15 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
     app.add_middleware(CountResponses, metrics=service.metrics)  # added last: outermost, it counts the 413s too
 
     async def answer_error(request: Request, error: Exception) -> JSONResponse:
+        headers = None
         if isinstance(error, RequestValidationError):
             error = validation_error(error)
         elif isinstance(error, StarletteHTTPException):
             detail = f"{error.detail} ({request.method} {request.url.path})" if error.status_code in (404, 405) else error.detail
+            headers = error.headers  # a 405's Allow (RFC 9110 asks for it)
             error = ApiError(error.status_code, str(detail))
         status, body = error_body(error)
-        return JSONResponse(body, status_code=status)
+        return JSONResponse(body, status_code=status, headers=headers)
 
     for kind in (RequestValidationError, StarletteHTTPException, ApiError, ValueError, Overloaded, RemoteError):
         app.add_exception_handler(kind, answer_error)  # anything else: `AnswerFailures`

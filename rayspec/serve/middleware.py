@@ -8,7 +8,7 @@ import uuid
 from fastapi.responses import JSONResponse
 
 from rayspec.rpc.server import key_refusal
-from rayspec.serve.errors import error_body, openai_error
+from rayspec.serve.errors import CLIENT_CLOSED_REQUEST, error_body, openai_error
 
 
 
@@ -119,7 +119,7 @@ class CountResponses:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        status = 500
+        status = None
 
         async def send_and_note(message):
             nonlocal status
@@ -129,7 +129,13 @@ class CountResponses:
 
         try:
             await self.app(scope, receive, send_and_note)
+        except BaseException:
+            status = 500 if status is None else status  # failed before any answer: the server's fault
+            raise
         finally:
+            # No answer and no failure: the client left first (in the middle of its body, say),
+            # counted as nginx logs it — not as the server's 500.
+            status = CLIENT_CLOSED_REQUEST if status is None else status
             path = scope["path"]
             endpoint = path if path in _ENDPOINTS else "/v1/models/{model}" if path.startswith("/v1/models/") else "other"
             self.metrics.observe_response(endpoint, status)

@@ -144,6 +144,8 @@ def test_a_wait_for_workers_beyond_grpcs_deadlines_waits_for_ever(seconds):
      "--target: a worker's address is HOST:PORT ([IPv6]:PORT) or 'here', got '[::1]'"),
     (["--role", "coordinator", "--target", "127.0.0.1:abc"], 2,
      "--target '127.0.0.1:abc': a port is a whole number from 0 to 65535"),
+    (["--role", "coordinator", "--target", "127.0.0.1:\u0661\u0662"], 2,  # Arabic-Indic 12: int() reads it, gRPC not
+     "--target '127.0.0.1:\u0661\u0662': a port is a whole number from 0 to 65535"),
     (["--role", "coordinator", "--target", "here", "--drafter", "127.0.0.1:99999"], 2,
      "--drafter '127.0.0.1:99999': a port is a whole number from 0 to 65535 (0: any free one), got '99999'"),
     (["--role", "coordinator", "--target", "[::1]:0"], 2, "--target '[::1]:0': port 0 names no worker"),

@@ -981,6 +981,29 @@ def test_the_server_keeps_serving_after_bad_input_and_harmless_fields_pass(http)
     assert unknown_route.status_code == 404 and "/v1/embeddings" in unknown_route.json()["error"]["message"]
 
 
+def test_a_method_an_endpoint_does_not_take_is_a_405_saying_which_it_takes(http):
+    """RFC 9110 asks a 405 for its Allow header (FastAPI's own answer has it; ours dropped it)."""
+    for method, path, allowed in (("GET", "/v1/completions", "POST"), ("DELETE", "/health", "GET")):
+        reply = http.request(method, path)
+        assert reply.status_code == 405 and reply.headers["allow"] == allowed
+        assert f"({method} {path})" in reply.json()["error"]["message"]
+
+
+def test_a_client_that_leaves_in_the_middle_of_its_body_is_counted_499_not_500(http, server):
+    """Nothing failed: the client left before its request could be answered."""
+    import socket
+
+    port = int(server["url"].rsplit(":", 1)[1])
+    before = {status: answered(http, "/v1/completions", status) for status in (499, 500)}
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n5\r\n{\"pro\r\n")
+    with socket.create_connection(("127.0.0.1", port)) as leaving:
+        leaving.sendall(head)
+        time.sleep(0.3)
+    eventually(lambda: answered(http, "/v1/completions", 499) == before[499] + 1, what="the request to be counted")
+    assert answered(http, "/v1/completions", 500) == before[500]
+
+
 def test_default_lengths_are_cut_to_the_context_and_the_limits(http, parts, reference):
     near_the_end = http.post("/v1/completions", json={"prompt": [7] * 500, "seed": 1}).json()
     assert near_the_end["usage"]["completion_tokens"] == 12 and near_the_end["choices"][0]["finish_reason"] == "length"
