@@ -540,8 +540,9 @@ class SpeculativeEngine:
         check_logprobs(logprobs)
         check_logprobs(prompt_logprobs, "prompt_logprobs")
         stop_ids = self._stop_ids(stop, ignore_eos)
+        # First: a refused request must not pay a JSON schema's expression (up to a minute to build).
+        check_structured(structured_output, ignore_eos, self.target.eos_token_ids)
         regex = structured_regex(structured_output)
-        check_structured(regex, ignore_eos, self.target.eos_token_ids)
         params = SamplingParams(temperature, top_p, top_k, presence_penalty, frequency_penalty, repetition_penalty,
                                 logit_bias or (), min_p, min_tokens, stop_ids if min_tokens else (),
                                 tuple(allowed_token_ids or ()), self._bad_words_ids(bad_words), regex)

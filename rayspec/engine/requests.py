@@ -208,9 +208,10 @@ class GenerationRequest:
         if prediction is not None:
             prediction_chain(tree or None)  # refuses a tree that is no chain, before anything runs
             check_prediction(prediction, engine.target.vocab_size)
+        # First: a refused request must not pay a JSON schema's expression (up to a minute to build).
+        check_structured(structured_output, ignore_eos, engine.target.eos_token_ids)
         regex = structured_regex(structured_output)
         if regex:
-            check_structured(regex, ignore_eos, engine.target.eos_token_ids)
             compiled_index(regex, vocabulary_of(tokenizer))
         self.seed = secrets.randbits(63) if seed is None else int(seed)
         self.request_id = request_id or uuid.uuid4().hex

@@ -99,21 +99,28 @@ class StructuredOutput:
 
 def structured_regex(output: StructuredOutput | str | None) -> str:
     """The regular expression of a structured output ("" for none); a string is one already."""
-    if output is None:
-        return ""
-    if isinstance(output, StructuredOutput):
+    if _given(output) and isinstance(output, StructuredOutput):
         return output.to_regex()
-    if isinstance(output, str):
-        return output
-    raise ValueError(f"structured_output must be a StructuredOutput or a regular expression, got {output!r}")
+    return output or ""
 
 
-def check_structured(regex: str, ignore_eos: bool, eos_token_ids) -> None:
-    """Refuse a structured output that could not end: with ignore_eos, or for a target with
-    no EOS token (a match ends at one)."""
-    if regex and ignore_eos:
+def _given(output: StructuredOutput | str | None) -> bool:
+    """Whether a structured output is asked for (None and "" ask for none); ValueError for
+    anything but a StructuredOutput or a regular expression."""
+    if output is not None and not isinstance(output, (StructuredOutput, str)):
+        raise ValueError(f"structured_output must be a StructuredOutput or a regular expression, got {output!r}")
+    return bool(output)
+
+
+def check_structured(output: StructuredOutput | str | None, ignore_eos: bool, eos_token_ids) -> None:
+    """Refuse a structured output (or its regular expression) that could not end: with
+    ignore_eos, or for a target with no EOS token (a match ends at one).  Decided without
+    building its expression, so that such a request is refused before a JSON schema's build
+    (up to COMPILE_SECONDS in a compiler process)."""
+    given = _given(output)
+    if given and ignore_eos:
         raise ValueError("ignore_eos cannot be combined with structured output: its text ends at a stop token")
-    if regex and not eos_token_ids:
+    if given and not eos_token_ids:
         raise ValueError("structured output ends the completion at the model's EOS token, and this target "
                          "declares none (eos_token_id in its config)")
 

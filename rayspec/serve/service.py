@@ -149,10 +149,10 @@ class Service:
     def compile_structured(self, output: StructuredOutput, ignore_eos: bool = False) -> None:
         """Compile a structured output's automaton over the tokenizer's vocabulary (cached:
         the requests that use it find it compiled); a bad one is a ValueError, and so is one
-        the request could never end (`check_structured`) — before a compilation of seconds."""
-        regex = structured_regex(output)
-        check_structured(regex, ignore_eos, self.engine.target.eos_token_ids)
-        compiled_index(regex, vocabulary_of(self.tokenizer))
+        the request could never end (`check_structured`), refused before a JSON schema's expression
+        is built and before a compilation of seconds."""
+        check_structured(output, ignore_eos, self.engine.target.eos_token_ids)
+        compiled_index(structured_regex(output), vocabulary_of(self.tokenizer))
 
     def measured_costs(self) -> dict | None:
         """The step costs its engine plans sequoia:auto trees from (`Costs.to_json`), None

@@ -385,6 +385,32 @@ def test_bad_structured_outputs_are_refused_with_a_message(tokenizer, tiny_pair,
         no_eos.run(PROMPT, max_new_tokens=4, structured_output="a+")
 
 
+def test_a_json_schema_that_could_never_end_is_refused_before_its_expression_is_built(tokenizer, demo_engine,
+                                                                                     monkeypatch):
+    """The engine's runs and the checked requests (the gRPC coordinator's) refuse ignore_eos, or
+    a target declaring no EOS, before the schema's expression is built in a compiler process,
+    which can take COMPILE_SECONDS."""
+    from rayspec.engine import structured
+    from rayspec.engine.requests import GenerationRequest, Limits
+
+    built = []
+    monkeypatch.setattr(structured, "_in_compiler", lambda job, *args: built.append(job) or "a")
+    monkeypatch.setattr(structured, "_schema_regex", structured._schema_regex.__wrapped__)  # uncached: each is built
+    schema = {"type": "object", "properties": {"never_ends": {"type": "boolean"}}, "required": ["never_ends"]}
+    engine, demo_tokenizer = demo_engine
+    no_eos = SpeculativeEngine(LocalTarget(tiny_llama(vocab=len(tokenizer)), tokenizer))
+    refusals = [(engine, demo_tokenizer, True, "ignore_eos cannot be combined with structured output"),
+                (no_eos, tokenizer, False, "structured output ends the completion at the model's EOS token")]
+    for runner, its_tokenizer, ignore_eos, words in refusals:
+        output = StructuredOutput(json_schema=schema)
+        with pytest.raises(ValueError, match=words):
+            runner.run(PROMPT, max_new_tokens=4, ignore_eos=ignore_eos, structured_output=output)
+        with pytest.raises(ValueError, match=words):
+            GenerationRequest(runner, its_tokenizer, Limits(), prompt_ids=PROMPT, max_tokens=4, ignore_eos=ignore_eos,
+                              structured_output=output)
+    assert built == []
+
+
 def test_min_tokens_cannot_hold_open_a_completion_the_expression_has_closed(demo_engine):
     """min_tokens bans EOS from the first tokens; where the expression allows only EOS, the ban
     is lifted (`SamplingParams`), so the completion ends at its match."""

@@ -58,5 +58,13 @@ def http(server):
 
 
 @pytest.fixture
+def with_eos(server, parts, monkeypatch):
+    """The served tiny target declaring the tokenizer's EOS, where a structured output's match
+    ends: it declares none, and a structured output is refused for that before its schema's
+    expression is built, so the tests of a schema's own refusals need one."""
+    monkeypatch.setattr(server["target"].inner, "eos_token_ids", (parts[2].eos_token_id,))
+
+
+@pytest.fixture
 def client(server, http):
     return openai.OpenAI(base_url=f"{server['url']}/v1", api_key="x", max_retries=0)

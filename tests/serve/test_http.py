@@ -881,8 +881,6 @@ BAD_COMPLETIONS = [
      "stop_token_ids names token 99999, outside the vocabulary of 8192 tokens",
      "stop_token_ids"),
     ({"prompt": "x", "ignore_eos": "yes"}, 400, "ignore_eos: Input should be a valid boolean", "ignore_eos"),
-    ({"prompt": "x", "guided_json": "[" * 2000 + "]" * 2000}, 400, "json_schema nests too deeply to compile",
-     "guided_json"),
     ({"prompt": "x", "prediction": {"type": "content", "content": "a" * (64 * 512 + 1)}}, 400,
      "the prediction has 32769 characters, far more than the model's context of 512 tokens can hold", None),
 ]
@@ -919,12 +917,6 @@ BAD_CHATS = [
      'response_format must be {"type": "text"}, {"type": "json_object"} or {"type": "json_schema"', "response_format"),
     ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {}}},
      400, "response_format.json_schema must hold the schema", "response_format"),
-    ({"messages": [{"role": "user", "content": "hi"}],
-      "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nothing"}}}},
-     400, "json_schema cannot be compiled: Unsupported type: nothing", "response_format"),
-    ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {
-        "name": "x", "schema": {"oneOf": [{"type": "integer"}, {"type": "number"}]}}}},
-     400, "json_schema's oneOf has branches one value could match two of", "response_format"),
     ({"messages": [{"role": "user", "content": "hi"}], "guided_choice": []}, 400,
      "guided_choice: choice must be a non-empty list of non-empty strings", "guided_choice"),
     ({"messages": [{"role": "user", "content": "hi"}], "guided_grammar": "root ::= 'a'"}, 400,
@@ -948,17 +940,42 @@ BAD_CHATS = [
      "stop_token_ids.0: Input should be a valid integer", "stop_token_ids"),
 ]
 
+# A schema's own refusals: asked of a target declaring an EOS, as the tiny one declares none and
+# every structured output is refused for that first.
+BAD_SCHEMA_COMPLETIONS = [
+    ({"prompt": "x", "guided_json": "[" * 2000 + "]" * 2000}, 400, "json_schema nests too deeply to compile",
+     "guided_json"),
+]
+BAD_SCHEMA_CHATS = [
+    ({"messages": [{"role": "user", "content": "hi"}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nothing"}}}},
+     400, "json_schema cannot be compiled: Unsupported type: nothing", "response_format"),
+    ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"oneOf": [{"type": "integer"}, {"type": "number"}]}}}},
+     400, "json_schema's oneOf has branches one value could match two of", "response_format"),
+]
 
-def _bad_cases():
-    for path, cases in (("/v1/completions", BAD_COMPLETIONS), ("/v1/chat/completions", BAD_CHATS)):
+
+def _bad_cases(completions, chats):
+    for path, cases in (("/v1/completions", completions), ("/v1/chat/completions", chats)):
         for body, status, message, param in cases:
             yield path, body, status, message, param
             if isinstance(body, dict):  # the same answer when streaming was asked for
                 yield path, {**body, "stream": True}, status, message, param
 
 
-@pytest.mark.parametrize("path, body, status, message, param", list(_bad_cases()))
+@pytest.mark.parametrize("path, body, status, message, param", list(_bad_cases(BAD_COMPLETIONS, BAD_CHATS)))
 def test_bad_input_gets_a_4xx_with_a_message(http, path, body, status, message, param):
+    _assert_refused(http, path, body, status, message, param)
+
+
+@pytest.mark.parametrize("path, body, status, message, param",
+                         list(_bad_cases(BAD_SCHEMA_COMPLETIONS, BAD_SCHEMA_CHATS)))
+def test_a_bad_schema_gets_a_400_with_its_own_message(http, with_eos, path, body, status, message, param):
+    _assert_refused(http, path, body, status, message, param)
+
+
+def _assert_refused(http, path, body, status, message, param):
     content = body if isinstance(body, str) else json.dumps(body)
     reply = http.post(path, content=content, headers={"Content-Type": "application/json"})
     assert reply.status_code == status, reply.text

@@ -241,13 +241,6 @@ def test_an_expression_too_large_to_compile_in_time_is_a_400_naming_its_field_an
     assert http.post("/v1/completions", json=_completion()).status_code == 200
 
 
-@pytest.fixture
-def with_eos(server, parts, monkeypatch):
-    """The served tiny target declaring the tokenizer's EOS, where a structured output's match
-    ends (it declares none, and such a request is refused before its expression compiles)."""
-    monkeypatch.setattr(server["target"].inner, "eos_token_ids", (parts[2].eos_token_id,))
-
-
 @pytest.mark.parametrize("path, body", [("/v1/chat/completions", _chat()), ("/v1/completions", _completion())])
 @pytest.mark.parametrize("stream", [False, True])
 def test_an_expression_that_does_not_compile_is_a_400_naming_its_field(http, with_eos, path, body, stream):
@@ -303,7 +296,42 @@ def test_a_structured_output_that_could_never_end_is_refused_before_its_expressi
     assert compiled == []
 
 
-def test_a_schema_of_a_kilobyte_whose_expression_would_take_gigabytes_is_a_400_and_the_service_serves_on(http):
+_NEVER_ENDING = {"type": "object", "properties": {"never_ends": {"type": "boolean"}}, "required": ["never_ends"]}
+
+
+_NEVER_ENDING_BODIES = [
+    ("/v1/completions", _completion(guided_json=_NEVER_ENDING), "guided_json"),
+    ("/v1/chat/completions", _chat(response_format={"type": "json_schema", "json_schema": {
+        "name": "never", "schema": _NEVER_ENDING}}), "response_format"),
+    ("/v1/responses", _response(text={"format": {"type": "json_schema", "name": "never", "schema": _NEVER_ENDING}}),
+     "text"),
+]
+_IGNORING_EOS = ({"ignore_eos": True}, "ignore_eos cannot be combined with structured output")
+_DECLARING_NO_EOS = ({}, "structured output ends the completion at the model's EOS token, and this target "
+                         "declares none")
+
+
+@pytest.mark.parametrize("path, body, param, fields, words", [
+    *[(*case, *_IGNORING_EOS) for case in _NEVER_ENDING_BODIES if case[0] != "/v1/responses"],  # it has no ignore_eos
+    *[(*case, *_DECLARING_NO_EOS) for case in _NEVER_ENDING_BODIES],
+])
+def test_a_json_schema_that_could_never_end_is_refused_before_its_expression_is_built(http, monkeypatch, path, body,
+                                                                                     param, fields, words):
+    """Its expression is built in a compiler process, which can take COMPILE_SECONDS: a request
+    refused anyway does not wait for it."""
+    from rayspec.engine import structured
+
+    built = []
+    monkeypatch.setattr(structured, "_in_compiler", lambda job, *args: built.append(job) or "a")
+    monkeypatch.setattr(structured, "_schema_regex", structured._schema_regex.__wrapped__)  # uncached: each is built
+    reply = http.post(path, json={**body, **fields})
+    assert reply.status_code == 400, reply.text
+    assert words in reply.json()["error"]["message"] and reply.json()["error"]["param"] == param
+    assert built == []
+
+
+def test_a_schema_of_a_kilobyte_whose_expression_would_take_gigabytes_is_a_400_and_the_service_serves_on(http,
+                                                                                                         with_eos):
     """Built in this process, its expression (doubling with each level of nested arrays) made
     outlines-core abort the server."""
     schema = {"type": "string"}

@@ -89,9 +89,6 @@ def test_a_streamed_response_is_openais_event_sequence(client, http):
      "max_tool_calls: not supported", "max_tool_calls"),
     ({"input": "hi", "reasoning": {"effort": "high"}}, "reasoning options", "reasoning"),
     ({"input": "hi", "text": {"format": {"type": "xml"}}}, 'text.format must be {"type": "text"}', "text"),
-    ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "n", "schema": {
-        "type": "object", "properties": {"n": {"type": "number", "minimum": 0}}}}}},
-     "text.format: json_schema uses properties.n.minimum", "text"),
     ({"input": "hi", "include": ["message.output_text.logprobs"]}, "no extra output", "include"),
     ({"input": "hi", "top_logprobs": 2}, "top_logprobs", "top_logprobs"),
     ({"input": "hi", "truncation": "auto"}, 'only "disabled"', "truncation"),
@@ -109,9 +106,6 @@ def test_a_streamed_response_is_openais_event_sequence(client, http):
     ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens: Input should be greater than or equal to 1",
      "max_output_tokens"),
     ({"input": "hi", "max_output_tokens": 100000}, "max_output_tokens must be at most 256", "max_output_tokens"),
-    ({"input": "hi", "tools": [{"type": "function", "name": "f", "parameters": {
-        "type": "object", "properties": {"n": {"type": "number", "minimum": 0}}}}], "tool_choice": "required"},
-     "tools: json_schema uses", "tools"),
     ({"input": "hi", "temperature": -1}, "temperature must be >= 0", "temperature"),
     ({"input": "hi", "rayspec": {"verifier": "nope"}}, "unknown verifier 'nope'", None),
     ({"input": "hi", "rayspec": {"tree": "kary:9"}}, "tree spec", "rayspec.tree"),
@@ -119,6 +113,24 @@ def test_a_streamed_response_is_openais_event_sequence(client, http):
     ({"input": "word " * 7000}, "far more than the model's context", None),
 ])
 def test_bad_input_gets_a_400_naming_the_field(http, body, message, param):
+    _assert_refused(http, body, message, param)
+
+
+@pytest.mark.parametrize("body, message, param", [
+    ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "n", "schema": {
+        "type": "object", "properties": {"n": {"type": "number", "minimum": 0}}}}}},
+     "text.format: json_schema uses properties.n.minimum", "text"),
+    ({"input": "hi", "tools": [{"type": "function", "name": "f", "parameters": {
+        "type": "object", "properties": {"n": {"type": "number", "minimum": 0}}}}], "tool_choice": "required"},
+     "tools: json_schema uses", "tools"),
+])
+def test_a_bad_schema_gets_a_400_naming_its_field(http, with_eos, body, message, param):
+    """Asked of a target declaring an EOS: the tiny one declares none, and every structured
+    output is refused for that first."""
+    _assert_refused(http, body, message, param)
+
+
+def _assert_refused(http, body, message, param):
     for stream in (False, True):
         reply = http.post("/v1/responses", json={**body, "stream": stream})
         error = reply.json()["error"]
