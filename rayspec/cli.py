@@ -127,6 +127,10 @@ def cmd_generate(args) -> int:
                    logit_bias=args.logit_bias, min_p=args.min_p, min_tokens=args.min_tokens)
     structured = structured_output(args)
     if structured is not None:
+        from rayspec.engine.structured import check_structured
+
+        if args.ignore_eos:  # refused before a schema's expression is built and the pair loads; its EOS needs the pair
+            check_structured(structured, ignore_eos=True, eos_token_ids=())
         structured.to_regex()  # a bad schema is refused before anything is written
     texts = {"--prompt": [args.prompt], "--prediction": [args.prediction] if args.prediction else [],
              "--bad-words": args.bad_words}

@@ -258,6 +258,18 @@ def test_generate_follows_a_json_schema_or_a_choice_and_refuses_an_unenforced_sc
     assert "json_schema uses properties.port.maximum" in captured.err and captured.out == ""
 
 
+def test_generate_refuses_a_structured_output_with_ignore_eos_before_building_it_or_loading_the_models(capsys,
+                                                                                                      monkeypatch):
+    from rayspec.engine import structured
+
+    monkeypatch.setattr(cli, "load_pair", lambda args: pytest.fail("the models were loaded first"))
+    monkeypatch.setattr(structured, "_in_compiler", lambda *args: pytest.fail("the schema's expression was built"))
+    schema = json.dumps({"type": "object", "properties": {"debug": {"type": "boolean"}}, "required": ["debug"]})
+    assert main(["generate", "--prompt", "x", "--json-schema", schema, "--ignore-eos"]) == 2
+    captured = capsys.readouterr()
+    assert "ignore_eos cannot be combined with structured output" in captured.err and captured.out == ""
+
+
 def test_bad_arguments_are_one_error_line_before_any_model_loads(tmp_path, capsys, monkeypatch):
     """A mistake is said in one line (exit status 2), before minutes of loading a model for it:
     no traceback, no output file, no vector of zeros written over a measured one."""
