@@ -14,6 +14,7 @@ import grpc
 from rayspec.client.errors import InvalidRequestError, RayspecError
 from rayspec.client.retry import RetryPolicy
 from rayspec.client.types import GenerateRequest, GenerationParams
+from rayspec.rpc.checks import check_api_key as sendable_api_key
 from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, health_pb2_grpc
 
 DEFAULT_TIMEOUT = 60.0
@@ -170,15 +171,20 @@ def check_target(target: str) -> None:
 
 
 def check_api_key(api_key: str | None) -> None:
-    """ValueError for a key that gRPC metadata cannot carry (printable ASCII only), which would
-    fail every call INTERNAL, as if the server had a bug; and for surrounding whitespace, which
-    no server's key has (HTTP strips it from a header)."""
+    """ValueError for a key no client can send (`rayspec.rpc.checks.check_api_key`, the rule
+    the server's key obeys too): gRPC metadata carries printable ASCII only, and would fail
+    every call INTERNAL, as if the server had a bug; and no server's key has surrounding
+    whitespace (HTTP strips it from a header).  None and "" send no key."""
     if api_key is None:
         return
     if not isinstance(api_key, str):
         raise TypeError(f"api_key must be a string, got {type(api_key).__name__}")
-    if api_key and not (api_key.isascii() and api_key.isprintable() and api_key == api_key.strip()):
-        raise ValueError(f"api_key must be printable ASCII without surrounding whitespace, got {api_key!r}")
+    if api_key:
+        try:
+            sendable_api_key(api_key)
+        except ValueError:
+            why = f"api_key must be printable ASCII without surrounding whitespace, got {api_key!r}"
+            raise ValueError(why) from None
 
 
 def new_request_id() -> str:

@@ -37,12 +37,12 @@ from rayspec.models.loading import load_tokenizer
 from rayspec.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB, check_prefix_cache_mb
 from rayspec.models.threads import pin_process_to_cpus
 from rayspec.rpc import codec
+from rayspec.rpc.checks import api_key_from_environment
 from rayspec.rpc.generated import health_pb2, health_pb2_grpc, worker_pb2, worker_pb2_grpc
 from rayspec.rpc.process import PARENT_VARIABLE
 from rayspec.rpc.remote import check_draft_timeout
 from rayspec.rpc.server import (
-    HealthServicer, RemoteError, Servicer, api_key_from_environment, check_port, check_port_free, host_port,
-    rpc_errors, start_server,
+    HealthServicer, RemoteError, Servicer, check_port, check_port_free, host_port, rpc_errors, start_server,
 )
 
 

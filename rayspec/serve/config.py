@@ -157,7 +157,7 @@ from rayspec.models.batching import (
     DEFAULT_MAX_BATCH_SEQUENCES, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PREFILL_CHUNK, check_batch_limits,
 )
 from rayspec.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB, check_prefix_cache_mb
-from rayspec.rpc.server import api_key_from_environment, check_api_key
+from rayspec.rpc.checks import api_key_from_environment, check_api_key
 from rayspec.serve.tool_parsers import check_parser_setting
 
 

@@ -12,6 +12,8 @@ import contextlib
 import dataclasses
 import gc
 import re
+import subprocess
+import sys
 import threading
 import time
 from concurrent import futures
@@ -940,3 +942,12 @@ def test_a_server_listing_the_features_gets_them(server):
         assert client.server_features() == frozenset(GENERATION_FEATURES)
     sent = server.generation.requests[-1]
     assert (list(sent.bad_words), sent.truncate_prompt_tokens, sent.add_special_tokens) == (["no"], 4, True)
+
+
+def test_importing_the_sdk_imports_neither_torch_nor_the_server_side():
+    """The SDK is what a service's callers install; torch alone takes seconds and gigabytes."""
+    code = ("import sys, rayspec.client; "
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith(('rayspec.rpc.server', "
+            "'rayspec.engine', 'rayspec.serve', 'rayspec.models'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]"

@@ -17,7 +17,7 @@ from rayspec.client import AsyncClient, AuthenticationError, Client
 from rayspec.demo import TARGET_PATH
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.rpc.coordinator import serve_generation
-from rayspec.rpc.server import API_KEY_VARIABLE
+from rayspec.rpc.checks import API_KEY_VARIABLE
 from rayspec.serve.config import LimitsConfig, ServiceConfig
 from rayspec.serve.http import create_app
 from rayspec.serve.service import Service

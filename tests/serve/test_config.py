@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rayspec.cluster.actors import bundles
-from rayspec.rpc.server import API_KEY_VARIABLE
+from rayspec.rpc.checks import API_KEY_VARIABLE
 from rayspec.serve.config import ServiceConfig
 
 

@@ -1,0 +1,38 @@
+"""Rules the client SDK and the servers check alike, each stated once: an API key a client can
+send.  Each side phrases its own refusal.
+
+Only the standard library: the SDK (`rayspec.client`) imports this module, and must not pull in
+the server side or torch.
+"""
+
+from __future__ import annotations
+
+import os
+
+API_KEY_VARIABLE = "RAYSPEC_API_KEY"
+
+
+def check_api_key(key, name: str = "api_key", none: str = "null") -> str:
+    """`key`, or ValueError naming `name` for one no client can send: HTTP's Authorization
+    header and gRPC's metadata carry printable ASCII (gRPC clients refuse other bytes) and
+    strip the spaces around a value, so a key with a newline, a non-ASCII letter or a space at
+    either end was accepted and then matched no request.  `none`: how to ask for no key.  The
+    servers' config, their environment variable (`api_key_from_environment`) and the SDK's
+    `api_key=` all obey it."""
+    if not isinstance(key, str) or not key.strip():
+        raise ValueError(f"{name} must be a non-empty string, or {none} for none")
+    bad = next((c for c in key if not " " <= c <= "~"), None)
+    if bad is not None:  # the character, not the key: it is a secret
+        raise ValueError(f"{name} holds {bad!r}: a key is printable ASCII, as HTTP headers and gRPC metadata "
+                         f"carry it")
+    if key != key.strip():
+        raise ValueError(f"{name} begins or ends with a space, which HTTP and gRPC strip from what a client sends")
+    return key
+
+
+def api_key_from_environment() -> str | None:
+    """$RAYSPEC_API_KEY as `check_api_key` takes it (ValueError naming the variable), or None
+    where it is unset or empty."""
+    key = os.environ.get(API_KEY_VARIABLE)
+    return check_api_key(key, f"${API_KEY_VARIABLE}", "unset") if key else None
+
