@@ -14,6 +14,7 @@ import grpc
 from rayspec.client.errors import InvalidRequestError, RayspecError
 from rayspec.client.retry import RetryPolicy
 from rayspec.client.types import GenerateRequest, GenerationParams
+from rayspec.rpc.checks import BAD_PORT, NO_HOST, host_port_problem
 from rayspec.rpc.checks import check_api_key as sendable_api_key
 from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, health_pb2_grpc
 
@@ -156,17 +157,17 @@ def check_target(target: str) -> None:
     """ValueError for an address no server has, found here rather than as a call's failure:
     gRPC dials a port past 65535 modulo 65536 (somewhere else), and reads an empty target as a
     malformed URI that every call fails UNKNOWN, as if the server had a bug.  A target with a
-    scheme, or without a port (gRPC's default, 443), is left to gRPC."""
+    scheme, or without a port (gRPC's default, 443), is left to gRPC.  The HOST:PORT rule is
+    the coordinator's for its workers' addresses too (`rayspec.rpc.checks.host_port_problem`)."""
     if not isinstance(target, str) or not target.strip():
         raise ValueError(f"target must be the server's address, HOST:PORT or [IPv6]:PORT, got {target!r}")
     if target.split(":", 1)[0] in GRPC_TARGET_SCHEMES:
         return
-    host, sep, port = target.rpartition(":")
-    if not sep or "]" in port or (":" in host and not host.startswith("[")):  # no port; a bare IPv6 address
-        return
-    if not host.strip("[]"):
+    problem = host_port_problem(target)
+    if problem == NO_HOST:
         raise ValueError(f"target {target!r} names no host: give HOST:PORT or [IPv6]:PORT")
-    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+    if problem == BAD_PORT:
+        port = target.rpartition(":")[2]
         raise ValueError(f"target {target!r}: a port is a whole number from 1 to 65535, got {port!r}")
 
 

@@ -1,5 +1,5 @@
 """Rules the client SDK and the servers check alike, each stated once: an API key a client can
-send.  Each side phrases its own refusal.
+send, and a HOST:PORT that gRPC dials as written.  Each side phrases its own refusal.
 
 Only the standard library: the SDK (`rayspec.client`) imports this module, and must not pull in
 the server side or torch.
@@ -10,6 +10,11 @@ from __future__ import annotations
 import os
 
 API_KEY_VARIABLE = "RAYSPEC_API_KEY"
+
+# What `host_port_problem` finds wrong with an address
+NO_PORT = "no port"
+NO_HOST = "no host"
+BAD_PORT = "bad port"
 
 
 def check_api_key(key, name: str = "api_key", none: str = "null") -> str:
@@ -36,3 +41,22 @@ def api_key_from_environment() -> str | None:
     key = os.environ.get(API_KEY_VARIABLE)
     return check_api_key(key, f"${API_KEY_VARIABLE}", "unset") if key else None
 
+
+def host_port_problem(address: str) -> str | None:
+    """None where `address` is HOST:PORT or [IPv6]:PORT with a port gRPC dials as written, or
+    what is wrong with it:
+
+    NO_PORT: no colon, a "]" after the last one ("[::1]"), or a bare IPv6 address ("::1",
+        "::1:9000"), whose last group is the address's own and no port;
+    NO_HOST: nothing before the port (":9000", "[]:9000");
+    BAD_PORT: a port other than ASCII digits from 1 to 65535.  gRPC dials 99999 modulo 65536,
+        somewhere else, and dials no "١٢" although int() reads it; 0 names no server.
+    """
+    host, sep, port = address.rpartition(":")
+    if not sep or "]" in port or (":" in host and not (host.startswith("[") and host.endswith("]"))):
+        return NO_PORT
+    if not host.strip("[]"):
+        return NO_HOST
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        return BAD_PORT
+    return None

@@ -37,7 +37,7 @@ from rayspec.models.loading import load_tokenizer
 from rayspec.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB, check_prefix_cache_mb
 from rayspec.models.threads import pin_process_to_cpus
 from rayspec.rpc import codec
-from rayspec.rpc.checks import api_key_from_environment
+from rayspec.rpc.checks import BAD_PORT, NO_HOST, NO_PORT, api_key_from_environment, host_port_problem
 from rayspec.rpc.generated import health_pb2, health_pb2_grpc, worker_pb2, worker_pb2_grpc
 from rayspec.rpc.process import PARENT_VARIABLE
 from rayspec.rpc.remote import check_draft_timeout
@@ -288,13 +288,16 @@ def main(argv=None) -> int:
 
 
 def _worker_address(flag: str, where: str) -> None:
-    """A --target/--drafter HOST:PORT, checked before it is waited for: gRPC would dial a port
-    past 65535 modulo 65536, and an address without a port would be waited for in vain."""
-    host, sep, port = where.rpartition(":")
-    bare_ipv6 = ":" in host and "://" not in host and not (host.startswith("[") and host.endswith("]"))
-    if not sep or not host.strip("[]") or bare_ipv6 or "]" in port:
+    """A --target/--drafter HOST:PORT, checked before it is waited for by the SDK's rule
+    (`rayspec.rpc.checks.host_port_problem`): gRPC would dial a port past 65535 modulo 65536,
+    and an address without a port would be waited for in vain.  A gRPC URI with an authority
+    (dns:///HOST:PORT) has the HOST:PORT after its last "/" checked."""
+    address = where.rsplit("/", 1)[-1] if "://" in where else where
+    problem = host_port_problem(address)
+    if problem in (NO_PORT, NO_HOST):
         raise ValueError(f"{flag}: a worker's address is HOST:PORT ([IPv6]:PORT) or 'here', got {where!r}")
-    if check_port(port, f"{flag} {where!r}") == 0:
+    # check_port's words for what is no port at all; what it lets through and gRPC cannot dial is 0
+    if problem == BAD_PORT and check_port(address.rpartition(":")[2], f"{flag} {where!r}") == 0:
         raise ValueError(f"{flag} {where!r}: port 0 names no worker")
 
 
