@@ -11,13 +11,15 @@
 - Typed values (`rayspec.client.types`): `GenerateRequest` (and `GenerationParams`, its
   fields as `generate`'s and `stream`'s keywords), `Completion`, `CompletionChunk`,
   `TokenLogprob`, `Usage`.
-- Exceptions mapped from gRPC status codes (`rayspec.client.errors`), all `RayspecError`.
+- Exceptions mapped from gRPC status codes (`rayspec.client.errors`), all `RayspecError`; a
+  call on a closed client raises `ClientClosedError`.
 - Retries only for idempotent calls, with exponential backoff (`rayspec.client.retry`).
 """
 
 from rayspec.client.aio import AsyncClient, AsyncCompletionStream
 from rayspec.client.errors import (
     AuthenticationError,
+    ClientClosedError,
     DeadlineExceededError,
     InvalidRequestError,
     NotFoundError,
@@ -35,6 +37,7 @@ __all__ = [
     "AuthenticationError",
     "AsyncCompletionStream",
     "Client",
+    "ClientClosedError",
     "Completion",
     "CompletionChunk",
     "CompletionStream",

@@ -11,7 +11,7 @@ from typing import Any
 
 import grpc
 
-from rayspec.client.errors import InvalidRequestError, RayspecError
+from rayspec.client.errors import ClientClosedError, InvalidRequestError, RayspecError
 from rayspec.client.retry import RetryPolicy
 from rayspec.client.types import GenerateRequest, GenerationParams
 from rayspec.rpc.checks import BAD_PORT, NO_HOST, host_port_problem
@@ -106,6 +106,19 @@ class BaseClient:
         self._generation = generation_pb2_grpc.GenerationStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self._features: frozenset[str] | None = None  # the server's `GENERATION_FEATURES`, once asked
+        self._closed = False
+
+    def _check_open(self) -> None:
+        """ClientClosedError after `close()`: the closed channel's own refusal is a ValueError
+        (grpc) or a UsageError (grpc.aio), neither of them the SDK's."""
+        if self._closed:
+            raise ClientClosedError(f"the client of {self.target} was closed (close(), or the end of its with "
+                                    f"block): make a new one")
+
+    def _open_stream(self, message: generation_pb2.GenerateRequest, timeout: float):
+        """A stream's gRPC call, opened at its first iteration and again for each replay."""
+        self._check_open()
+        return self._generation.GenerateStream(message, timeout=timeout, metadata=self._metadata)
 
     def _learn_features(self, info: generation_pb2.GenerationInfo | None, error: RayspecError | None = None) -> None:
         """Keep the features an `Info` reply lists; a server without `Info` (its call failed

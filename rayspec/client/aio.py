@@ -55,10 +55,11 @@ class AsyncClient(BaseClient):
         self, prompt: str | Sequence[int], *, timeout: float | None = None, **params: Unpack[GenerationParams]
     ) -> AsyncCompletionStream:
         """An `AsyncCompletionStream` to `async for` over (not awaited); see `Client.stream`."""
+        self._check_open()
         request = self._request(prompt, params)
         message = request.to_proto()
         return AsyncCompletionStream(
-            lambda remaining: self._generation.GenerateStream(message, timeout=remaining, metadata=self._metadata),
+            lambda remaining: self._open_stream(message, remaining),
             self._timeout(timeout),
             self.retry if request.idempotent else None,
             check=lambda: self._check_features(request, timeout),
@@ -90,6 +91,7 @@ class AsyncClient(BaseClient):
         deadline = Deadline(self._timeout(timeout))
         retries = 0
         while True:
+            self._check_open()  # before each try: a retry's pause may outlast the client
             try:
                 return await method(request, timeout=deadline.remaining(), metadata=self._metadata)
             except grpc.RpcError as error:
@@ -100,7 +102,9 @@ class AsyncClient(BaseClient):
             await asyncio.sleep(pause)
 
     async def close(self) -> None:
-        """Close the channel; calls in flight are cancelled."""
+        """Close the channel; calls in flight are cancelled, and later ones raise
+        `ClientClosedError`."""
+        self._closed = True
         await self._channel.close()
 
     async def __aenter__(self) -> AsyncClient:

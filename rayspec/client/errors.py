@@ -8,7 +8,9 @@
     ├── DeadlineExceededError     DEADLINE_EXCEEDED: the call's timeout ran out
     ├── UnavailableError          UNAVAILABLE: the server, or a model worker behind it, cannot be reached
     ├── AuthenticationError       UNAUTHENTICATED: no API key, or not the server's (`api_key=`)
-    └── ServerError               INTERNAL / UNKNOWN / UNIMPLEMENTED / DATA_LOSS: a server bug
+    ├── ServerError               INTERNAL / UNKNOWN / UNIMPLEMENTED / DATA_LOSS: a server bug
+    └── ClientClosedError         a call on a client after its `close()`: nothing was sent; also a
+                                  ValueError
 
 Other status codes (CANCELLED, PERMISSION_DENIED, ...) raise a plain `RayspecError`.  The
 original `grpc.RpcError` is chained as `__cause__`.
@@ -58,6 +60,12 @@ class AuthenticationError(RayspecError):
 
 class ServerError(RayspecError):
     """The server failed while handling a valid request."""
+
+
+class ClientClosedError(RayspecError, ValueError):
+    """A call on a client that was closed (`close()`, or the end of its `with` block); nothing
+    was sent, and `code` is None.  Make a new client.  A ValueError as well, as the closed gRPC
+    channel's own refusal was before the SDK had this class."""
 
 
 _BY_CODE: dict[grpc.StatusCode, type[RayspecError]] = {

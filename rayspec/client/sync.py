@@ -58,10 +58,11 @@ class Client(BaseClient):
         """Generate, chunk by chunk as the server verifies them: a `CompletionStream` to
         iterate, whose `.completion` holds the totals once it is exhausted.  The call starts
         at the first iteration; `timeout` bounds the whole stream."""
+        self._check_open()
         request = self._request(prompt, params)
         message = request.to_proto()
         return CompletionStream(
-            lambda remaining: self._generation.GenerateStream(message, timeout=remaining, metadata=self._metadata),
+            lambda remaining: self._open_stream(message, remaining),
             self._timeout(timeout),
             self.retry if request.idempotent else None,
             check=lambda: self._check_features(request, timeout),
@@ -96,6 +97,7 @@ class Client(BaseClient):
         deadline = Deadline(self._timeout(timeout))
         retries = 0
         while True:
+            self._check_open()  # before each try: a retry's pause may outlast the client
             try:
                 return method(request, timeout=deadline.remaining(), metadata=self._metadata)
             except grpc.RpcError as error:
@@ -106,7 +108,9 @@ class Client(BaseClient):
             time.sleep(pause)
 
     def close(self) -> None:
-        """Close the channel; calls in flight are cancelled."""
+        """Close the channel; calls in flight are cancelled, and later ones raise
+        `ClientClosedError`."""
+        self._closed = True
         self._channel.close()
 
     def __enter__(self) -> Client:
