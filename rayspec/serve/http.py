@@ -642,7 +642,7 @@ async def _client_gone(http: Request) -> None:
 
 async def _answer(reply: _Reply, http: Request, stream: bool, include_usage: bool,
                   continuous_usage: bool = False) -> Response:
-    streams = reply.service.start_all(reply.requests)
+    streams = reply.service.start_all(reply.requests, reply.n)
 
     def close() -> None:
         for step_stream in streams:

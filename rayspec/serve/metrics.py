@@ -7,11 +7,12 @@ visits and descents at every tree depth, seconds per phase, bytes that crossed a
 boundary, and how many sequences shared each model's forwards (cross-request batching).  Per
 generation, as vLLM's serving metrics: time to first token, the gaps between its steps that
 emit tokens (a stream's inter-chunk latency), time per output token, its length in seconds,
-tokens per second, prompt tokens, and how it ended.  Per HTTP request: the
-count by endpoint and status.  At each scrape, what sequoia:auto's load trials measured and
-chose per load level (`rayspec.engine.policy.TreeTrial`): why its trees drafted or not; and
-per verifier and temperature, the Sequoia tree in use, its changes while serving and its
-re-planning checks (`rayspec.engine.policy.PlanReport`).
+tokens per second, and how it ended.  Per prompt of a request (once, whatever its `n`): its
+tokens.  Per HTTP request: the count by endpoint and status.  At each scrape, what
+sequoia:auto's load trials measured and chose per load level
+(`rayspec.engine.policy.TreeTrial`): why its trees drafted or not; and per verifier and
+temperature, the Sequoia tree in use, its changes while serving and its re-planning checks
+(`rayspec.engine.policy.PlanReport`).
 
 Phases follow `StepStats`: draft (the drafter's compute), score (the target's forward),
 verify (the verifier's walk) and network — whatever else the step's wall time held:
@@ -90,7 +91,14 @@ class Metrics:
             "rayspec_generation_seconds", "Seconds each finished generation ran, from its start to its last step.",
             buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300), registry=r,
         )
-        self.prompt_tokens = Counter("rayspec_prompt_tokens", "Prompt tokens of the generations started.", registry=r)
+        self.prompt_tokens = Counter(
+            "rayspec_prompt_tokens",
+            "Prompt tokens read, each prompt of a request once however many choices (n) read it: the sum of the "
+            "responses' usage.prompt_tokens.  A prompt counts once its first choice has read it (its first step "
+            "verified, or an echo of the prompt alone answered): a request that fails or loses its client after "
+            "that counts, one refused or failed before it (a 400, 429 or 503 at the start) does not.",
+            registry=r,
+        )
         self.ended = Counter(
             "rayspec_generations_ended",
             "Generations ended, by how: stop (EOS, a stop string or token), length, abort (the client went away, "

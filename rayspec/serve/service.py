@@ -203,9 +203,12 @@ class Service:
         [stream] = self.start_all([request])
         return stream
 
-    def start_all(self, requests: list[GenerationRequest]) -> list["StepStream"]:
+    def start_all(self, requests: list[GenerationRequest], per_prompt: int = 1) -> list["StepStream"]:
         """Run each of `requests` off the event loop, all or none: Overloaded, with none of them
-        started, when fewer slots than requests are free."""
+        started, when fewer slots than requests are free.  Each run of `per_prompt` of them
+        shares one prompt (a request's `n` choices), and its first counts the prompt's tokens
+        for all of them (`rayspec_prompt_tokens`, as `usage.prompt_tokens` counts them) once it
+        has read them."""
         # Every slot is taken before any generation starts: a refused request's first choices
         # would otherwise open worker sessions and run their first step, holding slots that
         # other requests are refused for meanwhile.
@@ -221,8 +224,9 @@ class Service:
             )
         streams = []
         try:
-            for request in requests:
-                streams.append(StepStream(self, request))  # its thread releases its slot as it ends
+            for index, request in enumerate(requests):
+                # its thread releases its slot as it ends
+                streams.append(StepStream(self, request, counts_prompt=index % per_prompt == 0))
         except BaseException:
             for stream in streams:
                 stream.close()
@@ -279,9 +283,11 @@ class StepStream:
     generator, which releases the worker sessions, and frees the service's slot; a thread
     waiting for a lost target worker stops waiting.  `finished`
     is set once that is done.  The thread runs ahead of a slow client: at most one queued
-    item per step."""
+    item per step.  `counts_prompt`: the thread counts the prompt's tokens once it has read
+    them — its first step verified, or a generation of none (the prompt alone) ended — False
+    for a request's further choices of the same prompt."""
 
-    def __init__(self, service: Service, request: GenerationRequest):
+    def __init__(self, service: Service, request: GenerationRequest, counts_prompt: bool = True):
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue = asyncio.Queue()
         self._stop = threading.Event()
@@ -289,17 +295,17 @@ class StepStream:
         self._ended = False
         self.finished = threading.Event()
         self._thread = threading.Thread(
-            target=self._produce, args=(service, request), name=f"rayspec-{request.request_id[:8]}", daemon=True
+            target=self._produce, args=(service, request, counts_prompt), name=f"rayspec-{request.request_id[:8]}",
+            daemon=True,
         )
         self._thread.start()
 
-    def _produce(self, service: Service, request: GenerationRequest) -> None:
+    def _produce(self, service: Service, request: GenerationRequest, counts_prompt: bool) -> None:
         metrics = service.metrics
         metrics.in_flight.inc()
-        steps, error, ended = None, None, False
+        steps, error, ended, unread = None, None, False, counts_prompt
         try:  # everything in here: whatever fails, the awaiting side gets its end (and the error)
             honour_torch_threads()
-            metrics.prompt_tokens.inc(len(request.prompt_ids))
             start = last = time.perf_counter()
             first_token = None  # seconds from the start
             steps = request.run()
@@ -307,6 +313,13 @@ class StepStream:
                 try:
                     added = next(steps)
                 except StopIteration:
+                    added = None
+                # Counted once read, as vLLM counts a prefilled prompt: a generation refused or
+                # failed before its first step (an unknown verifier, a worker down) read none.
+                if unread:
+                    metrics.prompt_tokens.inc(len(request.prompt_ids))
+                    unread = False
+                if added is None:  # the end (at once for an echo of the prompt alone)
                     ended = True
                     metrics.observe_generation(request.stats, time.perf_counter() - start, first_token,
                                                request.finish_reason)

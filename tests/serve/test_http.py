@@ -1365,6 +1365,49 @@ def test_metrics_are_exported_and_count_requests(http):
     assert grew("rayspec_generations_ended_total", [("reason", "length")]) == 1
 
 
+def _answered_usage(reply: httpx.Response) -> dict:
+    """The usage a completions, chat or Responses answer ends with, streamed (the usage chunk,
+    or the completed response) or not."""
+    if not reply.headers["content-type"].startswith("text/event-stream"):
+        return reply.json()["usage"]
+    payloads = [line[len("data: "):] for line in reply.text.splitlines() if line.startswith("data: ")]
+    events = [json.loads(p) for p in payloads if p != "[DONE]"]
+    usages = [e.get("usage") or e.get("response", {}).get("usage") for e in events]
+    return [u for u in usages if u is not None][-1]
+
+
+def test_prompt_tokens_count_each_prompt_once_as_usage_does(parts, reference):
+    """`rayspec_prompt_tokens_total` grows by what the responses' usage counts: each prompt of a
+    request once, however many choices (n) read it, a batch's prompts each once, streamed or
+    not, on every generating endpoint (it once counted a prompt per choice); a request whose
+    generations fail before reading their prompt (an unknown verifier: a 400) counts nothing."""
+    service = Service(reference, parts[2], MODEL, LimitsConfig(max_concurrent_requests=4))
+    chat = {"messages": [{"role": "user", "content": "Add two numbers."}], "max_tokens": 3, "seed": 1}
+    streamed = {"stream": True, "stream_options": {"include_usage": True}}
+    asks = [
+        ("/v1/completions", {"prompt": PROMPT, "max_tokens": 3, "n": 3, "seed": 1}),
+        ("/v1/completions", {"prompt": [PROMPT, "def add(a, b):"], "max_tokens": 3, "n": 2, "seed": 1}),
+        ("/v1/completions", {"prompt": [PROMPT, "def add(a, b):"], "max_tokens": 3, "n": 2, "seed": 1, **streamed}),
+        ("/v1/chat/completions", {**chat, "n": 4}),
+        ("/v1/chat/completions", {**chat, "n": 2, **streamed}),
+        ("/v1/responses", {"input": "Add two numbers.", "max_output_tokens": 3}),
+        ("/v1/responses", {"input": "Add two numbers.", "max_output_tokens": 3, "stream": True}),
+    ]
+    with ServerThread(create_app(service)) as server, httpx.Client(base_url=server.url, timeout=60) as own:
+        counted = []
+        for path, body in asks:
+            reply = own.post(path, json=body)
+            assert reply.status_code == 200, reply.text
+            answered = _answered_usage(reply)
+            counted.append(answered.get("prompt_tokens", answered.get("input_tokens")))
+            assert metric_samples(own)[("rayspec_prompt_tokens_total", ())] == sum(counted), path
+        refused = own.post("/v1/completions", json={"prompt": PROMPT, "n": 2, "rayspec": {"verifier": "nope"}})
+        assert refused.status_code == 400
+        assert metric_samples(own)[("rayspec_prompt_tokens_total", ())] == sum(counted)
+    prompt = len(parts[2].encode(PROMPT))
+    assert counted[0] == prompt and counted[1] == counted[2] == prompt + len(parts[2].encode("def add(a, b):"))
+
+
 def test_metrics_export_what_the_load_trials_measured_and_chose(http, server):
     metrics = server["service"].metrics
     reports = [("rrsw", 0.6, TrialReport(16, 3, (180.5, 197.25), (8, 6), "target_only")),
@@ -1621,9 +1664,9 @@ def test_a_generation_that_fails_before_its_first_step_ends_its_stream_and_frees
 
     class Broken:
         request_id = "broken"
+        prompt_ids = [1, 2, 3]
 
-        @property
-        def prompt_ids(self):
+        def run(self):
             raise RuntimeError("broken before the first step")
 
     service = Service(engine=None, tokenizer=None, model_id="x", limits=LimitsConfig(max_concurrent_requests=1))
@@ -1636,7 +1679,9 @@ def test_a_generation_that_fails_before_its_first_step_ends_its_stream_and_frees
             await asyncio.to_thread(stream.finished.wait, 10)
 
     asyncio.run(consume())
-    assert metric_samples_of(service)[("rayspec_generations_ended_total", (("reason", "abort"),))] == 2
+    samples = metric_samples_of(service)
+    assert samples[("rayspec_generations_ended_total", (("reason", "abort"),))] == 2
+    assert samples[("rayspec_prompt_tokens_total", ())] == 0  # never read
 
 
 def metric_samples_of(service) -> dict:
