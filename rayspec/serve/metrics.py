@@ -88,7 +88,8 @@ class Metrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1), registry=r,
         )
         self.generation_seconds = Histogram(
-            "rayspec_generation_seconds", "Seconds each finished generation ran, from its start to its last step.",
+            "rayspec_generation_seconds",
+            "Seconds each finished generation of one step or more ran, from its start to its last step.",
             buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300), registry=r,
         )
         self.prompt_tokens = Counter(
@@ -101,8 +102,9 @@ class Metrics:
         )
         self.ended = Counter(
             "rayspec_generations_ended",
-            "Generations ended, by how: stop (EOS, a stop string or token), length, abort (the client went away, "
-            "or it failed).", ["reason"], registry=r,
+            "Generations ended, by how: stop (EOS, a stop string or token), length (an echo of the prompt alone, "
+            "max_tokens 0, too: its response's finish reason, as vLLM's), abort (the client went away, or it "
+            "failed).", ["reason"], registry=r,
         )
         self.drafter_lost = Counter(
             "rayspec_drafter_lost_generations",
@@ -170,13 +172,17 @@ class Metrics:
     def observe_generation(self, stats: GenerationStats, seconds: float, first_token_seconds: float | None,
                            finish_reason: str) -> None:
         """A generation that ran to its end (not one whose client went away), `seconds` long,
-        its first tokens `first_token_seconds` after its start."""
+        its first tokens `first_token_seconds` after its start.  One of no steps (an echo of the
+        prompt alone, max_tokens 0) is counted by how it ended, as its response says, and
+        observed by no histogram: it decoded nothing to time."""
+        self.ended.labels(finish_reason).inc()
+        if not stats.steps:
+            return
         if stats.tokens and stats.seconds > 0:
             self.tokens_per_second.observe(stats.tokens_per_second)
         self.generation_seconds.observe(seconds)
         if first_token_seconds is not None and stats.tokens > 1:
             self.time_per_output_token.observe((seconds - first_token_seconds) / (stats.tokens - 1))
-        self.ended.labels(finish_reason).inc()
 
     def observe_incidents(self, stats: GenerationStats) -> None:
         """What befell a generation's workers — its drafter lost (and back), steps hedged, the

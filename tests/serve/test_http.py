@@ -1408,6 +1408,30 @@ def test_prompt_tokens_count_each_prompt_once_as_usage_does(parts, reference):
     assert counted[0] == prompt and counted[1] == counted[2] == prompt + len(parts[2].encode("def add(a, b):"))
 
 
+def test_an_echo_of_the_prompt_alone_ends_length_as_answered_and_times_no_generation(parts, reference):
+    """Completions' `echo` with `max_tokens: 0` generates nothing: its choices are counted as
+    they are answered — ended `length`, as vLLM answers them — and their prompt once, but no
+    step, token or generation time is observed for them."""
+    service = Service(reference, parts[2], MODEL, LimitsConfig(max_concurrent_requests=4))
+    echo = {"prompt": [PROMPT, "def add(a, b):"], "max_tokens": 0, "echo": True, "n": 2, "logprobs": 1}
+    with ServerThread(create_app(service)) as server, httpx.Client(base_url=server.url, timeout=60) as own:
+        answered = own.post("/v1/completions", json=echo).json()
+        streamed = own.post("/v1/completions", json={**echo, "stream": True, "stream_options": {"include_usage": True}})
+        samples = metric_samples(own)
+    events = [json.loads(e) for e in sse_events(streamed)[:-1]]
+    reasons = [c["finish_reason"] for c in answered["choices"]]
+    reasons += [c["finish_reason"] for e in events for c in e["choices"] if c["finish_reason"]]
+    usages = [answered["usage"], events[-1]["usage"]]
+    assert reasons == ["length"] * 8 and [u["completion_tokens"] for u in usages] == [0, 0]
+    assert samples[("rayspec_generations_ended_total", (("reason", "length"),))] == 8
+    assert samples[("rayspec_prompt_tokens_total", ())] == sum(u["prompt_tokens"] for u in usages)
+    for histogram in ("rayspec_generation_seconds", "rayspec_request_tokens_per_second", "rayspec_acceptance_length",
+                      "rayspec_time_to_first_token_seconds", "rayspec_time_per_output_token_seconds",
+                      "rayspec_draft_tokens_per_step"):
+        assert samples[(f"{histogram}_count", ())] == 0, histogram
+    assert samples[("rayspec_generated_tokens_total", ())] == 0 and samples[("rayspec_generations_in_flight", ())] == 0
+
+
 def test_metrics_export_what_the_load_trials_measured_and_chose(http, server):
     metrics = server["service"].metrics
     reports = [("rrsw", 0.6, TrialReport(16, 3, (180.5, 197.25), (8, 6), "target_only")),
