@@ -18,6 +18,7 @@ from rayspec.engine.policy import TreePolicy
 from rayspec.tree.structure import TreeShape
 from rayspec.verify import available_verifiers, get_verifier
 from rayspec.verify.processing import SamplingParams
+from tests.drafters import WatchedDrafter
 from tests.stats import assert_frequencies_match
 from tests.tiny_models import SLIDING_WINDOW_ARCHITECTURES, noisy_copy, tiny_llama, tiny_sliding_window
 
@@ -571,27 +572,14 @@ def test_a_seeded_request_replays_exactly_after_the_trees_adapted(pair, tmp_path
     assert again.tokens == first.tokens
     assert [s.ranks for s in again.stats.steps] == [s.ranks for s in first.stats.steps]
     drafted = []
-    probe = SpeculativeEngine(LocalTarget(target), _RecordingDrafter(target, drafted), verifier="rrsw", tree=policy)
+    probe = SpeculativeEngine(LocalTarget(target), WatchedDrafter(LocalDrafter(target), lambda _, shape, __: drafted.append(shape)),
+                              verifier="rrsw", tree=policy)
     adapted = policy.shape_for("rrsw", 1.0)
     probe.run([1, 2, 3], **request, replayable=False)
     assert drafted[0] == adapted
     drafted.clear()
     probe.run([1, 2, 3], **request)
     assert drafted and all(shape == planned for shape in drafted)
-
-
-class _RecordingDrafter(LocalDrafter):
-    """A drafter noting the tree shape the engine asks of it at each step."""
-
-    def __init__(self, model, shapes: list):
-        super().__init__(model)
-        self.shapes = shapes
-
-    def open(self, spec):
-        session, shapes = super().open(spec), self.shapes
-        draft = session.draft
-        session.draft = lambda shape, previous: (shapes.append(shape), draft(shape, previous))[1]
-        return session
 
 
 def test_the_engine_plans_each_step_for_the_generations_decoding_with_it(pair):

@@ -18,6 +18,7 @@ from rayspec.tree.planner import CostModel
 from rayspec.tree.structure import TreeShape
 from rayspec.verify.processing import SamplingParams
 from tests.engine.test_engine import exact_law_of_first_tokens
+from tests.drafters import WatchedDrafter
 from tests.stats import assert_frequencies_match
 from tests.steps import uncut_steps
 from tests.tiny_models import noisy_copy, tiny_llama
@@ -127,28 +128,6 @@ def test_greedy_output_is_the_targets_and_an_exact_prediction_takes_few_steps():
         engine.run(prompt, max_new_tokens=4, prediction=[1], tree="kary:2x2")
 
 
-class _RecordingDrafter:
-    """A drafter that keeps, for each tree it drafts, the committed tokens and the root's q row."""
-
-    def __init__(self, drafter):
-        self.drafter, self.drafts = drafter, []
-        self.vocab_size, self.context_length = drafter.vocab_size, drafter.context_length
-
-    def open(self, spec):
-        session, drafts = self.drafter.open(spec), self.drafts
-
-        class Session:
-            def draft(self, shape, previous):
-                draft = session.draft(shape, previous)
-                drafts.append((list(session.tokens), draft.q_rows[0].clone()))
-                return draft
-
-            def close(self):
-                session.close()
-
-        return Session()
-
-
 class _OlderTarget:
     """A target whose sessions cannot verify a predicted chain (a worker that predates it)."""
 
@@ -162,11 +141,14 @@ class _OlderTarget:
 
 def test_above_temperature_0_the_drafters_tree_goes_beside_the_chain_and_serves_where_the_sample_leaves_it():
     target_model = tiny_llama(vocab=64, hidden=32, layers=2, seed=1)
-    target, drafter = LocalTarget(target_model), _RecordingDrafter(LocalDrafter(noisy_copy(target_model, noise=0.5)))
+    drafts = []  # for each tree drafted, the committed tokens and the root's q row
+    target, drafter = LocalTarget(target_model), WatchedDrafter(
+        LocalDrafter(noisy_copy(target_model, noise=0.5)),
+        lambda session, _, draft: drafts.append((list(session.tokens), draft.q_rows[0].clone())))
     engine = SpeculativeEngine(target, drafter, verifier="rrsw", tree="kary:2x2")
     prompt = [3, 1, 4, 1, 5]
     greedy = engine.run(prompt, max_new_tokens=40, temperature=0.0, seed=0).tokens
-    drafter.drafts.clear()
+    drafts.clear()
     steps = []  # this small random pair's samples soon leave the greedy path: several runs
     for seed in range(6):
         out = engine.run(prompt, max_new_tokens=40, temperature=0.5, seed=seed, prediction=greedy, tree="chain:4")
@@ -178,7 +160,7 @@ def test_above_temperature_0_the_drafters_tree_goes_beside_the_chain_and_serves_
     # The drafter keeps the cache rows of its own nodes that were accepted, none of the chain's:
     # every tree's root law is the one a fresh drafter computes from the committed tokens.
     fresh = LocalDrafter(drafter.drafter.model)
-    for committed, root_law in drafter.drafts:
+    for committed, root_law in drafts:
         spec = SequenceSpec(tuple(committed), SamplingParams(temperature=0.5), 0, "rrsw")
         session = fresh.open(spec)
         assert torch.allclose(session.draft(TreeShape.kary(2, 1), None).q_rows[0], root_law, atol=2e-3)
