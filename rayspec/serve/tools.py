@@ -52,7 +52,9 @@ def _functions(tools) -> dict[str, dict]:
         if not isinstance(name, str) or not name or name in functions:
             raise ToolError(f"tools[{index}].function.name must be a non-empty string, different from the other "
                             f"tools'", "tools")
-        parameters = function.get("parameters", NO_PARAMETERS)
+        parameters = function.get("parameters")
+        if parameters is None:  # left out, or null: OpenAI's Responses tools send null for no parameters
+            parameters = NO_PARAMETERS
         if not isinstance(parameters, dict):
             raise ToolError(f"tools[{index}].function.parameters must be a JSON schema object", "tools")
         if parameters.get("type", "object") != "object":  # a call's arguments are an object (OpenAI's)

@@ -30,6 +30,15 @@ def test_tool_choice_picks_the_calling_or_text():
     assert "maxItems" not in ToolCalling.of([SEARCH], "required", None).structured_output().json_schema
 
 
+def test_a_function_whose_parameters_are_null_takes_none():
+    """OpenAI's Responses function tools always carry `parameters`, null for a function that
+    takes none (as the openai SDK types them), and vLLM's chat tools take null as well."""
+    bare = {"type": "function", "function": {"name": "now", "parameters": None}}
+    assert ToolCalling.of([bare], "required", None).functions == {"now": NO_PARAMETERS}
+    named = ToolCalling.of([SEARCH, bare], {"type": "function", "function": {"name": "now"}}, None)
+    assert named.structured_output().json_schema == NO_PARAMETERS
+
+
 def _weather(unit_definition: dict) -> dict:
     """A tool as pydantic writes a nested model's schema: a reference into its own $defs."""
     return {"type": "function", "function": {"name": f"weather_{len(unit_definition['enum'])}", "parameters": {
