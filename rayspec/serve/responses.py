@@ -136,7 +136,8 @@ class ResponsesBody(StrictBody):
             ("text", text.get("verbosity") in (None, "medium"), 'verbosity: only "medium" (the default) is supported'),
         ])
         # echoed in the answer, which is UTF-8: refused before generating rather than failing after it
-        echoed = [("user", self.user), *(("metadata", text) for pair in (self.metadata or {}).items() for text in pair)]
+        echoed = [("instructions", self.instructions), ("user", self.user),
+                  *(("metadata", text) for pair in (self.metadata or {}).items() for text in pair)]
         for field, text in echoed:
             try:
                 if text is not None:
@@ -210,17 +211,23 @@ def _message(item, where: str) -> dict:
     its output; a 400 for anything else."""
     kind = item.get("type", "message") if isinstance(item, dict) else type(item).__name__
     needs = {"function_call": ("call_id", "name", "arguments"), "function_call_output": ("call_id", "output")}
-    if kind in needs and not all(isinstance(item.get(key), str) for key in needs[kind]):
-        raise bad_request(f"{where}: a {kind} item needs {' and '.join(needs[kind])} as strings", "input")
+    if not isinstance(kind, str) or kind not in ("message", *needs):  # a list or object is no type: a 400, not a 500
+        raise bad_request(f"{where}: only messages, function_call and function_call_output items are supported "
+                          f"as input, not {kind!r}", "input")
+    if kind in needs:
+        if not all(isinstance(item.get(key), str) for key in needs[kind]):
+            raise bad_request(f"{where}: a {kind} item needs {' and '.join(needs[kind])} as strings", "input")
+        for key in needs[kind]:  # named here: the prompt's own check would name neither item nor field
+            try:
+                check_text(item[key], f"{where}.{key}")
+            except ValueError as error:
+                raise bad_request(str(error), "input") from None
     if kind == "function_call":
         call = {"id": item["call_id"], "type": "function",
                 "function": {"name": item["name"], "arguments": item["arguments"]}}
         return {"role": "assistant", "content": "", "tool_calls": [call]}
     if kind == "function_call_output":
-        return {"role": "tool", "tool_call_id": item["call_id"], "content": check_text(item["output"], where)}
-    if kind != "message":
-        raise bad_request(f"{where}: only messages, function_call and function_call_output items are supported "
-                          f"as input, not {kind!r}", "input")
+        return {"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]}
     role, content = item.get("role"), item.get("content")
     if role not in ROLES:
         raise bad_request(f"{where}.role must be one of {', '.join(ROLES)}, got {role!r}", "input")

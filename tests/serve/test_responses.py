@@ -101,6 +101,9 @@ def test_a_streamed_response_is_openais_event_sequence(client, http):
      "input[0]: only messages, function_call and function_call_output items are supported as input, not "
      "'reasoning'", "input"),
     ({"input": [{"role": "robot", "content": "hi"}]}, "input[0].role must be one of", "input"),
+    ({"input": [{"type": ["message"], "role": "user", "content": "hi"}]},
+     "input[0]: only messages, function_call and function_call_output items are supported as input, not ['message']",
+     "input"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
      "input[0].content must be a string or a list of input_text parts", "input"),
     ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens: Input should be greater than or equal to 1",
@@ -114,6 +117,23 @@ def test_a_streamed_response_is_openais_event_sequence(client, http):
 ])
 def test_bad_input_gets_a_400_naming_the_field(http, body, message, param):
     _assert_refused(http, body, message, param)
+
+
+@pytest.mark.parametrize("body, where, param", [
+    ({"input": [{"type": "function_call_output", "call_id": "c", "output": "a\ud800"}]}, "input[0].output", "input"),
+    ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "a\ud800"}]},
+     "input[0].arguments", "input"),
+    ({"input": [{"type": "function_call", "call_id": "c", "name": "a\ud800", "arguments": "{}"}]}, "input[0].name",
+     "input"),
+    ({"input": "hi", "instructions": "a\ud800"}, "instructions", "instructions"),
+])
+def test_text_that_is_not_unicode_is_refused_naming_its_field(http, body, where, param):
+    """JSON's escapes can spell a lone surrogate, which no tokenizer takes: a 400 naming the
+    field that holds it, not the prompt rendered from it."""
+    reply = http.post("/v1/responses", content=json.dumps(body), headers={"Content-Type": "application/json"})
+    error = reply.json()["error"]
+    assert reply.status_code == 400 and error["param"] == param, error
+    assert error["message"] == f"{where} is not valid Unicode text: it holds a lone surrogate (U+D800) at character 1"
 
 
 @pytest.mark.parametrize("body, message, param", [
