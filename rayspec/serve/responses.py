@@ -423,7 +423,8 @@ class _Answer:
 
     async def call_events(self, steps):
         """A named call's arguments stream as they are verified; a list of calls, whole as it
-        ends (then each call's item is added and done at once)."""
+        ends (then each call's item is added, with empty arguments, given its arguments as one
+        delta and done at once)."""
         named = self.calling.mode == "named"
         if named:
             opened = self.function_call("in_progress", self.calling.function, "", self.call_id, self.item_id)
@@ -435,10 +436,13 @@ class _Answer:
         finished = self.response(done=True)
         for index, item in enumerate(finished["output"]):
             if not named:
-                opened = {**item, "status": "in_progress"}
-                if item["type"] == "message":
-                    opened["content"] = []  # its text follows in events
+                # opened empty, as OpenAI's: a call's arguments and a message's text follow in events
+                empty = {"content": []} if item["type"] == "message" else {"arguments": ""}
+                opened = {**item, "status": "in_progress", **empty}
                 yield self.event("response.output_item.added", output_index=index, item=opened)
+                if item["type"] == "function_call":
+                    yield self.event("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
+                                     delta=item["arguments"])
             if item["type"] == "function_call":
                 yield self.event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
                                  arguments=item["arguments"])

@@ -206,3 +206,23 @@ def test_a_turn_of_calls_sent_back_reads_as_the_chat_endpoints_one_assistant_mes
     counted = http.post("/tokenize", json={"messages": messages, "tools": tools}).json()["count"]
     assert answer["usage"]["input_tokens"] == chat["usage"]["prompt_tokens"] == counted
     assert answer["output"][0]["content"][0]["text"] == chat["choices"][0]["message"]["content"]
+
+
+def test_streamed_required_calls_open_empty_and_carry_their_arguments_as_deltas(client, with_eos):
+    """As OpenAI streams a function call, and as an auto answer's calls stream here: each
+    function_call item is added with empty arguments, which its argument deltas then fill,
+    so a client that joins the deltas has each call's arguments."""
+    tools = [{"type": "function", "name": "now", "parameters": None, "strict": None},
+             {"type": "function", "name": "pick", "parameters": {
+                 "type": "object", "properties": {"n": {"enum": [1, 2]}}, "required": ["n"]}}]
+    events = list(client.responses.create(model=MODEL, input="hi", tools=tools, tool_choice="required",
+                                          max_output_tokens=64, stream=True, extra_body={"seed": 1}))
+    final = events[-1].response
+    assert events[-1].type == "response.completed" and final.output
+    for index, call in enumerate(final.output):
+        added = [e for e in events if e.type == "response.output_item.added" and e.output_index == index]
+        deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"
+                  and e.output_index == index]
+        assert call.type == "function_call" and added[0].item.arguments == ""
+        assert "".join(deltas) == call.arguments and json.loads(call.arguments) is not None
+    assert [e.sequence_number for e in events] == list(range(len(events)))
