@@ -30,10 +30,10 @@ never ignored; `stream_options` (with `stream: true`), `prompt_cache_retention` 
 output: `{"type": "json_object"}` or `{"type": "json_schema", "name": ..., "schema": {...}}`
 (`rayspec.engine.structured`).  Function tools with `tool_choice` "required" or
 `{"type": "function", "name": ...}` answer with `function_call` items (`rayspec.serve.tools`);
-with "auto" (the default when tools are given) the model answers freely and the service's
-tool-call parser splits its reply into `message` and `function_call` items, in the order
-written, each streamed as soon as it is read.  The input may carry earlier `function_call` and
-`function_call_output` items.
+with "auto" (the default, which without tools asks for nothing) the model answers freely and
+the service's tool-call parser splits its reply into `message` and `function_call` items, in
+the order written, each streamed as soon as it is read.  The input may carry earlier
+`function_call` and `function_call_output` items.
 """
 
 from __future__ import annotations
@@ -161,6 +161,8 @@ class ResponsesBody(StrictBody):
     def tool_calling(self) -> ToolCalling | None:
         """How the answer calls the tools (`rayspec.serve.tools`), None for a text answer."""
         choice = self.tool_choice
+        if choice == "auto" and not self.tools:  # the Responses API's default, tools or not: nothing asked
+            return None
         if isinstance(choice, dict) and choice.get("type") == "function" and "name" in choice:
             choice = {"type": "function", "function": {"name": choice["name"]}}
         try:

@@ -226,3 +226,14 @@ def test_streamed_required_calls_open_empty_and_carry_their_arguments_as_deltas(
         assert call.type == "function_call" and added[0].item.arguments == ""
         assert "".join(deltas) == call.arguments and json.loads(call.arguments) is not None
     assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_tool_choice_auto_without_tools_is_a_text_answer(http):
+    """The Responses API's default tool_choice is "auto", tools or not (vLLM's and OpenAI's
+    alike): sent without tools, it asks for nothing, and the answer is text."""
+    for tools in ({}, {"tools": []}):
+        reply = http.post("/v1/responses", json={"input": "hi", "tool_choice": "auto", "max_output_tokens": 2,
+                                                 **tools})
+        answer = reply.json()
+        assert reply.status_code == 200, answer
+        assert [item["type"] for item in answer["output"]] == ["message"] and answer["tool_choice"] == "auto"
