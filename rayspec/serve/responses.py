@@ -208,6 +208,17 @@ class ResponsesBody(StrictBody):
         return messages
 
 
+def _text_of_parts(content):
+    """A list of text parts (input_text, output_text) as their text, a line each as the chat
+    endpoint joins a message's parts; anything else as it is."""
+    if isinstance(content, list) and all(
+        isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text")
+        and isinstance(part.get("text"), str) for part in content
+    ):
+        return "\n".join(part["text"] for part in content)
+    return content
+
+
 def _message(item, where: str) -> dict:
     """One input item as a chat message: a text message, a function call the model made, or
     its output; a 400 for anything else."""
@@ -216,9 +227,13 @@ def _message(item, where: str) -> dict:
     if not isinstance(kind, str) or kind not in ("message", *needs):  # a list or object is no type: a 400, not a 500
         raise bad_request(f"{where}: only messages, function_call and function_call_output items are supported "
                           f"as input, not {kind!r}", "input")
+    if kind == "function_call_output":  # OpenAI's output: text, or a list of content parts
+        item = {**item, "output": _text_of_parts(item.get("output"))}
     if kind in needs:
         if not all(isinstance(item.get(key), str) for key in needs[kind]):
-            raise bad_request(f"{where}: a {kind} item needs {' and '.join(needs[kind])} as strings", "input")
+            raise bad_request(f"{where}: a {kind} item needs {' and '.join(needs[kind])} as strings"
+                              + (", or output as a list of input_text parts (only text is supported)"
+                                 if kind == "function_call_output" else ""), "input")
         for key in needs[kind]:  # named here: the prompt's own check would name neither item nor field
             try:
                 check_text(item[key], f"{where}.{key}")
@@ -233,11 +248,7 @@ def _message(item, where: str) -> dict:
     role, content = item.get("role"), item.get("content")
     if role not in ROLES:
         raise bad_request(f"{where}.role must be one of {', '.join(ROLES)}, got {role!r}", "input")
-    if isinstance(content, list) and all(
-        isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text")
-        and isinstance(part.get("text"), str) for part in content
-    ):
-        content = "\n".join(part["text"] for part in content)  # a line each, as on the chat endpoint
+    content = _text_of_parts(content)
     if not isinstance(content, str):
         raise bad_request(f"{where}.content must be a string or a list of input_text parts (only text is supported)",
                           "input")

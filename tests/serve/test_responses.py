@@ -237,3 +237,23 @@ def test_tool_choice_auto_without_tools_is_a_text_answer(http):
         answer = reply.json()
         assert reply.status_code == 200, answer
         assert [item["type"] for item in answer["output"]] == ["message"] and answer["tool_choice"] == "auto"
+
+
+def test_a_function_calls_output_may_be_text_parts(http):
+    """OpenAI's function_call_output takes its output as text or as a list of content parts:
+    text parts are the tool's text, a line each, as a message's parts are; an image is refused."""
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    parts = [{"type": "input_text", "text": "18"}, {"type": "input_text", "text": "degrees"}]
+    answer = http.post("/v1/responses", json={"max_output_tokens": 2, "input": [
+        {"role": "user", "content": "go"}, call, {"type": "function_call_output", "call_id": "c1", "output": parts}]})
+    assert answer.status_code == 200, answer.json()
+    messages = [{"role": "user", "content": "go"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "18\ndegrees"}]
+    assert answer.json()["usage"]["input_tokens"] == http.post("/tokenize", json={"messages": messages}).json()["count"]
+    image = [{"type": "input_image", "image_url": "https://example.com/a.png"}]
+    refused = http.post("/v1/responses", json={"input": [call, {"type": "function_call_output", "call_id": "c1",
+                                                                "output": image}]})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "input"
+    assert "output as a list of input_text parts" in refused.json()["error"]["message"]
