@@ -166,7 +166,7 @@ class ResponsesBody(StrictBody):
         if isinstance(choice, dict) and choice.get("type") == "function" and "name" in choice:
             choice = {"type": "function", "function": {"name": choice["name"]}}
         try:
-            return ToolCalling.of(self.chat_tools(), choice, self.parallel_tool_calls)
+            return ToolCalling.of(self.chat_tools(), choice, self.parallel_tool_calls, flat=True)
         except ToolError as error:
             raise bad_request(str(error), error.field) from None
 

@@ -38,8 +38,9 @@ class ToolError(ValueError):
         self.field = field
 
 
-def _functions(tools) -> dict[str, dict]:
-    """{name: parameters schema} of OpenAI's tools list."""
+def _functions(tools, flat: bool = False) -> dict[str, dict]:
+    """{name: parameters schema} of OpenAI's tools list; `flat`: the tools came in the Responses
+    API's shape, a function's fields beside its type, and errors name them so."""
     if not isinstance(tools, list) or not tools:
         raise ToolError("tools must be a non-empty list of {\"type\": \"function\", \"function\": {...}}", "tools")
     functions = {}
@@ -48,17 +49,17 @@ def _functions(tools) -> dict[str, dict]:
         if not isinstance(function, dict) or tool.get("type") != "function":
             raise ToolError(f"tools[{index}] must be {{\"type\": \"function\", \"function\": {{\"name\": ..., "
                             f"\"parameters\": {{...}}}}}}", "tools")
+        at = f"tools[{index}]." + ("" if flat else "function.")
         name = function.get("name")
         if not isinstance(name, str) or not name or name in functions:
-            raise ToolError(f"tools[{index}].function.name must be a non-empty string, different from the other "
-                            f"tools'", "tools")
+            raise ToolError(f"{at}name must be a non-empty string, different from the other tools'", "tools")
         parameters = function.get("parameters")
         if parameters is None:  # left out, or null: OpenAI's Responses tools send null for no parameters
             parameters = NO_PARAMETERS
         if not isinstance(parameters, dict):
-            raise ToolError(f"tools[{index}].function.parameters must be a JSON schema object", "tools")
+            raise ToolError(f"{at}parameters must be a JSON schema object", "tools")
         if parameters.get("type", "object") != "object":  # a call's arguments are an object (OpenAI's)
-            raise ToolError(f"tools[{index}].function.parameters must describe an object (\"type\": \"object\"), "
+            raise ToolError(f"{at}parameters must describe an object (\"type\": \"object\"), "
                             f"got type {parameters['type']!r}", "tools")
         functions[name] = parameters or NO_PARAMETERS
     return functions
@@ -77,13 +78,15 @@ class ToolCalling:
     parser: ToolCallParser | None = None
 
     @classmethod
-    def of(cls, tools, tool_choice, parallel_tool_calls: bool | None) -> ToolCalling | None:
-        """The calling a request asks for, None for a text reply (no tools, or "none")."""
+    def of(cls, tools, tool_choice, parallel_tool_calls: bool | None, flat: bool = False) -> ToolCalling | None:
+        """The calling a request asks for, None for a text reply (no tools, or "none").  `flat`:
+        the request is the Responses API's, whose tools and named choice write a function's
+        fields beside its type (given here in the chat API's shape): errors name them so."""
         if tool_choice in (None, "none") and not tools:
             return None
         if not tools:
             raise ToolError("tool_choice needs tools", "tool_choice")
-        functions = _functions(tools)
+        functions = _functions(tools, flat)
         if tool_choice == "none":
             return None
         if tool_choice in (None, "auto", "required"):
@@ -94,8 +97,8 @@ class ToolCalling:
         function = tool_choice.get("function") if isinstance(tool_choice, dict) else None
         name = function.get("name") if isinstance(function, dict) else None
         if not (isinstance(tool_choice, dict) and tool_choice.get("type") == "function" and isinstance(name, str)):
-            raise ToolError('tool_choice must be "none", "auto", "required" or {"type": "function", "function": '
-                            '{"name": ...}}', "tool_choice")
+            named = '{"type": "function", "name": ...}' if flat else '{"type": "function", "function": {"name": ...}}'
+            raise ToolError(f'tool_choice must be "none", "auto", "required" or {named}', "tool_choice")
         if name not in functions:
             raise ToolError(f"tool_choice names the function {name!r}, which tools do not define", "tool_choice")
         return cls("named", functions, function=name)

@@ -101,6 +101,13 @@ def test_a_streamed_response_is_openais_event_sequence(client, http):
      "input[0]: only messages, function_call and function_call_output items are supported as input, not "
      "'reasoning'", "input"),
     ({"input": [{"role": "robot", "content": "hi"}]}, "input[0].role must be one of", "input"),
+    # the Responses API's tools are flat: the message names their fields as the request wrote them
+    ({"input": "hi", "tools": [{"type": "function", "name": "f"}, {"type": "function", "name": "f"}]},
+     "tools[1].name must be a non-empty string, different from the other tools'", "tools"),
+    ({"input": "hi", "tools": [{"type": "function", "name": "f", "parameters": []}]},
+     "tools[0].parameters must be a JSON schema object", "tools"),
+    ({"input": "hi", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function"}},
+     'tool_choice must be "none", "auto", "required" or {"type": "function", "name": ...}', "tool_choice"),
     ({"input": [{"type": ["message"], "role": "user", "content": "hi"}]},
      "input[0]: only messages, function_call and function_call_output items are supported as input, not ['message']",
      "input"),
