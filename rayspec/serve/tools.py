@@ -53,6 +53,11 @@ def _functions(tools, flat: bool = False) -> dict[str, dict]:
         name = function.get("name")
         if not isinstance(name, str) or not name or name in functions:
             raise ToolError(f"{at}name must be a non-empty string, different from the other tools'", "tools")
+        # what the chat template shows the model, and OpenAI's and vLLM's types refuse otherwise
+        if not isinstance(function.get("description"), (str, type(None))):
+            raise ToolError(f"{at}description must be a string", "tools")
+        if not isinstance(function.get("strict"), (bool, type(None))):  # 1 is no bool, in JSON or here
+            raise ToolError(f"{at}strict must be true or false", "tools")
         parameters = function.get("parameters")
         if parameters is None:  # left out, or null: OpenAI's Responses tools send null for no parameters
             parameters = NO_PARAMETERS

@@ -75,6 +75,10 @@ def test_required_calls_keep_each_tools_definitions_where_its_references_point()
     ([SEARCH], {"type": "function", "function": None}, 'tool_choice must be "none"', "tool_choice"),
     ([{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "$defs": "x"}}}], "required",
      "the parameters of 'f' give $defs that is not an object", "tools"),
+    ([{"type": "function", "function": {"name": "f", "description": ["about f"]}}], "auto",
+     "tools[0].function.description must be a string", "tools"),
+    ([{"type": "function", "function": {"name": "f", "strict": "yes"}}], "auto",
+     "tools[0].function.strict must be true or false", "tools"),
 ])
 def test_bad_tools_and_choices_are_refused_naming_the_field(tools, choice, message, field):
     with pytest.raises(ToolError, match=re.escape(message)) as refused:
