@@ -390,7 +390,7 @@ def _template_message(message: dict, index: int) -> dict:
         if isinstance(arguments, str):
             try:
                 decoded = json.loads(arguments)
-            except ValueError:
+            except (ValueError, RecursionError):  # no JSON, or nested deeper than the decoder goes
                 decoded = None
             if isinstance(decoded, dict):  # any other text stays as it was sent
                 call = {**call, "function": {**function, "arguments": decoded}}

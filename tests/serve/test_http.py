@@ -1765,6 +1765,19 @@ def test_an_earlier_calls_arguments_reach_the_template_as_an_object_and_a_call_w
         service.render_chat([conversation[0], {**conversation[1], "tool_calls": [{"id": "call_1"}]}])
 
 
+def test_an_earlier_calls_arguments_nested_past_the_decoders_depth_stay_their_text(http, reference):
+    """Arguments JSON nests deeper than Python's decoder goes (a RecursionError, not a
+    ValueError) are given to the template as the text they were, not a 500."""
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
+    service = Service(reference, tokenizer, MODEL)
+    deep = "[" * 5000 + "]" * 5000
+    call = {"id": "call_1", "type": "function", "function": {"name": "now", "arguments": deep}}
+    conversation = [{"role": "user", "content": "Time?"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    assert json.dumps(deep) in service.render_chat(conversation)
+    counted = http.post("/tokenize", json={"messages": conversation})
+    assert counted.status_code == 200 and counted.json()["count"] > 0, counted.json()
+
+
 def test_text_parts_of_a_message_are_joined_a_line_each_and_a_name_reaches_the_template():
     parts = [{"type": "text", "text": "Hello"}, {"type": "text", "text": "world"}]
     assert Message(role="user", content=parts).content == "Hello\nworld"
