@@ -57,7 +57,7 @@ from rayspec.serve.errors import bad_request, error_body
 from rayspec.serve.http import (
     EventStream, Primed, drain, speculation_figures, unless_client_leaves,
 )
-from rayspec.serve.service import Service
+from rayspec.serve.service import ChatRenderError, Service
 from rayspec.serve.tools import ToolCalling, ToolError
 
 ROLES = ("system", "developer", "user", "assistant")
@@ -483,7 +483,10 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
             check_tree(options.tree)
         calling = tool_calling_read_by_service(body.tool_calling(), service)
         # Rendered and tokenized off the event loop (as the chat endpoint's): megabytes of text take seconds.
-        prompt = await run_in_threadpool(service.render_chat, body.messages(), tools=body.chat_tools())
+        try:
+            prompt = await run_in_threadpool(service.render_chat, body.messages(), tools=body.chat_tools())
+        except ChatRenderError as error:  # it names the chat endpoint's `messages`: the conversation is `input` here
+            raise bad_request(str(error), "input") from None
         structured = body.structured_output()
         forced = None if calling is None else calling.structured_output()
         if forced is not None:

@@ -264,3 +264,14 @@ def test_a_function_calls_output_may_be_text_parts(http):
                                                                 "output": image}]})
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "input"
     assert "output as a list of input_text parts" in refused.json()["error"]["message"]
+
+
+def test_a_conversation_the_chat_template_refuses_is_a_400_naming_input(http, server, monkeypatch):
+    """The chat endpoint names `messages` for what its template refuses; the Responses API has
+    no such field, and names `input`, where the conversation is."""
+    monkeypatch.setattr(server["service"].tokenizer, "chat_template", "{{ raise_exception('no tools here') }}")
+    for stream in (False, True):
+        reply = http.post("/v1/responses", json={"input": "hi", "max_output_tokens": 2, "stream": stream})
+        error = reply.json()["error"]
+        assert reply.status_code == 400 and error["param"] == "input", error
+        assert error["message"] == "the model's chat template refused these messages: no tools here"
