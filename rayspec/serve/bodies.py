@@ -305,6 +305,10 @@ def _joined_text(content, separator: str = "") -> str | None:
     return separator.join(part["text"] for part in parts)
 
 
+def _is_refusal(part) -> bool:
+    return isinstance(part, dict) and part.get("type") == "refusal" and isinstance(part.get("refusal"), str)
+
+
 class Message(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")  # e.g. `refusal: null` from clients
     role: Literal["system", "developer", "user", "assistant", "tool"]
@@ -319,7 +323,10 @@ class Message(BaseModel):
     @field_validator("content")
     @classmethod
     def _text(cls, content) -> str:
-        """The message's text: a string, or text parts, a line each (as vLLM joins them)."""
+        """The message's text: a string, or text parts, a line each (as vLLM joins them); a
+        refusal part (OpenAI's, an assistant's) is the text it refused with, as vLLM reads it."""
+        if isinstance(content, list):
+            content = [{"type": "text", "text": part["refusal"]} if _is_refusal(part) else part for part in content]
         text = "" if content is None else _joined_text(content, "\n")
         if text is None:
             raise ValueError('only text content is supported: a string, or a list of {"type": "text", "text": ...} '

@@ -209,14 +209,19 @@ class ResponsesBody(StrictBody):
 
 
 def _text_of_parts(content):
-    """A list of text parts (input_text, output_text) as their text, a line each as the chat
-    endpoint joins a message's parts; anything else as it is."""
-    if isinstance(content, list) and all(
-        isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text")
-        and isinstance(part.get("text"), str) for part in content
-    ):
-        return "\n".join(part["text"] for part in content)
-    return content
+    """A list of text parts (input_text, output_text; an assistant's refusal, the text it
+    refused with) as their text, a line each as the chat endpoint joins a message's parts;
+    anything else as it is."""
+    if not isinstance(content, list):
+        return content
+    texts = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        key = "refusal" if kind == "refusal" else "text" if kind in ("input_text", "output_text", "text") else None
+        if key is None or not isinstance(part.get(key), str):
+            return content
+        texts.append(part[key])
+    return "\n".join(texts)
 
 
 def _message(item, where: str) -> dict:

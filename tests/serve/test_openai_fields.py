@@ -214,6 +214,17 @@ def test_an_assistants_refusal_given_back_is_its_turn_in_the_conversation(http):
     assert refused.json()["choices"][0]["message"]["content"] == said.json()["choices"][0]["message"]["content"]
     echoed = http.post("/v1/chat/completions", json=_chat(messages=_conversation({"content": "hi", "refusal": None})))
     assert echoed.status_code == 200, echoed.text  # the SDK's messages carry refusal: null
+    # OpenAI's assistant content parts: text, or a refusal's (vLLM reads its text too)
+    parts = http.post("/v1/chat/completions", json=_chat(messages=_conversation({"content": [
+        {"type": "refusal", "refusal": "I cannot say."}]})))
+    assert parts.status_code == 200, parts.text
+    assert parts.json()["usage"]["prompt_tokens"] == said.json()["usage"]["prompt_tokens"]
+    item = {"type": "message", "role": "assistant", "content": [{"type": "refusal", "refusal": "I cannot say."}]}
+    answer = http.post("/v1/responses", json={"input": [*_conversation({"content": "x"})[:1], item,
+                                                        {"role": "user", "content": "then a joke"}],
+                                              "max_output_tokens": 2})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["usage"]["input_tokens"] == said.json()["usage"]["prompt_tokens"]
 
 
 @pytest.mark.parametrize("message, words", [
