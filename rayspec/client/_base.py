@@ -55,6 +55,8 @@ class BaseClient:
         most `MAX_TIMEOUT` (1e8 s); infinity is refused, as gRPC cannot carry it.
     retries: how many times an idempotent call is replayed after UNAVAILABLE (an int), or a
         `RetryPolicy` for the backoff too; 0 turns retries off.  See `rayspec.client.retry`.
+        The channel redials a lost server at the policy's pace too (its initial and maximum
+        backoff), so that a replay reaches a server that is back.
     options: extra gRPC channel arguments, e.g. [("grpc.keepalive_time_ms", 30000)]; they
         override the client's own.
     max_message_bytes: the largest message sent or received.
@@ -95,6 +97,11 @@ class BaseClient:
                 ("grpc.max_send_message_length", max_message_bytes),
                 ("grpc.max_receive_message_length", max_message_bytes),
                 ("grpc.primary_user_agent", USER_AGENT),
+                # gRPC waits 1 s (growing to 120 s) before dialling a lost server again, and fails
+                # every call until then at once: the replays, paced by the policy, would all
+                # fail on a server that is back, so the channel redials at the policy's pace
+                ("grpc.initial_reconnect_backoff_ms", max(1, round(self.retry.initial_backoff * 1000))),
+                ("grpc.max_reconnect_backoff_ms", max(1, round(self.retry.max_backoff * 1000))),
             ]
             + list(options)
         )
