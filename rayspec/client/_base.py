@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 
 from rayspec.client.errors import ClientClosedError, InvalidRequestError, RayspecError
-from rayspec.client.retry import RetryPolicy
+from rayspec.client.retry import Deadline, RetryPolicy
 from rayspec.client.types import GenerateRequest, GenerationParams
 from rayspec.rpc.checks import BAD_PORT, NO_HOST, host_port_problem
 from rayspec.rpc.checks import check_api_key as sendable_api_key
@@ -155,6 +155,11 @@ class BaseClient:
 
     def _timeout(self, timeout: float | None) -> float:
         return self.timeout if timeout is None else check_timeout(timeout)
+
+    def _deadline(self, timeout: float | None) -> Deadline:
+        """The one deadline of a call, from now: its `Info` question (when it asks one), its
+        attempts and the pauses between them all spend it."""
+        return Deadline(self._timeout(timeout))
 
     def __repr__(self) -> str:
         name, retries = type(self).__name__, self.retry.max_retries

@@ -47,8 +47,9 @@ class AsyncClient(BaseClient):
         """Generate a completion; see `Client.generate`."""
         request = self._request(prompt, params)
         message = request.to_proto()  # a field it cannot carry is refused before any call, the Info one too
-        await self._check_features(request, timeout)
-        response = await self._call(self._generation.Generate, message, timeout, idempotent=request.idempotent)
+        deadline = self._deadline(timeout)  # the Info question, when asked, spends it too
+        await self._check_features(request, deadline)
+        response = await self._call(self._generation.Generate, message, deadline, idempotent=request.idempotent)
         return Completion.from_proto(response)
 
     def stream(
@@ -62,33 +63,35 @@ class AsyncClient(BaseClient):
             lambda remaining: self._open_stream(message, remaining),
             self._timeout(timeout),
             self.retry if request.idempotent else None,
-            check=lambda: self._check_features(request, timeout),
+            check=lambda deadline: self._check_features(request, deadline),
         )
 
     async def server_features(self, *, timeout: float | None = None) -> frozenset[str]:
         """See `Client.server_features`."""
+        return await self._server_features(self._deadline(timeout))
+
+    async def _server_features(self, deadline: Deadline) -> frozenset[str]:
         if self._features is None:
             try:
-                self._learn_features(await self._call(self._generation.Info, INFO_REQUEST, timeout, idempotent=True))
+                self._learn_features(await self._call(self._generation.Info, INFO_REQUEST, deadline, idempotent=True))
             except ServerError as error:
                 self._learn_features(None, error)
         return self._features
 
-    async def _check_features(self, request: GenerateRequest, timeout: float | None) -> None:
+    async def _check_features(self, request: GenerateRequest, deadline: Deadline) -> None:
         if request.features:
-            self._refuse_unknown_features(request, await self.server_features(timeout=timeout))
+            self._refuse_unknown_features(request, await self._server_features(deadline))
 
     async def health(self, service: str = "", *, timeout: float | None = None) -> bool:
         """See `Client.health`."""
         request = health_pb2.HealthCheckRequest(service=service)
         try:
-            response = await self._call(self._health.Check, request, timeout, idempotent=True)
+            response = await self._call(self._health.Check, request, self._deadline(timeout), idempotent=True)
         except (UnavailableError, DeadlineExceededError, NotFoundError):
             return False
         return response.status == health_pb2.HealthCheckResponse.SERVING
 
-    async def _call(self, method: Callable, request, timeout: float | None, idempotent: bool):
-        deadline = Deadline(self._timeout(timeout))
+    async def _call(self, method: Callable, request, deadline: Deadline, idempotent: bool):
         retries = 0
         while True:
             self._check_open()  # before each try: a retry's pause may outlast the client
@@ -119,7 +122,7 @@ class AsyncCompletionStream(AsyncIterator[CompletionChunk]):
     `cancel()` or leaving an `async with` block cancels the call."""
 
     def __init__(self, open_call: Callable[[float], Any], timeout: float, retry: RetryPolicy | None,
-                 check: Callable[[], Awaitable[None]] | None = None):
+                 check: Callable[[Deadline], Awaitable[None]] | None = None):
         self._state = StreamState()
         self._chunks = _stream_chunks(self._state, open_call, timeout, retry, check)
 
@@ -146,13 +149,13 @@ class AsyncCompletionStream(AsyncIterator[CompletionChunk]):
 
 
 async def _stream_chunks(state: StreamState, open_call: Callable[[float], Any], timeout: float,
-                         retry: RetryPolicy | None, check: Callable[[], Awaitable[None]] | None
+                         retry: RetryPolicy | None, check: Callable[[Deadline], Awaitable[None]] | None
                          ) -> AsyncIterator[CompletionChunk]:
     """An `AsyncCompletionStream`'s chunks (see `rayspec.client._base.StreamState` for why
     this is no method of it)."""
-    if check is not None:
-        await check()  # at the first iteration, before the call
     deadline = Deadline(timeout)
+    if check is not None:
+        await check(deadline)  # at the first iteration, before the call, within its deadline
     chunks: list[CompletionChunk] = []
     retries = 0
     try:

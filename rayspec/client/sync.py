@@ -48,8 +48,9 @@ class Client(BaseClient):
         UNAVAILABLE only when `seed` is given (see `rayspec.client.retry`)."""
         request = self._request(prompt, params)
         message = request.to_proto()  # a field it cannot carry is refused before any call, the Info one too
-        self._check_features(request, timeout)
-        response = self._call(self._generation.Generate, message, timeout, idempotent=request.idempotent)
+        deadline = self._deadline(timeout)  # the Info question, when asked, spends it too
+        self._check_features(request, deadline)
+        response = self._call(self._generation.Generate, message, deadline, idempotent=request.idempotent)
         return Completion.from_proto(response)
 
     def stream(
@@ -65,36 +66,38 @@ class Client(BaseClient):
             lambda remaining: self._open_stream(message, remaining),
             self._timeout(timeout),
             self.retry if request.idempotent else None,
-            check=lambda: self._check_features(request, timeout),
+            check=lambda deadline: self._check_features(request, deadline),
         )
 
     def server_features(self, *, timeout: float | None = None) -> frozenset[str]:
         """The `GENERATION_FEATURES` the server knows, asked once per client (on the first
         request that uses one); none for a server without `Info`, which predates them all."""
+        return self._server_features(self._deadline(timeout))
+
+    def _server_features(self, deadline: Deadline) -> frozenset[str]:
         if self._features is None:
             try:
-                self._learn_features(self._call(self._generation.Info, INFO_REQUEST, timeout, idempotent=True))
+                self._learn_features(self._call(self._generation.Info, INFO_REQUEST, deadline, idempotent=True))
             except ServerError as error:
                 self._learn_features(None, error)
         return self._features
 
-    def _check_features(self, request: GenerateRequest, timeout: float | None) -> None:
+    def _check_features(self, request: GenerateRequest, deadline: Deadline) -> None:
         """Refuse, before sending it, a request using a field the server would ignore."""
         if request.features:
-            self._refuse_unknown_features(request, self.server_features(timeout=timeout))
+            self._refuse_unknown_features(request, self._server_features(deadline))
 
     def health(self, service: str = "", *, timeout: float | None = None) -> bool:
         """Whether the server reports SERVING for `service` ("" is the whole server).  False
         when it is not serving, does not know the service, or cannot be reached in time."""
         request = health_pb2.HealthCheckRequest(service=service)
         try:
-            response = self._call(self._health.Check, request, timeout, idempotent=True)
+            response = self._call(self._health.Check, request, self._deadline(timeout), idempotent=True)
         except (UnavailableError, DeadlineExceededError, NotFoundError):
             return False
         return response.status == health_pb2.HealthCheckResponse.SERVING
 
-    def _call(self, method: Callable, request, timeout: float | None, idempotent: bool):
-        deadline = Deadline(self._timeout(timeout))
+    def _call(self, method: Callable, request, deadline: Deadline, idempotent: bool):
         retries = 0
         while True:
             self._check_open()  # before each try: a retry's pause may outlast the client
@@ -134,7 +137,7 @@ class CompletionStream(Iterator[CompletionChunk]):
     """
 
     def __init__(self, open_call: Callable[[float], Any], timeout: float, retry: RetryPolicy | None,
-                 check: Callable[[], None] | None = None):
+                 check: Callable[[Deadline], None] | None = None):
         self._state = StreamState()
         self._chunks = _stream_chunks(self._state, open_call, timeout, retry, check)
 
@@ -161,11 +164,11 @@ class CompletionStream(Iterator[CompletionChunk]):
 
 
 def _stream_chunks(state: StreamState, open_call: Callable[[float], Any], timeout: float, retry: RetryPolicy | None,
-                   check: Callable[[], None] | None) -> Iterator[CompletionChunk]:
+                   check: Callable[[Deadline], None] | None) -> Iterator[CompletionChunk]:
     """A `CompletionStream`'s chunks (see `StreamState` for why this is no method of it)."""
-    if check is not None:
-        check()  # at the first iteration, before the call
     deadline = Deadline(timeout)  # from the first iteration, when the call starts
+    if check is not None:
+        check(deadline)  # at the first iteration, before the call, within its deadline
     chunks: list[CompletionChunk] = []
     retries = 0
     try:

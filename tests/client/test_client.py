@@ -75,6 +75,7 @@ class FakeGeneration(generation_pb2_grpc.GenerationServicer):
         self.interrupted = threading.Event()  # a call ended before its handler finished
         self.features: tuple[str, ...] | None = GENERATION_FEATURES  # None: a server without Info
         self.info_calls = 0
+        self.info_delay = 0.0
 
     def _admit(self, request, context) -> threading.Event:
         """Check and record a call; returns the event its handler sets when it has finished."""
@@ -120,6 +121,8 @@ class FakeGeneration(generation_pb2_grpc.GenerationServicer):
 
     def Info(self, request, context):
         self.info_calls += 1
+        if self.info_delay:
+            _wait_while_active(context, self.info_delay)
         if self.features is None:
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")  # as grpc answers an unknown method
         return pb.GenerationInfo(features=self.features)
@@ -939,6 +942,29 @@ def test_a_field_the_server_would_ignore_is_refused_before_it_is_sent(server, fe
     run(main())
     assert server.generation.info_calls == 2
     assert len(server.generation.requests) == 1 + (features is not None)
+
+
+def test_asking_the_servers_features_spends_the_calls_deadline_not_a_deadline_of_its_own(server):
+    server.generation.info_delay = server.generation.delay = 0.6  # each well within 1 s, not both
+    for call in (lambda client: client.generate("abcdef", max_tokens=4, seed=1, bad_words="x", timeout=1.0),
+                 lambda client: list(client.stream("abcdef", max_tokens=4, seed=1, bad_words="x", timeout=1.0))):
+        with Client(server.address, retries=FAST) as client:  # a new client asks Info again
+            start = time.monotonic()
+            with pytest.raises(DeadlineExceededError):
+                call(client)
+            assert time.monotonic() - start < 1.5
+
+    async def asynchronous(call):
+        async with AsyncClient(server.address, retries=FAST) as client:
+            with pytest.raises(DeadlineExceededError):
+                await call(client)
+
+    async def consume(stream):
+        return [chunk async for chunk in stream]
+
+    run(asynchronous(lambda client: client.generate("abcdef", max_tokens=4, seed=1, bad_words="x", timeout=1.0)))
+    run(asynchronous(lambda client: consume(client.stream("abcdef", max_tokens=4, seed=1, bad_words="x",
+                                                          timeout=1.0))))
 
 
 def test_a_server_listing_the_features_gets_them(server):
