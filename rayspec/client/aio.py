@@ -23,6 +23,7 @@ from rayspec.client._base import INFO_REQUEST, BaseClient, StreamState
 from rayspec.client.errors import (
     DeadlineExceededError,
     NotFoundError,
+    RayspecError,
     ServerError,
     UnavailableError,
     error_from_rpc,
@@ -64,6 +65,7 @@ class AsyncClient(BaseClient):
             self._timeout(timeout),
             self.retry if request.idempotent else None,
             check=lambda deadline: self._check_features(request, deadline),
+            closed=lambda: self._closed,
         )
 
     async def server_features(self, *, timeout: float | None = None) -> frozenset[str]:
@@ -97,6 +99,10 @@ class AsyncClient(BaseClient):
             self._check_open()  # before each try: a retry's pause may outlast the client
             try:
                 return await method(request, timeout=deadline.remaining(), metadata=self._metadata)
+            except asyncio.CancelledError:
+                if closed_in_flight(self._closed):
+                    raise channel_closed() from None
+                raise
             except grpc.RpcError as error:
                 pause = self.retry.pause(retries, error.code(), deadline) if idempotent else None
                 if pause is None:
@@ -105,8 +111,8 @@ class AsyncClient(BaseClient):
             await asyncio.sleep(pause)
 
     async def close(self) -> None:
-        """Close the channel; calls in flight are cancelled, and later ones raise
-        `ClientClosedError`."""
+        """Close the channel; calls in flight are cancelled (each raises a `RayspecError` with
+        code CANCELLED), and later ones raise `ClientClosedError`."""
         self._closed = True
         await self._channel.close()
 
@@ -122,9 +128,10 @@ class AsyncCompletionStream(AsyncIterator[CompletionChunk]):
     `cancel()` or leaving an `async with` block cancels the call."""
 
     def __init__(self, open_call: Callable[[float], Any], timeout: float, retry: RetryPolicy | None,
-                 check: Callable[[Deadline], Awaitable[None]] | None = None):
+                 check: Callable[[Deadline], Awaitable[None]] | None = None,
+                 closed: Callable[[], bool] = lambda: False):
         self._state = StreamState()
-        self._chunks = _stream_chunks(self._state, open_call, timeout, retry, check)
+        self._chunks = _stream_chunks(self._state, open_call, timeout, retry, check, closed)
 
     @property
     def completion(self) -> Completion | None:
@@ -149,8 +156,8 @@ class AsyncCompletionStream(AsyncIterator[CompletionChunk]):
 
 
 async def _stream_chunks(state: StreamState, open_call: Callable[[float], Any], timeout: float,
-                         retry: RetryPolicy | None, check: Callable[[Deadline], Awaitable[None]] | None
-                         ) -> AsyncIterator[CompletionChunk]:
+                         retry: RetryPolicy | None, check: Callable[[Deadline], Awaitable[None]] | None,
+                         closed: Callable[[], bool]) -> AsyncIterator[CompletionChunk]:
     """An `AsyncCompletionStream`'s chunks (see `rayspec.client._base.StreamState` for why
     this is no method of it)."""
     deadline = Deadline(timeout)
@@ -171,6 +178,8 @@ async def _stream_chunks(state: StreamState, open_call: Callable[[float], Any], 
             except asyncio.CancelledError:
                 if state.cancelled:  # our cancel(), not the task's
                     return
+                if closed_in_flight(closed()):
+                    raise channel_closed() from None
                 raise
             except grpc.RpcError as error:
                 if state.cancelled:
@@ -186,3 +195,21 @@ async def _stream_chunks(state: StreamState, open_call: Callable[[float], Any], 
     finally:
         if state.completion is None and state.call is not None:
             state.call.cancel()  # a stream closed or dropped before its end: the server stops too
+
+
+def closed_in_flight(client_closed: bool) -> bool:
+    """Whether an asyncio.CancelledError out of a gRPC call is its client's `close()` (grpc.aio
+    cancels the closed channel's calls so) and not its task's cancellation, which must go on.
+    Python 3.10 cannot tell a task being cancelled (no `Task.cancelling`): a client closed is
+    taken for the cause there."""
+    if not client_closed:
+        return False
+    cancelling = getattr(asyncio.current_task(), "cancelling", None)
+    return cancelling is None or not cancelling()
+
+
+def channel_closed() -> RayspecError:
+    """What a call in flight raises when its client closes: the blocking client's gRPC error
+    (CANCELLED, "Channel closed!"), so that both clients fail alike and `except RayspecError`
+    catches it."""
+    return RayspecError("Channel closed!", grpc.StatusCode.CANCELLED)

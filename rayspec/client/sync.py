@@ -111,8 +111,8 @@ class Client(BaseClient):
             time.sleep(pause)
 
     def close(self) -> None:
-        """Close the channel; calls in flight are cancelled, and later ones raise
-        `ClientClosedError`."""
+        """Close the channel; calls in flight are cancelled (each raises a `RayspecError` with
+        code CANCELLED), and later ones raise `ClientClosedError`."""
         self._closed = True
         self._channel.close()
 

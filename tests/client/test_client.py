@@ -740,6 +740,45 @@ def test_async_health_and_lifecycle(server):
         run(call_closed())
 
 
+def test_a_call_in_flight_when_its_client_closes_fails_alike_blocking_or_asyncio(server):
+    """A RayspecError (CANCELLED) in the caller, not an asyncio.CancelledError: that would read
+    as the caller's own task being cancelled, and slip past `except RayspecError`."""
+    server.generation.delay = server.generation.chunk_delay = 5.0
+    calls = {"generate": lambda client: client.generate("abcdef", max_tokens=9, seed=1),
+             "stream": lambda client: list(client.stream("abcdef", max_tokens=9, seed=1))}
+    for name, call in calls.items():
+        with Client(server.address, retries=FAST) as client:
+            threading.Timer(0.3, client.close).start()
+            with pytest.raises(RayspecError) as raised:
+                call(client)
+            assert raised.value.code == grpc.StatusCode.CANCELLED, name
+
+    async def drain(stream):
+        return [chunk async for chunk in stream]
+
+    async_calls = {"generate": lambda client: client.generate("abcdef", max_tokens=9, seed=1),
+                   "stream": lambda client: drain(client.stream("abcdef", max_tokens=9, seed=1))}
+
+    async def closed_in_flight(call):
+        async with AsyncClient(server.address, retries=FAST) as client:
+            asyncio.get_running_loop().call_later(0.3, lambda: asyncio.ensure_future(client.close()))
+            with pytest.raises(RayspecError) as raised:
+                await call(client)
+            assert raised.value.code == grpc.StatusCode.CANCELLED
+
+    async def cancelled_task(call):  # the task's own cancellation still is one
+        async with AsyncClient(server.address, retries=FAST) as client:
+            task = asyncio.ensure_future(call(client))
+            await asyncio.sleep(0.3)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    for call in async_calls.values():
+        run(closed_in_flight(call))
+        run(cancelled_task(call))
+
+
 # ---------------------------------------------------------------- values, without a server
 
 def test_request_proto_round_trip_and_validation():
