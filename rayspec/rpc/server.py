@@ -388,13 +388,19 @@ class RefuseUndecodable(grpc.ServerInterceptor):
     method's wrapped handler is built once, not on every call of a worker's hot path."""
 
     def __init__(self):
-        self._wrapped: dict[str, grpc.RpcMethodHandler | None] = {}
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
     def intercept_service(self, continuation, handler_call_details):
         method = handler_call_details.method
-        if method not in self._wrapped:  # a race builds it twice, alike: harmless
-            self._wrapped[method] = self._wrap(continuation(handler_call_details), method)
-        return self._wrapped[method]
+        wrapped = self._wrapped.get(method)
+        if wrapped is None:  # a race builds it twice, alike: harmless
+            wrapped = self._wrap(continuation(handler_call_details), method)
+            # Only the server's own methods are kept: a method name is the caller's to choose, and
+            # one kept per unknown name (UNIMPLEMENTED, each up to the header limit) would grow the
+            # process with every name a caller makes up, before any API key is checked.
+            if wrapped is not None:
+                self._wrapped[method] = wrapped
+        return wrapped
 
     @staticmethod
     def _wrap(handler, method: str):

@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -21,7 +22,7 @@ from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, worker_pb
 from rayspec.engine.interfaces import GenerationCancelled, SequenceSpec
 from rayspec.models.cancellation import caller_left
 from rayspec.rpc.remote import RemoteDrafter, RemoteError, RemoteTarget
-from rayspec.rpc.server import rpc_errors, status_of
+from rayspec.rpc.server import RefuseUndecodable, rpc_errors, status_of
 from rayspec.rpc.worker import serve_drafter, serve_target
 from rayspec.verify.processing import SamplingParams
 from tests.tiny_models import tiny_llama
@@ -389,6 +390,26 @@ def test_bytes_that_are_no_message_are_invalid_argument_and_the_server_goes_on(t
     code, details = _status(lambda: list(steps(iter([raw]), timeout=10)))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "not a valid rayspec.v1.TargetCall message" in details
     assert stub.Info(worker_pb2.InfoRequest(), timeout=10).vocab_size == VOCAB
+
+
+def test_method_names_a_caller_makes_up_are_not_kept_by_the_server():
+    """Every call names its method: a server keeps the wrapped handlers of its own methods, not
+    one per unknown name a caller sends (each UNIMPLEMENTED), which would grow it without bound."""
+    interceptor = RefuseUndecodable()
+    known = grpc.unary_unary_rpc_method_handler(lambda request, context: request,
+                                                request_deserializer=worker_pb2.InfoRequest.FromString)
+
+    def continuation(details):
+        return known if details.method == "/rayspec.v1.TargetService/Info" else None
+
+    def call(method):
+        return interceptor.intercept_service(continuation, SimpleNamespace(method=method))
+
+    for index in range(1000):
+        assert call(f"/made.Up/Method{index}") is None
+    first = call("/rayspec.v1.TargetService/Info")
+    assert first is not None and call("/rayspec.v1.TargetService/Info") is first  # built once
+    assert len(interceptor._wrapped) == 1
 
 
 def _tracking(worker, open_seconds: float = 0.0, late_draft: tuple[int, float] | None = None):
