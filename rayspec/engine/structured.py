@@ -557,8 +557,13 @@ MAX_CACHED_MASK_BYTES = 64 << 20
 
 
 class _MaskCache:
-    """Allowed-token rows by (expression, vocabulary, stop tokens, size, device, state), the
-    least recently used dropped first."""
+    """Allowed-token rows by (expression's digest, vocabulary, stop tokens, size, device,
+    state), the least recently used dropped first once their bytes, each row's own and what
+    keeping it costs beyond them (`ROW_OVERHEAD_BYTES`), pass `max_bytes`."""
+
+    # A kept row's key, tensor object and dictionary entry: about 0.8 kB measured, which a
+    # small vocabulary's rows (64 bytes at 512 tokens) would leave far out of the count.
+    ROW_OVERHEAD_BYTES = 1024
 
     def __init__(self, max_bytes: int):
         self.max_bytes, self.bytes = max_bytes, 0
@@ -576,10 +581,14 @@ class _MaskCache:
         with self.lock:
             if key not in self.rows:
                 self.rows[key] = row
-                self.bytes += row.numel() * row.element_size()
+                self.bytes += self._cost(row)
             while self.bytes > self.max_bytes and len(self.rows) > 1:
                 _, dropped = self.rows.popitem(last=False)
-                self.bytes -= dropped.numel() * dropped.element_size()
+                self.bytes -= self._cost(dropped)
+
+    @classmethod
+    def _cost(cls, row: torch.Tensor) -> int:
+        return row.numel() * row.element_size() + cls.ROW_OVERHEAD_BYTES
 
 
 _MASKS = _MaskCache(MAX_CACHED_MASK_BYTES)
@@ -606,8 +615,11 @@ class GrammarCursor:
         self.device = device
         self.state = self.index.get_initial_state()
         self._next: dict[tuple[int, int], int | None] = {}
-        # the automaton by what it is compiled from, never by id(): an evicted one's id may be reused
-        self._key = (regex, vocabulary.fingerprint, tuple(self.stop_ids), self.vocab_size, str(device))
+        # The automaton by what it is compiled from, never by id(): an evicted one's id may be
+        # reused.  By its expression's digest, not its text: every kept row would hold the text
+        # (a client's, as long as a request, or a schema's, megabytes) outside the byte bound.
+        digest = hashlib.sha256(regex.encode("utf-8", "surrogatepass")).digest()
+        self._key = (digest, vocabulary.fingerprint, tuple(self.stop_ids), self.vocab_size, str(device))
 
     def _step(self, state: int | None, token: int) -> int | None:
         if state is self._DEAD:

@@ -452,6 +452,33 @@ def test_an_expression_asked_for_at_once_by_several_requests_is_compiled_once(to
     assert len({id(index) for index in indexes}) == 2
 
 
+def test_the_mask_cache_holds_what_its_byte_bound_allows_whatever_the_expressions_length(tokenizer, monkeypatch):
+    """The allowed-token rows kept across requests are bounded in bytes: a row's key must not
+    hold its expression's text (a client's, up to the request size, or a schema's of megabytes,
+    uncounted), and each row counts what keeping it costs beyond its own bytes."""
+    import sys
+
+    from rayspec.engine import structured
+
+    cache = structured._MaskCache(256 << 10)
+    monkeypatch.setattr(structured, "_MASKS", cache)
+    vocabulary = vocabulary_of(tokenizer)
+    index = compiled_index("(cat|dog)+", vocabulary)  # shared: the keys are what this test is about
+    monkeypatch.setattr(structured, "compiled_index", lambda regex, vocabulary: index)
+    for request in range(300):
+        long_expression = f"(cat|dog)+|x{request}" + "|(cow)" * 4000  # 24 kB
+        structured.GrammarCursor(long_expression, vocabulary, 64, [EOS]).masks([[]])
+    held, seen = 0, set()
+    for key, row in cache.rows.items():
+        held += row.numel() * row.element_size()
+        for part in key:
+            if isinstance(part, (str, bytes)) and id(part) not in seen:
+                seen.add(id(part))
+                held += sys.getsizeof(part)
+    assert held <= cache.max_bytes
+    assert len(cache.rows) * structured._MaskCache.ROW_OVERHEAD_BYTES <= cache.max_bytes
+
+
 EXPONENTIAL = "[ab]*a[ab]{22}"  # 2^22 states: hours to compile over the demo's vocabulary
 
 
