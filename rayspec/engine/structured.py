@@ -17,7 +17,6 @@ token-level automaton once per (expression, vocabulary) in a process (`compiled_
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import pickle
@@ -299,8 +298,33 @@ def _types_overlap(a: frozenset[str], b: frozenset[str]) -> bool:
     return bool(widened(a) & widened(b))
 
 
-@functools.lru_cache(maxsize=64)
+# Schemas' expressions, the last MAX_CACHED_SCHEMAS asked for, by the digest of the schema's
+# text: the text is the client's, as long as a request (32 MB), and kept as the key 64 of them
+# would hold 2 GB.
+MAX_CACHED_SCHEMAS = 64
+_SCHEMA_REGEXES: OrderedDict[bytes, str] = OrderedDict()
+_SCHEMA_REGEXES_LOCK = threading.Lock()
+
+
 def _schema_regex(schema_text: str) -> str:
+    """`_build_schema_regex(schema_text)`, built once for the last MAX_CACHED_SCHEMAS schemas
+    asked for (a schema that fails is built again each time, as it was never kept)."""
+    key = hashlib.sha256(schema_text.encode("utf-8", "surrogatepass")).digest()
+    with _SCHEMA_REGEXES_LOCK:
+        regex = _SCHEMA_REGEXES.get(key)
+        if regex is not None:
+            _SCHEMA_REGEXES.move_to_end(key)
+            return regex
+    regex = _build_schema_regex(schema_text)  # outside the lock: a compiler process, seconds
+    with _SCHEMA_REGEXES_LOCK:
+        _SCHEMA_REGEXES[key] = regex
+        _SCHEMA_REGEXES.move_to_end(key)
+        while len(_SCHEMA_REGEXES) > MAX_CACHED_SCHEMAS:
+            _SCHEMA_REGEXES.popitem(last=False)
+    return regex
+
+
+def _build_schema_regex(schema_text: str) -> str:
     try:
         return _compile_schema(schema_text)
     except RecursionError:  # reading and walking the schema recurse once per level

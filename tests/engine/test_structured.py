@@ -395,7 +395,7 @@ def test_a_json_schema_that_could_never_end_is_refused_before_its_expression_is_
 
     built = []
     monkeypatch.setattr(structured, "_in_compiler", lambda job, *args: built.append(job) or "a")
-    monkeypatch.setattr(structured, "_schema_regex", structured._schema_regex.__wrapped__)  # uncached: each is built
+    monkeypatch.setattr(structured, "_schema_regex", structured._build_schema_regex)  # uncached: each is built
     schema = {"type": "object", "properties": {"never_ends": {"type": "boolean"}}, "required": ["never_ends"]}
     engine, demo_tokenizer = demo_engine
     no_eos = SpeculativeEngine(LocalTarget(tiny_llama(vocab=len(tokenizer)), tokenizer))
@@ -477,6 +477,27 @@ def test_the_mask_cache_holds_what_its_byte_bound_allows_whatever_the_expression
                 held += sys.getsizeof(part)
     assert held <= cache.max_bytes
     assert len(cache.rows) * structured._MaskCache.ROW_OVERHEAD_BYTES <= cache.max_bytes
+
+
+def test_the_schemas_expressions_kept_do_not_keep_the_schemas_texts(monkeypatch):
+    """A schema's expression is kept for the schemas asked for again, but not by the schema's
+    text: that is the client's, as long as a request (32 MB), and 64 of them would be kept."""
+    import tracemalloc
+
+    from rayspec.engine import structured
+
+    monkeypatch.setattr(structured, "_in_compiler", lambda job, *args: '"[a-z]*"')  # no compiler process
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for request in range(80):
+            described = {"type": "string", "description": f"{request} " + "words " * (200 << 10)}  # 1.2 MB
+            assert structured._schema_regex(json.dumps(described)) == '"[a-z]*"'
+        del described
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 1 << 20
 
 
 EXPONENTIAL = "[ab]*a[ab]{22}"  # 2^22 states: hours to compile over the demo's vocabulary

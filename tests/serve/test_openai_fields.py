@@ -334,7 +334,7 @@ def test_a_json_schema_that_could_never_end_is_refused_before_its_expression_is_
 
     built = []
     monkeypatch.setattr(structured, "_in_compiler", lambda job, *args: built.append(job) or "a")
-    monkeypatch.setattr(structured, "_schema_regex", structured._schema_regex.__wrapped__)  # uncached: each is built
+    monkeypatch.setattr(structured, "_schema_regex", structured._build_schema_regex)  # uncached: each is built
     reply = http.post(path, json={**body, **fields})
     assert reply.status_code == 400, reply.text
     assert words in reply.json()["error"]["message"] and reply.json()["error"]["param"] == param
