@@ -201,6 +201,7 @@ class _Reply:
         self.service, self.requests, self.n, self.as_token_ids = service, requests, n, as_token_ids
         self.prompt_top = prompt_top
         self.prompt_sent = [prompt_top is None] * len(requests)
+        self.logprobs_sent = [False] * len(requests)  # a streamed choice's log-probabilities, any yet
         self.id = f"{self.prefix}-{requests[0].request_id}"
         self.created = int(time.time())
 
@@ -268,11 +269,15 @@ class _Reply:
         text, logprobs = self.piece(index, added.text, added.token_ids, logprobs)
         if not text and logprobs is None:
             return None
+        self.logprobs_sent[index] = self.logprobs_sent[index] or logprobs is not None
         return self.with_prompt_entries(index, self.delta(index, text, logprobs, None))
 
     def finish_delta(self, index: int) -> dict:
         request = self.requests[index]
-        delta = self.delta(index, *self.piece(index, "", [], None), request.finish_reason, request.stop_reason)
+        # A choice asked for log-probabilities that has none to stream (it ended before its
+        # first token) ends with empty ones, as its non-streamed answer gives them.
+        empty = TokenLogprobs.empty() if request.logprobs is not None and not self.logprobs_sent[index] else None
+        delta = self.delta(index, *self.piece(index, "", [], empty), request.finish_reason, request.stop_reason)
         return self.with_prompt_entries(index, delta)
 
     def token_texts(self, token_ids: list[int], logprobs: TokenLogprobs) -> tuple[list[str], list[list[str]]]:

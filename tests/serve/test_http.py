@@ -521,6 +521,33 @@ def test_openai_client_gets_the_engines_log_probabilities_streamed_or_not(client
     assert client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4).choices[0].logprobs is None
 
 
+def test_an_empty_completion_streams_the_empty_log_probabilities_it_answers(http, parts, reference):
+    """A completion that ends before its first token (a stop token id drawn first) answers
+    empty log-probabilities when asked for them; its stream carries the same, not none at all,
+    so that a client joining a stream's log-probabilities gets what the answer gives."""
+    tokenizer = parts[2]
+    first = reference.run(tokenizer.encode(PROMPT, add_special_tokens=False), max_new_tokens=4, temperature=0.8, seed=3).tokens[0]
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 4, "temperature": 0.8, "seed": 3, "logprobs": 2,
+            "stop_token_ids": [first]}
+    answer = http.post("/v1/completions", json=body).json()["choices"][0]
+    assert answer["text"] == "" and answer["finish_reason"] == "stop"
+    assert answer["logprobs"] == {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    streamed = [c for e in sse_events(http.post("/v1/completions", json={**body, "stream": True}))[:-1]
+                for c in json.loads(e)["choices"]]
+    assert [c["logprobs"] for c in streamed if c["logprobs"] is not None] == [answer["logprobs"]]
+
+    messages = [{"role": "user", "content": "Write a loop."}]
+    chat_ids = tokenizer.encode(chat_prompt(tokenizer, messages), add_special_tokens=False)
+    first = reference.run(chat_ids, max_new_tokens=4, seed=3).tokens[0]
+    chat = {"model": MODEL, "messages": messages, "max_tokens": 4, "seed": 3, "logprobs": True,
+            "stop_token_ids": [first]}
+    answer = http.post("/v1/chat/completions", json=chat).json()["choices"][0]
+    assert answer["message"]["content"] == "" and answer["logprobs"] == {"content": [], "refusal": None}
+    streamed = [c for e in sse_events(http.post("/v1/chat/completions", json={**chat, "stream": True}))[:-1]
+                for c in json.loads(e)["choices"]]
+    assert [c["logprobs"] for c in streamed if c["logprobs"] is not None] == [answer["logprobs"]]
+
+
 def test_echo_puts_the_prompt_and_its_log_probabilities_before_the_completion(client, parts, reference):
     """OpenAI's legacy `echo`: the prompt's text, then the completion's; with logprobs, the
     prompt's tokens come first (the first one null), with the in-process engine's values of
