@@ -405,12 +405,17 @@ class _ChatReply(_Reply):
             return {"index": index, "delta": delta, "logprobs": None, "finish_reason": None} if delta else None
         if calling.mode == "required" or not added.text:  # a list of calls is sent whole, as it ends
             return None
-        call = {"index": 0, "function": {"arguments": added.text}}
+        return {"index": index, "delta": self.named_call_delta(index, added.text), "logprobs": None,
+                "finish_reason": None}
+
+    def named_call_delta(self, index: int, arguments: str) -> dict:
+        """The delta of a named call's next arguments: its first opens the call (id, name)."""
+        call = {"index": 0, "function": {"arguments": arguments}}
         if not self.call_opened[index]:
             self.call_opened[index] = True
             call = {"index": 0, "id": self.call_ids[index], "type": "function",
-                    "function": {"name": calling.function, "arguments": added.text}}
-        return {"index": index, "delta": {"tool_calls": [call]}, "logprobs": None, "finish_reason": None}
+                    "function": {"name": self.tool_calling.function, "arguments": arguments}}
+        return {"tool_calls": [call]}
 
     def finish_delta(self, index: int) -> dict:
         calling = self.tool_calling
@@ -422,6 +427,9 @@ class _ChatReply(_Reply):
             return {"index": index, "delta": delta, "logprobs": None, "stop_reason": request.stop_reason,
                     "finish_reason": calling.finish_reason(request.finish_reason, called=self.calls_sent[index] > 0)}
         delta, calls = {}, None
+        if calling.mode == "named" and not self.call_opened[index]:
+            # cut to nothing (a stop string at its start): still the call its answer gives
+            delta = self.named_call_delta(index, "")
         if calling.mode == "required":
             calls = calling.calls(request.text)
             delta = ({"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]} if calls is not None

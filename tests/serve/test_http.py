@@ -2147,6 +2147,25 @@ def test_required_calls_cut_by_a_stop_string_are_text_and_bad_tools_are_named(pa
     assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == choice.message.content
 
 
+def test_a_named_call_a_stop_string_cuts_to_nothing_streams_the_call_it_answers(parts):
+    """A named call whose stop string is its first character has empty arguments: its answer
+    is still the call (the one tool_choice names), and its stream gives that call too, not a
+    reply without calls."""
+    service, _ = _tool_service(parts)
+    with ServerThread(create_app(service)) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+        cut = dict(model=MODEL, messages=[{"role": "user", "content": "weather in Paris?"}], tools=[WEATHER],
+                   tool_choice={"type": "function", "function": {"name": "get_weather"}}, max_tokens=64, seed=0,
+                   stop=["{"])
+        reply = client.chat.completions.create(**cut)
+        streamed = list(client.chat.completions.create(**cut, stream=True))
+    [call] = reply.choices[0].message.tool_calls
+    assert (call.function.name, call.function.arguments, reply.choices[0].finish_reason) == ("get_weather", "", "stop")
+    calls = [c for chunk in streamed for choice in chunk.choices for c in choice.delta.tool_calls or []]
+    assert [(c.index, c.function.name, c.function.arguments) for c in calls] == [(0, "get_weather", "")]
+    assert calls[0].id.startswith("call_") and streamed[-1].choices[0].finish_reason == "stop"
+
+
 def test_auto_tool_choice_through_the_responses_api(parts):
     """The Responses API's default tool_choice with tools, auto: a text answer is one message
     item (the chat endpoint's text); a reply in the call syntax gives function_call items,
