@@ -432,8 +432,9 @@ class _ChatReply(_Reply):
             delta = self.named_call_delta(index, "")
         if calling.mode == "required":
             calls = calling.calls(request.text)
+            # no calls: the text is the content, even an empty one (the stream opened with null content)
             delta = ({"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]} if calls is not None
-                     else {"content": request.text} if request.text else {})
+                     else {"content": request.text})
         return {"index": index, "delta": delta, "logprobs": None,
                 "finish_reason": calling.finish_reason(request.finish_reason, called=calls is not None),
                 "stop_reason": request.stop_reason}

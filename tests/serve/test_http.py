@@ -2166,6 +2166,23 @@ def test_a_named_call_a_stop_string_cuts_to_nothing_streams_the_call_it_answers(
     assert calls[0].id.startswith("call_") and streamed[-1].choices[0].finish_reason == "stop"
 
 
+def test_required_calls_a_stop_string_cuts_to_nothing_stream_the_empty_content_they_answer(parts):
+    """A required reply whose stop string is its first character is no list of calls: its
+    content is the empty text, streamed as such (the stream opens a calls reply with null
+    content), so that a client joining the stream's content gets "" as the answer gives."""
+    service, _ = _tool_service(parts)
+    with ServerThread(create_app(service)) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+        cut = dict(model=MODEL, messages=[{"role": "user", "content": "weather in Paris?"}], tools=[WEATHER, CLOCK],
+                   tool_choice="required", max_tokens=64, seed=0, stop=["["])
+        reply = client.chat.completions.create(**cut)
+        streamed = list(client.chat.completions.create(**cut, stream=True))
+    assert (reply.choices[0].message.content, reply.choices[0].message.tool_calls) == ("", None)
+    contents = [choice.delta.content for chunk in streamed for choice in chunk.choices]
+    assert contents[0] is None and "".join(c for c in contents if c is not None) == ""
+    assert "" in contents[1:] and streamed[-1].choices[0].finish_reason == "stop"
+
+
 def test_auto_tool_choice_through_the_responses_api(parts):
     """The Responses API's default tool_choice with tools, auto: a text answer is one message
     item (the chat endpoint's text); a reply in the call syntax gives function_call items,
