@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -298,30 +298,51 @@ def _types_overlap(a: frozenset[str], b: frozenset[str]) -> bool:
     return bool(widened(a) & widened(b))
 
 
-# Schemas' expressions, the last MAX_CACHED_SCHEMAS asked for, by the digest of the schema's
-# text: the text is the client's, as long as a request (32 MB), and kept as the key 64 of them
-# would hold 2 GB.
+class _KeptBuilds:
+    """Values of a slow build by key, the last `max_entries` asked for kept, the least recently
+    used dropped first.  Callers asking for the same new key at once (a batch job's clients, one
+    schema) wait for one build — seconds, in a compiler process — instead of each running its
+    own; different keys build side by side.  A build that fails is kept for nobody."""
+
+    def __init__(self, max_entries: int):
+        self.max_entries = max_entries
+        self._values: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+        self._building: dict = {}  # one lock per key being built
+
+    def get(self, key, build: Callable[[], object]):
+        with self._lock:
+            if key in self._values:
+                self._values.move_to_end(key)
+                return self._values[key]
+            building = self._building.setdefault(key, threading.Lock())
+        with building:
+            with self._lock:
+                if key in self._values:  # built while this call waited
+                    return self._values[key]
+            try:
+                value = build()
+                with self._lock:
+                    self._values[key] = value
+                    while len(self._values) > self.max_entries:
+                        self._values.popitem(last=False)
+            finally:
+                with self._lock:
+                    self._building.pop(key, None)
+        return value
+
+
+# Schemas' expressions by the digest of the schema's text: the text is the client's, as long as
+# a request (32 MB), and kept as the key 64 of them would hold 2 GB.
 MAX_CACHED_SCHEMAS = 64
-_SCHEMA_REGEXES: OrderedDict[bytes, str] = OrderedDict()
-_SCHEMA_REGEXES_LOCK = threading.Lock()
+_SCHEMA_REGEXES = _KeptBuilds(MAX_CACHED_SCHEMAS)
 
 
 def _schema_regex(schema_text: str) -> str:
     """`_build_schema_regex(schema_text)`, built once for the last MAX_CACHED_SCHEMAS schemas
     asked for (a schema that fails is built again each time, as it was never kept)."""
     key = hashlib.sha256(schema_text.encode("utf-8", "surrogatepass")).digest()
-    with _SCHEMA_REGEXES_LOCK:
-        regex = _SCHEMA_REGEXES.get(key)
-        if regex is not None:
-            _SCHEMA_REGEXES.move_to_end(key)
-            return regex
-    regex = _build_schema_regex(schema_text)  # outside the lock: a compiler process, seconds
-    with _SCHEMA_REGEXES_LOCK:
-        _SCHEMA_REGEXES[key] = regex
-        _SCHEMA_REGEXES.move_to_end(key)
-        while len(_SCHEMA_REGEXES) > MAX_CACHED_SCHEMAS:
-            _SCHEMA_REGEXES.popitem(last=False)
-    return regex
+    return _SCHEMA_REGEXES.get(key, lambda: _build_schema_regex(schema_text))
 
 
 def _build_schema_regex(schema_text: str) -> str:
@@ -395,9 +416,9 @@ def token_bytes(tokenizer) -> dict[int, bytes]:
     return table
 
 
-_INDEXES_LOCK = threading.Lock()
+_VOCABULARIES_LOCK = threading.Lock()
 _TOKEN_BYTES: dict[int, tuple[object, dict[int, bytes]]] = {}
-_TOKEN_BYTES_LOCK = threading.Lock()  # not _INDEXES_LOCK: `vocabulary_of` asks for the table holding that
+_TOKEN_BYTES_LOCK = threading.Lock()  # not _VOCABULARIES_LOCK: `vocabulary_of` asks for the table holding that
 
 
 def _built_once(tokenizer, built: dict, lock: threading.Lock, build):
@@ -442,41 +463,19 @@ _VOCABULARIES: dict[int, tuple[object, GrammarVocabulary]] = {}
 def vocabulary_of(tokenizer) -> GrammarVocabulary:
     """The tokenizer's `GrammarVocabulary`, built once per tokenizer object (held with it, so
     that its id is not reused)."""
-    return _built_once(tokenizer, _VOCABULARIES, _INDEXES_LOCK, GrammarVocabulary)
+    return _built_once(tokenizer, _VOCABULARIES, _VOCABULARIES_LOCK, GrammarVocabulary)
 
 
-_INDEXES: OrderedDict[tuple[str, str], object] = OrderedDict()
 MAX_CACHED_INDEXES = 32
-# One lock per automaton being compiled: requests that ask for the same new expression at once
-# (a batch job's clients, one schema) wait for one compilation — seconds over a large
-# vocabulary — instead of each running its own; different expressions compile side by side.
-_COMPILING: dict[tuple[str, str], threading.Lock] = {}
+_INDEXES = _KeptBuilds(MAX_CACHED_INDEXES)
 
 
 def compiled_index(regex: str, vocabulary: GrammarVocabulary):
     """The token-level automaton of `regex` over `vocabulary` (an `outlines_core.Index`),
-    compiled once per process (the last MAX_CACHED_INDEXES kept).  An expression that does not
-    compile, or that no text of this vocabulary can match, is a ValueError."""
-    key = (regex, vocabulary.fingerprint)
-    with _INDEXES_LOCK:
-        if key in _INDEXES:
-            _INDEXES.move_to_end(key)
-            return _INDEXES[key]
-        compiling = _COMPILING.setdefault(key, threading.Lock())
-    with compiling:
-        with _INDEXES_LOCK:
-            if key in _INDEXES:  # compiled while this call waited
-                return _INDEXES[key]
-        try:
-            index = _compile(regex, vocabulary)
-            with _INDEXES_LOCK:
-                _INDEXES[key] = index
-                while len(_INDEXES) > MAX_CACHED_INDEXES:
-                    _INDEXES.popitem(last=False)
-        finally:
-            with _INDEXES_LOCK:
-                _COMPILING.pop(key, None)
-    return index
+    compiled once per process (the last MAX_CACHED_INDEXES kept; requests asking for the same
+    new expression at once wait for one compilation).  An expression that does not compile, or
+    that no text of this vocabulary can match, is a ValueError."""
+    return _INDEXES.get((regex, vocabulary.fingerprint), lambda: _compile(regex, vocabulary))
 
 
 # A compilation runs in a child process of its own, given this long and this much memory:
