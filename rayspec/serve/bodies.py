@@ -170,7 +170,7 @@ class GenerationBody(StrictBody):
         parts}), None without one."""
         if self.prediction is None:
             return None
-        text = _joined_text(self.prediction.get("content"))
+        text = joined_text(self.prediction.get("content"))
         if self.prediction.get("type") != "content" or text is None or set(self.prediction) - {"type", "content"}:
             raise bad_request('prediction must be {"type": "content", "content": text, or a list of {"type": "text", '
                               '"text": ...} parts}', "prediction")
@@ -293,20 +293,23 @@ def _prompt_field(prompt: str | list[int]) -> dict:
     return {"prompt": prompt} if isinstance(prompt, str) else {"prompt_ids": prompt}
 
 
-def _joined_text(content, separator: str = "") -> str | None:
-    """OpenAI's text content: a string, or a list of {"type": "text", "text": ...} parts
-    joined by `separator`; None for anything else."""
+def joined_text(content, separator: str = "", kinds=("text",), refusals: bool = False) -> str | None:
+    """OpenAI's text content: a string, or a list of parts of `kinds` ({"type": kind, "text":
+    ...}) joined by `separator` — with `refusals`, an assistant's refusal parts too ({"type":
+    "refusal", "refusal": ...}, the text it refused with, as vLLM reads them); None for
+    anything else."""
     if isinstance(content, str):
         return content
-    parts = content if isinstance(content, list) else None
-    if parts is None or not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-                                for p in parts):
+    if not isinstance(content, list):
         return None
-    return separator.join(part["text"] for part in parts)
-
-
-def _is_refusal(part) -> bool:
-    return isinstance(part, dict) and part.get("type") == "refusal" and isinstance(part.get("refusal"), str)
+    texts = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        key = "refusal" if refusals and kind == "refusal" else "text" if kind in kinds else None
+        if key is None or not isinstance(part.get(key), str):
+            return None
+        texts.append(part[key])
+    return separator.join(texts)
 
 
 class Message(BaseModel):
@@ -325,9 +328,7 @@ class Message(BaseModel):
     def _text(cls, content) -> str:
         """The message's text: a string, or text parts, a line each (as vLLM joins them); a
         refusal part (OpenAI's, an assistant's) is the text it refused with, as vLLM reads it."""
-        if isinstance(content, list):
-            content = [{"type": "text", "text": part["refusal"]} if _is_refusal(part) else part for part in content]
-        text = "" if content is None else _joined_text(content, "\n")
+        text = "" if content is None else joined_text(content, "\n", refusals=True)
         if text is None:
             raise ValueError('only text content is supported: a string, or a list of {"type": "text", "text": ...} '
                              'parts')

@@ -51,7 +51,8 @@ from rayspec.engine.requests import GenerationRequest
 from rayspec.engine.structured import StructuredOutput
 from rayspec.engine.text import check_text
 from rayspec.serve.bodies import (
-    PromptCacheOptions, RayspecOptions, StrictBody, check_tree, refuse_unless_default, tool_calling_read_by_service,
+    PromptCacheOptions, RayspecOptions, StrictBody, check_tree, joined_text, refuse_unless_default,
+    tool_calling_read_by_service,
 )
 from rayspec.serve.errors import bad_request, error_body
 from rayspec.serve.http import (
@@ -212,16 +213,8 @@ def _text_of_parts(content):
     """A list of text parts (input_text, output_text; an assistant's refusal, the text it
     refused with) as their text, a line each as the chat endpoint joins a message's parts;
     anything else as it is."""
-    if not isinstance(content, list):
-        return content
-    texts = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, dict) else None
-        key = "refusal" if kind == "refusal" else "text" if kind in ("input_text", "output_text", "text") else None
-        if key is None or not isinstance(part.get(key), str):
-            return content
-        texts.append(part[key])
-    return "\n".join(texts)
+    text = joined_text(content, "\n", kinds=("input_text", "output_text", "text"), refusals=True)
+    return content if text is None else text
 
 
 def _message(item, where: str) -> dict:
