@@ -15,6 +15,7 @@ from contextlib import ExitStack
 
 from rayspec.engine.hedge import DraftHedge
 from rayspec.engine.interfaces import Draft, Drafter, DrafterBusy, DrafterUnavailable, Outcome, SequenceSpec
+from rayspec.engine.pool import DrafterPool
 from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import TreeShape
 
@@ -61,11 +62,14 @@ class SequenceDrafting:
 
     stats: the sequence's `GenerationStats`, whose `drafter_lost`, `drafter_comebacks` and
     `hedged_steps` this keeps.  hedge: (factor, threads) when late drafts are left behind
-    (`DraftHedge`), None to wait for every draft."""
+    (`DraftHedge`), None to wait for every draft.  replayable: the sequence's seed must give
+    its tokens again, so a pool gives it the drafter its seed names (`DrafterPool.open_by_seed`)."""
 
     def __init__(self, drafter: Drafter | None, spec: SequenceSpec, stats,
-                 hedge: tuple[float, ThreadPoolExecutor] | None = None):
+                 hedge: tuple[float, ThreadPoolExecutor] | None = None, replayable: bool = False):
         self.drafter, self.spec, self.stats, self.hedge_setting = drafter, spec, stats, hedge
+        self._open = drafter.open_by_seed if replayable and isinstance(drafter, DrafterPool) else getattr(
+            drafter, "open", None)
         self._session_stack = ExitStack()
         self.session = None
         self.hedge: DraftHedge | None = None  # the open session's
@@ -102,7 +106,7 @@ class SequenceDrafting:
         under way and the sequence decodes on without drafts, as with a drafter lost."""
         try:
             if self.session is None:
-                self.session = self.drafter.open(self.spec)
+                self.session = self._open(self.spec)
                 self._session_stack.callback(self.session.close)
                 if self.hedge_setting is not None:
                     self.hedge = DraftHedge(*self.hedge_setting)

@@ -608,7 +608,8 @@ class SpeculativeEngine:
             prompt_chunk_logprobs = _prompt_logprobs(target, spec)
             hedges = self.draft_hedge is not None and (not replayable or verifier_class(verifier).drafter_invariant)
             drafting = sessions.enter_context(SequenceDrafting(
-                self.drafter, spec, stats, (self.draft_hedge, self._hedge_executor()) if hedges else None))
+                self.drafter, spec, stats, (self.draft_hedge, self._hedge_executor()) if hedges else None,
+                replayable=replayable))
             produced: list[int] = []
             while True:
                 _stop_if_cancelled(cancelled, f"after {len(produced)} tokens")

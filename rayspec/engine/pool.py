@@ -1,7 +1,8 @@
 """Several drafters serving one target: a `Drafter` that hands each sequence to the next.
 
 A sequence keeps its drafter for its whole life (the drafter holds its KV cache), so the
-pool balances sequences, not steps: round robin, passing over a drafter that is unavailable
+pool balances sequences, not steps: round robin — or, for a replayable (seeded) request, the
+drafter its seed names (`open_by_seed`) — passing over a drafter that is unavailable
 (`DrafterUnavailable`: lost, or resting after it was) or full (`DrafterBusy`) to the next.
 When none can take the sequence, a full one's refusal stands (capacity is spent: 429), else
 the loss (the sequence decodes without drafts).  Other errors are the request's, and end it.
@@ -28,8 +29,21 @@ class DrafterPool:
         self._lock = threading.Lock()
 
     def open(self, spec: SequenceSpec):
+        """A session on the next drafter in turn that can take the sequence."""
         with self._lock:
             first = next(self._next)
+        return self._open_from(first, spec)
+
+    def open_by_seed(self, spec: SequenceSpec):
+        """A session on the drafter the sequence's seed names (seed mod the pool's size), or the
+        next that can take it.  A seed's tokens depend on the drafts (with every verifier but the
+        couplings), so a replayable request must not depend on which requests came before it
+        (round robin gave a seed one drafter's tokens, then the other's), nor on which of the
+        service's coordinators serves it; choice i of a request, seeded seed + i, drafts as a
+        request with that seed does, and its choices still spread over the drafters."""
+        return self._open_from(spec.seed % len(self.drafters), spec)
+
+    def _open_from(self, first: int, spec: SequenceSpec):
         refusals = []
         for turn in range(len(self.drafters)):
             try:
