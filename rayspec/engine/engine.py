@@ -243,10 +243,13 @@ def check_shared_tokenizer(target, drafter=None, tokenizer=None) -> None:
     drafter (a pool's, each) has vocabulary sizes that differ from the target's in padding rows
     only (`check_vocabularies`).  Where two sides tell their tokenizers, the tables must be one
     (`check_tokenizers`): the engine's `tokenizer` and the target's own; each drafter's and the
-    target's (the engine's, else the target's own).  A few ids named otherwise are logged."""
+    target's (the engine's, else the target's own); with neither, a pool's drafters each and its
+    first's, which cannot both be the target's where they differ.  A ValueError about a worker
+    names it.  A few ids named otherwise are logged."""
     members = () if drafter is None else getattr(drafter, "drafters", (drafter,))
     for member in members:
-        check_vocabularies(member.vocab_size, target.vocab_size, tokenizer)
+        with _naming_the_worker(member):
+            check_vocabularies(member.vocab_size, target.vocab_size, tokenizer)
     drafters = [(m, fingerprint) for m in members if (fingerprint := getattr(m, "tokenizer_fingerprint", None))]
     another = tokenizer is not None and tokenizer is not getattr(target, "tokenizer", None)
     if not (drafters or another):
@@ -258,18 +261,34 @@ def check_shared_tokenizer(target, drafter=None, tokenizer=None) -> None:
             _warn_of_other_ids("the tokenizer given the engine", check_tokenizers(given, target_fingerprint, "engine"))
         target_fingerprint = given or target_fingerprint
     if target_fingerprint:
-        for member, fingerprint in drafters:
-            address = getattr(member, "address", None)  # a worker's: which of a pool's
-            try:
-                other_ids = check_tokenizers(fingerprint, target_fingerprint)
-            except ValueError as error:
-                raise ValueError(f"drafter worker at {address}: {error}" if address else str(error)) from None
-            _warn_of_other_ids(f"the tokenizer of the drafter {address or 'in this process'}", other_ids)
+        reference, side = target_fingerprint, "drafter"
+    elif len(drafters) > 1:  # no target's table: a pool's drafters are held to one another's
+        reference, side = drafters[0][1], "pool"
+    else:
+        return
+    for member, fingerprint in drafters:
+        with _naming_the_worker(member):
+            other_ids = check_tokenizers(fingerprint, reference, side)
+        address = getattr(member, "address", None)
+        _warn_of_other_ids(f"the tokenizer of the drafter {address or 'in this process'}", other_ids,
+                           "the target's" if side == "drafter" else "the pool's first drafter's")
 
 
-def _warn_of_other_ids(whose: str, other_ids: int) -> None:
+@contextmanager
+def _naming_the_worker(drafter):
+    """A check's ValueError about `drafter` names its worker, where it has one: which of a pool's."""
+    try:
+        yield
+    except ValueError as error:
+        address = getattr(drafter, "address", None)
+        if address is None:
+            raise
+        raise ValueError(f"drafter worker at {address}: {error}") from None
+
+
+def _warn_of_other_ids(whose: str, other_ids: int, whom: str = "the target's") -> None:
     if other_ids:
-        log.warning("%s names up to %d token ids otherwise than the target's", whose, other_ids)
+        log.warning("%s names up to %d token ids otherwise than %s", whose, other_ids, whom)
 
 
 def _stop_if_cancelled(cancelled: threading.Event | None, when: str) -> None:

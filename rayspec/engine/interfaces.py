@@ -293,11 +293,14 @@ def tokenizer_fingerprint(tokenizer) -> bytes | None:
                                     digest_size=_DIGEST_BYTES).digest() for block in blocks)
 
 
-_SIDES = {
-    "drafter": ("the drafter's tokenizer", "so its drafts would hardly ever be accepted: a drafter must share its "
-                "target's tokenizer"),
-    "engine": ("the tokenizer given the engine", "so stop strings, bad words and the text returned would be another "
-               "tokenizer's: give the engine (a coordinator's --tokenizer) the target's"),
+_SIDES = {  # whose tokenizer, whose it is compared with, what would follow
+    "drafter": ("the drafter's tokenizer", "the target's", "so its drafts would hardly ever be accepted: a drafter "
+                "must share its target's tokenizer"),
+    "engine": ("the tokenizer given the engine", "the target's", "so stop strings, bad words and the text returned "
+               "would be another tokenizer's: give the engine (a coordinator's --tokenizer) the target's"),
+    # A target that tells no tokenizer: two drafters that disagree cannot both have the target's.
+    "pool": ("the drafter's tokenizer", "the pool's first drafter's", "so one of them is not the target's, and its "
+             "drafts would hardly ever be accepted: a pool's drafters must share their target's tokenizer"),
 }
 
 
@@ -316,8 +319,8 @@ def check_tokenizers(fingerprint: bytes, target_fingerprint: bytes, side: str = 
     compared = max(len(ours), len(targets))  # a block only one side has differs
     differing = sum(ours[at:at + 1] != targets[at:at + 1] for at in range(compared))
     if differing > MAX_OTHER_TOKENS_SHARE * compared:
-        whose, consequence = _SIDES[side]
-        raise ValueError(f"{whose} is not the target's: {differing} of {compared} blocks of {FINGERPRINT_BLOCK_IDS} "
+        whose, whom, consequence = _SIDES[side]
+        raise ValueError(f"{whose} is not {whom}: {differing} of {compared} blocks of {FINGERPRINT_BLOCK_IDS} "
                          f"token ids name other tokens (at most {MAX_OTHER_TOKENS_SHARE:.0%} may), {consequence}")
     return differing * FINGERPRINT_BLOCK_IDS
 

@@ -177,3 +177,35 @@ def test_a_drafter_worker_announces_its_tokenizer_and_another_is_refused(models)
             handle.close()
         for server, _ in servers:
             server.stop(0).wait()
+
+
+def test_a_pools_drafters_of_different_tokenizers_are_refused_without_the_targets(models):
+    """With no tokenizer told by the target or given the engine there is nothing to hold each
+    drafter to, but two drafters that disagree cannot both have the target's: they were taken."""
+    target = LocalTarget(models["target"])
+    pool = DrafterPool([LocalDrafter(models["drafter"], word_tokenizer(VOCAB)),
+                        LocalDrafter(models["drafter"], word_tokenizer(VOCAB, prefix="w"))])
+    with pytest.raises(ValueError, match=r"^the drafter's tokenizer is not the pool's first drafter's: 128 of 128 "
+                                         r"blocks .* so one of them is not the target's"):
+        SpeculativeEngine(target, pool, tree="kary:2x2")
+    same = DrafterPool([LocalDrafter(models["drafter"], word_tokenizer(VOCAB)),
+                        LocalDrafter(models["drafter"], word_tokenizer(VOCAB, renamed={VOCAB - 1}))])
+    SpeculativeEngine(target, same, tree="kary:2x2")  # a fine-tune's few ids: taken, as against a target's
+
+
+def test_a_pool_member_of_another_vocabulary_size_is_named_by_its_address(models):
+    """Of three drafter workers, the one whose size is no padding of the target's is named."""
+    servers = [serve_drafter(LocalDrafter(model), "127.0.0.1:0")
+               for model in (models["drafter"], tiny_llama(vocab=VOCAB + 2048, hidden=16, layers=1), models["drafter"])]
+    addresses = [f"127.0.0.1:{port}" for _, port in servers]
+    handles = [RemoteDrafter(address, VOCAB) for address in addresses]
+    try:
+        with pytest.raises(ValueError, match=rf"^drafter worker at {addresses[1]}: the drafter's vocab_size "
+                                             rf"\({VOCAB + 2048}\) differs from the target's \({VOCAB}\) by more than"):
+            SpeculativeEngine(LocalTarget(models["target"]), DrafterPool(handles), tree="kary:2x2",
+                              tokenizer=word_tokenizer(VOCAB))
+    finally:
+        for handle in handles:
+            handle.close()
+        for server, _ in servers:
+            server.stop(0).wait()
