@@ -449,18 +449,22 @@ def _walks_of_steps(target, drafter, verifier: str, repeats: int, walk_trees, pa
             seconds[1].append(outcome.verify_seconds)
     finally:
         root.close()
-    sessions, length, previous = None, 0, None
+    sessions, length, previous = [], 0, None  # the target's, then the drafter's: each kept as it opens
     try:
         for size, shape in sorted(shapes.items()):
             for _ in range(repeats + 1):
-                if sessions is None or length + shape.max_depth + 2 >= context:
-                    for session in sessions or ():
-                        session.close()
-                    sessions, length, previous = (target.open(spec), drafter.open(spec)), len(spec.prompt_ids), None
+                if len(sessions) < 2 or length + shape.max_depth + 2 >= context:
+                    while sessions:
+                        sessions.pop().close()
+                    # A drafter that fails to open (lost, or full) must not leave the target's
+                    # session open: a worker's would hold its place until the idle expiry.
+                    sessions.append(target.open(spec))
+                    sessions.append(drafter.open(spec))
+                    length, previous = len(spec.prompt_ids), None
                 outcome = sessions[0].verify(sessions[1].draft(shape, previous))
                 seconds.setdefault(size, []).append(outcome.verify_seconds)
                 length, previous = length + len(outcome.tokens), outcome
     finally:
-        for session in sessions or ():
+        for session in sessions:
             session.close()
     return MeasuredTimes(tuple(seconds), tuple(_warm_median(times) for times in seconds.values()))

@@ -14,7 +14,7 @@ from rayspec.engine.calibrate import (
     CALIBRATION_VERIFIER, CHAIN_WALK_SIZES, COOL_TEMPERATURE, WALK_SIZES, Costs, _parallel_chains, measure_costs,
 )
 from rayspec.engine.engine import resolve_priced_verifiers
-from rayspec.engine.interfaces import Outcome
+from rayspec.engine.interfaces import DrafterUnavailable, Outcome
 from rayspec.engine.policy import step_cost_model
 from rayspec.tree.planner import MeasuredTimes
 from rayspec.tree.structure import TreeShape
@@ -313,3 +313,37 @@ def test_costs_are_kept_by_any_keeper_and_one_that_cannot_keep_them_is_logged(ca
                                    kept_costs=_Keeper(fails=True))
     assert engine.measured_costs is not None  # it plans from them all the same
     assert "cannot keep the step costs" in caplog.text and "disk full" in caplog.text
+
+
+def test_a_drafter_lost_while_walks_are_timed_leaves_no_target_session_open():
+    """The walks open the target's session, then the drafter's: a drafter that failed to open
+    (a pool's drafters all lost mid-calibration) left the target's open — a worker's holds its
+    place and KV cache until its idle expiry."""
+    target_model = tiny_llama(vocab=64, context=256)
+    drafter_model = noisy_copy(target_model, noise=0.3)
+    open_sessions = []
+
+    class CountedTarget(LocalTarget):
+        def open(self, spec):
+            session = super().open(spec)
+            open_sessions.append(session)
+            closing = session.close
+            session.close = lambda: (open_sessions.remove(session), closing())
+            return session
+
+    class LostAfter(LocalDrafter):
+        def __init__(self, model, opens: int):
+            super().__init__(model)
+            self.opens = opens
+
+        def open(self, spec):
+            self.opens -= 1
+            if self.opens < 0:
+                raise DrafterUnavailable("the drafter worker is gone")
+            return super().open(spec)
+
+    # Two opens time the drafted levels; the third is the walks' first.
+    with pytest.raises(DrafterUnavailable):
+        measure_costs(CountedTarget(target_model), LostAfter(drafter_model, opens=2), sizes=(2, 4), widths=(1, 2),
+                      repeats=1, load_sequences=2, verifiers=["rrsw"])
+    assert open_sessions == []
