@@ -595,9 +595,11 @@ class RemoteDrafter(_WorkerHandle):
     A drafter that stops answering (`LOST_DRAFTER_CODES`) fails its calls with `DrafterLost`,
     and its sequences decode on target-only.  After it was unreachable or hung (`DOWN_CODES`),
     sessions are not even tried for `retry_after` seconds — doubling at each failure up to
-    `max_retry_after`, back to the start at the first session that opens — so that new
-    requests do not each wait for a connection or a deadline first; the opens that follow,
-    until one succeeds, have the draft deadline."""
+    `max_retry_after`, back to the start at the first draft it answers — so that new requests
+    do not each wait for a connection or a deadline first; until then (on probation) an open
+    and the first draft of a session it opens have the draft deadline.  A hung model still
+    answers Open from the server's threads: taking the drafter back at an open gave each
+    session's first draft the call's minute after every rest, and the rests never grew."""
 
     _stub_type = worker_pb2_grpc.DrafterServiceStub
 
@@ -639,11 +641,16 @@ class RemoteDrafter(_WorkerHandle):
         request = worker_pb2.OpenRequest(session_id=session_id, spec=codec.encode_spec(spec))
         # A drafter that was lately down or hung is probed: the draft deadline, not a minute's
         # stall of a sequence that tries to take it back (`rayspec.engine.drafting.Comeback`).
-        timeout = min(self.timeout, self.draft_timeout) if self._down_for else self.timeout
+        probation = self._down_for > 0
+        timeout = min(self.timeout, self.draft_timeout) if probation else self.timeout
         self.guarded(lambda: self._open(request, timeout))
-        with self._down_lock:
-            self._down_for = 0.0
-        return RemoteDrafterSession(self, session_id, spec.vocab_size or self.vocab_size)
+        return RemoteDrafterSession(self, session_id, spec.vocab_size or self.vocab_size, probation)
+
+    def answered(self) -> None:
+        """A draft came back: the drafter is taken back, its next rest the first again."""
+        if self._down_for:
+            with self._down_lock:
+                self._down_for = 0.0
 
     def guarded(self, send):
         """`send()`, a call to the worker, its failures for want of the worker as `DrafterLost`,
@@ -673,12 +680,14 @@ class RemoteDrafter(_WorkerHandle):
 
 
 class RemoteDrafterSession(_RemoteSession):
-    def __init__(self, drafter: RemoteDrafter, session_id: str, vocab_size: int):
+    def __init__(self, drafter: RemoteDrafter, session_id: str, vocab_size: int, probation: bool = False):
         super().__init__(drafter.channel, drafter.stub, worker_pb2.DrafterCall, drafter.timeout,
                          f"drafter {drafter.address}", drafter.streams, session_id)
         self.drafter = drafter
         self.vocab_size = vocab_size  # its laws' width (`SequenceSpec.vocab_size`)
-        self.drafted = False  # the first draft prefills the prompt: it has the longer deadline
+        # The first draft prefills the prompt: it has the longer deadline, but on a drafter on
+        # probation (lately down or hung: `RemoteDrafter`), which must answer in time.
+        self.drafted = probation
 
     def draft(self, shape: TreeShape | DynamicPlan, previous: Outcome | None) -> Draft:
         message, request = self._new("draft")
@@ -694,6 +703,7 @@ class RemoteDrafterSession(_RemoteSession):
             self.lost = True
             raise
         self.drafted = True
+        self.drafter.answered()
         return received
 
 

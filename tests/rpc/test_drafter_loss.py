@@ -19,6 +19,7 @@ from rayspec.engine.pool import DrafterPool
 from rayspec.models import load_causal_lm
 from rayspec.rpc.remote import DrafterLost, RemoteDrafter, RemoteError
 from rayspec.rpc.worker import serve_drafter
+from rayspec.tree.structure import TreeShape
 from rayspec.verify.processing import SamplingParams
 from tests.rpc.conftest import TINY_VOCAB
 from tests.rpc.processes import Worker, save_tiny_pair
@@ -129,11 +130,14 @@ def test_the_waits_before_trying_a_dead_drafter_again_double_and_a_restarted_one
         deadline = time.monotonic() + 10
         while True:
             try:
-                remote.open(_spec()).close()
+                session = remote.open(_spec())
                 break
             except DrafterUnavailable:
                 assert time.monotonic() < deadline, "the drafter was not taken back"
                 time.sleep(0.05)
+        assert remote._down_for == 0.5  # on probation until it drafts
+        session.draft(TreeShape.chain(1), None)
+        session.close()
         assert remote._down_for == 0
     finally:
         remote.close()
@@ -469,6 +473,51 @@ def test_a_drafter_that_was_down_is_probed_with_the_draft_deadline(pair):
         stuck_drafter.release.set()
         stuck.stop(0)
         remote.close()
+
+
+def test_a_drafter_whose_opens_answer_but_whose_drafts_hang_is_probed_with_the_draft_deadline(pair):
+    """A hung model (a stuck forward) still answers Open from the server's threads.  Each open
+    took the drafter back (its wait reset to the first), and the session's first draft had the
+    call's deadline: every request it took after each 1-s rest waited the call's minute, and
+    the waits never doubled.  Now a drafter is taken back when it drafts, and a session opened
+    on probation has the draft deadline from its first draft."""
+    _, drafter_model = pair
+    hanging = _Hanging(drafter_model, answered=0)
+    server, port = serve_drafter(hanging, "127.0.0.1:0")
+    remote = RemoteDrafter(f"127.0.0.1:{port}", VOCAB, timeout=2, draft_timeout=0.3, retry_after=0.05,
+                           max_retry_after=0.2)
+    try:
+        seconds, waits = [], []
+        for _ in range(4):
+            while True:  # until its rest is over
+                try:
+                    session = remote.open(_spec())
+                    break
+                except DrafterLost as error:
+                    assert "next try in" in str(error)
+                    time.sleep(0.02)
+            started = time.monotonic()
+            with pytest.raises(DrafterLost, match="DEADLINE_EXCEEDED"):
+                session.draft(TreeShape.chain(1), None)
+            seconds.append(time.monotonic() - started)
+            session.close()
+            waits.append(remote._down_for)
+        assert seconds[0] >= 2 and all(s < 1.5 for s in seconds[1:]), seconds  # the call's deadline once only
+        assert waits == [0.05, 0.1, 0.2, 0.2]
+        hanging.release.set()  # the model runs again: a draft takes the drafter back
+        while True:
+            try:
+                session = remote.open(_spec())  # on probation still: its first draft has the draft deadline
+                break
+            except DrafterLost:
+                time.sleep(0.02)
+        session.draft(TreeShape.chain(1), None)
+        session.close()
+        assert remote._down_for == 0
+    finally:
+        hanging.release.set()
+        remote.close()
+        server.stop(0)
 
 
 def test_a_drafter_worker_whose_vocabulary_size_differs_from_the_targets_is_refused_by_the_engine(pair):
