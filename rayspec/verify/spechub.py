@@ -49,11 +49,14 @@ def hub_pair_law(q: torch.Tensor, hub: torch.Tensor) -> torch.Tensor:
     """Q(a, x) = q(a) q(x) / (1 - q(a)) for x != a, zero at the hub a; q [B, V], hub [B].
 
     1 - q(a) is summed over the other tokens, never subtracted: when q(a) is within float
-    precision of 1 the subtraction would lose every digit.  A one-hot q gives a zero row."""
+    precision of 1 the subtraction would lose every digit.  q(x) / (1 - q(a)) is divided
+    first, then scaled by q(a): the quotient q(a) / (1 - q(a)) overflows to inf when the other
+    tokens' mass is below 1 / max (float32 subnormals, ~1.5e-5 in float16), and inf made every
+    pair (a, x) emit the hub.  A one-hot q gives a zero row."""
     q_hub = q.gather(-1, hub.unsqueeze(-1))
     others = q.scatter(-1, hub.unsqueeze(-1), 0)
     rest = others.sum(-1, keepdim=True)
-    return others.mul_(q_hub / torch.where(rest > 0, rest, torch.ones_like(rest)))
+    return others.div_(torch.where(rest > 0, rest, torch.ones_like(rest))).mul_(q_hub)
 
 
 class SpecHubChain(RejectionChain):

@@ -269,3 +269,28 @@ def test_float32_hub_within_rounding_of_one():
     assert torch.allclose(law32.double(), law64, rtol=0, atol=1e-6)
     tokens, _ = spechub.verify_batch(p32, q32, drafts, generator)
     assert ((tokens >= 0) & (tokens < 32_000)).all()
+
+
+@pytest.mark.parametrize("dtype, hub_logit", [(torch.float32, 100.0), (torch.float16, 20.0)])
+def test_other_tokens_of_a_mass_below_one_over_the_largest_float_still_pair_with_the_hub(dtype, hub_logit):
+    """q(a) / (1 - q(a)) overflows here (float32: the others are subnormal; float16: their
+    mass is below 1 / 65504); the pair law must stay q(a) q(x) / (1 - q(a)), and a pair
+    (a, x) must not emit the hub every time."""
+    q = torch.softmax(torch.tensor([0.0, hub_logit, 5.0, -5.0], dtype=F64), -1).to(dtype)
+    p = torch.softmax(torch.tensor([3.0, 0.0, 1.0, 0.5], dtype=F64), -1).to(dtype)
+    rest = q.double()[[0, 2, 3]].sum()
+    assert 0 < rest < 1 / torch.finfo(dtype).max
+    hub = torch.tensor([1])
+    pair = hub_pair_law(q.unsqueeze(0), hub)[0].double()
+    expected = q.double() * q.double()[1] / rest
+    expected[1] = 0
+    assert torch.isfinite(pair).all() and torch.allclose(pair, expected, rtol=1e-2, atol=0)
+    spechub = SpecHub()
+    law = mixture_output_law(spechub, p, q, 2).double()
+    assert float((law - p.double()).abs().max()) < 1e-3, law.tolist()
+    generator = torch.Generator().manual_seed(6)
+    n = 20_000
+    rows_p, rows_q = p.expand(n, -1).contiguous(), q.expand(n, -1).contiguous()
+    drafts = spechub.sample_drafts_batch(rows_q, 2, generator)
+    tokens, _ = spechub.verify_batch(rows_p, rows_q, drafts, generator)
+    assert_frequencies_match(tokens.tolist(), law_of_tensor(p.double() / p.double().sum()), what=f"{dtype} tokens")
