@@ -202,8 +202,12 @@ def sample_categorical(weights: torch.Tensor, u: torch.Tensor, fallback: torch.T
 def positive_part_normalized(x: torch.Tensor) -> torch.Tensor:
     """norm((x)^+) along the last dimension; rows of zero mass stay zero (no NaN)."""
     x = x.clamp_min(0)
-    # A row of zero mass is all zeros, and 0 / tiny = 0: no branch needed.
-    return x / x.sum(-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
+    total = x.sum(-1, keepdim=True)
+    # Divided by the total itself whenever it is positive: a mass below the dtype's smallest
+    # normal number (float32 subnormals, float16's 6e-5 — what sampling without replacement
+    # leaves of a peaked q) is still a law's total, and a floor there left the row summing
+    # to far less than 1.  A row of zero mass stays all zeros.
+    return x / torch.where(total > 0, total, torch.ones_like(total))
 
 
 def iid_draft_law(q: torch.Tensor, k: int) -> list[tuple[tuple[int, ...], float]]:

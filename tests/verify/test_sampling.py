@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rayspec.verify.base import sample_categorical, sample_from_weights, sample_without_replacement
+from rayspec.verify import get_verifier
+from rayspec.verify.base import (
+    positive_part_normalized, sample_categorical, sample_from_weights, sample_without_replacement,
+)
+from rayspec.verify.laws import mixture_output_law
+from tests.stats import assert_frequencies_match, law_of_tensor
 
 
 def test_every_token_owns_its_own_slice_of_the_unit_interval_on_a_large_float32_row():
@@ -66,3 +71,24 @@ def test_sampling_without_replacement_gives_the_one_draw_at_a_time_definitions_t
         assert ((q.gather(-1, real) > 0) | (drafts < 0)).all()
         assert all(len(set(row[row >= 0].tolist())) == int((row >= 0).sum()) for row in drafts)  # no repeats
     assert sample_without_replacement(q[:2], 0, torch.Generator().manual_seed(0)).shape == (2, 0)
+
+
+@pytest.mark.parametrize("dtype, gap", [(torch.float32, 100.0), (torch.float16, 15.0)])
+def test_a_mass_below_the_smallest_normal_number_is_renormalised_to_one(dtype, gap):
+    """What sampling without replacement leaves of a peaked q once its mode is drawn can be a
+    subnormal mass (float32) or one below float16's 6e-5; renormalised, it is a law all the
+    same, and rrsw tests the next draft against it: a row summing to 1e-7 accepted that draft
+    every time (here token 0, which the target gives 0.13, came out 0.87 of the time)."""
+    q = torch.softmax(torch.tensor([0.0, gap, -2 * gap, -2 * gap], dtype=torch.float64), -1).to(dtype)
+    assert 0 < float(q[0]) < torch.finfo(dtype).tiny and q[1] == 1
+    removed = positive_part_normalized(q.scatter(-1, torch.tensor([1]), 0).unsqueeze(0))[0]
+    assert removed.tolist() == [1.0, 0.0, 0.0, 0.0]
+    p = torch.softmax(torch.tensor([0.0, 0.0, 1.0, 1.0], dtype=torch.float64), -1).to(dtype)
+    rrsw = get_verifier("rrsw")
+    law = mixture_output_law(rrsw, p, q, 2).double()
+    assert float((law - p.double()).abs().max()) < 1e-3, law.tolist()
+    n = 20_000
+    generator = torch.Generator().manual_seed(8)
+    rows_p, rows_q = p.expand(n, -1).contiguous(), q.expand(n, -1).contiguous()
+    tokens, _ = rrsw.verify_batch(rows_p, rows_q, rrsw.sample_drafts_batch(rows_q, 2, generator), generator)
+    assert_frequencies_match(tokens.tolist(), law_of_tensor(p.double() / p.double().sum()), what=f"rrsw {dtype}")
