@@ -125,7 +125,11 @@ class BaseClient:
     def _open_stream(self, message: generation_pb2.GenerateRequest, timeout: float):
         """A stream's gRPC call, opened at its first iteration and again for each replay."""
         self._check_open()
-        return self._generation.GenerateStream(message, timeout=timeout, metadata=self._metadata)
+        try:
+            return self._generation.GenerateStream(message, timeout=timeout, metadata=self._metadata)
+        except ValueError:
+            self._check_open()  # closed by another thread since the check above: not grpc's refusal
+            raise
 
     def _learn_features(self, info: generation_pb2.GenerationInfo | None, error: RayspecError | None = None) -> None:
         """Keep the features an `Info` reply lists; a server without `Info` (its call failed

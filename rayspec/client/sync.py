@@ -107,6 +107,9 @@ class Client(BaseClient):
                 pause = self.retry.pause(retries, error.code(), deadline) if idempotent else None
                 if pause is None:
                     raise error_from_rpc(error) from error
+            except ValueError:
+                self._check_open()  # closed by another thread since the check above: not grpc's refusal
+                raise
             retries += 1
             time.sleep(pause)
 

@@ -71,3 +71,30 @@ def test_closing_twice_is_harmless():
         await async_client.close()
 
     asyncio.run(twice())
+
+
+
+class _ClosingFirst:
+    """A stub whose methods close the client before gRPC takes their call."""
+
+    def __init__(self, stub, client: sdk.Client):
+        self._stub, self._client = stub, client
+
+    def __getattr__(self, method: str):
+        def close_then_call(*args, **kwargs):
+            self._client.close()  # what another thread's close() does in the gap
+            return getattr(self._stub, method)(*args, **kwargs)
+        return close_then_call
+
+
+@pytest.mark.parametrize("call", CALLS)
+def test_a_call_racing_a_close_on_another_thread_raises_client_closed_error(call):
+    """The client is shared between threads: one may close it after another's call checked it
+    was open but before gRPC took the call, whose closed channel then refuses with a bare
+    ValueError.  Made deterministic by closing in that gap."""
+    client = sdk.Client(f"127.0.0.1:{free_port()}")
+    client._generation = _ClosingFirst(client._generation, client)
+    client._health = _ClosingFirst(client._health, client)
+    with pytest.raises(sdk.RayspecError, match=WHY) as raised:
+        CALLS[call](client)
+    _assert_client_closed_error(raised.value)
