@@ -87,6 +87,9 @@ class GenerationBody(StrictBody):
     ignore_eos: bool | None = None
     include_stop_str_in_output: bool | None = None
     skip_special_tokens: bool | None = None
+    # vLLM's: only a slow tokenizer spaces special tokens apart; transformers 5 loads fast ones
+    # (a `TokenizersBackend`), whose text is the same either way, as in vLLM with a fast one
+    spaces_between_special_tokens: bool | None = None
     user: str | None = None
     metadata: dict[str, Any] | None = None
     store: bool | None = None
@@ -94,10 +97,11 @@ class GenerationBody(StrictBody):
     safety_identifier: str | None = None  # OpenAI's user id for abuse monitoring
     prompt_cache_key: str | None = None  # OpenAI's hint for its prompt cache
     # vLLM's: the generation's id when no X-Request-Id header names it; the scheduling
-    # priority and beam search, accepted at their defaults
+    # priority and beam search (with its length penalty), accepted at their defaults
     request_id: str | None = None
     priority: int | None = None
     use_beam_search: bool | None = None
+    length_penalty: float | None = None
     rayspec: RayspecOptions | None = None
 
     def refuse_unsupported(self) -> None:
@@ -112,6 +116,8 @@ class GenerationBody(StrictBody):
             ("priority", self.priority in (None, 0),
              "requests are served in the order they come: only 0 (the default)"),
             ("use_beam_search", not self.use_beam_search, "beam search is not supported"),
+            ("length_penalty", self.length_penalty in (None, 1.0),
+             "a length penalty weighs beams, and beam search is not supported: only 1 (the default)"),
         ])
 
     def generation_fields(self) -> dict:

@@ -79,8 +79,10 @@ released.
 Every response carries an `X-Request-Id` header (vLLM's, with --enable-request-id-headers):
 the request's own `X-Request-Id` when it sends a usable one (1-256 printable ASCII characters),
 else the body's vLLM `request_id` (refused if unusable), else a fresh id.  A generation's
-response id is made of it (`cmpl-<id>`, `chatcmpl-<id>`).  vLLM's `priority` (0) and
-`use_beam_search` (false) are accepted at their defaults, and refused otherwise.
+response id is made of it (`cmpl-<id>`, `chatcmpl-<id>`).  vLLM's `priority` (0),
+`use_beam_search` (false) and `length_penalty` (1) are accepted at their defaults, and refused
+otherwise; its `spaces_between_special_tokens` is accepted either way (only a slow tokenizer
+reads it, and transformers 5 loads fast ones).
 
 Errors have OpenAI's body `{"error": {"message", "type", "param", "code"}}`: 400 for bad
 input (malformed JSON, wrong types, unknown verifier, a prompt longer than the context, ...),

@@ -177,7 +177,9 @@ def test_an_unusable_request_id_is_refused(http, request_id):
     assert "printable ASCII" in reply.json()["error"]["message"]
 
 
-@pytest.mark.parametrize("fields", [{"priority": 0}, {"priority": None}, {"use_beam_search": False}])
+@pytest.mark.parametrize("fields", [{"priority": 0}, {"priority": None}, {"use_beam_search": False},
+                                    {"length_penalty": 1.0}, {"spaces_between_special_tokens": False},
+                                    {"spaces_between_special_tokens": True}])
 def test_vllms_scheduling_fields_at_their_defaults_are_accepted(http, fields):
     plain = http.post("/v1/chat/completions", json=_chat())
     reply = http.post("/v1/chat/completions", json=_chat(**fields))
@@ -186,7 +188,8 @@ def test_vllms_scheduling_fields_at_their_defaults_are_accepted(http, fields):
 
 
 @pytest.mark.parametrize("fields, param", [({"priority": 1}, "priority"), ({"priority": -5}, "priority"),
-                                           ({"use_beam_search": True}, "use_beam_search")])
+                                           ({"use_beam_search": True}, "use_beam_search"),
+                                           ({"length_penalty": 0.5}, "length_penalty")])
 def test_vllms_scheduling_fields_asking_for_what_is_not_done_are_refused(http, fields, param):
     reply = http.post("/v1/completions", json=_completion(**fields))
     assert reply.status_code == 400, reply.text
@@ -354,3 +357,17 @@ def test_a_schema_of_a_kilobyte_whose_expression_would_take_gigabytes_is_a_400_a
     error = reply.json()["error"]
     assert error["param"] == "response_format" and "its expression is too large" in error["message"]
     assert http.post("/v1/chat/completions", json=_chat()).status_code == 200
+
+
+def test_the_demo_tokenizer_spaces_special_tokens_alike_either_way():
+    """Why `spaces_between_special_tokens` is accepted and not acted on: only a slow tokenizer
+    reads it, and transformers 5 loads a fast one, whose text is the same either way."""
+    from transformers import AutoTokenizer
+
+    from rayspec.demo import TARGET_PATH
+
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
+    ids = tokenizer.encode("a b") + [tokenizer.eos_token_id] * 2 + tokenizer.encode("c")
+    spaced = tokenizer.decode(ids, spaces_between_special_tokens=True)
+    assert tokenizer.eos_token * 2 in spaced
+    assert tokenizer.decode(ids, spaces_between_special_tokens=False) == spaced
