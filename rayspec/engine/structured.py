@@ -136,7 +136,8 @@ def _escape(text: str) -> str:
 UNENFORCED_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
                                  "uniqueItems", "maxProperties", "minProperties", "not", "contains", "minContains",
                                  "maxContains", "propertyNames", "dependentRequired", "dependentSchemas",
-                                 "dependencies"})
+                                 "dependencies", "if", "then", "else", "patternProperties", "unevaluatedProperties",
+                                 "unevaluatedItems"})
 # Keywords whose values are data or names, not schemas: nothing under them is a keyword.
 _DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples", "required", "title", "description"})
 _SCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "patternProperties"})
@@ -170,6 +171,69 @@ def _overlapping_one_ofs(schema) -> list[str]:
     branches are disjoint (`_exclusive`) is enforced as written."""
     return [place for place, key, branches in _keywords(schema)
             if key == "oneOf" and isinstance(branches, list) and not _exclusive(branches, schema, place)]
+
+
+def _subschemas(schema, where: str = ""):
+    """(where, schema) of a schema and of each object in it that stands where a schema does."""
+    if isinstance(schema, list):
+        for i, item in enumerate(schema):
+            yield from _subschemas(item, f"{where}[{i}]")
+    elif isinstance(schema, dict):
+        yield where, schema
+        for key, value in schema.items():
+            place = f"{where}.{key}" if where else key
+            if key in _SCHEMA_MAPS and isinstance(value, dict):
+                for name, sub in value.items():
+                    yield from _subschemas(sub, f"{place}.{name}")
+            elif key not in _DATA_KEYWORDS:
+                yield from _subschemas(value, place)
+
+
+# outlines-core compiles a schema object from one of these, the first it has (and `type` after
+# them all), and reads past the others: an object with two is enforced in part.
+_LEADING_KEYWORDS = ("properties", "allOf", "anyOf", "oneOf", "prefixItems", "enum", "const", "$ref")
+# What only `type` reads: past a leading keyword, read past.
+_TYPE_KEYWORDS = frozenset({"minLength", "maxLength", "pattern", "format", "items", "minItems", "maxItems"})
+
+
+def _compiled_in_part(schema) -> list[str]:
+    """Where outlines-core would compile a schema object past some of what it says (as a schema
+    of fewer assertions, letting through text that breaks the rest), each with why."""
+    found = []
+    for where, node in _subschemas(schema):
+        place = where or "top level"
+        leading = [key for key in _LEADING_KEYWORDS if key in node]
+        read_past = sorted(_TYPE_KEYWORDS & node.keys())
+        if leading and leading[0] == "prefixItems":
+            read_past = sorted(_TYPE_KEYWORDS - {"items"} & node.keys())
+        if len(leading) > 1 or (leading and read_past):
+            found.append(f"{place} combines {', '.join(leading + read_past)}, of which only {leading[0]} would be "
+                         f"enforced")
+        elif not leading and {"minLength", "maxLength"} & node.keys() and "pattern" in node:
+            found.append(f"{place} combines a length and a pattern, of which only the length would be enforced")
+        elif not leading and "format" in node and {"minLength", "maxLength", "pattern"} & node.keys():
+            found.append(f"{place} combines a format with a length or a pattern, of which only one would be "
+                         f"enforced")
+        if "allOf" in node and isinstance(node["allOf"], list) and len(node["allOf"]) > 1:
+            all_of = f"{where}.allOf" if where else "allOf"
+            found.append(f"{all_of} has {len(node['allOf'])} branches, which would be written one after another "
+                         f"(merge them into one schema)")
+        listed = [node["const"]] if "const" in node else node.get("enum")
+        types = _types(node) if isinstance(node.get("type"), (str, list)) else None
+        if isinstance(listed, list) and types is not None:
+            strays = [value for value in listed
+                      if _json_type(value) not in types and not (_json_type(value) == "integer" and "number" in types)]
+            if strays:
+                found.append(f"{place} lists {json.dumps(strays[0])}, which its type {json.dumps(node['type'])} "
+                             f"does not admit")
+        required = node.get("required")
+        if isinstance(required, list):
+            properties = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+            missing = [name for name in required if name not in properties]
+            if missing:
+                found.append(f"{place} requires {json.dumps(missing[0])}, which it gives no schema for in its "
+                             f"properties")
+    return found
 
 
 # Branches of one oneOf compared pairwise at most (a tagged union of this many is compared by
@@ -362,6 +426,9 @@ def _compile_schema(schema_text: str) -> str:
         raise ValueError(f"json_schema uses {', '.join(unenforced)}, which structured output cannot enforce "
                          f"(numeric bounds, multipleOf, uniqueItems, min/maxProperties, not, contains, "
                          f"propertyNames, dependencies): give the values as an enum, or leave the keyword out")
+    in_part = _compiled_in_part(schema)
+    if in_part:
+        raise ValueError(f"json_schema cannot be enforced as written: {'; '.join(in_part)}")
     overlapping = _overlapping_one_ofs(schema)
     if overlapping:
         raise ValueError(f"json_schema's {', '.join(overlapping)} has branches one value could match two of, and "

@@ -641,3 +641,40 @@ def test_a_resumed_sequence_goes_on_from_where_the_expression_stands(demo_engine
     resumed = SpeculativeEngine(target, engine.drafter, **setting).run(prompt, **request)
     assert resumed.stats.target_resumes == 1 and len(target.opened[1].completion_ids) > 0
     assert resumed.tokens == whole.tokens and json.loads(tokenizer.decode(resumed.tokens))["level"] in range(10)
+
+
+@pytest.mark.parametrize("schema, message", [
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "b"]},
+     'top level requires "b", which it gives no schema for in its properties'),
+    ({"type": "string", "enum": ["a", 1]}, 'top level lists 1, which its type "string" does not admit'),
+    ({"type": "object", "properties": {"n": {"type": "integer", "const": 2.5}}, "required": ["n"]},
+     'properties.n lists 2.5, which its type "integer" does not admit'),
+    ({"type": "string", "pattern": "^x+$", "maxLength": 3},
+     "top level combines a length and a pattern, of which only the length would be enforced"),
+    ({"anyOf": [{"type": "integer"}], "enum": ["q"]}, "top level combines anyOf, enum, of which only anyOf would"),
+    ({"type": "array", "items": {"allOf": [{"type": "string"}, {"type": "string"}]}},
+     "items.allOf has 2 branches, which would be written one after another"),
+    ({"type": "object", "properties": {"a": {"const": 1}}, "if": {"properties": {"a": {"const": 1}}},
+      "then": {"required": ["b"]}}, "json_schema uses if, then, which structured output cannot enforce"),
+    ({"type": "object", "patternProperties": {"^x": {"type": "integer"}}},
+     "json_schema uses patternProperties, which structured output cannot enforce"),
+])
+def test_a_schema_outlines_core_would_compile_in_part_is_refused_naming_where(schema, message):
+    """outlines-core compiles these to text that breaks them ({"a": 1} lacking b, the string
+    "1", ...), reading past what it does not follow; each is refused before it is compiled."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        StructuredOutput(json_schema=schema).to_regex()
+
+
+def test_a_schema_as_pydantic_writes_it_is_not_refused_for_what_it_combines():
+    from rayspec.engine.structured import _compiled_in_part
+
+    schema = {"$defs": {"Kind": {"enum": ["a", "b"], "title": "Kind", "type": "string"}}, "title": "M",
+              "type": "object", "required": ["kind", "literal"],
+              "properties": {"kind": {"$ref": "#/$defs/Kind"}, "literal": {"const": "x", "type": "string"},
+                             "name": {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}],
+                                      "default": None, "title": "Name"},
+                             "ratio": {"type": "number", "enum": [1, 2.5]},
+                             "only": {"allOf": [{"$ref": "#/$defs/Kind"}]},
+                             "pair": {"type": "array", "prefixItems": [{"type": "integer"}], "items": False}}}
+    assert _compiled_in_part(schema) == []
