@@ -435,11 +435,28 @@ def _compile_schema(schema_text: str) -> str:
                          f"structured output would let such a value through (it enforces oneOf as anyOf): use "
                          f"anyOf, or make the branches exclusive — distinct types, distinct const/enum values, or a "
                          f"property all of them require with distinct const values (a discriminated union's tag)")
+    _name_properties_by_their_json(schema)
+    schema_text = json.dumps(schema)
     # In a compiler process too: the expression doubles with each level of nested arrays (a
     # schema of 1 kB nesting 40 deep asks for gigabytes), and outlines-core aborts the process
     # whose allocation fails — here, the server.
     return _in_compiler(("schema", schema_text, MAX_SCHEMA_REGEX_CHARS), "json_schema cannot be compiled",
                         "json_schema", "its expression is too large (each level of nested arrays doubles it)")
+
+
+def _name_properties_by_their_json(schema) -> None:
+    """Rename, in place, each property (and its `required` entry) to its name as JSON writes it
+    between the quotes: outlines-core puts a name into the expression as a literal, escaped for
+    the expression but not for JSON, so a name holding a quote, a backslash or a control
+    character was a key no JSON reader could parse ({"q"x": ...} for q"x)."""
+    def written(name):
+        return json.dumps(name, ensure_ascii=False)[1:-1] if isinstance(name, str) else name
+
+    for _, node in list(_subschemas(schema)):
+        if isinstance(node.get("properties"), dict):
+            node["properties"] = {written(name): sub for name, sub in node["properties"].items()}
+        if isinstance(node.get("required"), list):
+            node["required"] = [written(name) for name in node["required"]]
 
 
 def _byte_level_alphabet() -> dict[str, int]:

@@ -678,3 +678,14 @@ def test_a_schema_as_pydantic_writes_it_is_not_refused_for_what_it_combines():
                              "only": {"allOf": [{"$ref": "#/$defs/Kind"}]},
                              "pair": {"type": "array", "prefixItems": [{"type": "integer"}], "items": False}}}
     assert _compiled_in_part(schema) == []
+
+
+def test_a_property_name_json_must_escape_is_written_escaped():
+    schema = {"type": "object", "properties": {'q"x\\': {"type": "integer"}, "tab\there": {"const": "é"},
+                                               "a.b+": {"type": "boolean"}},
+              "required": ['q"x\\', "tab\there", "a.b+"]}
+    regex = StructuredOutput(json_schema=schema).to_regex()
+    text = json.dumps({'q"x\\': 7, "tab\there": "é", "a.b+": True}, ensure_ascii=False)
+    assert re.fullmatch(regex, text) and json.loads(text)
+    assert not re.fullmatch(regex, '{"q"x\\": 7, "tab\there": "é", "a.b+": true}')  # the names unescaped
+    assert not re.fullmatch(regex, '{"q\\"x\\\\": 7, "tab\\there": "é", "aXbb": true}')  # "." and "+" as written
