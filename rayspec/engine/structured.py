@@ -436,6 +436,7 @@ def _compile_schema(schema_text: str) -> str:
                          f"anyOf, or make the branches exclusive — distinct types, distinct const/enum values, or a "
                          f"property all of them require with distinct const values (a discriminated union's tag)")
     _name_properties_by_their_json(schema)
+    _formats_as_json_safe_patterns(schema)
     schema_text = json.dumps(schema)
     # In a compiler process too: the expression doubles with each level of nested arrays (a
     # schema of 1 kB nesting 40 deep asks for gigabytes), and outlines-core aborts the process
@@ -457,6 +458,45 @@ def _name_properties_by_their_json(schema) -> None:
             node["properties"] = {written(name): sub for name, sub in node["properties"].items()}
         if isinstance(node.get("required"), list):
             node["required"] = [written(name) for name in node["required"]]
+
+
+# Patterns that stand for these formats in place of outlines-core's, whose text could break
+# JSON or the format: its email and uri admit a quote, a backslash or a control character raw
+# inside the string (an email's quoted local part, a uri's path: "http://a.b/x"y"), its time
+# a backslash before any character where the fraction's dot goes ("12:00:00\ 5"), its date
+# any Unicode digit ("٢٠٢٤-01-01").  Each admits a subset of what the format allows.
+_URI_CHARS = r"[A-Za-z0-9._~%!$&'()*+,;=:@/?-]"
+_FORMAT_PATTERNS = {
+    "date": r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])",
+    "time": r"(2[0-3]|[01][0-9]):[0-5][0-9]:[0-5][0-9](\.[0-9]+)?(Z)?",
+    "email": r"[a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]+(\.[a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]+)*@"
+             r"([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?\.)+[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?",
+    "uri": rf"((https?|ftp)://([A-Za-z0-9._~%!$&'()*+,;=-]+(:[A-Za-z0-9._~%!$&'()*+,;=-]*)?@)?"
+           rf"([A-Za-z0-9.-]+\.[A-Za-z]{{2,}}|localhost)(:[0-9]+)?(/{_URI_CHARS}*)?(\?{_URI_CHARS}*)?(#{_URI_CHARS}*)?"
+           rf"|urn:[a-zA-Z0-9][a-zA-Z0-9-]{{0,31}}:{_URI_CHARS}+)",
+}
+
+
+def _formats_as_json_safe_patterns(schema) -> None:
+    """Give, in place, each string format of `_FORMAT_PATTERNS` as its pattern there (a format
+    with a length or a pattern is refused before, by `_compiled_in_part`), and each pattern as
+    one group (`_grouped`)."""
+    for _, node in list(_subschemas(schema)):
+        if isinstance(node.get("pattern"), str):
+            node["pattern"] = _grouped(node["pattern"])
+        elif node.get("format") in _FORMAT_PATTERNS:
+            node["pattern"] = _FORMAT_PATTERNS[node.pop("format")]
+
+
+def _grouped(pattern: str) -> str:
+    """`pattern` as one group between its anchors: outlines-core writes a pattern between the
+    string's quotes as it is, so a top-level alternative ("^cat|dog$") took a quote each
+    ('"cat' was a whole match)."""
+    inner = pattern[1:] if pattern.startswith("^") else pattern
+    trailing_backslashes = len(inner[:-1]) - len(inner[:-1].rstrip("\\"))
+    if inner.endswith("$") and trailing_backslashes % 2 == 0:
+        inner = inner[:-1]
+    return f"^(?:{inner})$"
 
 
 def _byte_level_alphabet() -> dict[str, int]:

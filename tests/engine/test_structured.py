@@ -689,3 +689,23 @@ def test_a_property_name_json_must_escape_is_written_escaped():
     assert re.fullmatch(regex, text) and json.loads(text)
     assert not re.fullmatch(regex, '{"q"x\\": 7, "tab\there": "é", "a.b+": true}')  # the names unescaped
     assert not re.fullmatch(regex, '{"q\\"x\\\\": 7, "tab\\there": "é", "aXbb": true}')  # "." and "+" as written
+
+
+@pytest.mark.parametrize("format_, good, bad", [
+    ("time", "12:00:00.25Z", '12:00:00\\ 5'),  # a backslash escaping a space: no JSON
+    ("date", "2024-01-31", "٢٠٢٤-01-31"),  # Arabic-Indic digits
+    ("email", "ada.l+x@mail.example.org", '"a"@b.co'),  # a quoted local part: raw quotes in the string
+    ("uri", "https://example.org/a/b?c=d#e", 'http://example.org/x"y'),
+])
+def test_a_string_formats_text_is_a_json_string_of_that_format(format_, good, bad):
+    regex = StructuredOutput(json_schema={"type": "string", "format": format_}).to_regex()
+    assert re.fullmatch(regex, json.dumps(good, ensure_ascii=False))
+    assert not re.fullmatch(regex, bad.join('""'))
+
+
+def test_a_patterns_alternatives_stay_between_the_quotes():
+    regex = StructuredOutput(json_schema={"type": "string", "pattern": "^cat|dog$"}).to_regex()
+    matched = [bool(re.fullmatch(regex, text)) for text in ('"cat"', '"dog"', '"cat', 'dog"')]
+    assert matched == [True, True, False, False]
+    escaped = StructuredOutput(json_schema={"type": "string", "pattern": "^a\\$"}).to_regex()  # ends in a literal $
+    assert re.fullmatch(escaped, '"a$"') and not re.fullmatch(escaped, '"a"')
