@@ -23,7 +23,10 @@ class _PointMassChain(RejectionChain):
         super().__init__(p, q, drafts)
         self.n_steps = drafts.shape[-1]
         self.target = p.clone()
-        self.mass = torch.ones(p.shape[0], dtype=p.dtype, device=p.device)  # of self.target
+        # The row's own mass, not 1: a row rounded to float16 (or decoded within the wire's
+        # tolerance) sums to 1 +- 1e-3, and p(x1) / 1 emitted x1 with p(x1), not p(x1) / sum(p),
+        # while every later step divides by the summed mass left.
+        self.mass = p.sum(-1)  # of self.target
 
     def accept_prob(self, j):
         x = self.drafts[:, j]
