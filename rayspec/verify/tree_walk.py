@@ -76,6 +76,28 @@ class TreeWalkBatch:
         return TreeVerdict(self.path[b, :n].tolist(), self.tokens[b, : n + 1].tolist(), ranks)
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def as_law(rows: torch.Tensor | None) -> torch.Tensor | None:
+    """Half-precision rows as float32 laws: each row over its own mass; other rows as they are.
+
+    Every verifier's rule assumes a row of mass 1 (SpS's min(1, p/q), a residual
+    norm((p - q)^+) whose mass is taken as 1 - sum min(p, q)), and in exact arithmetic its
+    law is off from the row's own law p / sum(p) by about |1 - sum(p)| in absolute terms, all
+    of it on the tokens the residual holds.  A float16 row sums to 1 within ~1e-3, a
+    bfloat16 one within ~4e-3 and cannot be renormalised in its own precision; the bonus
+    token at a leaf, drawn by inverse CDF over the row's total, follows p / sum(p) already.
+    (bfloat16 (0.99, 0.006, 0.004) against q = (0.999, 5e-4, 5e-4): SpS emitted token 1
+    with 0.0077 for its 0.0060.)  Float32 rows, what the engine scores, sum to 1 within
+    ~1e-6 and are passed on untouched, with no pass over them."""
+    if rows is None or rows.dtype not in _HALF:
+        return rows
+    rows = rows.float()
+    total = rows.sum(-1, keepdim=True)
+    return rows / torch.where(total > 0, total, torch.ones_like(total))  # a zero row stays zero
+
+
 def _select(randomness, rows: torch.Tensor, batch: int):
     """The randomness of a subset of rows (a generator serves any subset as it is)."""
     if hasattr(randomness, "select") and rows.numel() != batch:
@@ -171,7 +193,7 @@ def walk_trees(verifier, shape: TreeShape, tokens, p_rows, q_rows, generator) ->
         is_leaf = num_children[here] == 0
         leaves, inner = walking[is_leaf], walking[~is_leaf]
         if leaves.numel():
-            p_leaf = rows_of(p_rows, leaves, node[leaves])
+            p_leaf = as_law(rows_of(p_rows, leaves, node[leaves]))
             emitted[leaves, depth] = verifier.sample_target_batch(p_leaf, _select(randomness, leaves, batch))
         if not inner.numel():
             break
@@ -181,8 +203,8 @@ def walk_trees(verifier, shape: TreeShape, tokens, p_rows, q_rows, generator) ->
         drafts = torch.where(valid, tokens[inner.unsqueeze(-1), child.clamp_max(shape.size - 1)], -1)
         if depth or not shape.predicted:
             drafts = drafts[:, :width]
-        q = None if q_rows is None else rows_of(q_rows, inner, at)
-        p = rows_of(p_rows, inner, at)
+        q = None if q_rows is None else as_law(rows_of(q_rows, inner, at))
+        p = as_law(rows_of(p_rows, inner, at))
         if depth == 0 and shape.predicted:
             token, column = _predicted_root(verifier, p, q, drafts, _select(randomness, inner, batch),
                                             lambda rows: _select(randomness, inner[rows], batch))
@@ -214,7 +236,7 @@ def walk_tree(verifier, tree: DraftTree, p_rows, q_rows, generator) -> TreeVerdi
     node = 0
     while True:
         randomness = verifier.tree_randomness(generator, shape.depth[node])
-        p = p_rows[node : node + 1]
+        p = as_law(p_rows[node : node + 1])
         children = shape.children[node]
         if not children:
             verdict.tokens.append(int(verifier.sample_target_batch(p, randomness)[0]))
@@ -222,7 +244,7 @@ def walk_tree(verifier, tree: DraftTree, p_rows, q_rows, generator) -> TreeVerdi
         padded = width + (1 if node == 0 and shape.predicted else 0)
         drafts = torch.tensor([[tokens[c] for c in children] + [-1] * (padded - len(children))], device=p.device)
         row = node if q_rows is None or q_rows.shape[0] == shape.size else shape.internal_index[node]
-        q = None if q_rows is None else q_rows[row : row + 1]
+        q = None if q_rows is None else as_law(q_rows[row : row + 1])
         if node == 0 and shape.predicted:
             token, index = (int(x[0]) for x in _predicted_root(verifier, p, q, drafts, randomness,
                                                                lambda rows: randomness))

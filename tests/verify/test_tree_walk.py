@@ -258,3 +258,37 @@ def test_a_predicted_chain_is_refused_unless_it_is_the_roots_first_line_of_only_
     with pytest.raises(ValueError, match="node 1 has 0 children"):
         TreeShape((-1, 0), predicted=2)
     assert TreeShape((-1, 0, 0, 1, 2, 3), predicted=3).predicted_chain == (1, 3, 5)
+
+
+# ------------------------------------------------------------ rows in half precision
+PRIVATE_LOSSLESS = [n for n in LOSSLESS if not get_verifier(n).drafter_invariant]
+
+
+@pytest.mark.parametrize("name", PRIVATE_LOSSLESS)
+def test_a_walk_over_bfloat16_rows_emits_each_rows_own_law(name):
+    """bfloat16 rows sum to 1 only within its ~4e-3: (0.99, 0.006, 0.004) is
+    (0.98828, 0.00601, 0.00400), of mass 0.99829, and q = (0.999, 5e-4, 5e-4) is (1.0, 5e-4,
+    5e-4).  The rules assume a mass of 1 and the deficit fell on the residual's tokens: token 1,
+    of law 0.0060, was emitted at the root with frequency 0.0072 by sps, 0.0079 by rrsw and
+    spectr, 0.0070 by topk (whose arithmetic ran in bfloat16).  The walk reads half-precision
+    rows as float32 laws over their own mass (`as_law`): the root's token follows p / sum(p),
+    as a leaf's bonus token (drawn over the row's total) did already; 300k walks each."""
+    verifier = get_verifier(name)
+    k = min(2, verifier.max_drafts or 2)
+    shape = TreeShape((-1,) + (0,) * k)  # a root and k drafted leaves
+    walks = 300_000
+    p = torch.tensor([0.99, 0.006, 0.004]).bfloat16()
+    q = torch.tensor([0.999, 0.0005, 0.0005]).bfloat16()
+    assert abs(float(p.double().sum()) - 1) > 1e-3 and abs(float(q.double().sum()) - 1) > 5e-4
+    generator = torch.Generator().manual_seed(5)
+    drafts = verifier.sample_drafts_batch(q.expand(walks, -1), k, generator)
+    tokens = torch.cat([torch.zeros(walks, 1, dtype=torch.long), drafts], dim=1)
+    p_rows = p.expand(walks, shape.size, -1).contiguous()
+    q_rows = q.expand(walks, shape.size, -1).contiguous()
+    walk = verifier.verify_trees(shape, tokens, p_rows, q_rows, generator)
+    law = p.double() / p.double().sum()
+    assert_frequencies_match(walk.tokens[:, 0].tolist(), {i: float(x) for i, x in enumerate(law)},
+                             what=f"{name}: the root's token over bfloat16 rows")
+    second = walk.tokens[walk.num_accepted == 1, 1]  # a leaf's bonus token, drawn from p
+    assert_frequencies_match(second.tolist(), {i: float(x) for i, x in enumerate(law)},
+                             what=f"{name}: a leaf's bonus token")
