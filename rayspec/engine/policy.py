@@ -157,7 +157,10 @@ class AcceptanceLibrary:
         for path in sorted(Path(directory).glob("*.json")):
             try:
                 estimate = AcceptanceEstimate.from_json(json.loads(path.read_text()))
-                acceptance_rows(estimate.acceptance)  # checked now, not at each request planned from it
+                if not acceptance_rows(estimate.acceptance).shape[1]:
+                    # The DP plans target-only decoding from it, but adapting a tree needs a rank to
+                    # count, and every request planned from it failed (reshaping a vector of no ranks).
+                    raise ValueError(f"the vector has no ranks (shape {np.shape(estimate.acceptance)})")
             except (ValueError, KeyError, TypeError) as error:
                 raise ValueError(f"acceptance vector {path}: {error}") from None
             setting = estimate.setting

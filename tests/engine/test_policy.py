@@ -40,7 +40,8 @@ def test_a_temperature_plans_the_same_tree_whether_it_came_as_a_double_or_a_floa
 
 @pytest.mark.parametrize("acceptance, message", [
     ([0.7, 0.5], "sum to at most 1, got 1.200000"), ([0.5, float("nan")], "finite and non-negative"),
-    ([0.5, -0.1], "finite and non-negative"), ([[0.5], [0.6, 0.1]], None)])
+    ([0.5, -0.1], "finite and non-negative"), ([[0.5], [0.6, 0.1]], None), ([], "has no ranks (shape (0,))"),
+    ([[]], "has no ranks (shape (1, 0))")])
 def test_a_malformed_vector_file_is_refused_when_read_naming_it(tmp_path, acceptance, message):
     """Not at each request planned from it, long after start-up."""
     write_vector(tmp_path, "rrsw", 0.6, [0.5, 0.2])
