@@ -23,7 +23,21 @@ import sys
 import threading
 import time
 
-import torch
+
+def _stopped_while_importing(*_) -> None:
+    """Ctrl-C or SIGTERM in the seconds the imports below take (torch's, most of the demo
+    pair's start): what `main` answers before READY, rather than a traceback from inside an
+    import (Ctrl-C) or a silent status 143 (SIGTERM).  Nothing has started to be stopped."""
+    sys.stderr.write("rayspec worker: stopped while starting\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
+if __name__ == "__main__":  # `python -m rayspec.rpc.worker`; `main` takes over once the imports are done
+    for _sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(_sig, _stopped_while_importing)
+
+import torch  # noqa: E402  (after the handlers above)
 
 from rayspec.cli import at_least
 from rayspec.engine.engine import check_default_setting

@@ -196,6 +196,49 @@ def test_a_coordinator_stopped_while_it_waits_for_its_workers_says_so_in_a_line(
     assert err.strip().splitlines()[-1] == "rayspec worker: stopped while starting" and "Traceback" not in err
 
 
+# `python -m rayspec.rpc.worker` held inside its `import torch`, as if that import took its
+# seconds there: the signal arrives before `main` has run.
+_HELD_IN_ITS_IMPORTS = """
+import importlib.abc, pathlib, runpy, sys, time
+
+MARKER = pathlib.Path(sys.argv[1])
+
+class HoldTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "torch":
+            MARKER.write_text("importing torch")
+            time.sleep(120)
+        return None
+
+sys.meta_path.insert(0, HoldTorch())
+sys.argv = ["rayspec.rpc.worker", "--role", "target", "--port", "0"]
+runpy.run_module("rayspec.rpc.worker", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_worker_stopped_during_its_imports_says_so_in_a_line(sig, tmp_path):
+    """The README's "before the READY line" includes the first seconds, which are torch's
+    import: a SIGTERM there ended the process silently with status 143, a Ctrl-C with a
+    traceback from inside torch."""
+    importing = tmp_path / "importing"
+    worker = subprocess.Popen([sys.executable, "-c", _HELD_IN_ITS_IMPORTS, str(importing)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not importing.exists():
+            if worker.poll() is not None or time.monotonic() > deadline:
+                worker.kill()
+                pytest.fail(f"the worker never reached its import of torch: {worker.communicate()}")
+            time.sleep(0.02)
+        worker.send_signal(sig)
+        _, err = worker.communicate(timeout=30)
+    finally:
+        worker.kill()
+    assert worker.returncode == 130, err
+    assert err.strip().splitlines() == ["rayspec worker: stopped while starting"]
+
+
 def test_a_worker_run_in_process_puts_back_the_signal_handlers_it_replaced(monkeypatch):
     from rayspec.rpc.worker import main
 
