@@ -316,10 +316,13 @@ def _worker_address(flag: str, where: str) -> None:
 
 
 def _main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rayspec.rpc.worker",
-                                     description="A rayspec gRPC worker (no Ray needed).")
+    parser = argparse.ArgumentParser(
+        prog="python -m rayspec.rpc.worker", description="A rayspec gRPC worker (no Ray needed).",
+        epilog="A coordinator started with $RAYSPEC_API_KEY set refuses Generation calls without that key "
+               "(printable ASCII, no spaces at either end); the workers' own ports carry no key.")
     parser.add_argument("--role", choices=["target", "drafter", "coordinator"], required=True)
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="default 127.0.0.1, this machine only; 0.0.0.0 for callers on other machines")
     parser.add_argument("--port", type=_port, default=0, help="0: any free port (printed)")
     parser.add_argument("--model", default=None, help="checkpoint path or hub id (default: the demo pair's); "
                         "for a coordinator, that of the model it runs itself (--target or --drafter here)")
@@ -354,8 +357,9 @@ def _main(argv=None) -> int:
                         help="coordinator: seconds to wait for --target and --drafter workers that are not "
                              "up yet (still loading their models, say) before giving up (default 600; inf: "
                              "for ever)")
-    parser.add_argument("--verifier", default="rrsw", help="coordinator: default verifier")
-    parser.add_argument("--tree", default="kary:2x3", help="coordinator: default tree")
+    parser.add_argument("--verifier", default="rrsw", help="coordinator: requests' default verifier (default rrsw)")
+    parser.add_argument("--tree", default="kary:2x3",
+                        help="coordinator: requests' default tree (default kary:2x3, not rayspec serve's sequoia:auto)")
     parser.add_argument("--verify-at", choices=["target", "coordinator"], default="target",
                         help="coordinator: where the verifier runs (with --target here, both are this process)")
     parser.add_argument("--tokenizer", default=None, help="coordinator: tokenizer path (default: --model with "

@@ -268,3 +268,17 @@ def test_a_coordinator_given_the_wrong_kind_of_worker_names_it():
     finally:
         drafter.stop(0)
         target.stop(0)
+
+
+def test_a_workers_help_states_the_defaults_the_readme_relies_on_and_the_api_key(capsys, monkeypatch):
+    """`--help` is the plain processes' reference: the README's "--tree defaults to kary:2x3
+    here" and "listen on 127.0.0.1 unless given --host", and the key a coordinator takes from
+    $RAYSPEC_API_KEY, which it did not mention."""
+    from rayspec.rpc.worker import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for stated in ("default 127.0.0.1", "(default rrsw)", "(default kary:2x3", "$RAYSPEC_API_KEY"):
+        assert stated in text, stated
