@@ -42,8 +42,8 @@ share; the worker's own gRPC ports carry no key, so keep them inside the cluster
 `prefix_cache_mb` bounds each model's automatic prefix cache (`rayspec.models.prefix_cache`):
 the keys and values of the sequences it has read, on its device, so that a prompt sharing a
 prefix with an earlier one (a system prompt, a conversation's earlier turns) is prefilled from
-where that prefix ends; `usage.prompt_tokens_details.cached_tokens` counts the target's.  0
-turns it off.
+where that prefix ends, if it is 16 tokens or more; `usage.prompt_tokens_details.cached_tokens`
+counts the target's.  0 turns it off.
 
 `max_batch_sequences` and `max_batch_tokens` bound each model's cross-request batching
 (`rayspec.models.batching`): the forwards that concurrent requests' sequences wait for while
