@@ -6,22 +6,19 @@ never another exception.  A valid message always decodes."""
 from __future__ import annotations
 
 import math
-import os
 
 import msgpack
 import torch
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from rayspec.rpc import codec
 from rayspec.rpc.generated import worker_pb2
 from rayspec.verify.processing import half_precision
+from tests.fuzzing import EXAMPLES, fuzz_settings
 
 VOCAB = 50
-# RAYSPEC_FUZZ_EXAMPLES and RAYSPEC_FUZZ_EXPLORE as in tests/serve/test_fuzz.py: these are cheap
-FUZZ = settings(max_examples=5 * int(os.environ.get("RAYSPEC_FUZZ_EXAMPLES", "60")), deadline=None,
-                derandomize="RAYSPEC_FUZZ_EXPLORE" not in os.environ, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = fuzz_settings(5 * EXAMPLES)  # these are cheap
 
 int32s = st.one_of(st.integers(-3, 12), st.integers(-2**31, 2**31 - 1))
 int64s = st.one_of(st.integers(-3, 12), st.integers(-2**63, 2**63 - 1))

@@ -7,14 +7,13 @@ this process, over a tiny random model."""
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import grpc
 import msgpack
 import pytest
 import torch
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from rayspec.engine import LocalDrafter, LocalTarget
@@ -22,12 +21,11 @@ from rayspec.rpc import codec
 from rayspec.rpc.generated import worker_pb2, worker_pb2_grpc
 from rayspec.rpc.worker import serve_drafter, serve_target
 from rayspec.verify import available_verifiers
+from tests.fuzzing import EXAMPLES, fuzz_settings
 from tests.tiny_models import tiny_llama
 
 VOCAB, CONTEXT = 64, 64
-FUZZ = settings(max_examples=int(os.environ.get("RAYSPEC_FUZZ_EXAMPLES", "60")), deadline=None,
-                derandomize="RAYSPEC_FUZZ_EXPLORE" not in os.environ, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = fuzz_settings(EXAMPLES)
 REFUSED = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)
 
 

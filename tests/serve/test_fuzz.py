@@ -12,7 +12,6 @@ draws new ones at every run (`--hypothesis-seed` to repeat one)."""
 from __future__ import annotations
 
 import json
-import os
 
 import grpc
 import httpx
@@ -25,13 +24,11 @@ from rayspec.rpc.coordinator import serve_generation
 from rayspec.rpc.generated import generation_pb2 as pb
 from rayspec.rpc.generated import generation_pb2_grpc
 from rayspec.verify import available_verifiers
+from tests.fuzzing import EXAMPLES, fuzz_settings
 from tests.serve.served import MODEL, eventually
 
-EXAMPLES = int(os.environ.get("RAYSPEC_FUZZ_EXAMPLES", "60"))
 FIELD_EXAMPLES = max(EXAMPLES // 10, 1)  # per field, with the field made up
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize="RAYSPEC_FUZZ_EXPLORE" not in os.environ,
-                database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+FUZZ = fuzz_settings(EXAMPLES, HealthCheck.filter_too_much)
 
 # --------------------------------------------------------------------------- values
 
