@@ -480,23 +480,108 @@ _FORMAT_PATTERNS = {
 def _formats_as_json_safe_patterns(schema) -> None:
     """Give, in place, each string format of `_FORMAT_PATTERNS` as its pattern there (a format
     with a length or a pattern is refused before, by `_compiled_in_part`), and each pattern as
-    one group (`_grouped`)."""
+    one group (`_grouped`) over the string's JSON text (`_over_json_text`)."""
     for _, node in list(_subschemas(schema)):
         if isinstance(node.get("pattern"), str):
-            node["pattern"] = _grouped(node["pattern"])
+            node["pattern"] = _grouped(node["pattern"], _over_json_text)
         elif node.get("format") in _FORMAT_PATTERNS:
             node["pattern"] = _FORMAT_PATTERNS[node.pop("format")]
 
 
-def _grouped(pattern: str) -> str:
-    """`pattern` as one group between its anchors: outlines-core writes a pattern between the
-    string's quotes as it is, so a top-level alternative ("^cat|dog$") took a quote each
-    ('"cat' was a whole match)."""
+def _grouped(pattern: str, rewrite=lambda inner: inner) -> str:
+    """`pattern` as one group between its anchors, what lies between them rewritten: outlines-core
+    writes a pattern between the string's quotes as it is, so a top-level alternative
+    ("^cat|dog$") took a quote each ('"cat' was a whole match)."""
     inner = pattern[1:] if pattern.startswith("^") else pattern
     trailing_backslashes = len(inner[:-1]) - len(inner[:-1].rstrip("\\"))
     if inner.endswith("$") and trailing_backslashes % 2 == 0:
         inner = inner[:-1]
-    return f"^(?:{inner})$"
+    return f"^(?:{rewrite(inner)})$"
+
+
+# A character a JSON string holds as itself: no quote, backslash or control character.
+_JSON_PLAIN = r'[^"\\\x00-\x1F]'
+_JSON_ESCAPED = {'"': r'\\"', "\\": r"\\\\", "\n": r"\\n", "\t": r"\\t", "\r": r"\\r", "\f": r"\\f", "\b": r"\\b"}
+_CHARACTER_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v", "a": "\a", "e": "\x1b"}
+
+
+def _written_in_json(character: str, as_given: str) -> str:
+    """The expression for one literal character as a JSON string writes it: a quote, a
+    backslash or a control character escaped, any other as the pattern gave it."""
+    if character in _JSON_ESCAPED:
+        return _JSON_ESCAPED[character]
+    if ord(character) < 0x20:
+        return rf"\\u{ord(character):04x}"
+    return as_given
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """The index past the character class opening at `start` (nested classes included)."""
+    at = start + 1
+    if pattern[at:at + 1] == "^":
+        at += 1
+    if pattern[at:at + 1] == "]":  # a ] first is a literal one
+        at += 1
+    while at < len(pattern):
+        if pattern[at] == "\\":
+            at += 2
+        elif pattern[at] == "[":
+            at = _class_end(pattern, at)
+        elif pattern[at] == "]":
+            return at + 1
+        else:
+            at += 1
+    raise ValueError(f"json_schema's pattern {pattern!r} leaves a character class open")
+
+
+def _over_json_text(pattern: str) -> str:
+    """A schema's string `pattern` (without its anchors) made an expression over the string's
+    JSON text, which is what outlines-core matches it against: each class and `.` kept to the
+    characters JSON writes as themselves (a class of the regex crate intersected with
+    `_JSON_PLAIN`: a string holding a quote, a backslash or a control character there is left
+    out, rather than written raw into text no JSON reader parses), and a literal quote,
+    backslash or control character written as JSON escapes it."""
+    out, at = [], 0
+    while at < len(pattern):
+        character = pattern[at]
+        if character == "[":
+            end = _class_end(pattern, at)
+            out.append(f"[{pattern[at:end]}&&{_JSON_PLAIN}]")
+            at = end
+        elif character == ".":
+            out.append(_JSON_PLAIN)
+            at += 1
+        elif character == "\\" and at + 1 < len(pattern):
+            kind = pattern[at + 1]
+            end = at + 2
+            if kind in "pP" and pattern[end:end + 1] == "{":
+                end = pattern.index("}", end) + 1 if "}" in pattern[end:] else len(pattern)
+            elif kind in "pP":
+                end += 1
+            elif kind in "xu" and pattern[end:end + 1] == "{":
+                end = pattern.index("}", end) + 1 if "}" in pattern[end:] else len(pattern)
+            elif kind in "xu":
+                end += 2 if kind == "x" else 4
+            escape = pattern[at:end]
+            if kind in "dDwWsSpP":
+                out.append(f"[{escape}&&{_JSON_PLAIN}]")
+            elif kind in "xu":
+                digits = escape[2:].strip("{}")
+                try:
+                    out.append(_written_in_json(chr(int(digits, 16)), escape))
+                except ValueError:
+                    out.append(escape)  # not a code point: the compiler's error names it
+            elif kind in _CHARACTER_ESCAPES:
+                out.append(_written_in_json(_CHARACTER_ESCAPES[kind], escape))
+            elif kind in "\\\"":
+                out.append(_written_in_json(kind, escape))
+            else:  # an escaped metacharacter, or an assertion (\b, \B, \A, \z)
+                out.append(escape)
+            at = end
+        else:
+            out.append(_written_in_json(character, character))
+            at += 1
+    return "".join(out)
 
 
 def _byte_level_alphabet() -> dict[str, int]:
