@@ -236,6 +236,41 @@ def _compiled_in_part(schema) -> list[str]:
     return found
 
 
+# Keywords outlines-core reads as a count (an unsigned integer); any other value it reads
+# past, enforcing no bound at all: maxLength 2.0 (an integer, to JSON Schema) let any length
+# through, and so did "5" or -1.
+_COUNT_KEYWORDS = ("minLength", "maxLength", "minItems", "maxItems")
+# Keywords whose list no value can satisfy when empty: outlines-core compiles each to the
+# empty expression, whose one match, the empty text, no JSON reader parses.
+_NONEMPTY_LISTS = ("enum", "anyOf", "oneOf", "allOf", "type")
+
+
+def _malformed(schema) -> list[str]:
+    """Where a schema's keyword has a value outlines-core would read past or compile to the
+    empty expression, each with why.  A count written as an integral float (2.0) is made an
+    integer in place, as JSON Schema reads it."""
+    if not isinstance(schema, dict):
+        return []  # outlines-core refuses any other schema with a message of its own
+    found = []
+    for where, node in _subschemas(schema):
+        place = f"{where}." if where else ""
+        for key in _COUNT_KEYWORDS:
+            value = node.get(key)
+            if isinstance(value, float) and value.is_integer() and value >= 0:
+                node[key] = value = int(value)
+            if key in node and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                found.append(f"{place}{key} must be a non-negative integer, not {json.dumps(value)}")
+        for key in _NONEMPTY_LISTS:
+            if isinstance(node.get(key), list) and not node[key]:
+                found.append(f"{place}{key} is empty, so no value matches")
+        if "pattern" in node and not isinstance(node["pattern"], str):
+            found.append(f"{place}pattern must be a string, not {json.dumps(node['pattern'])}")
+        required = node.get("required")
+        if "required" in node and not (isinstance(required, list) and all(isinstance(n, str) for n in required)):
+            found.append(f"{place}required must be a list of property names, not {json.dumps(required)}")
+    return found
+
+
 # Branches of one oneOf compared pairwise at most (a tagged union of this many is compared by
 # its tags at once): a request's schema must not buy seconds of this process's time.
 MAX_ONE_OF_BRANCHES = 512
@@ -421,6 +456,9 @@ def _compile_schema(schema_text: str) -> str:
         schema = json.loads(schema_text)
     except json.JSONDecodeError as error:
         raise ValueError(f"json_schema is not valid JSON: {error}") from None
+    malformed = _malformed(schema)
+    if malformed:
+        raise ValueError(f"json_schema is malformed: {'; '.join(malformed)}")
     unenforced = _unenforced(schema)
     if unenforced:
         raise ValueError(f"json_schema uses {', '.join(unenforced)}, which structured output cannot enforce "

@@ -668,6 +668,35 @@ def test_a_schema_outlines_core_would_compile_in_part_is_refused_naming_where(sc
         StructuredOutput(json_schema=schema).to_regex()
 
 
+@pytest.mark.parametrize("schema, message", [
+    ({"enum": []}, "json_schema is malformed: enum is empty, so no value matches"),
+    ({"type": "object", "properties": {"a": {"anyOf": []}}, "required": ["a"]},
+     "properties.a.anyOf is empty, so no value matches"),
+    ({"type": []}, "type is empty, so no value matches"),
+    ({"type": "string", "maxLength": "5"}, 'maxLength must be a non-negative integer, not "5"'),
+    ({"type": "string", "minLength": -1}, "minLength must be a non-negative integer, not -1"),
+    ({"type": "array", "items": {"type": "integer"}, "maxItems": 2.5}, "maxItems must be a non-negative integer, not 2.5"),
+    ({"type": "string", "pattern": 5}, "pattern must be a string, not 5"),
+    ({"type": "object", "properties": {"a": {"type": "string"}}, "required": "a"},
+     'required must be a list of property names, not "a"'),
+    ({"type": "object", "properties": {"a": {"type": "string"}}, "required": [["a"]]},
+     'required must be a list of property names, not [["a"]]'),
+])
+def test_a_keyword_outlines_core_would_read_past_or_compile_to_nothing_is_refused(schema, message):
+    """outlines-core compiles an empty enum, anyOf or type to the empty expression (the
+    completion "", finishing "stop", which no JSON reader parses) and reads past a count or a
+    pattern it cannot read as one, enforcing no bound (minLength -1 let "" through, required
+    "a" the object {})."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        StructuredOutput(json_schema=schema).to_regex()
+
+
+def test_a_count_written_as_an_integral_float_is_enforced():
+    """maxLength 2.0 is the integer 2 to JSON Schema; outlines-core read past it (any length)."""
+    regex = StructuredOutput(json_schema={"type": "string", "minLength": 1.0, "maxLength": 2.0}).to_regex()
+    assert re.fullmatch(regex, '"ab"') and not re.fullmatch(regex, '"abc"') and not re.fullmatch(regex, '""')
+
+
 def test_a_schema_as_pydantic_writes_it_is_not_refused_for_what_it_combines():
     from rayspec.engine.structured import _compiled_in_part
 
