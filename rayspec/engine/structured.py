@@ -74,7 +74,10 @@ class StructuredOutput:
             raise ValueError("structured output takes exactly one of json_schema, json_object, regex and choice"
                              + (f"; got {', '.join(given)}" if given else ""))
         if self.choice is not None:
-            choice = (self.choice,) if isinstance(self.choice, str) else tuple(self.choice)
+            # A list (or one string), never any iterable: a mapping's keys ({"a": 1} read as
+            # ["a"]) or a set's arbitrary order were taken for choices the client never listed.
+            choice = (self.choice,) if isinstance(self.choice, str) else (
+                tuple(self.choice) if isinstance(self.choice, (list, tuple)) else ())
             if not choice or not all(isinstance(c, str) and c for c in choice):
                 raise ValueError("choice must be a non-empty list of non-empty strings")
             object.__setattr__(self, "choice", choice)

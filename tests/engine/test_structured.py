@@ -358,6 +358,9 @@ def test_bad_structured_outputs_are_refused_with_a_message(tokenizer, tiny_pair,
         StructuredOutput(regex="a", choice=["a"])
     with pytest.raises(ValueError, match="choice must be a non-empty list"):
         StructuredOutput(choice=["a", ""])
+    for not_a_list in ({"a": 1}, {"a"}, 5):  # a mapping was read as its keys
+        with pytest.raises(ValueError, match="choice must be a non-empty list"):
+            StructuredOutput(choice=not_a_list)
     with pytest.raises(ValueError, match="json_schema is not valid JSON"):
         StructuredOutput(json_schema="{").to_regex()
     bounded = {**SCHEMA, "properties": {**SCHEMA["properties"], "level": {"type": "integer", "maximum": 9},
@@ -675,7 +678,8 @@ def test_a_schema_outlines_core_would_compile_in_part_is_refused_naming_where(sc
     ({"type": []}, "type is empty, so no value matches"),
     ({"type": "string", "maxLength": "5"}, 'maxLength must be a non-negative integer, not "5"'),
     ({"type": "string", "minLength": -1}, "minLength must be a non-negative integer, not -1"),
-    ({"type": "array", "items": {"type": "integer"}, "maxItems": 2.5}, "maxItems must be a non-negative integer, not 2.5"),
+    ({"type": "array", "items": {"type": "integer"}, "maxItems": 2.5},
+     "maxItems must be a non-negative integer, not 2.5"),
     ({"type": "string", "pattern": 5}, "pattern must be a string, not 5"),
     ({"type": "object", "properties": {"a": {"type": "string"}}, "required": "a"},
      'required must be a list of property names, not "a"'),
