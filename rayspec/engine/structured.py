@@ -609,9 +609,11 @@ def _over_json_text(pattern: str) -> str:
             elif kind in "xu":
                 digits = escape[2:].strip("{}")
                 try:
+                    if len(digits) != (2 if kind == "x" else 4) and not escape.endswith("}"):
+                        raise ValueError(escape)
                     out.append(_written_in_json(chr(int(digits, 16)), escape))
-                except ValueError:
-                    out.append(escape)  # not a code point: the compiler's error names it
+                except (ValueError, OverflowError):
+                    out.append(escape)  # not a code point: left for the compiler's error to name
             elif kind in _CHARACTER_ESCAPES:
                 out.append(_written_in_json(_CHARACTER_ESCAPES[kind], escape))
             elif kind in "\\\"":
@@ -619,8 +621,8 @@ def _over_json_text(pattern: str) -> str:
             else:  # an escaped metacharacter, or an assertion (\b, \B, \A, \z)
                 out.append(escape)
             at = end
-        else:
-            out.append(_written_in_json(character, character))
+        else:  # a trailing lone backslash stays one, for the compiler's error to name
+            out.append(character if character == "\\" else _written_in_json(character, character))
             at += 1
     return "".join(out)
 

@@ -792,3 +792,13 @@ def test_every_text_a_patterns_automaton_ends_is_json_of_a_matching_string(token
             token = rng.choice(odd if odd and rng.random() < 0.5 else allowed)
             text, state = text + table[token], index.get_next_state(state, token)
     assert ended >= 30
+
+
+@pytest.mark.parametrize("pattern", ["[a-", r"\x{FFFFFFFFFFFFFFFFFFFFFF}", r"\u12", "a\\", r"\p{L"])
+def test_a_pattern_that_is_no_expression_is_a_value_error(tokenizer, pattern):
+    """The rewrite over JSON text leaves what it cannot read for the compiler to refuse (a 400),
+    rather than failing itself otherwise (a code point past any, read as one, was an
+    OverflowError: a 500) or making a broken pattern valid."""
+    with pytest.raises(ValueError):
+        expression = StructuredOutput(json_schema={"type": "string", "pattern": pattern}).to_regex()
+        compiled_index(expression, vocabulary_of(tokenizer))
