@@ -146,21 +146,12 @@ _DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples", "required", 
 _SCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "patternProperties"})
 
 
-def _keywords(schema, where: str = ""):
-    """(where, keyword, value) of each keyword of a schema and of its subschemas — not of the
-    data under `enum`, `const` and the like, nor the names under `properties`."""
-    if isinstance(schema, list):
-        for i, item in enumerate(schema):
-            yield from _keywords(item, f"{where}[{i}]")
-    elif isinstance(schema, dict):
-        for key, value in schema.items():
-            place = f"{where}.{key}" if where else key
-            yield place, key, value
-            if key in _SCHEMA_MAPS and isinstance(value, dict):
-                for name, sub in value.items():
-                    yield from _keywords(sub, f"{place}.{name}")
-            elif key not in _DATA_KEYWORDS:
-                yield from _keywords(value, place)
+def _keywords(schema):
+    """(where, keyword, value) of each keyword of a schema and of its subschemas (`_subschemas`)
+    — not of the data under `enum`, `const` and the like, nor the names under `properties`."""
+    for where, node in _subschemas(schema):
+        for key, value in node.items():
+            yield (f"{where}.{key}" if where else key), key, value
 
 
 def _unenforced(schema) -> list[str]:
@@ -595,14 +586,10 @@ def _over_json_text(pattern: str) -> str:
         elif character == "\\" and at + 1 < len(pattern):
             kind = pattern[at + 1]
             end = at + 2
-            if kind in "pP" and pattern[end:end + 1] == "{":
+            if kind in "pPxu" and pattern[end:end + 1] == "{":  # \p{Greek}, \x{1F600}
                 end = pattern.index("}", end) + 1 if "}" in pattern[end:] else len(pattern)
-            elif kind in "pP":
-                end += 1
-            elif kind in "xu" and pattern[end:end + 1] == "{":
-                end = pattern.index("}", end) + 1 if "}" in pattern[end:] else len(pattern)
-            elif kind in "xu":
-                end += 2 if kind == "x" else 4
+            elif kind in "pPxu":  # \pL, \x41, \u0041
+                end += {"p": 1, "P": 1, "x": 2, "u": 4}[kind]
             escape = pattern[at:end]
             if kind in "dDwWsSpP":
                 out.append(f"[{escape}&&{_JSON_PLAIN}]")
