@@ -254,6 +254,10 @@ def _malformed(schema) -> list[str]:
                 node[key] = value = int(value)
             if key in node and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 found.append(f"{place}{key} must be a non-negative integer, not {json.dumps(value)}")
+        low, high = node.get("minItems"), node.get("maxItems")
+        if all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (low, high)) and low > high:
+            # outlines-core writes {low-1,high-1}, which no expression compiler reads
+            found.append(f"{place}minItems {low} is above maxItems {high}, so no array matches")
         for key in _NONEMPTY_LISTS:
             if isinstance(node.get(key), list) and not node[key]:
                 found.append(f"{place}{key} is empty, so no value matches")

@@ -802,3 +802,10 @@ def test_a_pattern_that_is_no_expression_is_a_value_error(tokenizer, pattern):
     with pytest.raises(ValueError):
         expression = StructuredOutput(json_schema={"type": "string", "pattern": pattern}).to_regex()
         compiled_index(expression, vocabulary_of(tokenizer))
+
+
+def test_more_items_required_than_allowed_is_refused_naming_the_keywords():
+    """Before, the 400 quoted the expression compiler's error over outlines-core's {2,0}."""
+    schema = {"type": "array", "items": {"type": "integer"}, "minItems": 3, "maxItems": 1}
+    with pytest.raises(ValueError, match=r"minItems 3 is above maxItems 1, so no array matches"):
+        StructuredOutput(json_schema=schema).to_regex()
