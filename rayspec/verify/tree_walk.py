@@ -93,9 +93,7 @@ def as_law(rows: torch.Tensor | None) -> torch.Tensor | None:
     ~1e-6 and are passed on untouched, with no pass over them."""
     if rows is None or rows.dtype not in _HALF:
         return rows
-    rows = rows.float()
-    total = rows.sum(-1, keepdim=True)
-    return rows / torch.where(total > 0, total, torch.ones_like(total))  # a zero row stays zero
+    return positive_part_normalized(rows.float())  # a probability row's positive part is itself
 
 
 def _select(randomness, rows: torch.Tensor, batch: int):
