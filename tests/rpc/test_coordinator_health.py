@@ -52,9 +52,17 @@ def test_health_checks_of_a_coordinator_whose_target_hangs_do_not_hold_its_threa
         assert _check(coordinator_port, 10) == SERVING
         target.move_to(black_hole)  # the worker hangs
         codes, info = [], []
+        # One connection for every probe, as a load balancer keeps one: a channel per probe
+        # spends the probe's second on 72 handshakes when the machine is loaded, which says
+        # nothing about the coordinator.
+        probes = grpc.insecure_channel(f"127.0.0.1:{coordinator_port}")
+        health = health_pb2_grpc.HealthStub(probes)
 
         def probe():
-            codes.append(_check(coordinator_port, 1.0))
+            try:
+                codes.append(health.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status)
+            except grpc.RpcError as error:
+                codes.append(error.code())
 
         def call_info():
             with grpc.insecure_channel(f"127.0.0.1:{coordinator_port}") as channel:
@@ -73,6 +81,7 @@ def test_health_checks_of_a_coordinator_whose_target_hangs_do_not_hold_its_threa
         threads[-1].start()
         for thread in threads:
             thread.join()
+        probes.close()
         deadline = time.monotonic() + 6
         while (status := _check(coordinator_port, 1.0)) != NOT_SERVING and time.monotonic() < deadline:
             time.sleep(0.2)
