@@ -185,7 +185,9 @@ def _bias_pairs(bias: Mapping[int, float] | Iterable[tuple[int, float]]) -> tupl
     try:
         checked = {}
         for token, value in pairs:
-            token, value = int(token), float(value)
+            # int() would read 1.7 or True as token 1: a bias on a token nobody named
+            token = int(token) if isinstance(token, str) else _integer(token, "logit_bias: a token id")
+            value = _real(value, f"logit_bias: the bias of token {token}")
             if token < 0 or token in checked:
                 raise ValueError(f"logit_bias: token {token} is negative or given twice")
             if not -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS:  # NaN fails too
@@ -198,10 +200,10 @@ def _bias_pairs(bias: Mapping[int, float] | Iterable[tuple[int, float]]) -> tupl
 
 
 def _token_ids(tokens: Iterable[int], name: str) -> tuple[int, ...]:
-    """Distinct non-negative token ids, sorted."""
+    """Distinct non-negative token ids, sorted (a bool is no id: operator.index reads True as 1)."""
     try:
-        ids = sorted({operator.index(token) for token in tokens})
-    except TypeError:
+        ids = sorted({_integer(token, name) for token in tokens})
+    except (TypeError, ValueError):
         raise ValueError(f"{name} must be a list of token ids") from None
     if ids and ids[0] < 0:
         raise ValueError(f"{name}: token ids are >= 0, got {ids[0]}")
@@ -211,8 +213,8 @@ def _token_ids(tokens: Iterable[int], name: str) -> tuple[int, ...]:
 def _bad_words(words: Iterable[Iterable[int]]) -> tuple[tuple[int, ...], ...]:
     """Distinct non-empty sequences of non-negative token ids, sorted."""
     try:
-        checked = {tuple(operator.index(token) for token in word) for word in words}
-    except TypeError:
+        checked = {tuple(_integer(token, "bad_words_ids") for token in word) for word in words}
+    except (TypeError, ValueError):
         raise ValueError("bad_words_ids must be a list of token id sequences") from None
     for word in checked:
         if not word:

@@ -280,6 +280,24 @@ def test_sampling_parameters_of_the_wrong_type_are_refused_with_their_names(kwar
         SamplingParams(**kwargs)
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(logit_bias={1.7: 5.0}), "logit_bias: a token id must be an integer, got 1.7"),
+    (dict(logit_bias={True: 5.0}), "logit_bias: a token id must be an integer, got True"),
+    (dict(logit_bias={2: True}), "logit_bias: the bias of token 2 must be a number, got True"),
+    (dict(allowed_token_ids=(True, 5)), "allowed_token_ids must be a list of token ids"),
+    (dict(stop_token_ids=(False,)), "stop_token_ids must be a list of token ids"),
+    (dict(bad_words_ids=((True, 2),)), "bad_words_ids must be a list of token id sequences"),
+])
+def test_token_ids_given_as_bools_or_fractions_are_refused_not_read_as_other_tokens(kwargs, message):
+    """int() read the logit_bias key 1.7, and int() and operator.index the key or id True, as
+    token 1: logit_bias={1.7: 5.0} biased token 1, which nobody named."""
+    with pytest.raises(ValueError, match=rf"^{message}$"):
+        SamplingParams(**kwargs)
+    # ids written as JSON keys are (OpenAI's), and integers of any kind, are still read
+    assert SamplingParams(logit_bias={"7": 1, np.int64(2): np.float32(-3.5)}).logit_bias == ((2, -3.5), (7, 1.0))
+    assert SamplingParams(allowed_token_ids=(np.int32(5), 1)).allowed_token_ids == (1, 5)
+
+
 def test_sampling_parameters_are_kept_as_plain_floats_and_ints_whatever_numbers_they_are_given():
     params = SamplingParams(np.float32(0.5), np.float64(0.75), np.int64(3), presence_penalty=1, min_p=np.float32(0.25),
                             min_tokens=np.int32(2))
