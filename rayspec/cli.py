@@ -269,6 +269,8 @@ def cmd_tree_build(args) -> int:
 
 
 def cmd_tree_plan(args) -> int:
+    import numpy as np
+
     from rayspec.engine import SpeculativeEngine
     from rayspec.engine.local import check_draft_top_k
     from rayspec.engine.policy import AcceptanceLibrary, step_cost_model
@@ -301,14 +303,16 @@ def cmd_tree_plan(args) -> int:
     print(f"measured for {args.verifier}: target verify "
           + ", ".join(f"{n}:{s * 1e3:.1f}ms" for n, s in zip(verifying.sizes, verifying.seconds)))
     print("          drafter per level " + ", ".join(f"{w}:{s * 1e3:.2f}ms" for w, s in zip(levels.sizes, levels.seconds)))
-    print(f"vector ({source}): {[round(float(a), 3) for a in vector][:8]}")
+    # A depth-aware vector (`tree measure --depth-aware`, or the library's) has a row per depth.
+    shown = [[round(float(a), 3) for a in row[:8]] for row in np.atleast_2d(np.asarray(vector, dtype=np.float64))]
+    print(f"vector ({source}): {shown[0] if np.ndim(vector) == 1 else shown}")
     print(f"plan for {args.verifier} at T = {args.temperature:g}: {best.shape.size} nodes, depth {best.shape.max_depth}, "
           f"{best.tokens_per_step:.3f} tokens/step, {best.seconds_per_token * 1e3:.2f} ms/token, "
           f"predicted speedup over target-only {best.speedup:.2f}x")
     if out is not None:
         _write_json(out, {"parents": list(best.shape.parents), "child_rank": list(best.shape.child_rank),
                           "expected_tokens": expected_tokens(best.shape, vector), "budget": best.budget,
-                          "max_depth": best.max_depth, "acceptance": [float(a) for a in vector],
+                          "max_depth": best.max_depth, "acceptance": np.asarray(vector, dtype=np.float64).tolist(),
                           "seconds_per_token": best.seconds_per_token, "predicted_speedup": best.speedup,
                           "costs": costs.to_json(), "rtt_ms": args.rtt_ms, "bandwidth_gbps": args.bandwidth_gbps})
         draw_tree(best.shape, out.with_suffix(".png"), acceptance=vector,

@@ -167,6 +167,37 @@ def test_tree_plan_prints_a_choice_and_a_predicted_speedup(tmp_path, capsys):
     assert set(plan["costs"]["walk_seconds"]) == {"rrsw", "spechub"}
 
 
+def test_tree_plan_takes_a_depth_aware_vector(tmp_path, capsys, monkeypatch):
+    """`tree measure --depth-aware` writes a row per depth, and the library hands such a vector
+    out: `tree plan` crashed on it (TypeError) once it had calibrated, printing the vector."""
+    import rayspec.engine
+    from rayspec.engine.calibrate import Costs
+    from rayspec.tree.planner import MeasuredTimes
+    from rayspec.tree.sequoia import solve
+
+    class Target:
+        vocab_size = 64
+
+    class Engine:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def costs(self):
+            return Costs(MeasuredTimes((1, 4, 16), (0.010, 0.011, 0.012)), MeasuredTimes((1, 16), (0.001, 0.001)), 0.0)
+
+    monkeypatch.setattr(cli, "load_pair", lambda args: (Target(), "drafter", None))
+    monkeypatch.setattr(rayspec.engine, "SpeculativeEngine", Engine)
+    rows = [[0.6, 0.1, 0.05], [0.5, 0.1, 0.05], [0.4, 0.1, 0.02]]
+    vector = tmp_path / "rrsw_t0.60.json"
+    vector.write_text(json.dumps({"acceptance": rows}))
+    out = tmp_path / "plan.json"
+    assert main(["tree", "plan", "--vector", str(vector), "--max-budget", "16", "--out", str(out)]) == 0
+    assert f"vector ({vector}): {rows}" in capsys.readouterr().out
+    plan = json.loads(out.read_text())
+    assert plan["acceptance"] == rows
+    assert plan["expected_tokens"] == pytest.approx(solve(rows, plan["budget"], plan["max_depth"]).value())
+
+
 def test_tree_plan_refuses_a_negative_draft_top_k(capsys):
     assert main(["tree", "plan", "--draft-top-k", "-3"]) == 2
     assert "draft_top_k must be a whole number, 0 (off) or more, got -3" in capsys.readouterr().err
