@@ -204,9 +204,9 @@ class GraftChoice:
         if self.cost is None or not isinstance(drafter, TreeShape):
             return grafted > alone
         together = _grafted_shape(chain, drafter)
-        target = self.cost.target_seconds
-        alone_seconds = float(target(chain.size)) + self.cost.network(chain)
-        grafted_seconds = (self.cost.draft(drafter) + self.cost.overhead + float(target(together.size))
+        target = self.cost.target  # `together` may outgrow the sizes measured: extrapolated
+        alone_seconds = target(chain.size) + self.cost.network(chain)
+        grafted_seconds = (self.cost.draft(drafter) + self.cost.overhead + target(together.size)
                            + self.cost.network(together))
         return grafted / grafted_seconds > alone / alone_seconds
 

@@ -112,8 +112,15 @@ class CostModel:
         payload = 0.0 if self.bytes_per_step is None else float(self.bytes_per_step(shape))
         return self.rtt + self.draft_rtt + payload / self.bandwidth
 
+    def target(self, size: int) -> float:
+        """Seconds of the target's step on a `size`-node tree, measured times extrapolated past
+        their largest size (`MeasuredTimes.extrapolated`): the trees priced are not all the
+        planner's (a prediction's chain grafted beside a 128-node tree has more nodes than any
+        measured), and a refusal there failed the request mid-stream."""
+        return _at(self.target_seconds, size)
+
     def step(self, shape: TreeShape) -> float:
-        return self.draft(shape) + self.network(shape) + float(self.target_seconds(shape.size)) + self.overhead
+        return self.draft(shape) + self.network(shape) + self.target(shape.size) + self.overhead
 
     @property
     def baseline(self) -> float:

@@ -14,7 +14,8 @@ import torch
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.engine.interfaces import DrafterBusy, Outcome, SequenceSpec
 from rayspec.engine.prediction import GraftChoice, Prediction, prediction_chain
-from rayspec.tree.planner import CostModel
+from rayspec.engine.calibrate import Costs
+from rayspec.tree.planner import CostModel, MeasuredTimes
 from rayspec.tree.structure import TreeShape
 from rayspec.verify.processing import SamplingParams
 from tests.engine.test_engine import exact_law_of_first_tokens
@@ -204,6 +205,35 @@ def test_auto_grafting_weighs_the_tokens_a_graft_adds_against_what_it_costs():
     assert not GraftChoice("never").grafts(chain, drafter)
     with pytest.raises(ValueError, match="graft_predictions must be one of auto, always, never, got 'sometimes'"):
         SpeculativeEngine(LocalTarget(tiny_llama(vocab=16, hidden=16, layers=1, seed=0)), graft_predictions="sometimes")
+
+
+def test_auto_grafting_prices_a_grafted_tree_larger_than_any_measured():
+    """A prediction's chain grafted beside a 127-node tree makes a tree of 131 nodes, past the
+    largest measured (128): the choice refused it ("size 131 is outside the measured range"),
+    failing unseeded requests mid-stream; it now prices it on the line through the two largest."""
+    chain, drafter = TreeShape.chain(4), TreeShape.kary(2, 6)
+    refused, taken = Outcome([5], [], [0]), Outcome([5, 6, 7, 8], [1, 2, 3], [1, 1, 1, 0])
+    often = [(refused, True), (taken, True)] * 4 + [(Outcome([5, 9, 10], [2, 4], [2, 1, 0]), True)] * 4
+    flat = CostModel(target_seconds=MeasuredTimes((1, 64, 128), (0.010, 0.010, 0.010)), draft_seconds=0.0001)
+    steep = CostModel(target_seconds=MeasuredTimes((1, 64, 128), (0.001, 0.064, 0.128)), draft_seconds=0.0001)
+    decisions = []
+    for cost in (flat, steep):
+        grafting = GraftChoice("auto", cost)
+        for outcome, grafted in often:
+            grafting.observe(outcome, grafted)
+        decisions.append(grafting.grafts(chain, drafter))
+    assert decisions == [True, False]
+    assert steep.target(131) == pytest.approx(0.131) and flat.target(131) == pytest.approx(0.010)
+
+
+def test_an_unseeded_prediction_beside_a_tree_of_the_largest_measured_size_decodes():
+    target = tiny_llama(vocab=16, hidden=16, layers=1, seed=0)
+    measured = MeasuredTimes((1, 2, 4, 8, 16, 32, 64, 128), (0.01,) * 8)
+    costs = Costs(measured, MeasuredTimes((1, 32), (0.001, 0.002)), 0.0)
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(noisy_copy(target, 0.1, seed=1)), verifier="rrsw",
+                               tree="kary:2x6", costs=costs)
+    out = engine.run([3, 1, 4, 1, 5], max_new_tokens=8, temperature=0.5, prediction=[2, 3, 4, 5, 6])
+    assert len(out.tokens) == 8
 
 
 PROMPT = [3, 1, 4, 1, 5]
