@@ -222,6 +222,8 @@ class GenerateRequest:
             if outside is not None:
                 raise ValueError(f"{name} has token id {outside}, outside int32 (from {INT32_RANGE[0]} "
                                  f"to {INT32_RANGE[1]})")
+        if self.prompt == ():  # it would cross as the empty text, which a tokenizer writing a BOS makes a prompt of
+            raise ValueError("the prompt must contain at least one token")
         scalars = {}
         for names, check in ((INT32_FIELDS, _int32), (INT64_FIELDS, _int64), (FLOAT_FIELDS, _float),
                              (BOOL_FIELDS, _boolean), (STRING_FIELDS, _string)):

@@ -53,9 +53,10 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
         fields["verifier_params"] = fields["verifier_params"] or None  # none given: the engine's own
         if fields["structured_output"] is not None:
             fields["structured_output"] = StructuredOutput(**fields["structured_output"])
+        # A message without token ids is a text prompt, the empty one too: proto3 cannot tell "" from no text, and
+        # HTTP's `prompt: ""` is tokenized as well (a BOS alone, for Llama-style tokenizers; else no token, refused)
         text, ids = (prompt, None) if isinstance(prompt, str) else (None, list(prompt))
-        return GenerationRequest(self.engine, self.tokenizer, self.limits, prompt=text or None, prompt_ids=ids or None,
-                                 **fields)
+        return GenerationRequest(self.engine, self.tokenizer, self.limits, prompt=text, prompt_ids=ids, **fields)
 
     def _complete(self, request: GenerationRequest, text: str, logprobs: TokenLogprobs | None = None,
                   prompt_logprobs: TokenLogprobs | None = None) -> generation_pb2.GenerateResponse:

@@ -558,7 +558,7 @@ def test_bad_input_is_refused_and_the_workers_keep_serving(cluster):
         (generation_pb2.GenerateRequest(prompt_ids=[1] * 600), "context"),
         (generation_pb2.GenerateRequest(prompt="x", tree="kary:9"), "tree spec"),
         (generation_pb2.GenerateRequest(prompt="x", verifier_params=msgpack.packb([1])), "verifier_params"),
-        (generation_pb2.GenerateRequest(), "exactly one of prompt"),
+        (generation_pb2.GenerateRequest(), "the prompt must contain at least one token"),  # proto3: "" is no text
         (generation_pb2.GenerateRequest(prompt="x", logprobs=21), "logprobs must be a whole number between 0 and 20"),
         (generation_pb2.GenerateRequest(prompt="x", prompt_logprobs=21),
          "prompt_logprobs must be a whole number between 0 and 20"),
