@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import numbers
 import operator
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
@@ -53,6 +54,7 @@ BOOL_FIELDS = ("ignore_eos", "include_stop_str_in_output", "skip_special_tokens"
 STRING_FIELDS = ("verifier", "tree", "request_id")
 TOKEN_ID_FIELDS = ("prompt", "prediction", "stop_token_ids", "allowed_token_ids", "logit_bias")
 INT32_RANGE, INT64_RANGE = (-2**31, 2**31 - 1), (-2**63, 2**63 - 1)
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 class GenerationParams(TypedDict, total=False):
@@ -342,10 +344,17 @@ def _int64(name: str, value: Any) -> int:
 
 
 def _float(name: str, value: Any) -> float:
-    """A real number (NumPy's too), not a bool: True is no temperature."""
+    """A real number (NumPy's too), not a bool: True is no temperature; and one float32 holds
+    (the fields are proto `float`s): 1e300 would cross as infinity, which the server refuses
+    as "got inf" or reads as another value, where HTTP's doubles take it as it is."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
-    return float(value)
+    number = float(value)
+    try:
+        struct.pack("<f", number)  # OverflowError exactly where float32 rounds a finite number to infinity
+    except OverflowError:
+        raise ValueError(f"{name} must fit float32 (at most {FLOAT32_MAX:.8g} in magnitude), got {number!r}") from None
+    return number
 
 
 def _boolean(name: str, value: Any) -> bool:

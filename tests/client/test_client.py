@@ -543,6 +543,10 @@ INT32 = "from -2147483648 to 2147483647"
     ({"seed": True}, "seed must be an integer, got bool True"),
     ({"temperature": True}, "temperature must be a number, got bool True"),
     ({"top_p": "0.5"}, "top_p must be a number, got str '0.5'"),
+    # float32 fields: these crossed as infinities, refused "must be ... finite, got inf" or taken as -inf
+    ({"temperature": 1e300}, "temperature must fit float32 (at most 3.4028235e+38 in magnitude), got 1e+300"),
+    ({"presence_penalty": -3.5e38}, "presence_penalty must fit float32 (at most 3.4028235e+38 in magnitude), "
+                                    "got -3.5e+38"),
     ({"ignore_eos": "false"}, "ignore_eos must be True or False, got str 'false'"),
     ({"include_stop_str_in_output": "no"}, "include_stop_str_in_output must be True or False, got str 'no'"),
     ({"skip_special_tokens": 0}, "skip_special_tokens must be True or False, got int 0"),
