@@ -226,6 +226,12 @@ class GenerateRequest:
                                  f"to {INT32_RANGE[1]})")
         if self.prompt == ():  # it would cross as the empty text, which a tokenizer writing a BOS makes a prompt of
             raise ValueError("the prompt must contain at least one token")
+        # named as the server names them (`rayspec.engine.text.check_text`): protobuf's own error names no field
+        structured = () if self.structured_output is None else _texts_of(*self.structured_output.values())
+        for name, texts in (("the prompt", _texts_of(self.prompt)), ("prediction", _texts_of(self.prediction)),
+                            ("stop", self.stop), ("bad_words", self.bad_words), ("structured_output", structured)):
+            for text in texts:
+                _utf8(name, text)
         scalars = {}
         for names, check in ((INT32_FIELDS, _int32), (INT64_FIELDS, _int64), (FLOAT_FIELDS, _float),
                              (BOOL_FIELDS, _boolean), (STRING_FIELDS, _string)):
@@ -368,7 +374,25 @@ def _boolean(name: str, value: Any) -> bool:
 def _string(name: str, value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a string, got {type(value).__name__} {value!r}")
-    return value
+    return _utf8(name, value)
+
+
+def _utf8(name: str, text: str) -> str:
+    """`text`, or a ValueError naming `name` where UTF-8 cannot encode it (a lone surrogate),
+    in the server's words for the same text through HTTP, whose JSON escapes can spell one."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"{name} is not valid Unicode text: it holds a lone surrogate "
+                         f"(U+{ord(text[error.start]):04X}) at character {error.start}") from None
+    return text
+
+
+def _texts_of(value: Any) -> tuple[str, ...]:
+    """The texts of a field that holds one, several or none (token ids, True: none)."""
+    if isinstance(value, str):
+        return (value,)
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, tuple) else ()
 
 
 def _structured(output: Mapping[str, Any]) -> dict[str, Any]:

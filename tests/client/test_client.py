@@ -547,6 +547,11 @@ INT32 = "from -2147483648 to 2147483647"
     ({"temperature": 1e300}, "temperature must fit float32 (at most 3.4028235e+38 in magnitude), got 1e+300"),
     ({"presence_penalty": -3.5e38}, "presence_penalty must fit float32 (at most 3.4028235e+38 in magnitude), "
                                     "got -3.5e+38"),
+    # text UTF-8 cannot encode: protobuf's own error ("'utf-8' codec can't encode ...") named no field
+    ({"stop": ["ok", "a\ud800"]}, "stop is not valid Unicode text: it holds a lone surrogate (U+D800) at character 1"),
+    ({"verifier": "\udfff"}, "verifier is not valid Unicode text: it holds a lone surrogate (U+DFFF) at character 0"),
+    ({"structured_output": {"choice": ["a", "\ud800"]}},
+     "structured_output is not valid Unicode text: it holds a lone surrogate (U+D800) at character 0"),
     ({"ignore_eos": "false"}, "ignore_eos must be True or False, got str 'false'"),
     ({"include_stop_str_in_output": "no"}, "include_stop_str_in_output must be True or False, got str 'no'"),
     ({"skip_special_tokens": 0}, "skip_special_tokens must be True or False, got int 0"),
@@ -561,6 +566,14 @@ def test_a_value_the_message_cannot_carry_is_an_invalid_request_before_anything_
     for call in (client.generate, lambda *a, **k: next(client.stream(*a, **k))):
         with pytest.raises(InvalidRequestError, match=f"^this request cannot be sent: {re.escape(why)}$"):
             call("abc", **fields)
+    assert server.generation.requests == []
+
+
+def test_a_prompt_utf8_cannot_encode_is_refused_naming_it_as_the_server_does(client, server):
+    # the server's words for HTTP's "a\ud800" (JSON can spell a lone surrogate); the SDK's were protobuf's
+    with pytest.raises(InvalidRequestError, match=r"^this request cannot be sent: the prompt is not valid Unicode "
+                                                  r"text: it holds a lone surrogate \(U\+D800\) at character 1$"):
+        client.generate("a\ud800b")
     assert server.generation.requests == []
 
 
