@@ -347,6 +347,81 @@ def _resolved(schema, root, depth: int = 0):
     return schema
 
 
+# How many times one definition is written out along one path of a recursive schema, the
+# last time closed (as many as outlines-core writes); and how many schema objects a schema may be
+# written out into, past which its expression would be too large anyway.
+MAX_RECURSION_DEPTH = 4
+MAX_UNROLLED_SCHEMAS = 50_000
+_NO_END = object()  # what a recursive position written out too often stands for
+
+
+def _unrolled(schema):
+    """`schema` with each local `$ref` written out in its place, one definition at most
+    MAX_RECURSION_DEPTH times along a path, and its recursion closed the last time where the
+    schema lets it end: an optional property left out, an array left empty, an alternative
+    dropped.  outlines-core unrolls recursion itself but closes it by leaving the recursive
+    property out of the object's expression, a required one's comma included ({"v": 4,}: no
+    JSON).  ValueError for a schema that no finite value matches (each level requiring the
+    next) or that writes out into more than MAX_UNROLLED_SCHEMAS objects."""
+    unrolled = _unroll(schema, schema, (id(schema),), [MAX_UNROLLED_SCHEMAS])
+    if unrolled is _NO_END:
+        raise ValueError("json_schema has no finite value: its recursion never ends (each level requires the next "
+                         "through a required property, a non-empty array or every alternative)")
+    if isinstance(unrolled, dict):  # for a reference where this does not look (outlines-core follows it)
+        unrolled.update({key: schema[key] for key in ("$defs", "definitions") if key in schema})
+    return unrolled
+
+
+def _unroll(node, root, path: tuple, left: list):
+    """`_unrolled`'s writing of `node` under the definitions of `path` (their ids), or _NO_END;
+    `left`: how many more objects may be written.  A function of the module, not a closure
+    calling itself: that would be a cycle holding the schema (the client's, up to a request's
+    size) until the collector ran."""
+    if not isinstance(node, dict):
+        return node
+    left[0] -= 1
+    if left[0] < 0:
+        raise ValueError(f"json_schema cannot be compiled: its references write out into more than "
+                         f"{MAX_UNROLLED_SCHEMAS} schemas")
+    if "$ref" in node:
+        target = _resolved(node, root)
+        if target is None:
+            return node  # outlines-core refuses it with a message of its own
+        if path.count(id(target)) >= MAX_RECURSION_DEPTH:
+            return _NO_END
+        return _unroll(target, root, path + (id(target),), left)
+    written = dict(node)
+    if isinstance(node.get("properties"), dict):
+        required = node.get("required") if isinstance(node.get("required"), list) else []
+        written["properties"] = {}
+        for name, sub in node["properties"].items():
+            sub = _unroll(sub, root, path, left)
+            if sub is _NO_END and name in required:
+                return _NO_END
+            if sub is not _NO_END:
+                written["properties"][name] = sub
+    if isinstance(node.get("additionalProperties"), dict):
+        written["additionalProperties"] = _unroll(node["additionalProperties"], root, path, left)
+        if written["additionalProperties"] is _NO_END:  # no more properties than those named
+            del written["additionalProperties"]
+            written.setdefault("properties", {})
+    if isinstance(node.get("items"), dict):
+        written["items"] = _unroll(node["items"], root, path, left)
+        if written["items"] is _NO_END:  # no more items than the prefix's
+            most = len(node["prefixItems"]) if isinstance(node.get("prefixItems"), list) else 0
+            if not isinstance(node.get("minItems", 0), int) or node.get("minItems", 0) > most:
+                return _NO_END
+            del written["items"]
+            written["maxItems"] = most
+    for key in ("prefixItems", "allOf", "anyOf", "oneOf"):
+        if isinstance(node.get(key), list):
+            subs = [_unroll(sub, root, path, left) for sub in node[key]]
+            written[key] = [sub for sub in subs if sub is not _NO_END]
+            if len(written[key]) < len(subs) and (key in ("prefixItems", "allOf") or not written[key]):
+                return _NO_END
+    return written
+
+
 def _json_type(value) -> str:
     if value is None:
         return "null"
@@ -473,7 +548,7 @@ def _compile_schema(schema_text: str) -> str:
                          f"property all of them require with distinct const values (a discriminated union's tag)")
     _name_properties_by_their_json(schema)
     _formats_as_json_safe_patterns(schema)
-    schema_text = json.dumps(schema)
+    schema_text = json.dumps(_unrolled(schema))
     # In a compiler process too: the expression doubles with each level of nested arrays (a
     # schema of 1 kB nesting 40 deep asks for gigabytes), and outlines-core aborts the process
     # whose allocation fails — here, the server.

@@ -8,6 +8,7 @@ import json
 import random
 import re
 
+import jsonschema
 import pytest
 import regex
 import torch
@@ -808,4 +809,61 @@ def test_more_items_required_than_allowed_is_refused_naming_the_keywords():
     """Before, the 400 quoted the expression compiler's error over outlines-core's {2,0}."""
     schema = {"type": "array", "items": {"type": "integer"}, "minItems": 3, "maxItems": 1}
     with pytest.raises(ValueError, match=r"minItems 3 is above maxItems 1, so no array matches"):
+        StructuredOutput(json_schema=schema).to_regex()
+
+
+# A tree whose nodes require their children: the recursion ends only at an empty list.
+TREE = {"$defs": {"Node": {"type": "object", "required": ["v", "kids"],
+                           "properties": {"v": {"type": "integer"},
+                                          "kids": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}}},
+        "$ref": "#/$defs/Node"}
+
+
+def _tree(levels: int) -> dict:
+    return {"v": levels, "kids": [_tree(levels - 1)] if levels > 1 else []}
+
+
+def test_a_recursive_schema_whose_recursion_is_required_closes_it_as_json_the_schema_admits():
+    """outlines-core writes a definition out four times, the fourth without its recursive
+    property even where required, comma kept: {"v": 1,} closed the tree, which no JSON reader
+    parses, and a fourth level with its "kids": [] was refused."""
+    regex_ = StructuredOutput(json_schema=TREE).to_regex()
+    validator = jsonschema.Draft202012Validator(TREE)
+    for levels in (1, 2, 3, 4):
+        validator.validate(_tree(levels))
+        assert regex.fullmatch(regex_, json.dumps(_tree(levels))), levels
+    assert not regex.fullmatch(regex_, json.dumps(_tree(5)))  # written out four times only
+    cut = json.dumps(_tree(4)).replace(', "kids": []', ",")
+    assert cut.endswith('{"v": 1,}]}]}]}') and not regex.fullmatch(regex_, cut)
+
+
+def test_a_recursion_that_may_end_anywhere_is_written_out_four_times():
+    """Four levels, as outlines-core writes a definition (a recursion through the root "#" it
+    wrote five times)."""
+    chain = {"type": "object", "required": ["v"], "properties": {"v": {"type": "integer"}, "next": {"$ref": "#"}}}
+    or_null = {"type": "object", "required": ["v", "next"],
+               "properties": {"v": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}}
+    for schema, last in ((chain, {}), (or_null, {"next": None})):
+        regex_ = StructuredOutput(json_schema=schema).to_regex()
+        texts = [json.dumps(_chain(levels, last)) for levels in (1, 4, 5)]
+        assert [bool(regex.fullmatch(regex_, text)) for text in texts] == [True, True, False], texts
+
+
+def _chain(levels: int, last: dict) -> dict:
+    return {"v": levels, "next": _chain(levels - 1, last)} if levels > 1 else {"v": 1, **last}
+
+
+@pytest.mark.parametrize("schema, message", [
+    ({"type": "object", "required": ["next"], "properties": {"next": {"$ref": "#"}}},
+     "json_schema has no finite value: its recursion never ends"),
+    ({"$defs": {"A": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/A"}}}, "$ref": "#/$defs/A"},
+     "json_schema has no finite value: its recursion never ends"),
+    # each of 30 definitions refers to the next twice: 2**30 schemas written out
+    ({"$defs": {**{f"A{i}": {"anyOf": [{"$ref": f"#/$defs/A{i + 1}"},
+                                       {"type": "array", "items": {"$ref": f"#/$defs/A{i + 1}"}}]} for i in range(30)},
+                "A30": {"type": "integer"}}, "$ref": "#/$defs/A0"},
+     "json_schema cannot be compiled: its references write out into more than 50000 schemas"),
+])
+def test_a_schema_whose_references_cannot_be_written_out_is_refused(schema, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
         StructuredOutput(json_schema=schema).to_regex()
