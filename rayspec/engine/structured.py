@@ -24,6 +24,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from rayspec.engine.interfaces import AtCapacity
+from rayspec.models.cancellation import caller_watch, stop_if_caller_left
 
 # json_object's values nest this deep (objects and arrays of scalars inside the object): the
 # automaton of a deeper generic JSON costs seconds per vocabulary (6 s at 8k tokens for
@@ -807,6 +809,9 @@ COMPILE_MEMORY_BYTES = 4 << 30
 # most COMPILE_SECONDS.
 MAX_COMPILERS = 2
 _COMPILERS = threading.BoundedSemaphore(MAX_COMPILERS)
+# How often a compilation, and a wait for a compiler, asks whether its caller left
+# (`rayspec.models.cancellation`): a departed client's compiler is stopped within this.
+CALLER_POLL_SECONDS = 0.1
 # A schema's expression longer than this is refused: the automaton of one so long would not
 # compile in time, and each would be kept in the caches.  Real schemas' are kilobytes.
 MAX_SCHEMA_REGEX_CHARS = 2 << 20
@@ -854,14 +859,25 @@ def _in_compiler(job: tuple, refused: str, what: str, too_large: str):
     COMPILE_MEMORY_BYTES: past either, a ValueError saying `what` is `too_large`; a job the
     compiler refuses, "`refused`: its reason".  A compiler failing otherwise (a broken
     install) is a RuntimeError, the server's fault; every compiler busy for COMPILE_SECONDS,
-    `AtCapacity` (the server's limit, not the request's fault)."""
-    if not _COMPILERS.acquire(timeout=COMPILE_SECONDS):
-        raise AtCapacity(f"{what} waited {COMPILE_SECONDS:g} s for one of the {MAX_COMPILERS} compilers, all busy "
-                         f"with other expressions; ask again later")
+    `AtCapacity` (the server's limit, not the request's fault).  A caller that leaves
+    (`caller_left`) while it waits or compiles stops both, its compiler killed:
+    `GenerationCancelled`, rather than a compiler held up to COMPILE_SECONDS for nobody."""
+    deadline = time.monotonic() + COMPILE_SECONDS
+    while not _COMPILERS.acquire(timeout=CALLER_POLL_SECONDS):
+        stop_if_caller_left("while it waited for a structured-output compiler")
+        if time.monotonic() >= deadline:
+            raise AtCapacity(f"{what} waited {COMPILE_SECONDS:g} s for one of the {MAX_COMPILERS} compilers, all "
+                             f"busy with other expressions; ask again later")
     try:
         path = [entry for entry in sys.path if entry not in ("", ".")]
         child = subprocess.Popen([sys.executable, "-c", _COMPILER, str(COMPILE_MEMORY_BYTES), *path],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        over = threading.Event()
+        if (left := caller_watch()) is not None:
+            # watched from a thread of its own: `communicate` holds this one, and polled in short
+            # timeouts instead it would send no more of the job after the first (CPython's)
+            threading.Thread(target=_kill_when_left, args=(child, left, over), name="rayspec-compiler-watch",
+                             daemon=True).start()
         try:
             answer, printed = child.communicate(pickle.dumps(job), timeout=COMPILE_SECONDS)
         except subprocess.TimeoutExpired:
@@ -869,12 +885,14 @@ def _in_compiler(job: tuple, refused: str, what: str, too_large: str):
             child.communicate()
             raise ValueError(f"{what} did not compile within {COMPILE_SECONDS:g} s: {too_large}") from None
         finally:
+            over.set()
             if child.poll() is None:  # a caller interrupted (KeyboardInterrupt): the child goes too
                 child.kill()
                 child.wait()
     finally:
         _COMPILERS.release()
     if child.returncode != 0:
+        stop_if_caller_left(f"while {what} compiled")  # killed for it: no fault of the job's, nor the server's
         said = " ".join(printed.decode(errors="replace").split())[-200:] or "no message"
         # Past its memory the compiler dies of a signal (Rust aborts on a failed allocation) or
         # of a MemoryError: the job's doing.  Any other failure is this server's.
@@ -886,6 +904,15 @@ def _in_compiler(job: tuple, refused: str, what: str, too_large: str):
     if kind == "error":
         raise ValueError(f"{refused}: {value}")
     return value
+
+
+def _kill_when_left(child: subprocess.Popen, left: Callable[[], bool], over: threading.Event) -> None:
+    """Kills the compiler `child` once its caller left (`left()`, asked every
+    CALLER_POLL_SECONDS), unless its compilation is `over` first."""
+    while not over.wait(CALLER_POLL_SECONDS):
+        if left():
+            child.kill()
+            return
 
 
 def _shortened(regex: str, keep: int = 80) -> str:

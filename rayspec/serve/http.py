@@ -100,6 +100,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 
 from fastapi import FastAPI, Request
@@ -113,6 +114,7 @@ from rayspec.engine.interfaces import TokenLogprobs
 from rayspec.engine.requests import GenerationRequest, StepText, usage_of
 from rayspec.engine.structured import token_bytes_of
 from rayspec.engine.text import check_text
+from rayspec.models.cancellation import GenerationCancelled, watching_caller
 from rayspec.rpc.remote import RemoteError
 from rayspec.serve.bodies import (
     ChatBody,
@@ -646,6 +648,27 @@ async def unless_client_leaves(work, http: Request):
     raise ClientGone
 
 
+async def compiled_unless_client_leaves(service: Service, output, http: Request, ignore_eos: bool = False) -> None:
+    """`service.compile_structured(output, ignore_eos)` off the event loop, given up if the
+    client disconnects first (ClientGone): the compilation watches it (`watching_caller`), so
+    that its compiler process, seconds of a CPU and one of the few compilers, stops then
+    rather than compile on for nobody."""
+    left = threading.Event()
+
+    def compile_watched() -> None:
+        with watching_caller(left.is_set):
+            service.compile_structured(output, ignore_eos)
+
+    gone = asyncio.ensure_future(_client_gone(http))
+    gone.add_done_callback(lambda _: left.set())  # cancelled below too, once the compilation is over
+    try:
+        await run_in_threadpool(compile_watched)
+    except GenerationCancelled:
+        raise ClientGone from None
+    finally:
+        gone.cancel()
+
+
 async def _client_gone(http: Request) -> None:
     """Returns when the ASGI server says the client disconnected (the body was read already:
     the next message is the disconnect).  A receive that fails has lost the client too."""
@@ -718,7 +741,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
     def max_tokens_field(value: int | None) -> dict:
         return {} if value is None else {"max_tokens": value}
 
-    async def choices(body: GenerationBody, prompts: list[dict], **fields) -> list[GenerationRequest]:
+    async def choices(body: GenerationBody, http: Request, prompts: list[dict], **fields) -> list[GenerationRequest]:
         """One generation per prompt and choice (`n` per prompt, prompt by prompt), run side by
         side: a prompt's choice i is seeded with the request's seed + i — the completion a
         request with that prompt and seed gets — and unseeded choices draw a seed each."""
@@ -733,8 +756,8 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
             raise bad_request("seed + n - 1 must stay below 2^63: choice i is seeded with seed + i", "seed")
         if fields.get("structured_output") is not None:
             try:  # compiled off the event loop (a large schema takes seconds), once for all the choices
-                await run_in_threadpool(service.compile_structured, fields["structured_output"],
-                                        bool(fields.get("ignore_eos")))
+                await compiled_unless_client_leaves(service, fields["structured_output"], http,
+                                                    bool(fields.get("ignore_eos")))
             except ValueError as error:
                 raise bad_request(str(error), body.structured_field()) from None
 
@@ -764,7 +787,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
         prompt_only = bool(body.echo) and body.max_tokens == 0
         prompts = body.prompts()
         requests = await choices(
-            body, prompts, max_tokens=None if prompt_only else body.max_tokens,
+            body, http, prompts, max_tokens=None if prompt_only else body.max_tokens,
             default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS, **body.generation_fields(), prompt_only=prompt_only,
             add_special_tokens=body.add_special_tokens, request_id=named_by(http.state, body.request_id),
         )
@@ -795,7 +818,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
         if calling is not None:
             fields["skip_special_tokens"] = calling.skip_special_tokens(fields["skip_special_tokens"])
         requests = await choices(
-            body, [{"prompt": prompt}], **max_tokens_field(body.max_completion_tokens or body.max_tokens),
+            body, http, [{"prompt": prompt}], **max_tokens_field(body.max_completion_tokens or body.max_tokens),
             **fields, add_special_tokens=bool(body.add_special_tokens),  # the template writes them
             request_id=named_by(http.state, body.request_id),
         )

@@ -56,7 +56,7 @@ from rayspec.serve.bodies import (
 )
 from rayspec.serve.errors import bad_request, error_body
 from rayspec.serve.http import (
-    EventStream, Primed, drain, speculation_figures, unless_client_leaves,
+    EventStream, Primed, compiled_unless_client_leaves, drain, speculation_figures, unless_client_leaves,
 )
 from rayspec.serve.service import ChatRenderError, Service
 from rayspec.serve.tools import ToolCalling, ToolError
@@ -494,7 +494,7 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
             structured = forced
         if structured is not None:
             try:  # off the event loop: a large schema takes seconds to compile
-                await run_in_threadpool(service.compile_structured, structured)
+                await compiled_unless_client_leaves(service, structured, http)
             except ValueError as error:
                 if forced is not None:  # the tools' schemas, not text.format
                     raise bad_request(f"tools: {error}", "tools") from None

@@ -588,6 +588,39 @@ def test_waiting_past_its_time_for_a_compiler_is_the_servers_capacity_and_a_free
     assert compilers.acquire(blocking=False)  # given back after compiling
 
 
+def test_a_caller_that_leaves_stops_its_compilation_and_its_wait_for_a_compiler(tokenizer, monkeypatch):
+    """A caller that gives up (`watching_caller`: a client gone, an RPC cancelled) while its
+    expression compiles has its compiler killed and its place freed at once, and one waiting
+    for a compiler stops waiting: GenerationCancelled, not a compiler held (or a wait) of up
+    to COMPILE_SECONDS for nobody."""
+    import threading
+    import time
+
+    from rayspec.engine import structured
+    from rayspec.models.cancellation import GenerationCancelled, watching_caller
+
+    monkeypatch.setattr(structured, "COMPILE_SECONDS", 60.0)
+    children = _children(monkeypatch)
+    left = threading.Event()
+    threading.Timer(1.0, left.set).start()
+    began = time.monotonic()
+    with watching_caller(left.is_set), pytest.raises(GenerationCancelled):
+        compiled_index(EXPONENTIAL, vocabulary_of(tokenizer))
+    assert time.monotonic() - began < 30  # of the 60 it compiled for before
+    assert len(children) == 1 and children[0].returncode is not None  # killed, and reaped
+    compilers = structured._COMPILERS
+    assert all(compilers.acquire(blocking=False) for _ in range(structured.MAX_COMPILERS))  # every place free
+    try:  # every compiler busy: the wait for one stops too
+        left.clear()
+        threading.Timer(0.5, left.set).start()
+        with watching_caller(left.is_set), pytest.raises(GenerationCancelled, match="waited for a structured-output"):
+            compiled_index("(elk|owl)+ [0-9]{3}", vocabulary_of(tokenizer))
+        assert time.monotonic() - began < 50
+    finally:
+        for _ in range(structured.MAX_COMPILERS):
+            compilers.release()
+
+
 def _arrays_nested(depth: int) -> dict:
     schema = {"type": "string"}
     for _ in range(depth):

@@ -1587,6 +1587,49 @@ def test_a_client_that_leaves_before_its_answer_stops_the_generation(http, serve
     assert http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4}).status_code == 200
 
 
+@pytest.mark.parametrize("endpoint, body", [
+    ("/v1/completions", {"prompt": PROMPT, "guided_regex": "[a-c]{5}"}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "guided_regex": "[d-f]{6}"}),
+    ("/v1/responses", {"input": "hi", "text": {"format": {"type": "json_schema", "name": "left", "schema": {
+        "type": "object", "properties": {"left": {"type": "integer"}}, "required": ["left"]}}}}),
+])
+def test_a_client_that_leaves_while_its_structured_output_compiles_stops_the_compiler(
+        http, server, with_eos, monkeypatch, tmp_path, endpoint, body):
+    """A compilation holds one of the few compiler processes for seconds, up to COMPILE_SECONDS:
+    a client that leaves meanwhile has its compiler killed and the compiler's place freed at
+    once, its request counted 499, rather than compiled on for nobody (a compiler that never
+    answers stands in for a slow compilation)."""
+    import os
+    import socket
+
+    from rayspec.engine import structured
+
+    started = tmp_path / "compiler.pid"
+    monkeypatch.setattr(structured, "_COMPILER", f"import os, time\nopen({str(started)!r}, 'w').write(str(os.getpid()))"
+                                                 "\ntime.sleep(120)")
+    monkeypatch.setattr(structured, "COMPILE_SECONDS", 40.0)  # without the fix, the child's end
+    before = answered(http, endpoint, 499)
+    sent = json.dumps({**body, "seed": 1}).encode()
+    port = int(str(http.base_url).rstrip("/").rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as leaving:
+        leaving.sendall(f"POST {endpoint} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        f"Content-Length: {len(sent)}\r\n\r\n".encode() + sent)
+        eventually(lambda: started.exists() and started.read_text(), what="the compiler to start")
+    compiler = int(started.read_text())
+
+    def compiler_gone() -> bool:
+        try:
+            os.kill(compiler, 0)  # a child killed and waited for is gone; a zombie would still answer
+        except ProcessLookupError:
+            return True
+        return False
+
+    eventually(compiler_gone, what="the compiler killed")
+    eventually(lambda: structured._COMPILERS._value == structured.MAX_COMPILERS, what="the compiler's place freed")
+    eventually(lambda: answered(http, endpoint, 499) == before + 1, what="the request counted 499")
+    assert server["target"].opened == 0  # nothing was started for it
+
+
 def test_beyond_the_concurrency_limit_requests_get_429(http, server):
     target = server["target"]
     target.permits = threading.Semaphore(0)
