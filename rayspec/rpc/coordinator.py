@@ -18,6 +18,7 @@ from rayspec.engine import SpeculativeEngine
 from rayspec.engine.interfaces import TokenLogprobs
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.engine.structured import StructuredOutput
+from rayspec.models.cancellation import watching_caller
 from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, health_pb2_grpc
 from rayspec.rpc.server import HealthServicer, RequireKey, Servicer, SessionLimitError, rpc_errors, start_server
 
@@ -46,8 +47,11 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
             if self._slots is not None:
                 self._slots.release()
 
-    def _request(self, message) -> GenerationRequest:
-        """The message, read as the SDK writes it (`GenerateRequest`), as a checked request."""
+    def _request(self, message, context) -> GenerationRequest:
+        """The message, read as the SDK writes it (`GenerateRequest`), as a checked request.  Its
+        structured output is compiled while the RPC is watched (`watching_caller`): a caller past
+        its deadline, or cancelled, stops the compilation, seconds of one of the few compiler
+        processes, rather than leave it to compile for nobody (GenerationCancelled)."""
         fields = dict(vars(GenerateRequest.from_proto(message)))
         prompt = fields.pop("prompt")
         fields["verifier_params"] = fields["verifier_params"] or None  # none given: the engine's own
@@ -56,7 +60,8 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
         # A message without token ids is a text prompt, the empty one too: proto3 cannot tell "" from no text, and
         # HTTP's `prompt: ""` is tokenized as well (a BOS alone, for Llama-style tokenizers; else no token, refused)
         text, ids = (prompt, None) if isinstance(prompt, str) else (None, list(prompt))
-        return GenerationRequest(self.engine, self.tokenizer, self.limits, prompt=text, prompt_ids=ids, **fields)
+        with watching_caller(lambda: not context.is_active()):
+            return GenerationRequest(self.engine, self.tokenizer, self.limits, prompt=text, prompt_ids=ids, **fields)
 
     def _complete(self, request: GenerationRequest, text: str, logprobs: TokenLogprobs | None = None,
                   prompt_logprobs: TokenLogprobs | None = None) -> generation_pb2.GenerateResponse:
@@ -73,7 +78,7 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
 
     @rpc_errors
     def Generate(self, message, context):
-        request = self._request(message)
+        request = self._request(message, context)
         _cancel_when_over(context, request)  # the RPC ended (cancelled, past its deadline): stop waiting
         with self._slot(), closing(request.run()) as steps:
             for _ in steps:
@@ -83,7 +88,7 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
 
     @rpc_errors
     def GenerateStream(self, message, context):
-        request = self._request(message)
+        request = self._request(message, context)
         _cancel_when_over(context, request)
         with self._slot():
             for added in request.run():
