@@ -140,6 +140,19 @@ def check_max_new_tokens(value) -> None:
         raise ValueError(f"max_new_tokens must be a whole number, 1 or more, got {value!r}")
 
 
+def check_seed(value) -> int:
+    """`value` as a seed: an integer of any kind (numpy's included) in int64's range, the one a
+    worker's session and the couplings' keyed noise take; a bool or a float is refused, not cut
+    (2.5 was read as 2, another seed's tokens)."""
+    try:
+        seed = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        seed = None
+    if seed is None or not -2**63 <= seed < 2**63:
+        raise ValueError(f"seed must be a 64-bit signed integer, got {value!r}")
+    return seed
+
+
 @dataclass
 class GenerationStats:
     steps: list[StepStats] = field(default_factory=list)
@@ -596,9 +609,7 @@ class SpeculativeEngine:
         stop_finder = StopFinder(self.tokenizer, stop_texts, prompt, min_tokens,
                                  skip_special_tokens) if stop_texts else None
         eos_ids = () if ignore_eos else self.target.eos_token_ids
-        seed = secrets.randbits(63) if seed is None else int(seed)
-        if not -2**63 <= seed < 2**63:  # the int64 a worker's session and the couplings' keyed noise take
-            raise ValueError(f"seed must be a 64-bit signed integer, got {seed}")
+        seed = secrets.randbits(63) if seed is None else check_seed(seed)
         spec = SequenceSpec(tuple(prompt), params, seed, verifier, verifier_params,
                             logprobs=None if logprobs is None else int(logprobs),
                             prompt_logprobs=None if prompt_logprobs is None else int(prompt_logprobs),
@@ -845,7 +856,7 @@ class SpeculativeEngine:
         tokens, finish, stop_reason = [], "length", None
         seed = kwargs.pop("seed", None)
         kwargs.setdefault("replayable", seed is not None)
-        seed = secrets.randbits(63) if seed is None else int(seed)
+        seed = secrets.randbits(63) if seed is None else check_seed(seed)
         for chunk in self.generate(prompt_ids, seed=seed, stats=stats, **kwargs):
             tokens += chunk.tokens
             finish, stop_reason = chunk.finish_reason or finish, chunk.stop_reason

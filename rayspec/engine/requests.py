@@ -39,6 +39,18 @@ def _integer(value, name: str) -> int:
     raise ValueError(f"{name} must be an integer, got {value!r}")
 
 
+def _real(value, name: str) -> float:
+    """`value` as a float, or a ValueError naming `name` as `SamplingParams` words it: a Python
+    caller's True is refused, not read as 1.0, and "0.5" is not parsed (HTTP and gRPC bodies are
+    typed already); ints and numpy's or torch's numbers pass."""
+    if not isinstance(value, (bool, str, bytes)):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            pass
+    raise ValueError(f"{name} must be a number, got {value!r}")
+
+
 @dataclass
 class Limits:
     default_max_tokens: int = 256
@@ -183,14 +195,14 @@ class GenerationRequest:
         check_logprobs(logprobs)
         check_logprobs(prompt_logprobs, "prompt_logprobs")
         sampling = dict(
-            temperature=1.0 if temperature is None else float(temperature),
-            top_p=1.0 if top_p is None else float(top_p),
-            top_k=_integer(top_k or 0, "top_k"),
-            presence_penalty=float(presence_penalty or 0),
-            frequency_penalty=float(frequency_penalty or 0),
-            repetition_penalty=1.0 if repetition_penalty is None else float(repetition_penalty),
+            temperature=1.0 if temperature is None else _real(temperature, "temperature"),
+            top_p=1.0 if top_p is None else _real(top_p, "top_p"),
+            top_k=0 if top_k is None else _integer(top_k, "top_k"),
+            presence_penalty=0.0 if presence_penalty is None else _real(presence_penalty, "presence_penalty"),
+            frequency_penalty=0.0 if frequency_penalty is None else _real(frequency_penalty, "frequency_penalty"),
+            repetition_penalty=1.0 if repetition_penalty is None else _real(repetition_penalty, "repetition_penalty"),
             logit_bias=dict(logit_bias or {}),
-            min_p=float(min_p or 0),
+            min_p=0.0 if min_p is None else _real(min_p, "min_p"),
             min_tokens=min_tokens or 0,
             allowed_token_ids=tuple(allowed_token_ids or ()),
         )
@@ -213,7 +225,7 @@ class GenerationRequest:
         regex = structured_regex(structured_output)
         if regex:
             compiled_index(regex, vocabulary_of(tokenizer))
-        self.seed = secrets.randbits(63) if seed is None else int(seed)
+        self.seed = secrets.randbits(63) if seed is None else _integer(seed, "seed")
         self.request_id = request_id or uuid.uuid4().hex
         self.kwargs = dict(
             max_new_tokens=max_tokens,

@@ -346,6 +346,28 @@ def test_a_python_callers_fractional_or_text_counts_are_refused_not_rounded(demo
     assert type(whole.kwargs["max_new_tokens"]) is int and whole.kwargs["min_tokens"] == 1
 
 
+@pytest.mark.parametrize("fields, message", [
+    ({"temperature": True}, "temperature must be a number, got True"),
+    ({"presence_penalty": True}, "presence_penalty must be a number, got True"),
+    ({"frequency_penalty": False}, "frequency_penalty must be a number, got False"),
+    ({"top_p": "1"}, "top_p must be a number, got '1'"), ({"min_p": True}, "min_p must be a number, got True"),
+    ({"repetition_penalty": True}, "repetition_penalty must be a number"), ({"top_k": False}, "top_k must be an"),
+    ({"seed": 2.5}, "seed must be an integer, got 2.5"), ({"seed": True}, "seed must be an integer, got True")])
+def test_a_python_callers_bool_text_or_fractional_sampling_values_are_refused_not_converted(demo_tokenizer, fields,
+                                                                                           message):
+    engine = SpeculativeEngine(_ScriptedTarget([]), None, tokenizer=demo_tokenizer)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        GenerationRequest(engine, demo_tokenizer, Limits(), prompt_ids=[1, 2], **fields)
+    exact = GenerationRequest(engine, demo_tokenizer, Limits(), prompt_ids=[1, 2], temperature=np.float32(0.5),
+                              presence_penalty=1, top_p=torch.tensor(0.5), seed=np.int64(3))
+    assert (exact.kwargs["temperature"], exact.kwargs["presence_penalty"], exact.kwargs["top_p"]) == (0.5, 1.0, 0.5)
+    assert exact.seed == 3 and type(exact.seed) is int
+    assert GenerationRequest(engine, demo_tokenizer, Limits(), prompt_ids=[1, 2], seed=3.0).seed == 3
+    for seed in (2.5, True):  # the engine's own callers too: 2.5 was read as seed 2
+        with pytest.raises(ValueError, match=re.escape(f"seed must be a 64-bit signed integer, got {seed!r}")):
+            engine.run([5], max_new_tokens=1, seed=seed)
+
+
 def test_accepted_drafts_a_cut_step_did_not_emit_count_as_rejected(demo_tokenizer):
     target = tiny_llama(vocab=64, seed=0)
     engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(noisy_copy(target, noise=0.01)),
