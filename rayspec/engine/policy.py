@@ -161,7 +161,7 @@ class AcceptanceLibrary:
                     # The DP plans target-only decoding from it, but adapting a tree needs a rank to
                     # count, and every request planned from it failed (reshaping a vector of no ranks).
                     raise ValueError(f"the vector has no ranks (shape {np.shape(estimate.acceptance)})")
-            except (ValueError, KeyError, TypeError) as error:
+            except (ValueError, KeyError, TypeError, RecursionError) as error:  # (Recursion: JSON nested too deep)
                 raise ValueError(f"acceptance vector {path}: {error}") from None
             setting = estimate.setting
             if "verifier" in setting and "temperature" in setting:

@@ -68,7 +68,7 @@ def parse_tree_spec(spec: str | TreeShape | DynamicPlan) -> TreeShape | DynamicP
             raise ValueError("sequoia trees are planned per verifier: give the spec to the engine, not a shape")
         if text.startswith("file:"):
             path = Path(text[5:])
-            shape = TreeShape.from_json(json.loads(path.read_text()))
+            shape = TreeShape.from_json(path.read_text())
             _capped(shape.size, text)
             return shape
     except (OSError, json.JSONDecodeError, KeyError, ValueError) as error:

@@ -114,7 +114,10 @@ class TreeShape:
         """The shape of a tree file's object, {"parents": [...], "child_rank": [...], "predicted": n}
         (`to_dict`; child_rank and predicted optional).  Anything else is a ValueError, for the
         file comes from a user (`rayspec.engine.trees`, file: specs)."""
-        data = json.loads(text_or_dict) if isinstance(text_or_dict, str) else text_or_dict
+        try:
+            data = json.loads(text_or_dict) if isinstance(text_or_dict, str) else text_or_dict
+        except RecursionError:  # json's decoder recurses per level: [[[...]]] 100k deep escaped as no ValueError
+            raise ValueError("the JSON nests too deeply to be a tree (its lists are of numbers)") from None
         if not isinstance(data, Mapping):
             raise ValueError(f'a tree is a JSON object with "parents", got {type(data).__name__}')
         if "parents" not in data:

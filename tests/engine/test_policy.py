@@ -135,6 +135,22 @@ def test_a_malformed_tree_file_is_a_bad_tree_spec_not_a_type_error_nor_truncated
         TreeShape.from_json(data)
 
 
+def test_a_tree_or_vector_file_nested_too_deeply_is_refused_naming_it_not_a_recursion_error(tmp_path):
+    """json.loads raises RecursionError past ~1000 levels of [[[...]]]: it escaped the service's
+    tree spec and acceptance vectors as no ValueError."""
+    deep = "[" * 100_000 + "]" * 100_000
+    path = tmp_path / "tree.json"
+    path.write_text(deep)
+    with pytest.raises(ValueError, match=rf"^bad tree spec 'file:{re.escape(str(path))}': the JSON nests too deeply"):
+        parse_tree_spec(f"file:{path}")
+    with pytest.raises(ValueError, match="^the JSON nests too deeply to be a tree"):
+        TreeShape.from_json(deep)
+    (tmp_path / vector_file_name("rrsw", 1.0)).write_text('{"acceptance": ' + deep + "}")
+    with pytest.raises(ValueError, match=re.escape(f"acceptance vector {tmp_path / vector_file_name('rrsw', 1.0)}: ")
+                       + "maximum recursion depth"):
+        AcceptanceLibrary(tmp_path)
+
+
 def test_tree_shapes_take_integers_of_any_kind_as_they_did():
     shape = TreeShape(np.array([-1, 0, 0, 2]), np.int64(1))
     assert shape.parents == (-1, 0, 0, 2) and shape.predicted == 1
