@@ -8,6 +8,7 @@ with `GenerateRequest.from_proto`, which refuses malformed parameters with a Val
 from __future__ import annotations
 
 import json
+import math
 import numbers
 import operator
 import struct
@@ -55,6 +56,7 @@ STRING_FIELDS = ("verifier", "tree", "request_id")
 TOKEN_ID_FIELDS = ("prompt", "prediction", "stop_token_ids", "allowed_token_ids", "logit_bias")
 INT32_RANGE, INT64_RANGE = (-2**31, 2**31 - 1), (-2**63, 2**63 - 1)
 FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_TINY = 1.401298464324817e-45  # the smallest positive float32 (a subnormal)
 
 
 class GenerationParams(TypedDict, total=False):
@@ -360,6 +362,10 @@ def _float(name: str, value: Any) -> float:
         struct.pack("<f", number)  # OverflowError exactly where float32 rounds a finite number to infinity
     except OverflowError:
         raise ValueError(f"{name} must fit float32 (at most {FLOAT32_MAX:.8g} in magnitude), got {number!r}") from None
+    if number and not struct.unpack("<f", struct.pack("<f", number))[0]:
+        # float32 rounds it to 0: top_p=1e-50 crossed as 0, refused "got 0.0", and temperature=1e-50 as greedy,
+        # where HTTP's doubles keep it; the smallest float32 of its sign is as near the limit as the server sees
+        number = math.copysign(FLOAT32_TINY, number)
     return number
 
 

@@ -41,7 +41,7 @@ from rayspec.client import (
     UnavailableError,
     Usage,
 )
-from rayspec.client.types import GENERATION_FEATURES, GenerationParams
+from rayspec.client.types import GENERATION_FEATURES, GenerateRequest, GenerationParams
 from rayspec.rpc.generated import generation_pb2 as pb
 from rayspec.rpc.generated import generation_pb2_grpc, health_pb2, health_pb2_grpc
 from tests.loopback import free_port
@@ -567,6 +567,17 @@ def test_a_value_the_message_cannot_carry_is_an_invalid_request_before_anything_
         with pytest.raises(InvalidRequestError, match=f"^this request cannot be sent: {re.escape(why)}$"):
             call("abc", **fields)
     assert server.generation.requests == []
+
+
+def test_a_tiny_float_crosses_as_the_smallest_float32_not_as_zero():
+    """float32 rounds 1e-50 to 0: top_p=1e-50 was refused "got 0.0" and temperature=1e-50 sent
+    as 0 (greedy), where HTTP takes both as they are; 0 itself still crosses as 0."""
+    TINY = 1.401298464324817e-45  # the smallest positive float32
+    message = GenerateRequest(prompt="x", temperature=1e-50, top_p=1e-50, repetition_penalty=1e-50,
+                              presence_penalty=-1e-50, frequency_penalty=0.0).to_proto()
+    assert (message.temperature, message.top_p, message.repetition_penalty) == (TINY,) * 3
+    assert (message.presence_penalty, message.frequency_penalty) == (-TINY, 0.0)
+    assert GenerateRequest.from_proto(message).top_p == TINY > 0
 
 
 def test_a_prompt_utf8_cannot_encode_is_refused_naming_it_as_the_server_does(client, server):
