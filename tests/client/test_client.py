@@ -41,7 +41,7 @@ from rayspec.client import (
     UnavailableError,
     Usage,
 )
-from rayspec.client.types import GENERATION_FEATURES, GenerateRequest, GenerationParams
+from rayspec.client.types import GENERATION_FEATURES, GenerationParams
 from rayspec.rpc.generated import generation_pb2 as pb
 from rayspec.rpc.generated import generation_pb2_grpc, health_pb2, health_pb2_grpc
 from tests.loopback import free_port
