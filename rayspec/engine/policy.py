@@ -89,8 +89,10 @@ class SequoiaSpec:
 
 
 # A request's Sequoia tree is planned while the request waits (and re-planned as it adapts):
-# its dynamic program, O(budget^2 * depth) cells, is capped at ~0.2 s on a 2-core VM.
-# Bigger Sequoia trees belong in the service's config.
+# its dynamic program, O(budget^2 * depth) cells, is capped at 0.15-0.3 s on a 2-core VM with
+# the demo's vectors (16 ranks, one row).  The cells' cost grows with a vector's ranks and
+# depth rows, which the cap does not count (32 ranks x 10 rows: 4 s).  Bigger Sequoia trees
+# belong in the service's config.
 MAX_REQUEST_PLAN_CELLS = 256 * 256 * 32
 
 
