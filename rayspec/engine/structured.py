@@ -201,7 +201,12 @@ def _compiled_in_part(schema) -> list[str]:
         leading = [key for key in _LEADING_KEYWORDS if key in node]
         read_past = sorted(_TYPE_KEYWORDS & node.keys())
         if leading and leading[0] == "prefixItems":
-            read_past = sorted(_TYPE_KEYWORDS - {"items"} & node.keys())
+            # outlines-core writes the prefix's items and no more (a narrower `items`): counts
+            # that tuple meets hold, as Pydantic's fixed-length tuples write them
+            length = len(node["prefixItems"]) if isinstance(node["prefixItems"], list) else 0
+            met = {key for key, holds in (("minItems", length.__ge__), ("maxItems", length.__le__))
+                   if isinstance(node.get(key), int) and holds(node[key])}
+            read_past = sorted(_TYPE_KEYWORDS - {"items"} - met & node.keys())
         if len(leading) > 1 or (leading and read_past):
             found.append(f"{place} combines {', '.join(leading + read_past)}, of which only {leading[0]} would be "
                          f"enforced")
@@ -587,6 +592,15 @@ def _name_properties_by_their_json(schema) -> None:
 
 # The JSON types of a free-form value (`{}`), as outlines-core lists them for one.
 _ANY_TYPE = ["boolean", "null", "number", "string", "array", "object"]
+# Keywords that say nothing of a value: a schema of these alone admits any value, as `{}` does
+# (Pydantic writes an `Any` field {"title": "X"}), and outlines-core refused it ("Unsupported
+# JSON Schema structure"), as it refused the schema `true` (`"items": true`).
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
+                          "writeOnly", "$id", "$schema", "$anchor", "$defs", "definitions"})
+
+
+def _says_nothing(schema) -> bool:
+    return isinstance(schema, dict) and not schema.keys() - _ANNOTATIONS
 
 
 def _free_form_values_nest_as_json_objects_do(schema) -> None:
@@ -597,16 +611,26 @@ def _free_form_values_nest_as_json_objects_do(schema) -> None:
     default nests one level more, whose automaton takes seconds: {"type": "object"} took 9 to
     31 s over the demo's 8k tokens (0.3 s now), an array of `{}` items did not compile in 60 s.
     An array or object whose items or values are `{}` (`List[Any]`, `Dict[str, Any]` written
-    so) is free-form itself: its `{}` one level below it.  A `depth` the schema gives is kept."""
+    so) is free-form itself: its `{}` one level below it.  A `depth` the schema gives is kept.
+    The schema `true` where a schema stands (but `additionalProperties`, where outlines-core
+    reads it) is made `{}` first, and a schema of annotations alone (`_says_nothing`) is `{}`."""
     for _, node in list(_subschemas(schema)):
-        if not node:
+        if node.get("items") is True:
+            node["items"] = {}
+        if isinstance(node.get("properties"), dict):
+            node["properties"] = {name: {} if sub is True else sub for name, sub in node["properties"].items()}
+        for key in ("prefixItems", "allOf", "anyOf", "oneOf"):
+            if isinstance(node.get(key), list):
+                node[key] = [{} if sub is True else sub for sub in node[key]]
+    for _, node in list(_subschemas(schema)):
+        if _says_nothing(node):
             node.update(type=list(_ANY_TYPE))
         types = _types(node) if isinstance(node.get("type"), (str, list)) else frozenset()
         object_free = "object" in types and "properties" not in node
         array_free = "array" in types and "prefixItems" not in node
         for child in ([node.get("items")] if array_free else []) + (
                 [node.get("additionalProperties")] if object_free else []):
-            if child == {}:  # visited after its parent, so left at this depth
+            if _says_nothing(child):  # visited after its parent, so left at this depth
                 child.update(type=list(_ANY_TYPE), depth=JSON_OBJECT_DEPTH - 2)
         if (object_free and not isinstance(node.get("additionalProperties"), dict)) or (
                 array_free and "items" not in node):

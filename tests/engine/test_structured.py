@@ -984,3 +984,40 @@ def test_a_strings_length_bounds_compile_and_every_walk_ends_in_a_string_within_
     value = 'say "hi"' + "x" * 20
     quoted = json.dumps(value if schema is string else {"s": value}).replace('\\"', "\\u0022")
     assert regex.fullmatch(output.to_regex(), quoted) and json.loads(quoted) in (value, {"s": value})
+
+
+# Pydantic 2.14's schema of a model with Any, list[Any], dict[str, Any], tuple[Any, int] and
+# Optional Any (default None) fields.
+PYDANTIC_ANY = {"properties": {"x": {"title": "X"}, "y": {"items": {}, "title": "Y", "type": "array"},
+                               "z": {"additionalProperties": True, "title": "Z", "type": "object"},
+                               "t": {"maxItems": 2, "minItems": 2, "prefixItems": [{}, {"type": "integer"}],
+                                     "title": "T", "type": "array"},
+                               "o": {"default": None, "title": "O"}},
+                "required": ["x", "y", "z", "t"], "title": "M", "type": "object"}
+
+
+@pytest.mark.parametrize("schema, values", [
+    (PYDANTIC_ANY, [{"x": 1, "y": ["a", {"b": None}], "z": {"k": [2.5]}, "t": [{"q": True}, 3], "o": "s"},
+                    {"x": {"a": [1]}, "y": [], "z": {}, "t": [None, -1]}]),
+    ({"title": "Data", "description": "anything"}, [1, "a", [True, {"b": None}], {"c": [1]}]),
+    ({"type": "array", "items": True}, [[], [1, "a", {"b": 2}]]),
+    ({"type": "object", "properties": {"a": True}, "required": ["a"]}, [{"a": 1}, {"a": [None]}]),
+    ({"anyOf": [True, {"type": "null"}]}, [None, 1, {"a": "b"}]),
+])
+def test_a_schema_that_says_nothing_of_a_value_admits_any_as_an_empty_one_does(tokenizer, schema, values):
+    """Pydantic writes an `Any` field {"title": "X"} (annotations alone) and a tuple with
+    minItems = maxItems = its length; outlines-core refused the first and the schema `true`
+    ("Unsupported JSON Schema structure"), and the tuple's counts were refused as read past,
+    though the prefix outlines-core writes meets them."""
+    output = StructuredOutput(json_schema=schema)
+    for value in values:
+        jsonschema.validate(value, schema)
+        assert regex.fullmatch(output.to_regex(), json.dumps(value)), value
+    assert compiled_index(output.to_regex(), vocabulary_of(tokenizer))
+
+
+@pytest.mark.parametrize("bounds, keyword", [({"minItems": 3}, "minItems"), ({"maxItems": 1}, "maxItems")])
+def test_a_tuples_counts_its_prefix_breaks_are_refused(bounds, keyword):
+    schema = {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], **bounds}
+    with pytest.raises(ValueError, match=f"top level combines prefixItems, {keyword}, of which only prefixItems"):
+        StructuredOutput(json_schema=schema).to_regex()
