@@ -385,7 +385,9 @@ def _string(name: str, value: Any) -> str:
 
 def _utf8(name: str, text: str) -> str:
     """`text`, or a ValueError naming `name` where UTF-8 cannot encode it (a lone surrogate),
-    in the server's words for the same text through HTTP, whose JSON escapes can spell one."""
+    in the server's words for the same text through HTTP, whose JSON escapes can spell one.
+    The server's check (`rayspec.engine.text.check_text`) written again: the SDK imports no
+    torch, which the engine's package does."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:

@@ -19,7 +19,7 @@ from rayspec.engine.policy import check_tree_spec
 from rayspec.engine.prediction import check_prediction, prediction_chain
 from rayspec.engine.structured import check_structured, compiled_index, structured_regex, vocabulary_of
 from rayspec.engine.text import TextAssembler, bad_words_token_ids, check_text, listed
-from rayspec.verify.processing import SamplingParams
+from rayspec.verify.processing import SamplingParams, real_number
 
 
 # No tokenizer's tokens average this many characters over a whole prompt.
@@ -37,18 +37,6 @@ def _integer(value, name: str) -> int:
         except TypeError:
             pass
     raise ValueError(f"{name} must be an integer, got {value!r}")
-
-
-def _real(value, name: str) -> float:
-    """`value` as a float, or a ValueError naming `name` as `SamplingParams` words it: a Python
-    caller's True is refused, not read as 1.0, and "0.5" is not parsed (HTTP and gRPC bodies are
-    typed already); ints and numpy's or torch's numbers pass."""
-    if not isinstance(value, (bool, str, bytes)):
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            pass
-    raise ValueError(f"{name} must be a number, got {value!r}")
 
 
 @dataclass
@@ -194,15 +182,18 @@ class GenerationRequest:
             check_tree_spec(str(tree))  # before anything is built: kary:KxD grows as K^D
         check_logprobs(logprobs)
         check_logprobs(prompt_logprobs, "prompt_logprobs")
+        def real(value, name: str, default: float) -> float:  # a Python caller's True is refused, not read as 1.0
+            return default if value is None else real_number(value, name)
+
         sampling = dict(
-            temperature=1.0 if temperature is None else _real(temperature, "temperature"),
-            top_p=1.0 if top_p is None else _real(top_p, "top_p"),
+            temperature=real(temperature, "temperature", 1.0),
+            top_p=real(top_p, "top_p", 1.0),
             top_k=0 if top_k is None else _integer(top_k, "top_k"),
-            presence_penalty=0.0 if presence_penalty is None else _real(presence_penalty, "presence_penalty"),
-            frequency_penalty=0.0 if frequency_penalty is None else _real(frequency_penalty, "frequency_penalty"),
-            repetition_penalty=1.0 if repetition_penalty is None else _real(repetition_penalty, "repetition_penalty"),
+            presence_penalty=real(presence_penalty, "presence_penalty", 0.0),
+            frequency_penalty=real(frequency_penalty, "frequency_penalty", 0.0),
+            repetition_penalty=real(repetition_penalty, "repetition_penalty", 1.0),
             logit_bias=dict(logit_bias or {}),
-            min_p=0.0 if min_p is None else _real(min_p, "min_p"),
+            min_p=real(min_p, "min_p", 0.0),
             min_tokens=min_tokens or 0,
             allowed_token_ids=tuple(allowed_token_ids or ()),
         )

@@ -76,7 +76,7 @@ class SamplingParams:
         # Types before ranges: a comparison with a string or None is a TypeError, and a fractional
         # top_k passed the range check only to fail inside torch.topk.
         for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p"):
-            object.__setattr__(self, name, _real(getattr(self, name), name))
+            object.__setattr__(self, name, real_number(getattr(self, name), name))
         object.__setattr__(self, "top_k", _integer(self.top_k, "top_k"))
         object.__setattr__(self, "min_tokens", _integer(self.min_tokens, "min_tokens"))
         if not 0 <= self.temperature < float("inf"):  # NaN fails too
@@ -155,7 +155,7 @@ class SamplingParams:
                              "min_tokens would ban every token of the vocabulary: stop_token_ids holds them all")
 
 
-def _real(value, name: str) -> float:
+def real_number(value, name: str) -> float:
     """`value` as a float: a real number of any kind (numpy's included), not a bool, a string
     (which float() would parse) or None."""
     if type(value) is float:
@@ -187,7 +187,7 @@ def _bias_pairs(bias: Mapping[int, float] | Iterable[tuple[int, float]]) -> tupl
         for token, value in pairs:
             # int() would read 1.7 or True as token 1: a bias on a token nobody named
             token = int(token) if isinstance(token, str) else _integer(token, "logit_bias: a token id")
-            value = _real(value, f"logit_bias: the bias of token {token}")
+            value = real_number(value, f"logit_bias: the bias of token {token}")
             if token < 0 or token in checked:
                 raise ValueError(f"logit_bias: token {token} is negative or given twice")
             if not -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS:  # NaN fails too
