@@ -141,9 +141,12 @@ def check_max_new_tokens(value) -> None:
 
 
 def check_seed(value) -> int:
-    """`value` as a seed: an integer of any kind (numpy's included) in int64's range, the one a
-    worker's session and the couplings' keyed noise take; a bool or a float is refused, not cut
-    (2.5 was read as 2, another seed's tokens)."""
+    """`value` as a seed: an integer of any kind (numpy's included, and a whole float, 3.0, as
+    requests take it) in int64's range, the one a worker's session and the couplings' keyed
+    noise take; a bool or a fraction is refused, not cut (2.5 was read as 2, another seed's
+    tokens)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     try:
         seed = None if isinstance(value, bool) else operator.index(value)
     except TypeError:

@@ -366,6 +366,7 @@ def test_a_python_callers_bool_text_or_fractional_sampling_values_are_refused_no
     for seed in (2.5, True):  # the engine's own callers too: 2.5 was read as seed 2
         with pytest.raises(ValueError, match=re.escape(f"seed must be a 64-bit signed integer, got {seed!r}")):
             engine.run([5], max_new_tokens=1, seed=seed)
+    assert engine.run([5], max_new_tokens=3, seed=3.0).tokens == engine.run([5], max_new_tokens=3, seed=3).tokens
 
 
 def test_accepted_drafts_a_cut_step_did_not_emit_count_as_rejected(demo_tokenizer):
