@@ -965,8 +965,10 @@ def test_every_text_a_free_form_fields_automaton_ends_is_json_the_schema_admits(
         assert all(_nesting(field) <= 2 for field in value.values()), text
 
 
-@pytest.mark.parametrize("bounds", [{"maxLength": 40}, {"minLength": 20}, {"minLength": 2, "maxLength": 30}])
-@pytest.mark.parametrize("where", ["the whole completion", "a property"])
+@pytest.mark.parametrize("bounds, where", [
+    ({"maxLength": 40}, "the whole completion"), ({"minLength": 20}, "the whole completion"),
+    ({"minLength": 2, "maxLength": 30}, "the whole completion"), ({"minLength": 2, "maxLength": 30}, "a property"),
+])
 def test_a_strings_length_bounds_compile_and_every_walk_ends_in_a_string_within_them(tokenizer, monkeypatch, bounds,
                                                                                     where):
     """Under a count, outlines-core's automaton of a string character escaping the quote \\"
