@@ -361,7 +361,7 @@ class ServiceConfig:
     @classmethod
     def from_yaml(cls, path: str | Path) -> "ServiceConfig":
         try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_RefusingDuplicateKeys)
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:  # the decode error named no file
             raise ValueError(f"cannot read the service config {path}: {error}") from error
         if data is not None and not isinstance(data, dict):
@@ -390,6 +390,27 @@ class ServiceConfig:
     @property
     def coordinator_drafters(self) -> list[DrafterConfig]:
         return [d for d in self.drafters if d.where == "coordinator"]
+
+
+class _RefusingDuplicateKeys(yaml.SafeLoader):
+    """`yaml.safe_load`'s loader, but a key given twice in one mapping is an error: PyYAML keeps
+    the last silently, so a second `target:` section (a device added below the model) dropped
+    the first one's path and served the demo pair.  A merge key's (`<<: *defaults`) keys are
+    not duplicates: overriding them is what it is for."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                if isinstance(key, (str, int, float, bool, type(None))):  # (a list key: PyYAML refuses it below)
+                    if key in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"the key {key!r} is given twice", key_node.start_mark)
+                    seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def _absolute_if_here(path: str | None) -> str | None:

@@ -298,3 +298,23 @@ def test_a_config_that_is_not_utf8_is_refused_naming_the_file(tmp_path):
         ServiceConfig.from_yaml(path)
     assert str(raised.value) == (f"cannot read the service config {path}: 'utf-8' codec can't decode byte 0xe9 in "
                                  f"position 13: invalid continuation byte")
+
+
+def test_a_key_given_twice_is_refused_naming_it_but_a_merge_keys_keys_are_not_twice(tmp_path):
+    """PyYAML keeps a repeated key's last value: a second `target:` section (its device, added
+    below) silently dropped the first one's path, and the demo pair was served."""
+    path = tmp_path / "service.yaml"
+    path.write_text("target: {path: /models/llama}\nverifier: gumbel\ntarget: {device: cpu}\n")
+    with pytest.raises(ValueError) as raised:
+        ServiceConfig.from_yaml(path)
+    assert str(raised.value).startswith(f"cannot read the service config {path}: the key 'target' is given twice\n"
+                                        f'  in "<unicode string>", line 3, column 1:')
+    path.write_text("drafters: [{path: /models/a, draft_top_k: 8, path: /models/b}]\n")
+    with pytest.raises(ValueError, match="the key 'path' is given twice"):
+        ServiceConfig.from_yaml(path)
+    # A YAML merge key's keys are defaults for the mapping's own, not duplicates of them.
+    path.write_text("drafters:\n  - &small {path: /models/a, device: cpu, draft_top_k: 8}\n"
+                    "  - {<<: *small, path: /models/b}\n")
+    config = ServiceConfig.from_yaml(path)
+    assert [(d.path, d.device, d.draft_top_k) for d in config.drafters] == [("/models/a", "cpu", 8),
+                                                                          ("/models/b", "cpu", 8)]
