@@ -67,7 +67,7 @@ def parse_tree_spec(spec: str | TreeShape | DynamicPlan) -> TreeShape | DynamicP
         if text.startswith("sequoia:"):
             raise ValueError("sequoia trees are planned per verifier: give the spec to the engine, not a shape")
         if text.startswith("file:"):
-            path = Path(text[5:])
+            path = Path(text[5:]).expanduser()  # a shell expands no `~` after `file:`, nor a YAML file
             shape = TreeShape.from_json(path.read_text())
             _capped(shape.size, text)
             return shape

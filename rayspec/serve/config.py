@@ -84,7 +84,8 @@ to 2.5 % (a thread hand-off per draft), so it is off by default (`bench/results/
 A null model path is the shipped demo pair; a relative one that exists where `rayspec serve`
 reads the file is made absolute there, as are a relative `acceptance_dir` and `tree:
 file:PATH` (Ray's workers do not start in that directory; the cluster files sync the tree to
-the same place on every node).  `num_gpus: auto` is a whole
+the same place on every node); in each a leading `~` is the home directory there, as a shell
+would read it.  `num_gpus: auto` is a whole
 GPU when the cluster has one for each model, an equal share of one when it has fewer (the
 demo pair on a one-GPU machine: half each), and 0 without GPUs.  `cpus` ("0-3", "8,9") pins
 the process that computes with the model (its worker, or the coordinator for `where:
@@ -416,9 +417,14 @@ class _RefusingDuplicateKeys(yaml.SafeLoader):
 def _absolute_if_here(path: str | None) -> str | None:
     """`path` made absolute when it is relative and names something in this working directory:
     a model, acceptance directory or tree file the file gives relative to the tree `rayspec
-    serve` runs in, which Ray's workers — started elsewhere — would not find.  Anything else (a
-    hub id, null) as it is."""
-    if path is None or os.path.isabs(path) or not Path(path).exists():
+    serve` runs in, which Ray's workers — started elsewhere — would not find.  A leading `~` is
+    this user's home, as a shell reads it (no shell reads the file: the loader took `~/models/x`
+    for a hub id, the acceptance library for a missing directory).  Anything else (a hub id,
+    null) as it is."""
+    if path is None:
+        return path
+    path = os.path.expanduser(path)
+    if os.path.isabs(path) or not Path(path).exists():
         return path
     return str(Path(path).resolve())
 

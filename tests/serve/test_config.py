@@ -318,3 +318,19 @@ def test_a_key_given_twice_is_refused_naming_it_but_a_merge_keys_keys_are_not_tw
     config = ServiceConfig.from_yaml(path)
     assert [(d.path, d.device, d.draft_top_k) for d in config.drafters] == [("/models/a", "cpu", 8),
                                                                           ("/models/b", "cpu", 8)]
+
+
+def test_a_leading_tilde_is_the_home_directory_as_a_shell_reads_it(tmp_path, monkeypatch):
+    """No shell reads the YAML: `~/models/t` went to the loader as a hub id (refused on the
+    model's node, after Ray had started), `~/vectors` was a missing directory (trees planned
+    from the prior, with a log line), and `file:~/tree.json` a tree file not found."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "vectors").mkdir()
+    (tmp_path / "tree.json").write_text('{"parents": [-1, 0, 0], "child_rank": [0, 1, 2]}')
+    (tmp_path / "service.yaml").write_text("target: {path: ~/models/target}\ndrafters: [{path: ~/models/drafter}]\n"
+                                           "acceptance_dir: ~/vectors\ntree: file:~/tree.json\n")
+    config = ServiceConfig.from_yaml(tmp_path / "service.yaml")
+    # Expanded whether or not the checkpoint is here: it may be on the GPU nodes only.
+    assert (config.target.path, config.drafters[0].path) == (str(tmp_path / "models" / "target"),
+                                                             str(tmp_path / "models" / "drafter"))
+    assert (config.acceptance_dir, config.tree) == (str(tmp_path / "vectors"), f"file:{tmp_path / 'tree.json'}")
