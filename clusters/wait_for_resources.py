@@ -6,7 +6,7 @@
 booting the GPU nodes (often longer than the service's own start timeout).  This waits until
 the cluster advertises every custom resource of `placement` (`rayspec_target`,
 `rayspec_drafter`, ...) in the amount the target and all drafters need, then exits 0; it
-exits 1 at the timeout.
+exits 1 at the timeout, and 2 at once for a config that `rayspec serve` would refuse.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-
-import yaml
 
 BUILTIN = {"CPU", "GPU", "memory", "object_store_memory"}
 
@@ -58,8 +56,15 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds (default 3600)")
     parser.add_argument("--address", default="auto", help="Ray cluster address (default: auto)")
     args = parser.parse_args(argv)
-    with open(args.config) as f:
-        need = required_resources(yaml.safe_load(f) or {})
+    # Read as `rayspec serve` reads it: a mistake in the file (a misspelt key, a bad value) was
+    # told only once the GPU nodes had booted, or was a traceback here (`drafters:` left empty).
+    from rayspec.serve.config import ServiceConfig
+
+    try:
+        need = required_resources(ServiceConfig.from_yaml(args.config).to_dict())
+    except ValueError as error:
+        print(f"wait_for_resources: error: {error}", file=sys.stderr, flush=True)
+        return 2
 
     import ray
 

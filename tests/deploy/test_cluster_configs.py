@@ -141,6 +141,27 @@ def test_drafters_in_the_coordinator_need_no_drafter_resources():
     assert required_resources(config)["rayspec_drafter"] == 1
 
 
+@pytest.mark.parametrize("text, error", [
+    ("drafters:\n", "config.drafters must be a list"),  # was a TypeError's traceback
+    ("placement: {strategy: PACK, drafter_resource: {rayspec_drafter: 1}}\n",
+     "unknown key(s) in config.placement: drafter_resource; known: strategy, target_resources, drafter_resources, "
+     "max_restarts"),
+])
+def test_a_config_rayspec_serve_refuses_is_refused_before_waiting_for_the_nodes(text, error, tmp_path, monkeypatch,
+                                                                                capsys):
+    """A mistake in service.yaml was told only once the GPU nodes had booted (ten minutes and more
+    on a cloud), when `rayspec serve` read the file, or was a traceback from this script."""
+    from clusters import wait_for_resources
+
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("joined the cluster to wait for the nodes")
+
+    monkeypatch.setattr(ray, "init", no_cluster)
+    (tmp_path / "service.yaml").write_text(text)
+    assert wait_for_resources.main([str(tmp_path / "service.yaml")]) == 2
+    assert capsys.readouterr().err == f"wait_for_resources: error: {error}\n"
+
+
 def test_service_config_loads_with_rayspec_serve_s_parser():
     config = pytest.importorskip("rayspec.serve.config")
     loaded = config.ServiceConfig.from_yaml(CLUSTERS / "service.yaml")
