@@ -118,6 +118,7 @@ def structured_output(args):
 def cmd_generate(args) -> int:
     from rayspec.engine import GenerationStats, SpeculativeEngine
     from rayspec.engine.prediction import prediction_chain
+    from rayspec.engine.requests import check_min_tokens
     from rayspec.engine.text import TextAssembler, check_text
     from rayspec.verify.processing import SamplingParams
 
@@ -125,6 +126,8 @@ def cmd_generate(args) -> int:
     SamplingParams(args.temperature, args.top_p, args.top_k, presence_penalty=args.presence_penalty,
                    frequency_penalty=args.frequency_penalty, repetition_penalty=args.repetition_penalty,
                    logit_bias=args.logit_bias, min_p=args.min_p, min_tokens=args.min_tokens)
+    if args.max_new_tokens >= 1:  # (a length below is the engine's to refuse, in its words)
+        check_min_tokens(args.min_tokens, args.max_new_tokens)  # as the HTTP API's min_tokens and max_tokens
     structured = structured_output(args)
     if structured is not None:
         from rayspec.engine.structured import check_structured

@@ -39,6 +39,14 @@ def _integer(value, name: str) -> int:
     raise ValueError(f"{name} must be an integer, got {value!r}")
 
 
+def check_min_tokens(min_tokens: int, max_tokens: int) -> None:
+    """ValueError for a min_tokens the length cannot reach, as vLLM refuses it: such a request
+    would end at max_tokens having banned the stop tokens throughout (`rayspec generate`'s
+    --min-tokens and --max-new-tokens say the same)."""
+    if not 0 <= min_tokens <= max_tokens:
+        raise ValueError(f"min_tokens must be between 0 and max_tokens ({max_tokens}), got {min_tokens}")
+
+
 @dataclass
 class Limits:
     default_max_tokens: int = 256
@@ -174,8 +182,8 @@ class GenerationRequest:
             raise ValueError(f"stop_token_ids names token {outside[0]}, outside the vocabulary of "
                              f"{engine.target.vocab_size} tokens")
         min_tokens = None if min_tokens is None else _integer(min_tokens, "min_tokens")
-        if min_tokens is not None and not self.prompt_only and not 0 <= min_tokens <= max_tokens:
-            raise ValueError(f"min_tokens must be between 0 and max_tokens ({max_tokens}), got {min_tokens}")
+        if min_tokens is not None and not self.prompt_only:
+            check_min_tokens(min_tokens, max_tokens)
         if verifier_params is not None and not isinstance(verifier_params, dict):
             raise ValueError("verifier_params must be an object")
         if tree:

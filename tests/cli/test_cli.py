@@ -329,6 +329,9 @@ def test_bad_arguments_are_one_error_line_before_any_model_loads(tmp_path, capsy
         (["generate", "--prompt", "x", "--prediction", "y", "--tree", "kary:2x3"],
          "with a prediction the tree is a chain of predicted tokens: give chain:N or no tree, not 'kary:2x3'"),
         (["tree", "plan", "--max-budget", "0"], "argument --max-budget: a whole number, 1 or more"),
+        # the HTTP API refuses min_tokens above max_tokens; the flags were taken, and held no token back
+        (["generate", "--prompt", "x", "--max-new-tokens", "4", "--min-tokens", "10"],
+         "min_tokens must be between 0 and max_tokens (4), got 10"),
         (["tree", "measure", "--depth-aware", "-1"], "argument --depth-aware: a whole number, 0 or more"),
         # the JSON was written, then its drawing (out.with_suffix(".png") == out) over it
         (["tree", "build", "--vector", str(tmp_path / "ok.json"), "--out", str(tmp_path / "tree.png")],
