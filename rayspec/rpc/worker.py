@@ -278,6 +278,16 @@ def _port(text: str) -> int:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _host(text: str) -> str:
+    """An argparse `type`: a host to listen on.  An empty one (`--host "$HOST"` with the variable
+    unset) passed the port probe, which reads it as every interface, and gRPC refused it only
+    once the model had loaded, as "the port is in use"."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"a host name or IP address is needed (0.0.0.0: every interface), "
+                                         f"got {text!r}")
+    return text
+
+
 def main(argv=None) -> int:
     """The worker's process: flags, model, server, then serving until SIGINT or SIGTERM.  Either
     signal before the READY line (loading a model, waiting for workers) stops it with a line
@@ -321,7 +331,7 @@ def _main(argv=None) -> int:
         epilog="A coordinator started with $RAYSPEC_API_KEY set refuses Generation calls without that key "
                "(printable ASCII, no spaces at either end); the workers' own ports carry no key.")
     parser.add_argument("--role", choices=["target", "drafter", "coordinator"], required=True)
-    parser.add_argument("--host", default="127.0.0.1",
+    parser.add_argument("--host", type=_host, default="127.0.0.1",
                         help="default 127.0.0.1, this machine only; 0.0.0.0 for callers on other machines")
     parser.add_argument("--port", type=_port, default=0, help="0: any free port (printed)")
     parser.add_argument("--model", default=None, help="checkpoint path or hub id (default: the demo pair's); "

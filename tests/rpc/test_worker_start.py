@@ -149,6 +149,10 @@ def test_a_wait_for_workers_beyond_grpcs_deadlines_waits_for_ever(seconds):
     (["--role", "coordinator", "--target", "here", "--drafter", "127.0.0.1:99999"], 2,
      "--drafter '127.0.0.1:99999': a port is a whole number from 0 to 65535 (0: any free one), got '99999'"),
     (["--role", "coordinator", "--target", "[::1]:0"], 2, "--target '[::1]:0': port 0 names no worker"),
+    # an empty --host (an unset variable's) was refused by gRPC once the model had loaded, as a port in use
+    (["--role", "target", "--host", ""], 2,
+     "argument --host: a host name or IP address is needed (0.0.0.0: every interface), got ''"),
+    (["--role", "coordinator", "--target", "here", "--host", " "], 2, "argument --host: a host name or IP address"),
     # a --host that is not this machine's, refused before the model loads, with port 0 as with another
     (["--role", "target", "--host", "192.0.2.99"], 1, "rayspec worker: error: cannot"),
 ])
