@@ -111,7 +111,11 @@ def structured_output(args):
     if not asked:
         return None
     if "json_schema" in asked and not asked["json_schema"].lstrip().startswith("{"):
-        asked["json_schema"] = Path(asked["json_schema"]).read_text()  # a file's name
+        try:
+            asked["json_schema"] = Path(asked["json_schema"]).read_text()  # a file's name
+        except OSError as error:  # its bare message named neither the flag nor the schema's text
+            raise ValueError(f"--json-schema is a schema's JSON text (an object, beginning with {{) or a file "
+                             f"holding it: {error}") from None
     return StructuredOutput(**asked)
 
 

@@ -330,6 +330,9 @@ def test_bad_arguments_are_one_error_line_before_any_model_loads(tmp_path, capsy
          "with a prediction the tree is a chain of predicted tokens: give chain:N or no tree, not 'kary:2x3'"),
         (["tree", "plan", "--max-budget", "0"], "argument --max-budget: a whole number, 1 or more"),
         # the HTTP API refuses min_tokens above max_tokens; the flags were taken, and held no token back
+        (["generate", "--prompt", "x", "--json-schema", "schema.json"],  # the bare OSError's line, flag unnamed
+         "--json-schema is a schema's JSON text (an object, beginning with {) or a file holding it: [Errno 2] No "
+         "such file or directory: 'schema.json'"),
         (["generate", "--prompt", "x", "--max-new-tokens", "4", "--min-tokens", "10"],
          "min_tokens must be between 0 and max_tokens (4), got 10"),
         (["tree", "measure", "--depth-aware", "-1"], "argument --depth-aware: a whole number, 0 or more"),
