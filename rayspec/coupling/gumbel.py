@@ -10,10 +10,13 @@ The top k of log q + G, in decreasing order, are k draws from q without replacem
 exactly the drafter's Protocol 3 sample, so a node's acceptance is the Theorem 3 collision
 probability for k = 1 and `gumbel_top_k_hit` for k drafts.
 
-Conventions: r_i = 0 gives a score of -inf and is never chosen; ties (probability zero in
-exact arithmetic, possible with equal float probabilities and equal noise) go to the lowest
-token id, for the target and the drafter alike.  Scores are float64 whatever the dtype of
-r, so the result depends on r's values only.
+Conventions: r_i = 0 gives a score of -inf and is never chosen, so a row of zero mass has no
+sample (-1, as `rayspec.coupling.minhash.first_hits` and `sample_from_weights` give); a row
+holding NaN, an infinite or a negative weight makes no law and is refused (ValueError) — its
+log would be NaN or +inf, which argmax takes first; ties (probability zero in exact
+arithmetic, possible with equal float probabilities and equal noise) go to the lowest token
+id, for the target and the drafter alike.  Scores are float64 whatever the dtype of r, so the
+result depends on r's values only.
 """
 
 from __future__ import annotations
@@ -32,12 +35,20 @@ def gumbel_noise(randomness, batch: int, size: int, device=None) -> torch.Tensor
 
 
 def _scores(r: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    return torch.log(r.to(torch.float64)) + noise  # log 0 = -inf: never chosen
+    r = r.to(torch.float64)
+    lawful = ((r >= 0) & (r < torch.inf)).all(-1)  # NaN fails both
+    if not bool(lawful.all()):
+        rows = torch.nonzero(~lawful).flatten().tolist()
+        raise ValueError(f"gumbel: rows {rows[:8]} of r hold NaN, infinite or negative weights, which make no law")
+    return torch.log(r) + noise  # log 0 = -inf: never chosen
 
 
 def gumbel_argmax(r: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """The Protocol 3 sample of each row of r [B, V] under the noise [B, V] -> [B]."""
-    return torch.argmax(_scores(r, noise), dim=-1)  # first occurrence among ties
+    """The Protocol 3 sample of each row of r [B, V] under the noise [B, V] -> [B], -1 for a
+    row of zero mass (argmax alone would name token 0, of probability zero)."""
+    scores = _scores(r, noise)
+    best = torch.argmax(scores, dim=-1)  # first occurrence among ties
+    return torch.where(scores.amax(-1) > -torch.inf, best, -1)
 
 
 def gumbel_top_k(r: torch.Tensor, noise: torch.Tensor, k: int) -> torch.Tensor:

@@ -45,7 +45,9 @@ class CouplingVerifier(Verifier):
 
     def verify_batch(self, p, q, drafts, generator):
         token = self.sample_target_batch(p, generator)
-        hit = drafts.to(token.device) == token.unsqueeze(-1)
+        drafts = drafts.to(token.device)
+        # -1 pads the drafts, and is also the sample of a row of zero mass: no draft is hit then.
+        hit = (drafts == token.unsqueeze(-1)) & (drafts >= 0)
         index = torch.where(hit.any(-1), hit.to(torch.int8).argmax(-1), -1)
         return token, index
 

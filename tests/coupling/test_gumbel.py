@@ -5,9 +5,11 @@ MinHash, by Monte Carlo over many seeds, are in `test_coupling_laws.py`."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from rayspec.coupling.gumbel import gumbel_argmax, gumbel_noise, gumbel_top_k
+from rayspec.coupling.noise import KeyedNoise
 from rayspec.verify import get_verifier
 from tests.cases import random_law
 from tests.coupling.cases import F64, PAIRS, many_seeds
@@ -67,3 +69,22 @@ def test_generator_randomness_couples_by_state():
     assert torch.equal(verifier.sample_target_batch(p.expand(50, -1), a), verifier.sample_drafts_batch(p.expand(50, -1), 1, b)[:, 0])
     first, second = verifier.sample_target_batch(p.expand(50, -1), a), verifier.sample_target_batch(p.expand(50, -1), a)
     assert not torch.equal(first, second)
+
+
+def test_rows_that_make_no_law():
+    """A row of zero mass has no sample (-1, as weighted MinHash's and `sample_from_weights`),
+    not token 0 of probability zero, and hits no draft, padding included; a row holding NaN, an
+    infinite or a negative weight is refused, as weighted MinHash refuses it, rather than
+    emitting that token (NaN and +inf scores come first in argmax)."""
+    noise = KeyedNoise(1, 2)
+    assert gumbel_argmax(torch.zeros(2, 4, dtype=F64), gumbel_noise(noise, 2, 4)).tolist() == [-1, -1]
+    for name in ("gumbel", "minhash"):
+        verifier = get_verifier(name)
+        assert verifier.sample_target(torch.zeros(4, dtype=F64), noise) == -1
+        token, index = verifier.verify_batch(torch.zeros(1, 4, dtype=F64), None, torch.tensor([[2, -1]]), noise)
+        assert (token.tolist(), index.tolist()) == ([-1], [-1])
+    for bad in (float("nan"), float("inf"), -0.1):
+        r = torch.tensor([[0.2, 0.8, 0.0], [0.5, bad, 0.6]], dtype=F64)
+        for sample in (gumbel_argmax, lambda r, g: gumbel_top_k(r, g, 2)):
+            with pytest.raises(ValueError, match=r"gumbel: rows \[1\] of r hold NaN, infinite or negative weights"):
+                sample(r, gumbel_noise(noise, 2, 3))
