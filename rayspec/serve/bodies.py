@@ -385,6 +385,7 @@ class ChatBody(GenerationBody):
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
+    echo: bool | None = None  # vLLM's: the last message's text before the reply (`echoed`)
     # OpenAI's prompt cache's lifetime: accepted, without effect on the answer
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
     prompt_cache_options: PromptCacheOptions | None = None
@@ -401,6 +402,15 @@ class ChatBody(GenerationBody):
         tools shown to it)."""
         return render_messages(service, self.messages, self.add_generation_prompt, self.continue_final_message,
                                self.chat_template_kwargs, self.tools)
+
+    def echoed(self) -> str | None:
+        """vLLM's chat `echo`: the text put before the reply's, the last message's when it is
+        of the reply's role — an assistant's, or with `add_generation_prompt: false` whatever
+        its role, vLLM then replying in it — else none; None without echo."""
+        if not self.echo:
+            return None
+        last = self.messages[-1]
+        return last.content if last.role == "assistant" or not self.add_generation_prompt else ""
 
     def tool_calling(self) -> ToolCalling | None:
         """How the reply calls the tools (`rayspec.serve.tools`), None for a text reply."""
@@ -446,6 +456,8 @@ class ChatBody(GenerationBody):
                               "tool_choice", "functions")
         if self.logprobs and self.tool_calling() is not None:
             raise bad_request("logprobs are not given with tool calls", "logprobs")
+        if self.echo and self.tool_calling() is not None:  # the echo would be read as the reply's calls
+            raise bad_request("echo is not given with tool calls", "echo")
         if self.max_tokens and self.max_completion_tokens and self.max_tokens != self.max_completion_tokens:
             raise bad_request("max_tokens and max_completion_tokens disagree; give one", "max_completion_tokens")
 

@@ -27,7 +27,8 @@ unless false; a chat prompt's template writes its own, so there the default is f
 name each token "token_id:{id}"), `prompt_logprobs` (the prompt's tokens' log-probabilities,
 ranks and texts in vLLM's shape: per choice on completions, in each choice's first chunk when
 streamed; beside the choices on a chat, not streamed), chat's `continue_final_message`,
-`add_generation_prompt` and `chat_template_kwargs`, OpenAI's `prediction` (Predicted Outputs:
+`add_generation_prompt`, `chat_template_kwargs` and `echo` (the last message's text before the
+reply, where it is the reply's role), OpenAI's `prediction` (Predicted Outputs:
 drafted where the completion follows it, `rayspec.engine.prediction`), structured output
 (OpenAI's `response_format` json_object / json_schema, vLLM's `structured_outputs` and
 `guided_json`, `guided_regex`, `guided_choice`: `rayspec.engine.structured`), chat's `tools`
@@ -371,10 +372,12 @@ class _ChatReply(_Reply):
     object, chunk_object = "chat.completion", "chat.completion.chunk"
     prefix = "chatcmpl"
 
-    def __init__(self, *args, tool_calling: ToolCalling | None = None, **kwargs):
+    def __init__(self, *args, tool_calling: ToolCalling | None = None, echo: str | None = None, **kwargs):
         """tool_calling: the reply's text is tool calls (`rayspec.serve.tools`), answered as
-        `tool_calls`."""
+        `tool_calls`.  echo: text put before each choice's reply (vLLM's chat `echo`)."""
         super().__init__(*args, **kwargs)
+        self.echo = echo
+        self.echoed = [not echo] * len(self.requests)
         self.tool_calling = tool_calling
         self.call_ids = [None if tool_calling is None else tool_calling.new_call_id() for _ in self.requests]
         self.call_opened = [False] * len(self.requests)  # a streamed named call's first delta sent
@@ -411,6 +414,12 @@ class _ChatReply(_Reply):
             return None
         return {"index": index, "delta": self.named_call_delta(index, added.text), "logprobs": None,
                 "finish_reason": None}
+
+    def before_completion(self, index: int) -> tuple[str, dict | None]:
+        if self.echoed[index]:
+            return "", None
+        self.echoed[index] = True
+        return self.echo, None
 
     def named_call_delta(self, index: int, arguments: str) -> dict:
         """The delta of a named call's next arguments: its first opens the call (id, name)."""
@@ -823,7 +832,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
             request_id=named_by(http.state, body.request_id),
         )
         reply = _ChatReply(service, requests, body.n or 1, bool(body.return_tokens_as_token_ids), body.prompt_logprobs,
-                           tool_calling=calling)
+                           tool_calling=calling, echo=body.echoed())
         return await _answer(reply, http, bool(body.stream), **_usage_options(body))
 
     @app.post("/tokenize")

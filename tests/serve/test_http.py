@@ -1751,6 +1751,28 @@ def test_a_chat_can_continue_its_last_message_and_give_its_template_variables(cl
     assert brief["usage"]["prompt_tokens"] == counted["count"] > plain["usage"]["prompt_tokens"]
 
 
+def test_a_chats_echo_puts_the_message_it_continues_before_the_reply_as_vllms_does(client, http):
+    """vLLM's chat `echo`: the last message's text before the reply's when it is the reply's
+    role (an assistant's reply the client began, continued), streamed or not; a user's last
+    message is not echoed into an assistant's reply.  It was refused as an unknown field."""
+    began = [{"role": "user", "content": "Write a loop."}, {"role": "assistant", "content": "for i in"}]
+    extra = {"seed": 5, "add_generation_prompt": False, "continue_final_message": True}
+    plain = client.chat.completions.create(model=MODEL, messages=began, max_tokens=6, extra_body=extra)
+    reply = plain.choices[0].message.content
+    echoed = client.chat.completions.create(model=MODEL, messages=began, max_tokens=6,
+                                            extra_body={**extra, "echo": True})
+    assert echoed.choices[0].message.content == "for i in" + reply
+    assert echoed.usage == plain.usage  # the echo is no generated token
+    stream = client.chat.completions.create(model=MODEL, messages=began, max_tokens=6, stream=True,
+                                            extra_body={**extra, "echo": True})
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == "for i in" + reply
+    question = [{"role": "user", "content": "Write a loop."}]
+    asked = {"model": MODEL, "messages": question, "max_tokens": 6, "seed": 5}
+    not_echoed = http.post("/v1/chat/completions", json={**asked, "echo": True}).json()
+    assert not_echoed["choices"][0]["message"]["content"] == \
+        http.post("/v1/chat/completions", json={**asked, "echo": False}).json()["choices"][0]["message"]["content"]
+
+
 def test_a_generation_that_fails_before_its_first_step_ends_its_stream_and_frees_its_slot():
     """Whatever fails in a generation's thread, before its first step too, reaches the
     awaiting side (it once hung there) and gives its slot back."""
