@@ -372,8 +372,9 @@ class StepStream:
 def _template_message(message: dict, index: int) -> dict:
     """`message` as chat templates read it: an earlier tool call's `arguments`, which OpenAI's
     API sends as a JSON string, as the object it encodes (HF's and vLLM's convention: templates
-    render it with `tojson`, or iterate its items).  ChatRenderError for a tool call without a
-    function's name."""
+    render it with `tojson`, or iterate its items), and none ("", null or left out: a call
+    without parameters, as some clients send it back) as {}, as vLLM gives it.
+    ChatRenderError for a tool call without a function's name."""
     calls = message.get("tool_calls")
     if not calls:
         return message
@@ -387,7 +388,9 @@ def _template_message(message: dict, index: int) -> dict:
                                   f'{{"id": ..., "type": "function", "function": {{"name": ..., "arguments": ...}}}}',
                                   "messages")
         arguments = function.get("arguments")
-        if isinstance(arguments, str):
+        if arguments is None or arguments == "":
+            call = {**call, "function": {**function, "arguments": {}}}
+        elif isinstance(arguments, str):
             try:
                 decoded = json.loads(arguments)
             except (ValueError, RecursionError):  # no JSON, or nested deeper than the decoder goes

@@ -1857,6 +1857,24 @@ def test_an_earlier_calls_arguments_reach_the_template_as_an_object_and_a_call_w
         service.render_chat([conversation[0], {**conversation[1], "tool_calls": [{"id": "call_1"}]}])
 
 
+def test_an_earlier_calls_empty_arguments_reach_the_template_as_no_arguments_as_vllms_do(reference):
+    """A call given back with arguments "" or null (a call without parameters, as some clients
+    and servers stream it) or none is the object {} to the template, as vLLM gives it: a
+    template that walks the arguments' items refused it (a 400), and others wrote "" or null
+    as the call's arguments."""
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
+    tokenizer.chat_template = ITEMS_TEMPLATE
+    service = Service(reference, tokenizer, MODEL)
+    for function in ({"name": "now", "arguments": ""}, {"name": "now", "arguments": None}, {"name": "now"}):
+        call = {"id": "call_1", "type": "function", "function": function}
+        conversation = [{"role": "user", "content": "Time?"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+        assert service.render_chat(conversation, add_generation_prompt=False) == "user: Time?\nassistant: now() \n"
+    tokenizer.chat_template = None  # the fallback writes the call as the json parser reads one back
+    written = service.render_chat([*conversation[:1], {**conversation[1], "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "now", "arguments": ""}}]}])
+    assert '[{"name": "now", "arguments": {}}]' in written
+
+
 def test_an_earlier_calls_arguments_nested_past_the_decoders_depth_stay_their_text(http, reference):
     """Arguments JSON nests deeper than Python's decoder goes (a RecursionError, not a
     ValueError) are given to the template as the text they were, not a 500."""
