@@ -107,6 +107,24 @@ def check_ray_answers(address: str, timeout: float = 5.0) -> None:
         raise ConnectionError(f"no Ray cluster answers at {address}: {error}") from None
 
 
+def check_front_ports_free(config: ServiceConfig) -> None:
+    """The `ServiceStartError` a front end would raise for a port another server holds, found
+    before Ray, the workers and the models start rather than after them — some 45 s on two
+    cores with the demo pair, minutes with a real checkpoint (vLLM too binds its port before
+    its engine starts).  For a Ray this process starts, whose front ends bind on this machine;
+    on a cluster it joins they bind on the target's node.  A port taken between this check
+    and the bind still fails there, in the same terms."""
+    from rayspec.rpc.server import check_port_free
+
+    for part, endpoint, server in (("HTTP server", config.http, "the HTTP server"),
+                                   ("gRPC coordinator", config.grpc, "a gRPC server")):
+        if endpoint.port:  # 0: any free one
+            try:
+                check_port_free(endpoint.host, endpoint.port, server)
+            except OSError as error:
+                raise ServiceStartError(f"the {part} could not start: OSError: {error}") from None
+
+
 class Service:
     """A running service: its actors, placement group and Serve application."""
 
@@ -239,6 +257,8 @@ def serve_forever(config: ServiceConfig, ray_address: str | None = None) -> int:
     def interrupt(*_):
         raise KeyboardInterrupt  # Ctrl-C or SIGTERM while starting: stop what started
 
+    if ray_to_join(ray_address) == "local":
+        check_front_ports_free(config)
     started_ray = join_ray(ray_address)
     # After `ray.init`, whose own SIGTERM handler would print a stack dump and exit.  SIGINT
     # too: a process started in the background of a shell inherits SIGINT ignored.

@@ -480,21 +480,21 @@ def host_port(host: str, port: int | str) -> str:
     return f"{host}:{port}"
 
 
-def check_port_free(host: str, port: int) -> None:
+def check_port_free(host: str, port: int, server: str = "a gRPC server") -> None:
     """`start_server`'s OSError for a port another server listens on, found before a worker
     loads its model (minutes, for a real checkpoint) rather than after.  The probe reuses
-    addresses as gRPC does, so a port left in TIME_WAIT by a stopped worker is free."""
+    addresses as gRPC and uvicorn do, so a port left in TIME_WAIT by a stopped server is free."""
     bare = host.strip("[]")
     with socket.socket(socket.AF_INET6 if ":" in bare else socket.AF_INET) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((bare, port))
         except OSError as error:
-            raise _cannot_bind(host_port(host, port), f" ({error.strerror})") from None
+            raise _cannot_bind(host_port(host, port), f" ({error.strerror})", server) from None
 
 
-def _cannot_bind(address: str, detail: str = "") -> OSError:
-    return OSError(f"cannot bind a gRPC server to {address}: the port is in use, or the address is not this "
+def _cannot_bind(address: str, detail: str = "", server: str = "a gRPC server") -> OSError:
+    return OSError(f"cannot bind {server} to {address}: the port is in use, or the address is not this "
                    f"machine's{detail}")
 
 

@@ -152,24 +152,51 @@ def test_a_model_that_cannot_load_stops_the_start_with_one_line_saying_why(tmp_p
     assert "Traceback" not in done.stdout + done.stderr and "retries" not in done.stderr
 
 
-# Each start costs `make test` some 20 s of Ray: the gRPC port's own message (start_server's,
-# tests/rpc/test_keepalive.py) and the SIGTERM handler (SIGINT's) run in `make test-all`.
-@pytest.mark.parametrize("taken", ["http", pytest.param("grpc", marks=pytest.mark.slow)])
-def test_a_port_in_use_stops_the_start_with_one_line_saying_which(tmp_path, taken):
+@pytest.mark.parametrize("taken", ["http", "grpc"])
+def test_a_port_in_use_stops_the_start_before_ray_with_one_line_saying_which(tmp_path, capsys, monkeypatch, taken):
+    """Found once Ray, the workers and the models had started (46 s here), now before."""
+    import rayspec.cluster.launch
+    from rayspec.cli import main
+
+    monkeypatch.setattr(rayspec.cluster.launch, "join_ray", lambda *args: pytest.fail("Ray was started"))
+    ports = {"http": free_port(), "grpc": free_port()}
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml.safe_dump({name: {"port": port} for name, port in ports.items()}))
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", ports[taken]))
+        squatter.listen()
+        assert main(["serve", str(config)]) == 1
+    expected = {
+        "http": f"HTTP server could not start: OSError: cannot bind the HTTP server to 127.0.0.1:{ports['http']}",
+        "grpc": f"gRPC coordinator could not start: OSError: cannot bind a gRPC server to 127.0.0.1:{ports['grpc']}",
+    }[taken]
+    assert capsys.readouterr().err == (f"rayspec serve: error: the {expected}: the port is in use, or the address "
+                                       f"is not this machine's (Address already in use)\n")
+
+
+# A port taken after that check, as the front ends bind it: each start costs some 20 s of Ray.
+@pytest.mark.slow
+@pytest.mark.parametrize("taken", ["http", "grpc"])
+def test_a_port_taken_after_the_check_stops_the_start_with_one_line_saying_which(tmp_path, taken):
     ports = {"http": free_port(), "grpc": free_port()}
     config = tmp_path / "serve.yaml"
     config.write_text(yaml.safe_dump({name: {"port": port} for name, port in ports.items()}))
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", ports[taken]))
     squatter.listen()
+    unchecked = ("import sys, rayspec.cluster.launch as launch; from rayspec.cli import main; "
+                 "launch.check_front_ports_free = lambda config: None; sys.exit(main(sys.argv[1:]))")
     try:
-        done = _serve_until_it_exits(config)
+        done = subprocess.run([sys.executable, "-c", unchecked, "serve", str(config)], cwd=ROOT,
+                              env={**os.environ, "RAY_AUTH_MODE": "disabled"}, capture_output=True, text=True,
+                              timeout=300, start_new_session=True)
     finally:
         squatter.close()
     assert done.returncode == 1, done.stderr
     expected = {
         "http": f"the HTTP server could not start on 127.0.0.1:{ports['http']}: RuntimeError: Failed to bind",
-        "grpc": f"the gRPC coordinator could not start: OSError: cannot bind a gRPC server to 127.0.0.1:{ports['grpc']}",
+        "grpc": f"the gRPC coordinator could not start: OSError: cannot bind a gRPC server to "
+                f"127.0.0.1:{ports['grpc']}",
     }[taken]
     assert done.stderr.strip().splitlines()[-1].startswith(f"rayspec serve: error: {expected}"), done.stderr
     assert "Traceback" not in done.stdout + done.stderr
