@@ -107,13 +107,15 @@ def check_ray_answers(address: str, timeout: float = 5.0) -> None:
         raise ConnectionError(f"no Ray cluster answers at {address}: {error}") from None
 
 
-def check_front_ports_free(config: ServiceConfig) -> None:
-    """The `ServiceStartError` a front end would raise for a port another server holds, found
-    before Ray, the workers and the models start rather than after them — some 45 s on two
-    cores with the demo pair, minutes with a real checkpoint (vLLM too binds its port before
-    its engine starts).  For a Ray this process starts, whose front ends bind on this machine;
-    on a cluster it joins they bind on the target's node.  A port taken between this check
-    and the bind still fails there, in the same terms."""
+def check_before_ray(config: ServiceConfig) -> None:
+    """The `ServiceStartError` a part would raise for a port another server holds or a model
+    directory that is not there, found before Ray, the workers and the other models start
+    rather than after them — some 45 s on two cores with the demo pair, minutes with real
+    checkpoints (vLLM too binds its port and finds its model before its engine starts).  For
+    a Ray this process starts, whose parts run on this machine; on a cluster it joins, ports
+    bind and paths are read on the nodes the parts run on.  A model path checked here is an
+    absolute one: a relative one that is not here may be a hub id.  What changes after this
+    check (a port taken, a directory removed) still fails where it is used, in the same terms."""
     from rayspec.rpc.server import check_port_free
 
     for part, endpoint, server in (("HTTP server", config.http, "the HTTP server"),
@@ -123,6 +125,11 @@ def check_front_ports_free(config: ServiceConfig) -> None:
                 check_port_free(endpoint.host, endpoint.port, server)
             except OSError as error:
                 raise ServiceStartError(f"the {part} could not start: OSError: {error}") from None
+    models = [("target", config.target)] + [(f"drafter {i}", drafter) for i, drafter in enumerate(config.drafters)]
+    for part, model in models:
+        if model.path and os.path.isabs(model.path) and not os.path.isdir(model.path):
+            raise ServiceStartError(f"the {part} could not start: FileNotFoundError: cannot load a causal LM from "
+                                    f"{model.path!r}: no such directory on this machine")
 
 
 class Service:
@@ -258,7 +265,7 @@ def serve_forever(config: ServiceConfig, ray_address: str | None = None) -> int:
         raise KeyboardInterrupt  # Ctrl-C or SIGTERM while starting: stop what started
 
     if ray_to_join(ray_address) == "local":
-        check_front_ports_free(config)
+        check_before_ray(config)
     started_ray = join_ray(ray_address)
     # After `ray.init`, whose own SIGTERM handler would print a stack dump and exit.  SIGINT
     # too: a process started in the background of a shell inherits SIGINT ignored.

@@ -74,9 +74,10 @@ def load_causal_lm(path_or_id: str | Path, device="auto", dtype="auto"):
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path_or_id), dtype=dtype)
         tokenizer = AutoTokenizer.from_pretrained(str(path_or_id))
-    except OSError as error:
+    except (OSError, ValueError) as error:  # ValueError: a directory without a causal LM's config.json
+        said = str(error).strip().splitlines()
         raise FileNotFoundError(
             f"cannot load a causal LM from {str(path_or_id)!r}: give a local checkpoint directory "
-            f"(config.json + weights) or, with network access, a hub id ({error})"
+            f"(config.json + weights) or, with network access, a hub id ({said[0] if said else type(error).__name__})"
         ) from error
     return model.to(device).eval(), tokenizer

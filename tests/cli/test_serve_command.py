@@ -132,12 +132,14 @@ def _serve_until_it_exits(config: Path) -> subprocess.CompletedProcess:
                           timeout=300, start_new_session=True)
 
 
-@pytest.mark.parametrize("where", ["worker", "coordinator"])
+@pytest.mark.parametrize("where", ["worker", pytest.param("coordinator", marks=pytest.mark.slow)])
 def test_a_model_that_cannot_load_stops_the_start_with_one_line_saying_why(tmp_path, where):
-    """A drafter worker whose checkpoint is missing, or a target in the Serve replica (which
-    Serve quotes only in its deployment status): exit status 1 and one error line naming the
-    part and the loader's message, not Ray's tracebacks of it."""
+    """A drafter worker whose directory holds no checkpoint, or a target in the Serve replica
+    (which Serve quotes only in its deployment status): exit status 1 and one error line
+    naming the part and the loader's message, not Ray's tracebacks of it.  (A directory that
+    is not there at all is refused before Ray starts: the next test.)"""
     missing = tmp_path / "no-such-model"
+    missing.mkdir()
     if where == "worker":
         models, part = {"drafters": [{"path": str(missing)}]}, "the drafter worker 0"
     else:
@@ -150,6 +152,22 @@ def test_a_model_that_cannot_load_stops_the_start_with_one_line_saying_why(tmp_p
     assert last.startswith(f"rayspec serve: error: {part} could not start: FileNotFoundError: "
                            f"cannot load a causal LM from '{missing}'"), done.stderr
     assert "Traceback" not in done.stdout + done.stderr and "retries" not in done.stderr
+
+
+@pytest.mark.parametrize("part", ["target", "drafter 1"])
+def test_a_model_directory_that_is_not_there_stops_the_start_before_ray(tmp_path, capsys, monkeypatch, part):
+    import rayspec.cluster.launch
+    from rayspec.cli import main
+
+    monkeypatch.setattr(rayspec.cluster.launch, "join_ray", lambda *args: pytest.fail("Ray was started"))
+    missing = tmp_path / "no-such-model"
+    models = ({"target": {"path": str(missing)}} if part == "target"
+              else {"drafters": [{"path": None}, {"path": str(missing), "where": "coordinator"}]})
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml.safe_dump({**models, "http": {"port": free_port()}, "grpc": {"port": free_port()}}))
+    assert main(["serve", str(config)]) == 1
+    assert capsys.readouterr().err == (f"rayspec serve: error: the {part} could not start: FileNotFoundError: "
+                                       f"cannot load a causal LM from '{missing}': no such directory on this machine\n")
 
 
 @pytest.mark.parametrize("taken", ["http", "grpc"])
@@ -185,7 +203,7 @@ def test_a_port_taken_after_the_check_stops_the_start_with_one_line_saying_which
     squatter.bind(("127.0.0.1", ports[taken]))
     squatter.listen()
     unchecked = ("import sys, rayspec.cluster.launch as launch; from rayspec.cli import main; "
-                 "launch.check_front_ports_free = lambda config: None; sys.exit(main(sys.argv[1:]))")
+                 "launch.check_before_ray = lambda config: None; sys.exit(main(sys.argv[1:]))")
     try:
         done = subprocess.run([sys.executable, "-c", unchecked, "serve", str(config)], cwd=ROOT,
                               env={**os.environ, "RAY_AUTH_MODE": "disabled"}, capture_output=True, text=True,
