@@ -676,17 +676,7 @@ class SpeculativeEngine:
                             draft, placed = graft_draft(drafted, draft)
                 if draft is None:
                     draft = Draft(DraftTree(TreeShape.chain(0), torch.tensor([produced[-1] if produced else prompt[-1]])), None)
-                resume_by = None  # the step's deadline to resume by, from its first failure
-                while True:
-                    try:
-                        with _watched_by(cancelled):  # a hung worker would hold the departed client's slot
-                            outcome = target.verify(draft)
-                        break
-                    except TargetUnavailable as error:
-                        resume_by = resume_by or time.monotonic() + self.target_resume_timeout
-                        target = self._resume_target(spec.resumed(produced), error, targeting, resume_by,
-                                                     cancelled)
-                        stats.target_resumes += 1
+                outcome, target = self._verified(draft, target, spec, produced, targeting, stats, cancelled)
                 if spec.logprobs is not None and outcome.logprobs is None:
                     raise RuntimeError("the target sent no log-probabilities: its worker predates them")
                 if predicted is not None:
@@ -699,21 +689,8 @@ class SpeculativeEngine:
                 if placed is None and (by_drafter or predicted is None):
                     policy.served(verifier, params.temperature, planned, outcome)
                     policy.observe(verifier, params.temperature, draft.tree.shape, outcome)
-                new = list(outcome.tokens)
-                finish = stop_reason = None
-                room = max_new_tokens - len(produced)
-                for i, token in enumerate(new[:room]):  # a stop token past max_tokens is never drawn
-                    if token in stop_ids:
-                        new, finish = new[:i], "stop"
-                        stop_reason = None if token in eos_ids else token
-                        break
-                if finish is None and len(new) >= room:
-                    new, finish = new[:room], "length"
-                if stop_finder and new:  # a stop string in the step's last allowed tokens still stops
-                    found = stop_finder.cut(new)
-                    if found is not None:
-                        (cut, stop_reason), finish = found, "stop"
-                        new = new[:cut]
+                new, finish, stop_reason = _kept_of_step(outcome.tokens, max_new_tokens - len(produced), stop_ids,
+                                                         eos_ids, stop_finder)
                 produced += new
                 if finish is None and len(prompt) + len(produced) >= context:
                     finish = "length"
@@ -738,6 +715,21 @@ class SpeculativeEngine:
                 prompt_chunk_logprobs = None
                 if finish is not None:
                     return
+
+    def _verified(self, draft: Draft, target, spec: SequenceSpec, produced: list[int], targeting: ExitStack,
+                  stats: GenerationStats, cancelled: threading.Event | None):
+        """(the target's outcome of `draft`, the target session that gave it): a session lost
+        on the way is opened again for the sequence so far (`_resume_target`), within one
+        deadline for the step counted from its first failure, and the draft is verified there."""
+        resume_by = None
+        while True:
+            try:
+                with _watched_by(cancelled):  # a hung worker would hold the departed client's slot
+                    return target.verify(draft), target
+            except TargetUnavailable as error:
+                resume_by = resume_by or time.monotonic() + self.target_resume_timeout
+                target = self._resume_target(spec.resumed(produced), error, targeting, resume_by, cancelled)
+                stats.target_resumes += 1
 
     def _resume_target(self, resumed: SequenceSpec, lost: TargetUnavailable, targeting: ExitStack,
                        deadline: float, cancelled: threading.Event | None = None):
@@ -864,6 +856,27 @@ class SpeculativeEngine:
             tokens += chunk.tokens
             finish, stop_reason = chunk.finish_reason or finish, chunk.stop_reason
         return Generation(tokens, finish, stats, seed, stop_reason)
+
+
+def _kept_of_step(tokens: Sequence[int], room: int, stop_ids, eos_ids, stop_finder: StopFinder | None):
+    """(the tokens of a step the completion keeps, its finish reason or None, vLLM's
+    stop_reason): the step's tokens up to the first stop token (not kept; a stop token past
+    the `room` left under max_tokens is never reached), then up to `room` ("length"), then up
+    to a stop string that ends in them (kept: the caller's text trims it)."""
+    new, finish, stop_reason = list(tokens), None, None
+    for i, token in enumerate(new[:room]):
+        if token in stop_ids:
+            new, finish = new[:i], "stop"
+            stop_reason = None if token in eos_ids else token
+            break
+    if finish is None and len(new) >= room:
+        new, finish = new[:room], "length"
+    if stop_finder and new:  # a stop string in the step's last allowed tokens still stops
+        found = stop_finder.cut(new)
+        if found is not None:
+            (cut, stop_reason), finish = found, "stop"
+            new = new[:cut]
+    return new, finish, stop_reason
 
 
 def _prompt_logprobs(target, spec: SequenceSpec) -> TokenLogprobs | None:
