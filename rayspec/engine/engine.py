@@ -41,8 +41,8 @@ from rayspec.engine.calibrate import CostsFile, measure_costs
 from rayspec.engine.drafting import SequenceDrafting, check_drafted_tokens
 from rayspec.engine.hedge import check_hedge_factor
 from rayspec.engine.interfaces import (
-    Draft, GenerationCancelled, SequenceSpec, TargetUnavailable, TokenLogprobs, check_logprobs, check_tokenizers,
-    check_vocabularies, tokenizer_fingerprint,
+    ContextLengthExceeded, Draft, GenerationCancelled, SequenceSpec, TargetUnavailable, TokenLogprobs, check_logprobs,
+    check_tokenizers, check_vocabularies, tokenizer_fingerprint,
 )
 from rayspec.engine.policy import (
     AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia, planned_tree,
@@ -841,8 +841,7 @@ class SpeculativeEngine:
             raise ValueError(f"prompt token ids out of the vocabulary [0, {self.target.vocab_size}): {bad[:5]}")
         context = self.target.context_length
         if len(prompt) >= context:
-            raise ValueError(f"the prompt has {len(prompt)} tokens; the model's context holds {context}, "
-                             "leaving no room to generate")
+            raise ContextLengthExceeded.of_prompt(context, f"the prompt has {len(prompt)} tokens")
         return prompt
 
     def run(self, prompt_ids: Sequence[int], **kwargs) -> Generation:

@@ -182,6 +182,26 @@ class Outcome:
         return Outcome(self.tokens + later.tokens, self.path, self.ranks)
 
 
+class ContextLengthExceeded(ValueError):
+    """A request the target's context cannot hold, its prompt alone or with the length asked
+    for: bad input (a ValueError), said in OpenAI's words ("This model's maximum context length
+    is ..."), which the HTTP front end answers with OpenAI's code `context_length_exceeded`:
+    clients that shorten a conversation and try again look for either."""
+
+    @classmethod
+    def of_prompt(cls, context: int, prompt: str) -> ContextLengthExceeded:
+        """`prompt` (e.g. "the prompt has 600 tokens") leaves no room for a completion."""
+        return cls(f"This model's maximum context length is {context} tokens. However, {prompt}, leaving no room "
+                   f"for a completion. Please reduce the length of the prompt.")
+
+    @classmethod
+    def of_request(cls, context: int, prompt_tokens: int, max_tokens: int) -> ContextLengthExceeded:
+        return cls(f"This model's maximum context length is {context} tokens. However, you requested "
+                   f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the prompt, {max_tokens} in the "
+                   f"completion). Please reduce the length of the prompt or completion: at most "
+                   f"{context - prompt_tokens} new tokens fit.")
+
+
 class SessionClosedError(RuntimeError):
     """A session was closed (released, or expired) while a call on it waited for the model."""
 

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 
 from rayspec.engine.engine import GenerationStats, SpeculativeEngine, StepStats
-from rayspec.engine.interfaces import TokenLogprobs, check_logprobs
+from rayspec.engine.interfaces import ContextLengthExceeded, TokenLogprobs, check_logprobs
 from rayspec.engine.policy import check_tree_spec
 from rayspec.engine.prediction import check_prediction, prediction_chain
 from rayspec.engine.structured import check_structured, compiled_index, structured_regex, vocabulary_of
@@ -146,8 +146,8 @@ class GenerationRequest:
                 raise ValueError("prompt must be a string")
             check_text(prompt, "the prompt")
             if len(prompt) > MAX_CHARS_PER_TOKEN * context:  # refused before tokenizing it costs seconds
-                raise ValueError(f"the prompt has {len(prompt)} characters, far more than the model's context of "
-                                 f"{context} tokens can hold")
+                raise ContextLengthExceeded.of_prompt(context, f"the prompt has {len(prompt)} characters, far more "
+                                                               f"than {context} tokens can hold")
             special = True if add_special_tokens is None else bool(add_special_tokens)
             prompt_ids = tokenizer.encode(prompt, add_special_tokens=special)
         self.prompt_ids = [_integer(t, "a prompt token id") for t in prompt_ids]
@@ -169,10 +169,7 @@ class GenerationRequest:
         # default length is cut (a prompt that fills the context is the engine's error).
         prompt_tokens = len(self.prompt_ids)
         if asked and 0 < context - prompt_tokens < max_tokens:
-            raise ValueError(
-                f"the model's context holds {context} tokens, but {prompt_tokens + max_tokens} were asked for "
-                f"({prompt_tokens} in the prompt, max_tokens {max_tokens}): ask for at most "
-                f"{context - prompt_tokens} new tokens, or shorten the prompt")
+            raise ContextLengthExceeded.of_request(context, prompt_tokens, max_tokens)
         stop, bad_words = _strings(stop, "stop"), _strings(bad_words, "bad_words")
         for name, ids in (("stop_token_ids", stop_token_ids), ("allowed_token_ids", allowed_token_ids)):
             if ids is not None and not all(type(t) is int and t >= 0 for t in ids):

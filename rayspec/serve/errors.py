@@ -9,7 +9,7 @@ import re
 
 from fastapi.exceptions import RequestValidationError
 
-from rayspec.engine.interfaces import AtCapacity
+from rayspec.engine.interfaces import AtCapacity, ContextLengthExceeded
 from rayspec.rpc.remote import RemoteError
 from rayspec.serve.service import Overloaded
 
@@ -39,6 +39,8 @@ def error_body(error: BaseException) -> tuple[int, dict]:
     """(HTTP status, OpenAI error body) for an exception raised while answering."""
     if isinstance(error, ApiError):
         return openai_error(error.status, error.message, error.param, error.code)
+    if isinstance(error, ContextLengthExceeded):
+        return openai_error(400, str(error), code="context_length_exceeded")
     if isinstance(error, ValueError):  # the engine's and GenerationRequest's word for bad input
         return openai_error(400, str(error), field_named(str(error)))
     if isinstance(error, (Overloaded, AtCapacity)):

@@ -294,7 +294,7 @@ def test_drafter_cache_equals_a_fresh_prefill_after_many_steps(pair):
     "kwargs, message",
     [
         ({"prompt_ids": []}, "at least one token"),
-        ({"prompt_ids": [1] * 200}, "context holds 128"),
+        ({"prompt_ids": [1] * 200}, "maximum context length is 128 tokens"),
         ({"prompt_ids": [1, 999]}, "out of the vocabulary"),
         ({"max_new_tokens": 0}, "max_new_tokens must be a whole number, 1 or more, got 0"),
         ({"max_new_tokens": 2.5}, "max_new_tokens must be a whole number, 1 or more, got 2.5"),

@@ -852,10 +852,11 @@ BAD_COMPLETIONS = [
     ({"prompt": "x", "rayspec": {"tree": "sequoia:1024x10"}}, 400, "too big to plan per request", "rayspec.tree"),
     ({"prompt": "x", "rayspec": {"verifier_params": [1]}}, 400, "verifier_params", "rayspec"),
     ({"prompt": "x", "rayspec": {"speed": "max"}}, 400, "unrecognized request argument: rayspec.speed", "rayspec"),
-    ({"prompt": [7] * 600}, 400, "context holds 512", None),
-    ({"prompt": "word " * 7000}, 400, "the prompt has 35000 characters, far more than the model's context of 512", None),
-    ({"prompt": [7] * 500, "max_tokens": 20}, 400, "520 were asked for (500 in the prompt, max_tokens 20): "
-                                                   "ask for at most 12 new tokens", None),
+    ({"prompt": [7] * 600}, 400, "maximum context length is 512 tokens. However, the prompt has 600 tokens", None),
+    ({"prompt": "word " * 7000}, 400, "the prompt has 35000 characters, far more than 512 tokens can hold", None),
+    ({"prompt": [7] * 500, "max_tokens": 20}, 400, "you requested 520 tokens (500 in the prompt, 20 in the "
+                                                   "completion). Please reduce the length of the prompt or completion: "
+                                                   "at most 12 new tokens fit.", None),
     ({"prompt": [1, 99999]}, 400, "out of the vocabulary", None),
     ({"prompt": ""}, 400, "at least one token", None),
     ({"prompt": [True, 2]}, 400, "prompt must be", "prompt"),
@@ -879,7 +880,7 @@ BAD_COMPLETIONS = [
     ({"prompt": "x", "max_tokens": -1, "echo": True}, 400, "max_tokens: Input should be greater than or equal to 0",
      "max_tokens"),
     ({"prompt": [1, 99999], "max_tokens": 0, "echo": True}, 400, "out of the vocabulary", None),
-    ({"prompt": [7] * 600, "max_tokens": 0, "echo": True}, 400, "context holds 512", None),
+    ({"prompt": [7] * 600, "max_tokens": 0, "echo": True}, 400, "maximum context length is 512 tokens", None),
     ({"prompt": "x", "best_of": 3}, 400, "best_of", "best_of"),
     ({"prompt": "x", "suffix": "end"}, 400, "suffix", "suffix"),
     ({"prompt": "x", "presence_penalty": 2.5}, 400, "presence_penalty: Input should be less than or equal to 2",
@@ -1063,6 +1064,27 @@ def test_openai_client_raises_on_a_bad_request(client):
         client.completions.create(model=MODEL, prompt="x", extra_body={"rayspec": {"verifier": "nope"}})
     with pytest.raises(openai.NotFoundError, match="does not exist"):
         client.completions.create(model="gpt-4", prompt="x")
+
+
+def test_a_request_the_context_cannot_hold_is_refused_in_openais_words_and_code(client):
+    """Clients that shorten a conversation and try again (LiteLLM's ContextWindowExceededError)
+    look for OpenAI's code or its "maximum context length" sentence; the refusals named
+    neither, and the one of a chat's length named `max_tokens` whichever field asked for it."""
+    asked = [({"prompt": [7] * 600}, "the prompt has 600 tokens"),
+             ({"prompt": "word " * 7000}, "the prompt has 35000 characters"),
+             ({"prompt": [7] * 500, "max_tokens": 20}, "you requested 520 tokens (500 in the prompt, 20 in the "
+                                                       "completion)")]
+    for body, said in asked:
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.completions.create(model=MODEL, **body)
+        assert refused.value.code == "context_length_exceeded" and refused.value.type == "invalid_request_error"
+        assert refused.value.body["message"].startswith(f"This model's maximum context length is 512 tokens. However, {said}")
+    messages = [{"role": "user", "content": "word " * 300}]
+    prompt_tokens = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=1).usage.prompt_tokens
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=MODEL, messages=messages, max_completion_tokens=513 - prompt_tokens)
+    assert refused.value.code == "context_length_exceeded" and "max_tokens" not in refused.value.message
+    assert "in the completion). Please reduce the length of the prompt or completion: at most" in refused.value.message
 
 
 # ---------------------------------------------------------------- models, health, metrics

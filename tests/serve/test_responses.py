@@ -120,7 +120,7 @@ def test_a_streamed_response_is_openais_event_sequence(client, http):
     ({"input": "hi", "rayspec": {"verifier": "nope"}}, "unknown verifier 'nope'", None),
     ({"input": "hi", "rayspec": {"tree": "kary:9"}}, "tree spec", "rayspec.tree"),
     ({"input": "hi", "frobnicate": 1}, "unrecognized request argument: frobnicate", "frobnicate"),
-    ({"input": "word " * 7000}, "far more than the model's context", None),
+    ({"input": "word " * 7000}, "far more than 512 tokens can hold", None),
 ])
 def test_bad_input_gets_a_400_naming_the_field(http, body, message, param):
     _assert_refused(http, body, message, param)
