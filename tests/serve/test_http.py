@@ -1078,7 +1078,8 @@ def test_a_request_the_context_cannot_hold_is_refused_in_openais_words_and_code(
         with pytest.raises(openai.BadRequestError) as refused:
             client.completions.create(model=MODEL, **body)
         assert refused.value.code == "context_length_exceeded" and refused.value.type == "invalid_request_error"
-        assert refused.value.body["message"].startswith(f"This model's maximum context length is 512 tokens. However, {said}")
+        said = f"This model's maximum context length is 512 tokens. However, {said}"
+        assert refused.value.body["message"].startswith(said)
     messages = [{"role": "user", "content": "word " * 300}]
     prompt_tokens = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=1).usage.prompt_tokens
     with pytest.raises(openai.BadRequestError) as refused:
