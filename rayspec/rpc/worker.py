@@ -325,6 +325,38 @@ def _worker_address(flag: str, where: str) -> None:
         raise ValueError(f"{flag} {where!r}: port 0 names no worker")
 
 
+# The flags only a coordinator reads, and their defaults: None in the parser, so that one given
+# to a target or drafter worker, which would silently ignore it, can be told from its default.
+_COORDINATOR_FLAGS = {"target": None, "drafter": None, "tree": "kary:2x3", "verifier": "rrsw", "verify_at": "target",
+                      "draft_timeout": None, "draft_hedge": None, "wait_for_workers": 600.0, "tokenizer": None,
+                      "acceptance_dir": None}
+_DEFAULT_DRAFT_TOP_K = 0
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _ignored_flag(args) -> str | None:
+    """What is wrong with a flag that `args.role` would not read, or None: the operator who
+    passed it would believe it took effect."""
+    if args.role != "coordinator":
+        for dest in _COORDINATOR_FLAGS:
+            if getattr(args, dest) is not None:
+                return f"{_flag(dest)} is a coordinator's flag (--role coordinator); a {args.role} worker ignores it"
+    if args.role == "coordinator":  # the models it runs itself
+        runs = {role for role in ("target", "drafter") if getattr(args, role) == "here"}
+    else:
+        runs = {args.role}
+    if args.draft_top_k is not None and "drafter" not in runs:
+        return (f"--draft-top-k is the drafter's flag (--role drafter, or --role coordinator with --drafter here); "
+                f"a {args.role} {'worker' if args.role == 'target' else 'without --drafter here'} ignores it")
+    if args.model is not None and not runs:
+        return ("--model names the model a coordinator runs itself (--target here or --drafter here); "
+                "this one runs none")
+    return None
+
+
 def _main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m rayspec.rpc.worker", description="A rayspec gRPC worker (no Ray needed).",
@@ -348,9 +380,9 @@ def _main(argv=None) -> int:
     parser.add_argument("--prefill-chunk-tokens", type=int, default=DEFAULT_PREFILL_CHUNK,
                         help="prefill longer prompts in chunks of this many tokens, other sequences' forwards "
                         "in between (0: whole)")
-    parser.add_argument("--draft-top-k", type=int, default=0,
+    parser.add_argument("--draft-top-k", type=int, default=None,
                         help="drafter: draft from each node's k likeliest tokens only (exact for every verifier; "
-                             "q rows then cross as k entries); 0: the whole law")
+                             f"q rows then cross as k entries); {_DEFAULT_DRAFT_TOP_K} (default): the whole law")
     parser.add_argument("--cpus", default=None, help="keep this process on these CPUs, e.g. 0-3 or 2,3 "
                         "(default: wherever Linux schedules it)")
     parser.add_argument("--target", help="coordinator: the target worker's host:port, or 'here' to run the "
@@ -363,15 +395,17 @@ def _main(argv=None) -> int:
     parser.add_argument("--draft-hedge", type=float, default=None,
                         help="coordinator: a step waits for its draft at most this many times the drafter's "
                              "recent median draft time, then goes on target-only (default: waits for every draft)")
-    parser.add_argument("--wait-for-workers", type=float, default=600.0,
+    parser.add_argument("--wait-for-workers", type=float,
                         help="coordinator: seconds to wait for --target and --drafter workers that are not "
-                             "up yet (still loading their models, say) before giving up (default 600; inf: "
-                             "for ever)")
-    parser.add_argument("--verifier", default="rrsw", help="coordinator: requests' default verifier (default rrsw)")
-    parser.add_argument("--tree", default="kary:2x3",
-                        help="coordinator: requests' default tree (default kary:2x3, not rayspec serve's sequoia:auto)")
-    parser.add_argument("--verify-at", choices=["target", "coordinator"], default="target",
-                        help="coordinator: where the verifier runs (with --target here, both are this process)")
+                             f"up yet (still loading their models, say) before giving up (default "
+                             f"{_COORDINATOR_FLAGS['wait_for_workers']:g}; inf: for ever)")
+    parser.add_argument("--verifier", help="coordinator: requests' default verifier "
+                        f"(default {_COORDINATOR_FLAGS['verifier']})")
+    parser.add_argument("--tree", help=f"coordinator: requests' default tree (default {_COORDINATOR_FLAGS['tree']}, "
+                        "not rayspec serve's sequoia:auto)")
+    parser.add_argument("--verify-at", choices=["target", "coordinator"],
+                        help="coordinator: where the verifier runs (with --target here, both are this process; "
+                             f"default {_COORDINATOR_FLAGS['verify_at']})")
     parser.add_argument("--tokenizer", default=None, help="coordinator: tokenizer path (default: --model with "
                         "--target here, else the demo pair's)")
     parser.add_argument("--acceptance-dir", default=None,
@@ -379,6 +413,12 @@ def _main(argv=None) -> int:
                              "which sequoia: trees are planned on (default: the demo pair's with its tokenizer, "
                              "else a prior)")
     args = parser.parse_args(argv)
+    ignored = _ignored_flag(args)
+    if ignored:
+        parser.error(ignored)
+    for dest, default in {**_COORDINATOR_FLAGS, "draft_top_k": _DEFAULT_DRAFT_TOP_K}.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.cpus is not None:
         try:
@@ -397,9 +437,10 @@ def _main(argv=None) -> int:
             for flag, where in (("--target", args.target), ("--drafter", args.drafter)):
                 if where not in (None, "here"):
                     _worker_address(flag, where)
-        if not args.wait_for_workers >= 0:
-            raise ValueError(f"--wait-for-workers is a number of seconds, 0 or more, got {args.wait_for_workers:g}")
-        if args.role == "coordinator":  # a key no client can send, refused before anything starts
+            if not args.wait_for_workers >= 0:
+                raise ValueError(f"--wait-for-workers is a number of seconds, 0 or more, "
+                                 f"got {args.wait_for_workers:g}")
+            # a key no client can send, refused before anything starts
             api_key = api_key_from_environment()
     except ValueError as error:
         parser.error(str(error))

@@ -178,6 +178,40 @@ def test_a_workers_bad_flags_are_one_error_line_before_it_serves(flags, status, 
     assert message in err.strip().splitlines()[-1] and "Traceback" not in err
 
 
+@pytest.mark.parametrize("flags, message", [
+    *((["--role", role, flag, value],
+       f"{flag} is a coordinator's flag (--role coordinator); a {role} worker ignores it")
+      for role, flag, value in (
+          ("target", "--tree", "kary:4x2"), ("drafter", "--verifier", "greedy"), ("target", "--verify-at", "target"),
+          ("drafter", "--draft-timeout", "5"), ("target", "--draft-hedge", "2"), ("drafter", "--acceptance-dir", "a"),
+          ("target", "--tokenizer", "t"), ("drafter", "--target", "here"), ("target", "--drafter", "127.0.0.1:1"),
+          ("drafter", "--wait-for-workers", "600"))),
+    (["--role", "target", "--draft-top-k", "16"], "--draft-top-k is the drafter's flag (--role drafter, or --role "
+     "coordinator with --drafter here); a target worker ignores it"),
+    (["--role", "coordinator", "--target", "here", "--drafter", "127.0.0.1:1", "--draft-top-k", "16"],
+     "--draft-top-k is the drafter's flag (--role drafter, or --role coordinator with --drafter here); "
+     "a coordinator without --drafter here ignores it"),
+    (["--role", "coordinator", "--target", "127.0.0.1:1", "--drafter", "127.0.0.1:2", "--model", "m"],
+     "--model names the model a coordinator runs itself (--target here or --drafter here); this one runs none"),
+])
+def test_a_flag_the_role_ignores_is_a_usage_error_before_anything_loads(flags, message, capsys, monkeypatch):
+    """A coordinator's flag given to a target or drafter worker, --draft-top-k where no drafter
+    runs, --model where no model runs: each was checked, then silently ignored, and the operator
+    believed it had taken effect."""
+    import rayspec.models
+    from rayspec.rpc.worker import main
+
+    def loading(*_, **__):
+        raise AssertionError("a model loaded")
+
+    monkeypatch.setattr(rayspec.models, "load_causal_lm", loading)
+    with pytest.raises(SystemExit) as exit:
+        # a coordinator's workers not waited for: were the flag ignored, the test would not wait 600 s
+        main([*flags, "--port", "0", *(["--wait-for-workers", "0"] if flags[1] == "coordinator" else [])])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"python -m rayspec.rpc.worker: error: {message}"
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_coordinator_stopped_while_it_waits_for_its_workers_says_so_in_a_line(sig):
     """Ctrl-C or SIGTERM before the READY line (loading a model, waiting for workers): one
