@@ -286,7 +286,7 @@ def cmd_tree_plan(args) -> int:
     from rayspec.tree.sequoia import expected_tokens
     from rayspec.verify import verifier_class
 
-    check_draft_top_k(args.draft_top_k)  # before the models load
+    check_draft_top_k(args.draft_top_k, "--draft-top-k")  # before the models load
     _check_temperature(args.temperature)
     out = _json_out(args.out) if args.out else None
     if args.no_drafter:

@@ -31,12 +31,14 @@ from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import TreeShape
 
 
-def check_hedge_factor(factor) -> None:
-    """A clear error for a hedge factor that is not a number above 1 (or None: off)."""
+def check_hedge_factor(factor, name: str = "draft_hedge") -> None:
+    """A clear error for a hedge factor that is not a number above 1 (or None: off), naming the
+    setting `name`: a command-line flag's ("--draft-hedge") is off when left out, not null."""
     if factor is None:
         return
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 1 or factor == float("inf"):
-        raise ValueError(f"draft_hedge must be a number above 1 (times a draft's recent median time), or null "
+        off = "left out" if name.startswith("--") else "null"
+        raise ValueError(f"{name} must be a number above 1 (times a draft's recent median time), or {off} "
                          f"to wait for every draft; got {factor!r}")
 
 

@@ -497,6 +497,7 @@ class LocalDrafter(_LocalModel):
                                    self.prefix_cache, self.draft_top_k)
 
 
-def check_draft_top_k(value) -> None:
+def check_draft_top_k(value, name: str = "draft_top_k") -> None:
+    """A clear error for a draft_top_k that is no whole number, 0 or more, naming the setting `name`."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"draft_top_k must be a whole number, 0 (off) or more, got {value!r}")
+        raise ValueError(f"{name} must be a whole number, 0 (off) or more, got {value!r}")

@@ -197,11 +197,13 @@ class ForwardBatcher:
         self.stats.sizes[len(batch)] = self.stats.sizes.get(len(batch), 0) + 1
 
 
-def check_batch_limits(max_sequences, max_tokens, prefill_chunk=DEFAULT_PREFILL_CHUNK) -> None:
+def check_batch_limits(max_sequences, max_tokens, prefill_chunk=DEFAULT_PREFILL_CHUNK, named=str) -> None:
+    """A clear error for a limit that is no whole number at or above its least, naming the setting
+    as `named` spells it (a command line's: its flag, --max-batch-sequences)."""
     for name, value, least in (("max_batch_sequences", max_sequences, 1), ("max_batch_tokens", max_tokens, 1),
                                ("prefill_chunk_tokens", prefill_chunk, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{name} must be a whole number, {least} or more, got {value!r}")
+            raise ValueError(f"{named(name)} must be a whole number, {least} or more, got {value!r}")
 
 
 def _batchable(call: _Call) -> bool:

@@ -51,10 +51,10 @@ DEFAULT_TIMEOUT = 60.0
 DRAFT_TIMEOUT = 10.0
 
 
-def check_draft_timeout(seconds) -> None:
-    """A clear error for a `draft_timeout` that is not a positive number of seconds."""
+def check_draft_timeout(seconds, name: str = "draft_timeout") -> None:
+    """A clear error for a draft timeout that is not a positive number of seconds, naming the setting `name`."""
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
-        raise ValueError(f"draft_timeout must be a positive number of seconds, got {seconds!r}")
+        raise ValueError(f"{name} must be a positive number of seconds, got {seconds!r}")
 
 
 _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}

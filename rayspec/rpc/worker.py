@@ -334,6 +334,7 @@ _DEFAULT_DRAFT_TOP_K = 0
 
 
 def _flag(dest: str) -> str:
+    """The command-line flag of the setting `dest` (argparse's name for it)."""
     return "--" + dest.replace("_", "-")
 
 
@@ -426,11 +427,11 @@ def _main(argv=None) -> int:
         except ValueError as error:
             parser.error(str(error))
     try:
-        check_batch_limits(args.max_batch_sequences, args.max_batch_tokens, args.prefill_chunk_tokens)
-        check_draft_top_k(args.draft_top_k)
+        check_batch_limits(args.max_batch_sequences, args.max_batch_tokens, args.prefill_chunk_tokens, named=_flag)
+        check_draft_top_k(args.draft_top_k, "--draft-top-k")
         if args.draft_timeout is not None:
-            check_draft_timeout(args.draft_timeout)
-        check_hedge_factor(args.draft_hedge)
+            check_draft_timeout(args.draft_timeout, "--draft-timeout")
+        check_hedge_factor(args.draft_hedge, "--draft-hedge")
         check_prefix_cache_mb(args.prefix_cache_mb, "--prefix-cache-mb")
         if args.role == "coordinator":  # before waiting minutes for the workers
             check_default_setting(args.verifier, {}, args.tree)

@@ -200,7 +200,8 @@ def test_tree_plan_takes_a_depth_aware_vector(tmp_path, capsys, monkeypatch):
 
 def test_tree_plan_refuses_a_negative_draft_top_k(capsys):
     assert main(["tree", "plan", "--draft-top-k", "-3"]) == 2
-    assert "draft_top_k must be a whole number, 0 (off) or more, got -3" in capsys.readouterr().err
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        "rayspec: error: --draft-top-k must be a whole number, 0 (off) or more, got -3"
 
 
 def test_tree_plan_refuses_to_plan_without_a_drafter(capsys):

@@ -333,7 +333,8 @@ def test_a_coordinator_processs_draft_timeout_flag_is_checked_before_it_starts(c
     with pytest.raises(SystemExit) as exited:
         main(["--role", "coordinator", "--target", "127.0.0.1:1", "--draft-timeout", "0"])
     assert exited.value.code == 2
-    assert "draft_timeout must be a positive number of seconds, got 0.0" in capsys.readouterr().err
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        "python -m rayspec.rpc.worker: error: --draft-timeout must be a positive number of seconds, got 0.0"
 
 
 class _Away(LocalDrafter):

@@ -128,6 +128,15 @@ def test_a_wait_for_workers_beyond_grpcs_deadlines_waits_for_ever(seconds):
      "rayspec worker: error: dtype must be one of auto, float32, float16, bfloat16; got 'float64'"),
     (["--role", "coordinator", "--target", "here", "--verifier", "nope"], 2,
      "unknown verifier 'nope'; available: greedy"),
+    # command-line errors name the flags, as --prefix-cache-mb's did
+    (["--role", "target", "--max-batch-sequences", "0"], 2,
+     "python -m rayspec.rpc.worker: error: --max-batch-sequences must be a whole number, 1 or more, got 0"),
+    (["--role", "target", "--max-batch-tokens", "0"], 2,
+     "python -m rayspec.rpc.worker: error: --max-batch-tokens must be a whole number, 1 or more, got 0"),
+    (["--role", "drafter", "--prefill-chunk-tokens", "-1"], 2,
+     "python -m rayspec.rpc.worker: error: --prefill-chunk-tokens must be a whole number, 0 or more, got -1"),
+    (["--role", "drafter", "--draft-top-k", "-1"], 2,
+     "python -m rayspec.rpc.worker: error: --draft-top-k must be a whole number, 0 (off) or more, got -1"),
     (["--role", "target", "--prefix-cache-mb", "inf"], 2,
      "--prefix-cache-mb must be a finite number of megabytes, 0 or more, got inf"),
     # before waiting (here 600 s) for workers that never come

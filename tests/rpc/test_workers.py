@@ -764,7 +764,7 @@ def test_a_worker_asked_for_cpus_it_cannot_have_refuses_to_start_with_a_message(
 
 
 def test_a_worker_asked_for_no_batch_refuses_to_start_with_a_message(tmp_path):
-    with pytest.raises(RuntimeError, match="max_batch_sequences must be a whole number, 1 or more, got 0"):
+    with pytest.raises(RuntimeError, match="--max-batch-sequences must be a whole number, 1 or more, got 0"):
         Worker(tmp_path / "bad.log", "--role", "target", "--max-batch-sequences", "0")
 
 
