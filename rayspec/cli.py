@@ -122,7 +122,7 @@ def structured_output(args):
 def cmd_generate(args) -> int:
     from rayspec.engine import GenerationStats, SpeculativeEngine
     from rayspec.engine.prediction import prediction_chain
-    from rayspec.engine.requests import check_min_tokens
+    from rayspec.engine.requests import check_min_tokens, check_token_ids
     from rayspec.engine.text import TextAssembler, check_text
     from rayspec.verify.processing import SamplingParams
 
@@ -132,6 +132,8 @@ def cmd_generate(args) -> int:
                    logit_bias=args.logit_bias, min_p=args.min_p, min_tokens=args.min_tokens)
     if args.max_new_tokens >= 1:  # (a length below is the engine's to refuse, in its words)
         check_min_tokens(args.min_tokens, args.max_new_tokens)  # as the HTTP API's min_tokens and max_tokens
+    for flag, ids in (("--stop-token-ids", args.stop_token_ids), ("--allowed-token-ids", args.allowed_token_ids)):
+        check_token_ids(ids, flag)  # their ids' vocabulary is the loaded target's to check
     structured = structured_output(args)
     if structured is not None:
         from rayspec.engine.structured import check_structured

@@ -47,6 +47,14 @@ def check_min_tokens(min_tokens: int, max_tokens: int) -> None:
         raise ValueError(f"min_tokens must be between 0 and max_tokens ({max_tokens}), got {min_tokens}")
 
 
+def check_token_ids(ids, name: str) -> None:
+    """ValueError naming `name` for ids that are not token ids, integers >= 0 (None: none given):
+    `rayspec generate` refuses its --stop-token-ids and --allowed-token-ids with it, before the
+    models load and in the HTTP API's words."""
+    if ids is not None and not all(type(t) is int and t >= 0 for t in ids):
+        raise ValueError(f"{name} must be a list of token ids (integers >= 0)")
+
+
 @dataclass
 class Limits:
     default_max_tokens: int = 256
@@ -172,8 +180,7 @@ class GenerationRequest:
             raise ContextLengthExceeded.of_request(context, prompt_tokens, max_tokens)
         stop, bad_words = _strings(stop, "stop"), _strings(bad_words, "bad_words")
         for name, ids in (("stop_token_ids", stop_token_ids), ("allowed_token_ids", allowed_token_ids)):
-            if ids is not None and not all(type(t) is int and t >= 0 for t in ids):
-                raise ValueError(f"{name} must be a list of token ids (integers >= 0)")
+            check_token_ids(ids, name)
         outside = sorted(t for t in stop_token_ids or () if t >= engine.target.vocab_size)
         if outside:
             raise ValueError(f"stop_token_ids names token {outside[0]}, outside the vocabulary of "

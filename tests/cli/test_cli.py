@@ -362,6 +362,19 @@ def test_bad_arguments_are_one_error_line_before_any_model_loads(tmp_path, capsy
     assert sorted(p.name for p in tmp_path.iterdir()) == ["list.json", "ok.json"]
 
 
+@pytest.mark.parametrize("flag", ["--stop-token-ids", "--allowed-token-ids"])
+def test_generate_refuses_a_negative_token_id_before_the_models_load_in_the_http_apis_words(flag, capsys,
+                                                                                             monkeypatch):
+    """Refused once the models had loaded, in other words than HTTP's: "stop token -5 is outside
+    the vocabulary of 8192 tokens", "allowed_token_ids: token ids are >= 0, got -5"."""
+    monkeypatch.setattr(cli, "load_pair", lambda args: pytest.fail("the models were loaded first"))
+    assert main(["generate", "--prompt", "x", flag, "3", "-5"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines()[-1] == \
+        f"rayspec: error: {flag} must be a list of token ids (integers >= 0)"
+    assert captured.out == ""
+
+
 def test_with_a_prediction_the_tree_is_the_chain_it_is_drafted_in(capsys):
     """--tree chain:2 was the engine's tree, and the prediction went in the default chain of 8."""
     common = ["generate", "--prompt", "def f(x):", "--temperature", "0", "--max-new-tokens", "24", "--threads", "1"]
