@@ -496,6 +496,15 @@ class TokenizeBody(StrictBody):
     tools: list[Any] | None = None  # vLLM's: shown to the chat template, as the chat endpoint does
     return_token_strs: bool = False
 
+    def check_tools(self) -> None:
+        """Tools the chat endpoint refuses are refused here too, a 400 naming tools: else a
+        count comes back for a conversation no chat request can send, or the template's own
+        error, which names the messages."""
+        try:
+            ToolCalling.of(self.tools, "none", None)  # "none": the tools' checks, and no calling
+        except ToolError as error:
+            raise bad_request(str(error), error.field) from None
+
 
 class DetokenizeBody(StrictBody):
     model: str | None = None

@@ -842,6 +842,7 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
         if (body.prompt is None) == (body.messages is None):
             raise bad_request("give exactly one of prompt and messages", "prompt")
         if body.messages is not None:
+            body.check_tools()
             text = await run_in_threadpool(render_messages, service, body.messages, body.add_generation_prompt,
                                            body.continue_final_message, body.chat_template_kwargs, body.tools)
             special = bool(body.add_special_tokens)

@@ -2456,3 +2456,19 @@ def test_concurrent_structured_requests_each_get_their_sequential_text(parts):
     assert [reply["choices"][0]["text"] for reply in together] == alone
     assert {reply["choices"][0]["finish_reason"] for reply in together} == {"stop"}
     assert all(text in ("alpha", "beta", "gamma delta") for text in alone[1::4])
+
+
+def test_tokenize_refuses_the_tools_the_chat_endpoint_refuses(http):
+    """/tokenize counts what a chat request reads: tools the chat endpoint refuses are refused
+    with its message and param, not counted (nor refused by the template as the messages')."""
+    messages = [{"role": "user", "content": "hi"}]
+    for tools in ([5], [{"type": "function"}], [{"name": "f"}]):
+        chat = http.post("/v1/chat/completions", json={"messages": messages, "tools": tools, "max_tokens": 1})
+        counted = http.post("/tokenize", json={"messages": messages, "tools": tools})
+        assert (counted.status_code, counted.json()["error"]) == (400, chat.json()["error"]), tools
+        assert counted.json()["error"]["param"] == "tools" and "tools[0] must be" in counted.json()["error"]["message"]
+    good = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    chat = http.post("/v1/chat/completions", json={"messages": messages, "tools": good, "tool_choice": "none",
+                                                   "max_tokens": 1})
+    counted = http.post("/tokenize", json={"messages": messages, "tools": good})
+    assert counted.json()["count"] == chat.json()["usage"]["prompt_tokens"]
