@@ -494,7 +494,7 @@ class TokenizeBody(StrictBody):
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
     tools: list[Any] | None = None  # vLLM's: shown to the chat template, as the chat endpoint does
-    return_token_strs: bool = False
+    return_token_strs: bool | None = False  # vLLM's type: clients writing out their unset fields send null
 
     def check_tools(self) -> None:
         """Tools the chat endpoint refuses are refused here too, a 400 naming tools: else a

@@ -1114,6 +1114,8 @@ def test_tokenize_and_detokenize_are_vllms(http, client, parts):
     chat = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2, seed=1)
     counted = http.post("/tokenize", json={"messages": messages}).json()
     assert counted["count"] == chat.usage.prompt_tokens and "token_strs" not in counted
+    unset = http.post("/tokenize", json={"messages": messages, "return_token_strs": None})  # vLLM's null
+    assert unset.status_code == 200 and unset.json() == counted
     assert counted["tokens"] == tokenizer.encode(chat_prompt(tokenizer, messages), add_special_tokens=False)
     unopened = http.post("/tokenize", json={"messages": messages, "add_generation_prompt": False}).json()
     assert unopened["count"] < counted["count"] and counted["tokens"][:unopened["count"]] == unopened["tokens"]
