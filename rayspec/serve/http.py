@@ -776,9 +776,12 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
                 try:
                     first = service.request(seed=seed, **prompt, **fields)
                 except ValueError as error:
-                    if len(prompts) == 1:
-                        raise
-                    raise bad_request(f"prompt {index} of the batch: {error}", "prompt") from None
+                    status, answer = error_body(error)
+                    if len(prompts) == 1 or answer["error"]["param"] not in (None, "prompt"):
+                        raise  # another field's refusal is the request's, whichever prompt it was checked with
+                    # a prompt's own: named, with the refusal's code (context_length_exceeded) kept
+                    raise ApiError(status, f"prompt {index} of the batch: {error}", "prompt",
+                                   answer["error"]["code"]) from None
                 # the prompt and prediction tokenized once
                 same = {**fields, "prompt_ids": first.prompt_ids, "prediction": first.kwargs["prediction"]}
                 requests += [first] + [service.request(seed=None if seed is None else seed + i, **same)

@@ -1088,6 +1088,19 @@ def test_a_request_the_context_cannot_hold_is_refused_in_openais_words_and_code(
     assert "in the completion). Please reduce the length of the prompt or completion: at most" in refused.value.message
 
 
+def test_a_batchs_refusals_keep_their_code_and_field(client):
+    """A batched prompt the context cannot hold keeps OpenAI's code (the batch's refusal had
+    none), and a field's refusal names the field, not the batch's first prompt."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(model=MODEL, prompt=[[7] * 5, [7] * 600], max_tokens=1)
+    assert (refused.value.code, refused.value.param) == ("context_length_exceeded", "prompt")
+    assert refused.value.body["message"].startswith("prompt 1 of the batch: This model's maximum context length is 512")
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(model=MODEL, prompt=[[7] * 5, [7] * 6], max_tokens=300)
+    assert (refused.value.param, refused.value.body["message"]) == ("max_tokens",
+                                                                    "max_tokens must be between 1 and 256, got 300")
+
+
 # ---------------------------------------------------------------- models, health, metrics
 
 
