@@ -123,7 +123,8 @@ def cmd_generate(args) -> int:
     from rayspec.engine import GenerationStats, SpeculativeEngine
     from rayspec.engine.prediction import prediction_chain
     from rayspec.engine.requests import check_min_tokens, check_token_ids
-    from rayspec.engine.text import TextAssembler, check_text
+    from rayspec.engine.text import TextAssembler
+    from rayspec.unicode_text import check_text
     from rayspec.verify.processing import SamplingParams
 
     # The flags' values are checked before the models load (a real pair's load takes minutes).

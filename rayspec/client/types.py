@@ -20,6 +20,7 @@ import msgpack
 
 from rayspec.client.errors import InvalidRequestError
 from rayspec.rpc.generated import generation_pb2 as pb
+from rayspec.unicode_text import check_text
 
 
 def pack_params(params: Mapping[str, Any]) -> bytes:
@@ -228,12 +229,12 @@ class GenerateRequest:
                                  f"to {INT32_RANGE[1]})")
         if self.prompt == ():  # it would cross as the empty text, which a tokenizer writing a BOS makes a prompt of
             raise ValueError("the prompt must contain at least one token")
-        # named as the server names them (`rayspec.engine.text.check_text`): protobuf's own error names no field
+        # named as the server names them, by its check: protobuf's own error names no field
         structured = () if self.structured_output is None else _texts_of(*self.structured_output.values())
         for name, texts in (("the prompt", _texts_of(self.prompt)), ("prediction", _texts_of(self.prediction)),
                             ("stop", self.stop), ("bad_words", self.bad_words), ("structured_output", structured)):
             for text in texts:
-                _utf8(name, text)
+                check_text(text, name)
         scalars = {}
         for names, check in ((INT32_FIELDS, _int32), (INT64_FIELDS, _int64), (FLOAT_FIELDS, _float),
                              (BOOL_FIELDS, _boolean), (STRING_FIELDS, _string)):
@@ -380,20 +381,7 @@ def _boolean(name: str, value: Any) -> bool:
 def _string(name: str, value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a string, got {type(value).__name__} {value!r}")
-    return _utf8(name, value)
-
-
-def _utf8(name: str, text: str) -> str:
-    """`text`, or a ValueError naming `name` where UTF-8 cannot encode it (a lone surrogate),
-    in the server's words for the same text through HTTP, whose JSON escapes can spell one.
-    The server's check (`rayspec.engine.text.check_text`) written again: the SDK imports no
-    torch, which the engine's package does."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ValueError(f"{name} is not valid Unicode text: it holds a lone surrogate "
-                         f"(U+{ord(text[error.start]):04X}) at character {error.start}") from None
-    return text
+    return check_text(value, name)
 
 
 def _texts_of(value: Any) -> tuple[str, ...]:

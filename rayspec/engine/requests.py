@@ -18,7 +18,8 @@ from rayspec.engine.interfaces import ContextLengthExceeded, TokenLogprobs, chec
 from rayspec.engine.policy import check_tree_spec
 from rayspec.engine.prediction import check_prediction, prediction_chain
 from rayspec.engine.structured import check_structured, compiled_index, structured_regex, vocabulary_of
-from rayspec.engine.text import TextAssembler, bad_words_token_ids, check_text, listed
+from rayspec.engine.text import TextAssembler, bad_words_token_ids, listed
+from rayspec.unicode_text import check_text
 from rayspec.verify.processing import SamplingParams, real_number
 
 

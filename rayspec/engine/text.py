@@ -26,17 +26,6 @@ REPLACEMENT = "\ufffd"
 CONTEXT_TOKENS = 4  # prompt tokens decoded before a completion; any word boundary shows in fewer
 
 
-def check_text(text: str, name: str) -> str:
-    """`text`, or ValueError naming `name` when it is not Unicode text that UTF-8 can encode:
-    JSON's escapes can spell a lone surrogate ("\\ud800"), which tokenizers cannot take."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ValueError(f"{name} is not valid Unicode text: it holds a lone surrogate "
-                         f"(U+{ord(text[error.start]):04X}) at character {error.start}") from None
-    return text
-
-
 def listed(value) -> list:
     """A field that takes one string or a list (None: none), as a list: a bare string is one
     entry, as OpenAI and vLLM read `stop`, not a list of its characters."""

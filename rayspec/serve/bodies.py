@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from rayspec.engine.interfaces import MAX_LOGPROBS
 from rayspec.engine.policy import check_tree_spec
 from rayspec.engine.structured import StructuredOutput
-from rayspec.engine.text import check_text
+from rayspec.unicode_text import check_text
 from rayspec.serve.errors import bad_request
 from rayspec.serve.middleware import MAX_REQUEST_ID_CHARS, usable_request_id
 from rayspec.serve.service import ChatRenderError, Service

@@ -114,7 +114,7 @@ from rayspec.engine.engine import GenerationStats
 from rayspec.engine.interfaces import TokenLogprobs
 from rayspec.engine.requests import GenerationRequest, StepText, usage_of
 from rayspec.engine.structured import token_bytes_of
-from rayspec.engine.text import check_text
+from rayspec.unicode_text import check_text
 from rayspec.models.cancellation import GenerationCancelled, watching_caller
 from rayspec.rpc.remote import RemoteError
 from rayspec.serve.bodies import (

@@ -49,7 +49,7 @@ from pydantic import Field
 
 from rayspec.engine.requests import GenerationRequest
 from rayspec.engine.structured import StructuredOutput
-from rayspec.engine.text import check_text
+from rayspec.unicode_text import check_text
 from rayspec.serve.bodies import (
     PromptCacheOptions, RayspecOptions, StrictBody, check_tree, joined_text, refuse_unless_default,
     tool_calling_read_by_service,
