@@ -11,11 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from rayspec.engine.interfaces import MAX_LOGPROBS
 from rayspec.engine.policy import check_tree_spec
 from rayspec.engine.structured import StructuredOutput
-from rayspec.unicode_text import check_text
 from rayspec.serve.errors import bad_request
 from rayspec.serve.middleware import MAX_REQUEST_ID_CHARS, usable_request_id
 from rayspec.serve.service import ChatRenderError, Service
 from rayspec.serve.tools import ToolCalling, ToolError
+from rayspec.unicode_text import check_text
 from rayspec.verify.processing import MAX_PRESENCE_OR_FREQUENCY_PENALTY as PENALTY_BOUND
 
 

@@ -114,7 +114,6 @@ from rayspec.engine.engine import GenerationStats
 from rayspec.engine.interfaces import TokenLogprobs
 from rayspec.engine.requests import GenerationRequest, StepText, usage_of
 from rayspec.engine.structured import token_bytes_of
-from rayspec.unicode_text import check_text
 from rayspec.models.cancellation import GenerationCancelled, watching_caller
 from rayspec.rpc.remote import RemoteError
 from rayspec.serve.bodies import (
@@ -131,6 +130,7 @@ from rayspec.serve.metrics import CONTENT_TYPE
 from rayspec.serve.middleware import AnswerFailures, CountResponses, LimitBodies, RequestIds, RequireKey, named_by
 from rayspec.serve.service import Overloaded, Service, StepStream
 from rayspec.serve.tools import ToolCalling
+from rayspec.unicode_text import check_text
 
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions

@@ -49,7 +49,6 @@ from pydantic import Field
 
 from rayspec.engine.requests import GenerationRequest
 from rayspec.engine.structured import StructuredOutput
-from rayspec.unicode_text import check_text
 from rayspec.serve.bodies import (
     PromptCacheOptions, RayspecOptions, StrictBody, check_tree, joined_text, refuse_unless_default,
     tool_calling_read_by_service,
@@ -60,6 +59,7 @@ from rayspec.serve.http import (
 )
 from rayspec.serve.service import ChatRenderError, Service
 from rayspec.serve.tools import ToolCalling, ToolError
+from rayspec.unicode_text import check_text
 
 ROLES = ("system", "developer", "user", "assistant")
 # The codes OpenAI's Response.error takes, by the HTTP status the failure would have had
