@@ -81,6 +81,9 @@ CHAIN_WALK_SIZES = (2, 5, 11)  # chains up to the planner's default depth of 10 
 COOL_TEMPERATURE = 0.5
 VERIFIER_DRAFT_WIDTHS = (1, 4, 16)  # other verifiers' drafted levels
 LOAD_SEQUENCES = 8  # sessions at once for the load terms
+# The calibration prompt's tokens: a quarter of a context shorter than 4 times this (what the
+# sizes timed leave room for: `_prompt_tokens`).
+CALIBRATION_PROMPT_TOKENS = 64
 
 
 def _table(times: MeasuredTimes) -> dict:
@@ -234,7 +237,15 @@ def _parallel_chains(width: int, depth: int, max_children: int | None = None) ->
     return TreeShape(tuple(parents))
 
 
-def _spec(vocab_size: int, length: int = 64, verifier: str = CALIBRATION_VERIFIER,
+def _prompt_tokens(context_length: int) -> int:
+    """The calibration prompt's length for a context: `CALIBRATION_PROMPT_TOKENS`, or a quarter
+    of a smaller context, since the trees timed are kept to a quarter of it (a 64-token prompt
+    filled a context of 64, and left no room for a 70-token context's timed trees: sequoia:auto
+    failed at start-up with any such model)."""
+    return max(min(CALIBRATION_PROMPT_TOKENS, context_length // 4), 1)
+
+
+def _spec(vocab_size: int, length: int = CALIBRATION_PROMPT_TOKENS, verifier: str = CALIBRATION_VERIFIER,
           verifier_params: dict | None = None, temperature: float = CALIBRATION_TEMPERATURE) -> SequenceSpec:
     """A calibration sequence whose laws are `vocab_size` wide: a drafter padded to another
     size than the target's fits its laws to the target's when both step it."""
@@ -341,7 +352,8 @@ def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS,
         stepper.last, stepper.length = outcome.tokens[-1], stepper.length + len(outcome.tokens)
         walk_seconds.setdefault(n, []).append(outcome.verify_seconds)
 
-    verifying = [_Stepper(target, _spec(target.vocab_size)) for _ in range(max(load_sequences, 1))]
+    verifying = [_Stepper(target, _spec(target.vocab_size, _prompt_tokens(target.context_length)))
+                 for _ in range(max(load_sequences, 1))]
     try:
         target_times = MeasuredTimes(tuple(sizes), tuple(_median_seconds(lambda: verify(verifying[0], n), repeats)
                                                          for n in sizes))
@@ -362,7 +374,8 @@ def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS,
 
     # Drafted at the target's width, as requests are: a pool's drafters may be padded to sizes
     # of their own, and an older worker among them knows no other.
-    drafting = [_Stepper(drafter, _spec(target.vocab_size)) for _ in range(max(load_sequences, 1))]
+    drafting = [_Stepper(drafter, _spec(target.vocab_size, _prompt_tokens(drafter.context_length)))
+                for _ in range(max(load_sequences, 1))]
 
     def draft(stepper: _Stepper, shape: TreeShape) -> None:
         # Steady state: commit one emitted token (nothing accepted), then draft.
@@ -405,8 +418,8 @@ def measure_costs(target, drafter=None, sizes=TARGET_SIZES, widths=DRAFT_WIDTHS,
     for verifier in [CALIBRATION_VERIFIER, *verifiers]:
         if verifier != CALIBRATION_VERIFIER:
             # Fewer widths than the calibration verifier's: each verifier's drafts cost a few calls.
-            stepper = _Stepper(drafter, _spec(target.vocab_size, verifier=verifier,
-                                              verifier_params=params.get(verifier)))
+            stepper = _Stepper(drafter, _spec(target.vocab_size, _prompt_tokens(drafter.context_length),
+                                              verifier=verifier, verifier_params=params.get(verifier)))
             try:
                 verifier_levels[verifier], _ = drafted_levels(stepper, _draft_widths(verifier, widths))
             finally:
@@ -433,7 +446,8 @@ def _walks_of_steps(target, drafter, verifier: str, repeats: int, walk_trees, pa
     walk's cost grows with the levels it accepts, so its trees must be real drafts: on random
     tokens every walk stops at the root."""
     context = min(target.context_length, drafter.context_length)
-    spec = _spec(target.vocab_size, verifier=verifier, verifier_params=params, temperature=temperature)
+    spec = _spec(target.vocab_size, _prompt_tokens(context), verifier=verifier, verifier_params=params,
+                 temperature=temperature)
     shapes = {}
     for n in _walk_sizes(verifier):
         shape = walk_trees(verifier, n, temperature)

@@ -70,6 +70,18 @@ def test_the_demo_sized_calibration_measures_non_negative_load_terms_and_round_t
     assert costs.draft_seconds(8) == pytest.approx(costs.draft_level.extrapolated(8))  # past the widest measured
 
 
+@pytest.mark.parametrize("target_context, drafter_context", [(64, 64), (128, 24), (66, 66)])
+def test_models_of_small_contexts_are_calibrated_within_them(target_context, drafter_context):
+    """The calibration prompt fits the models' contexts, and so do the trees timed after it:
+    its 64 tokens filled a context of 64 (and a 24-position drafter's), and left no room for the
+    trees timed in one of 66, so that sequoia:auto failed at start-up with such models."""
+    target = tiny_llama(vocab=64, seed=0, context=target_context)
+    drafter = noisy_copy(tiny_llama(vocab=64, seed=0, context=drafter_context))
+    costs = measure_costs(LocalTarget(target), LocalDrafter(drafter), sizes=(1, 2, 4, 8), widths=(1, 2), repeats=1,
+                          load_sequences=1, verifiers=[])
+    assert costs.target.sizes == (1, 2, 4, 8) and costs.draft_level.sizes == (1, 2) and costs.walks["rrsw"].sizes
+
+
 def test_costs_from_json_with_measured_times():
     costs = Costs(MeasuredTimes((1, 2), (0.01, 0.02)), MeasuredTimes((1,), (0.001,)), 0.0, 0.002, 0.0005)
     assert Costs.from_json(costs.to_json()) == costs
