@@ -823,16 +823,17 @@ class SpeculativeEngine:
     def prompt_logprobs(self, prompt_ids: Sequence[int], top: int = 0) -> TokenLogprobs:
         """The log-probabilities of the prompt's tokens after the first under the target's raw
         law, and the `top` most likely tokens' at each position: one prefill, nothing generated
-        (OpenAI's `echo` with `max_tokens: 0`, which scores a text)."""
-        prompt = self.check_prompt(prompt_ids)
+        (OpenAI's `echo` with `max_tokens: 0`, which scores a text): a prompt may fill the context."""
+        prompt = self.check_prompt(prompt_ids, completion=False)
         spec = SequenceSpec(tuple(prompt), SamplingParams(), 0, self.verifier, self.verifier_params,
                             prompt_logprobs=int(top))
         with closing(self.target.open(spec)) as target:
             return _prompt_logprobs(target, spec)
 
-    def check_prompt(self, prompt_ids: Sequence[int]) -> list[int]:
+    def check_prompt(self, prompt_ids: Sequence[int], completion: bool = True) -> list[int]:
         """The prompt's ids as ints; ValueError unless they are in the vocabulary and leave
-        room in the context."""
+        room in the context for a completion's first token (completion False: a prompt scored
+        alone, which fits when it fills the context: its last token's row is never computed)."""
         prompt = [int(t) for t in prompt_ids]
         if not prompt:
             raise ValueError("the prompt must contain at least one token")
@@ -840,7 +841,7 @@ class SpeculativeEngine:
         if bad:
             raise ValueError(f"prompt token ids out of the vocabulary [0, {self.target.vocab_size}): {bad[:5]}")
         context = self.target.context_length
-        if len(prompt) >= context:
+        if len(prompt) + completion > context:
             raise ContextLengthExceeded.of_prompt(context, f"the prompt has {len(prompt)} tokens")
         return prompt
 

@@ -166,8 +166,9 @@ class GenerationRequest:
                 raise ValueError(f"truncate_prompt_tokens must be -1 or between 1 and the model's context "
                                  f"({context}), got {truncate_prompt_tokens!r}")
             self.prompt_ids = _last_tokens(tokenizer, self.prompt_ids, keep) if special else self.prompt_ids[-keep:]
-        engine.check_prompt(self.prompt_ids)  # here, not at the first step: a batch starts whole or not at all
         self.prompt_only = bool(prompt_only)
+        # here, not at the first step: a batch starts whole or not at all
+        engine.check_prompt(self.prompt_ids, completion=not self.prompt_only)
         if self.prompt_only:
             max_tokens = None  # the checks below are of a length that is not asked for
         asked = max_tokens not in (None, 0)

@@ -67,13 +67,17 @@ log = logging.getLogger("rayspec.worker")
 _SPARE_THREADS = 16
 
 
-def _open_checks(spec, vocab_size: int, context_length: int) -> None:
+def _open_checks(spec, vocab_size: int, context_length: int, room: int = 1) -> None:
+    """Refuse ids outside the vocabulary, and a sequence that leaves fewer than `room` of the
+    context's positions free: a target's session may hold a prompt that fills its context, to
+    score it (OpenAI's `echo` with `max_tokens: 0`); the coordinator refuses such a prompt a
+    completion, and a step past the context is refused by the session itself."""
     for what, ids in (("prompt", spec.prompt_ids), ("completion", spec.completion_ids)):
         bad = [t for t in ids if not 0 <= t < vocab_size]
         if bad:
             raise ValueError(f"{what} token ids outside the vocabulary [0, {vocab_size}): {bad[:5]}")
     length = len(spec.prompt_ids) + len(spec.completion_ids)
-    if length >= context_length:
+    if length + room > context_length:
         raise ValueError(f"the prompt has {length} tokens{' with the completion so far' if spec.completion_ids else ''}; "
                          f"the context holds {context_length}")
 
@@ -97,7 +101,7 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
     @rpc_errors
     def Open(self, request, context):
         spec = codec.decode_spec(request.spec)
-        _open_checks(spec, self.target.vocab_size, self.target.context_length)
+        _open_checks(spec, self.target.vocab_size, self.target.context_length, room=0)
         session = self.open_session(request.session_id, lambda: self.target.open(spec), context)  # prefills
         reply = worker_pb2.OpenReply(cached_tokens=session.cached_tokens)
         if session.prompt_logprobs is not None:

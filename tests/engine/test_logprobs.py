@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.engine.interfaces import ContextLengthExceeded
 from rayspec.verify import available_verifiers
 from tests.engine.test_engine import VERIFIER_TREES
 from tests.tiny_models import noisy_copy, tiny_llama
@@ -131,6 +132,20 @@ def test_prompt_logprobs_alone_score_a_text_with_one_prefill(pair):
     # one token has no context to be drawn from: nothing to report
     assert len(engine.prompt_logprobs([5], top=3)) == 0
     assert len(next(engine.generate([5], max_new_tokens=1, prompt_logprobs=3)).prompt_logprobs) == 0
+
+
+def test_a_prompt_that_fills_the_context_is_scored_but_given_no_completion(pair):
+    """Scoring a text reads no position past its last token's, so a prompt of the context's
+    length is scored (it was refused as "leaving no room for a completion", which scoring does
+    not ask for); one token more is refused, and so is a completion of it."""
+    target = pair[0]  # a context of 128
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(pair[1]), verifier="rrsw", tree="kary:2x3")
+    full = [(7 * i + 3) % 64 for i in range(128)]
+    assert_prompt_logprobs_of(target, full, engine.prompt_logprobs(full, top=2), top=2)
+    with pytest.raises(ContextLengthExceeded, match="maximum context length is 128 tokens. However, the prompt has 129"):
+        engine.prompt_logprobs(full + [1])
+    with pytest.raises(ContextLengthExceeded, match="the prompt has 128 tokens, leaving no room for a completion"):
+        engine.run(full, max_new_tokens=1)
 
 
 def test_prompt_logprobs_are_checked_like_the_completions(pair):

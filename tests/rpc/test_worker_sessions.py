@@ -650,3 +650,16 @@ def test_a_failure_after_the_call_ended_is_no_internal_error(active, caplog):
     else:
         assert context.aborted == (grpc.StatusCode.CANCELLED, "the call ended before its answer") and not errors
         assert any("Open ended after its call did: RuntimeError" in r.getMessage() for r in caplog.records)
+
+
+def test_a_target_worker_scores_a_prompt_that_fills_its_context_and_a_drafter_takes_none(target_server, drafter_stub):
+    """A prompt of the context's length is scored over gRPC as in-process (the target worker
+    refused to open it); a drafter, which would draft after it, still refuses it."""
+    model, _, port = target_server
+    full = [(7 * i + 3) % VOCAB for i in range(128)]  # the tiny models' context holds 128 positions
+    scored = SpeculativeEngine(RemoteTarget(f"127.0.0.1:{port}")).prompt_logprobs(full, top=1)
+    assert scored.chosen == pytest.approx(SpeculativeEngine(LocalTarget(model.model)).prompt_logprobs(full).chosen,
+                                          abs=1e-5)
+    code, details = _status(lambda: drafter_stub.Open(worker_pb2.OpenRequest(session_id="full", spec=_spec(
+        prompt=full)), timeout=10))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "the prompt has 128 tokens; the context holds 128" in details

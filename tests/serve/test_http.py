@@ -1088,6 +1088,21 @@ def test_a_request_the_context_cannot_hold_is_refused_in_openais_words_and_code(
     assert "in the completion). Please reduce the length of the prompt or completion: at most" in refused.value.message
 
 
+def test_a_prompt_that_fills_the_context_is_scored_with_max_tokens_0_and_refused_a_completion(client, reference):
+    """OpenAI's echo with max_tokens 0 scores a text and generates nothing, so a prompt of the
+    context's length fits (it was refused as "leaving no room for a completion"); asked for a
+    token, it is refused as before."""
+    full = [(7 * i + 3) % 8000 for i in range(512)]  # the test models' context holds 512
+    scored = client.completions.create(model=MODEL, prompt=full, max_tokens=0, echo=True, logprobs=1)
+    assert scored.usage.prompt_tokens == 512 and scored.choices[0].finish_reason == "length"
+    assert scored.choices[0].logprobs.token_logprobs[1:] == pytest.approx(reference.prompt_logprobs(full).chosen,
+                                                                          abs=1e-4)
+    for body in ({"prompt": full + [7], "max_tokens": 0, "echo": True}, {"prompt": full, "max_tokens": 1}):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.completions.create(model=MODEL, **body)
+        assert refused.value.code == "context_length_exceeded"
+
+
 def test_a_batchs_refusals_keep_their_code_and_field(client):
     """A batched prompt the context cannot hold keeps OpenAI's code (the batch's refusal had
     none), and a field's refusal names the field, not the batch's first prompt."""
