@@ -169,6 +169,7 @@ class LocalTargetSession(_Session):
         super().__init__(model, spec, "verify", batcher, vocabulary, eos_token_ids, prefix_cache)
         self.logprobs = spec.logprobs
         self.scored_logits = None  # the last scored tree's logits, kept for `commit` when logprobs are asked
+        self.scored_tree = None  # the last scored tree, whose rows `commit` keeps: until it commits or fails
         self.prompt_logprobs = None
         if len(self.tokens) > 1:
             with self.busy:
@@ -192,7 +193,9 @@ class LocalTargetSession(_Session):
         self.check_fits(len(self.tokens), tree.shape.max_depth)
         if self.lm.cached > self.lm.committed:
             self.lm.keep([])
+        self.scored_tree = None
         logits = self.lm.forward(tree.tokens.tolist(), tree.shape.parents, tree.shape.depth)
+        self.scored_tree = tree
         self.scored_logits = None if self.logprobs is None else logits
         tokens = tree.tokens.tolist()
         parents = tree.shape.parents
@@ -211,7 +214,17 @@ class LocalTargetSession(_Session):
     def commit(self, tokens: list[int], path: list[int]) -> TokenLogprobs | None:
         """Keep the root's and the accepted path's rows; the emitted tokens are committed.
         Returns their log-probabilities when the sequence asks for them: token i was drawn
-        after the path's first i nodes, from the row of node (0, *path)[i]."""
+        after the path's first i nodes, from the row of node (0, *path)[i].
+
+        The tokens and path must be a walk's down the tree scored last (a worker's Commit is a
+        caller's word for them): the cache keeps the path's rows and the sequence the tokens,
+        so a path off the tree, tokens not its nodes', or more tokens than the path's and one,
+        left the two apart, and every later step scored after the wrong context, silently."""
+        if not _walks_down(self.scored_tree, tokens, path):
+            raise ValueError(f"a commit takes a path down the tree scored last from its root, its nodes' tokens and one "
+                             f"token more; got path {list(path)[:8]} and {len(tokens)} tokens"
+                             + ("" if self.scored_tree is not None else ", with no tree scored since the last commit"))
+        self.scored_tree = None
         logprobs = None
         if self.logprobs is not None:
             logits, self.scored_logits = self.scored_logits, None
@@ -242,6 +255,7 @@ class LocalTargetSession(_Session):
                 self.lm.keep([])
                 self.generator.set_state(drawn)
                 self.scored_logits = None
+                self.scored_tree = None
                 raise
             logprobs = self.commit(verdict.tokens, verdict.path)
         return Outcome(verdict.tokens, verdict.path, verdict.ranks, scored - start, verified - scored,
@@ -424,6 +438,19 @@ def fit_vocabulary(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     top = logits.masked_fill(logits == math.inf, -math.inf).amax(-1, keepdim=True)
     padding = (top - PADDING_LOGIT_GAP).expand(*logits.shape[:-1], vocab_size - width)
     return torch.cat([logits, padding], dim=-1)
+
+
+def _walks_down(tree: DraftTree | None, tokens: list[int], path: list[int]) -> bool:
+    """Whether `path` goes down `tree` from its root's child, node by node, `tokens` holding its
+    nodes' tokens and one more."""
+    if tree is None or len(tokens) != len(path) + 1:
+        return False
+    parents, above = tree.shape.parents, 0
+    for node, token in zip(path, tokens):
+        if not 0 < node < len(parents) or parents[node] != above or int(tree.tokens[node]) != token:
+            return False
+        above = node
+    return True
 
 
 def _path_tokens(node: int, parents, tokens) -> list[int]:

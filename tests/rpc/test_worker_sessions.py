@@ -149,6 +149,45 @@ def test_outcomes_a_session_could_not_embed_are_refused_and_the_session_goes_on(
     assert len(stub.Draft(good, timeout=10).tree.tokens) == 3
 
 
+@pytest.mark.parametrize("parents, tokens, path, scored", [
+    ([-1], [], [], True),            # tokens beyond the path's and one: never in the cache
+    ([-1, 0, 1], [7], [2], True),    # a path that skips node 1, above node 2
+    ([-1, 0], [9], [1], True),       # node 1's token is not the one committed for it
+    ([-1, 0], [7], [1], False),      # no tree scored since the last commit
+])
+def test_a_target_commit_off_the_scored_tree_is_refused_and_the_session_goes_on(target_server, parents, tokens,
+                                                                                path, scored):
+    """Score then Commit (a coordinator that verifies itself): the cache keeps the path's rows
+    and the sequence its tokens, so a commit that is no walk down the scored tree would leave
+    the two apart, and every later step's law would be scored after the wrong context."""
+    _, stub, _ = target_server
+    session = f"commit-{len(parents)}-{path}-{scored}-{len(tokens)}"
+    spec = _spec("greedy", temperature=0.0, prompt=(11, 5, 7, 40))
+    stub.Open(worker_pb2.OpenRequest(session_id=session, spec=spec), timeout=10)
+    tree = worker_pb2.Tree(parents=parents, tokens=[40, 7, 8][: len(parents)])
+    if scored:
+        stub.Score(worker_pb2.ScoreRequest(session_id=session, tree=tree), timeout=30)
+    emitted = tokens + [3] if path else [3, 4, 5]
+    outcome = worker_pb2.Outcome(tokens=emitted, path=path)
+    code, details = _status(lambda: stub.Commit(worker_pb2.CommitRequest(session_id=session, outcome=outcome),
+                                                timeout=30))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "a commit takes a path down the tree scored last" in details
+
+    def greedy(session_id, last):
+        tokens = []
+        for _ in range(4):
+            reply = stub.Verify(worker_pb2.VerifyRequest(session_id=session_id, tree=worker_pb2.Tree(
+                parents=[-1], tokens=[last])), timeout=30)
+            last = reply.outcome.tokens[-1]
+            tokens.append(last)
+        return tokens
+
+    stub.Open(worker_pb2.OpenRequest(session_id=session + "-clean", spec=spec), timeout=10)
+    assert greedy(session, 40) == greedy(session + "-clean", 40)  # nothing was committed
+    for name in (session, session + "-clean"):
+        stub.Release(worker_pb2.ReleaseRequest(session_id=name), timeout=10)
+
+
 def test_dynamic_plans_are_capped_by_their_work(drafter_stub):
     stub = drafter_stub
     stub.Open(worker_pb2.OpenRequest(session_id="dynamic", spec=_spec()), timeout=10)
