@@ -149,7 +149,10 @@ def rpc_errors(method):
     return streaming if inspect.isgeneratorfunction(method) else unary
 
 
-_OPENING = object()  # the place of a session whose Open is still running
+class _Opening:
+    """The place of a session whose Open is still running, one of its own per Open: a session id
+    released while it opens may be opened again meanwhile, and the first Open, ending, must
+    neither take the second's place nor drop it."""
 
 
 class Servicer:
@@ -212,7 +215,8 @@ class Servicer:
                 raise ValueError(f"session {session_id!r} is already open")
             if len(self._sessions) >= self.max_sessions:
                 raise SessionLimitError(f"{len(self._sessions)} sessions open, the limit is {self.max_sessions}")
-            self._sessions[session_id] = (_OPENING, time.monotonic())
+            place = _Opening()
+            self._sessions[session_id] = (place, time.monotonic())
             if self._sweeper is None:
                 every = min(self.idle_seconds / 4, 30.0)
                 self._sweeper = threading.Thread(target=_sweep_idle_sessions, args=(weakref.ref(self), every),
@@ -225,10 +229,11 @@ class Servicer:
                 session = make()
         except BaseException:
             with self._sessions_lock:
-                self._sessions.pop(session_id, None)
+                if self._sessions.get(session_id, (None,))[0] is place:
+                    del self._sessions[session_id]
             raise
         with self._sessions_lock:
-            if session_id in self._sessions:  # not released while it opened
+            if self._sessions.get(session_id, (None,))[0] is place:  # not released while it opened
                 if context is None or context.is_active():
                     self._sessions[session_id] = (session, time.monotonic())
                     return session
@@ -238,7 +243,7 @@ class Servicer:
 
     def session(self, session_id: str):
         with self._sessions_lock:
-            if self._sessions.get(session_id, (None,))[0] in (None, _OPENING):
+            if isinstance(self._sessions.get(session_id, (None,))[0], (type(None), _Opening)):
                 raise UnknownSessionError(f"no open session {session_id!r} (released, expired, still opening "
                                           "or never opened)")
             session, _ = self._sessions[session_id]
@@ -254,7 +259,7 @@ class Servicer:
     def release(self, session_id: str) -> None:
         with self._sessions_lock:
             entry = self._sessions.pop(session_id, None)
-        if entry is not None and entry[0] is not _OPENING:
+        if entry is not None and not isinstance(entry[0], _Opening):
             entry[0].close()
 
     def expire_idle_sessions(self) -> None:
@@ -263,7 +268,7 @@ class Servicer:
         now = time.monotonic()
         with self._sessions_lock:
             idle = [s for s, (session, used) in self._sessions.items()
-                    if session is not _OPENING and now - used > self.idle_seconds]
+                    if not isinstance(session, _Opening) and now - used > self.idle_seconds]
             expired = [self._sessions.pop(session_id)[0] for session_id in idle]
         for session_id, session in zip(idle, expired):
             try:  # a session that fails to close must not fail the Open or the sweep that found it

@@ -505,6 +505,38 @@ def _open_past_its_deadline(role: str, open_seconds: float = 0.0):
         server.stop(0)
 
 
+class _SlowOpen(_CountingTarget):
+    """Opens a prompt that starts with token 1 in a second, any other in a tenth of one."""
+
+    def open(self, spec):
+        time.sleep(1.0 if spec.prompt_ids[0] == 1 else 0.1)
+        return super().open(spec)
+
+
+def test_an_id_opened_again_while_its_released_open_still_runs_is_the_second_opens():
+    """A session id released while its Open prefills is free at once, so it can be opened again
+    before the first Open ends: that one's session is then closed, and the id stays the second
+    Open's (the first took its place and dropped it unclosed, and the id's calls went to the
+    first prompt's session)."""
+    target = _SlowOpen(tiny_llama(vocab=VOCAB, seed=0))
+    server, port = serve_target(target, "127.0.0.1:0")
+    try:
+        stub = worker_pb2_grpc.TargetServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        first = threading.Thread(target=lambda: stub.Open(worker_pb2.OpenRequest(
+            session_id="again", spec=_spec("greedy", 0.0, prompt=(1, 2, 3))), timeout=10))
+        first.start()
+        time.sleep(0.4)
+        stub.Release(worker_pb2.ReleaseRequest(session_id="again"), timeout=10)
+        stub.Open(worker_pb2.OpenRequest(session_id="again", spec=_spec("greedy", 0.0, prompt=(5, 6, 7))), timeout=10)
+        first.join(10)
+        step = worker_pb2.VerifyRequest(session_id="again", tree=worker_pb2.Tree(parents=[-1], tokens=[7]))
+        assert len(stub.Verify(step, timeout=30).outcome.tokens) == 1  # the second prompt's session
+        by_prompt = {session.tokens[0]: session for session in target.sessions}
+        assert by_prompt[1].lm is None and by_prompt[5].lm is not None  # the first closed, the second open
+    finally:
+        server.stop(0)
+
+
 @pytest.mark.parametrize("role", ["target", "drafter"])
 def test_a_session_whose_open_outlived_its_deadline_is_released(role):
     """The worker finishes an Open its caller stopped waiting for; the caller, not knowing
