@@ -104,7 +104,7 @@ class Metrics:
             "rayspec_generations_ended",
             "Generations ended, by how: stop (EOS, a stop string or token), length (an echo of the prompt alone, "
             "max_tokens 0, too: its response's finish reason, as vLLM's), abort (the client went away, or it "
-            "failed).", ["reason"], registry=r,
+            "failed).  A request refused as it starts (a 400 or 429) ended none.", ["reason"], registry=r,
         )
         self.drafter_lost = Counter(
             "rayspec_drafter_lost_generations",

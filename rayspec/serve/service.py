@@ -21,13 +21,14 @@ from collections.abc import Mapping
 import grpc
 
 from rayspec.engine.engine import SpeculativeEngine
+from rayspec.engine.interfaces import AtCapacity
 from rayspec.engine.pool import DrafterPool
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.engine.structured import (
     StructuredOutput, check_structured, compiled_index, structured_regex, vocabulary_of,
 )
 from rayspec.models.threads import honour_torch_threads
-from rayspec.rpc.remote import HEALTH_TIMEOUT, overall_status, targets_answer, worker_statuses
+from rayspec.rpc.remote import HEALTH_TIMEOUT, RemoteError, overall_status, targets_answer, worker_statuses
 from rayspec.serve.config import LimitsConfig, ServiceConfig
 from rayspec.serve.metrics import Metrics
 from rayspec.serve.tool_parsers import pick_parser
@@ -303,7 +304,7 @@ class StepStream:
     def _produce(self, service: Service, request: GenerationRequest, counts_prompt: bool) -> None:
         metrics = service.metrics
         metrics.in_flight.inc()
-        steps, error, ended, unread = None, None, False, counts_prompt
+        steps, error, ended, unread, began = None, None, False, counts_prompt, False
         try:  # everything in here: whatever fails, the awaiting side gets its end (and the error)
             honour_torch_threads()
             start = last = time.perf_counter()
@@ -314,6 +315,7 @@ class StepStream:
                     added = next(steps)
                 except StopIteration:
                     added = None
+                began = True
                 # Counted once read, as vLLM counts a prefilled prompt: a generation refused or
                 # failed before its first step (an unknown verifier, a worker down) read none.
                 if unread:
@@ -333,7 +335,9 @@ class StepStream:
         except Exception as failure:  # delivered to the awaiting side, which answers for it
             error = failure
         finally:
-            if not ended:
+            # A generation refused as it starts (bad input, a 400; no room, a 429) never ran: its
+            # request is counted by that status alone, as those refused before the engine are.
+            if not ended and (began or not _refused(error)):
                 metrics.ended.labels("abort").inc()
             if steps is not None:
                 steps.close()
@@ -367,6 +371,12 @@ class StepStream:
     def close(self) -> None:
         self._stop.set()
         self._request.cancel()  # a wait for a lost target worker ends now, not at its deadline
+
+
+def _refused(error: BaseException | None) -> bool:
+    """Whether `error` refuses a request rather than fails it: bad input (a ValueError, which
+    the HTTP app answers 400) or no room for it (429: `AtCapacity`, a worker that is full)."""
+    return isinstance(error, (ValueError, AtCapacity)) or (isinstance(error, RemoteError) and error.worker_full)
 
 
 def _template_message(message: dict, index: int) -> dict:

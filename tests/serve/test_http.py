@@ -28,7 +28,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from rayspec.demo import TARGET_PATH
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
-from rayspec.engine.interfaces import DrafterUnavailable
+from rayspec.engine.interfaces import AtCapacity, DrafterUnavailable
 from rayspec.engine.policy import PlanReport, TrialReport
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.engine.structured import StructuredOutput
@@ -1486,6 +1486,43 @@ def test_prompt_tokens_count_each_prompt_once_as_usage_does(parts, reference):
         assert metric_samples(own)[("rayspec_prompt_tokens_total", ())] == sum(counted)
     prompt = len(parts[2].encode(PROMPT))
     assert counted[0] == prompt and counted[1] == counted[2] == prompt + len(parts[2].encode("def add(a, b):"))
+
+
+def test_a_request_refused_before_its_first_step_counts_no_generation_ended(parts, reference, monkeypatch):
+    """A request the engine refuses as it starts — an unknown verifier (a 400), a shared
+    resource with no room for it (a 429) — is answered with that error and counted by its
+    status, not as generations that ended `abort` (once one per choice: a client's typo read
+    as failed generations), as a bad tree or a prompt too long for the context, refused before
+    the engine, never were; a generation that fails after its first step still counts."""
+    service = Service(reference, parts[2], MODEL, LimitsConfig(max_concurrent_requests=4))
+    unknown = {"prompt": PROMPT, "max_tokens": 3, "n": 2, "rayspec": {"verifier": "nope"}}
+    ended = [("rayspec_generations_ended_total", (("reason", reason),)) for reason in ("stop", "length", "abort")]
+    with ServerThread(create_app(service)) as server, httpx.Client(base_url=server.url, timeout=60) as own:
+        statuses = [own.post("/v1/completions", json=unknown).status_code,
+                    own.post("/v1/completions", json={**unknown, "stream": True}).status_code,
+                    own.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "n": 2,
+                                                           "rayspec": {"verifier": "nope"}}).status_code,
+                    own.post("/v1/responses", json={"input": "hi", "rayspec": {"verifier": "nope"}}).status_code]
+        original = reference.generate
+
+        def full(*args, **kwargs):
+            raise AtCapacity("test double: no room")
+            yield  # a generator, as the engine's
+
+        monkeypatch.setattr(reference, "generate", full)
+        statuses.append(own.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 3}).status_code)
+
+        def fails_after_a_step(*args, **kwargs):
+            steps = original(*args, **kwargs)
+            yield next(steps)
+            raise RuntimeError("test double: failed after a step")
+
+        monkeypatch.setattr(reference, "generate", fails_after_a_step)
+        statuses.append(own.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 30}).status_code)
+        eventually(lambda: metric_samples(own)[("rayspec_generations_in_flight", ())] == 0, what="the threads' ends")
+        samples = metric_samples(own)
+    assert statuses == [400, 400, 400, 400, 429, 500]
+    assert [samples.get(key, 0) for key in ended] == [0, 0, 1]  # the failure after its first step alone
 
 
 def test_an_echo_of_the_prompt_alone_ends_length_as_answered_and_times_no_generation(parts, reference):
