@@ -1622,6 +1622,22 @@ def test_metrics_export_the_sequoia_trees_in_use_and_their_replanning(http, serv
     assert sample(samples, "rayspec_tree_replan_checks_total", tree="sequoia:16x10") == 0  # fewer steps than a check waits for
 
 
+def test_a_temperature_sent_as_minus_zero_is_labelled_0(parts):
+    """JSON's -0.0 is a temperature of 0, planned under 0's key (-0.0 == 0.0); the tree metrics
+    label it "0", whichever spelling the first request sent (it was "-0", and stayed so for
+    every later request at 0, which a dashboard asking for temperature="0" missed)."""
+    target, drafter, tokenizer = parts
+    engine = SpeculativeEngine(LocalTarget(target, tokenizer), LocalDrafter(drafter, tokenizer), tokenizer=tokenizer,
+                               **SETTING)
+    service = Service(engine, tokenizer, MODEL, LimitsConfig())
+    body = '{"prompt": "%s", "max_tokens": 4, "temperature": -0.0, "rayspec": {"tree": "sequoia:16"}}' % PROMPT
+    with ServerThread(create_app(service)) as server, httpx.Client(base_url=server.url, timeout=60) as own:
+        assert own.post("/v1/completions", content=body, headers={"Content-Type": "application/json"}).status_code == 200
+        samples = metric_samples(own)
+    temperatures = {dict(labels)["temperature"] for name, labels in samples if name == "rayspec_tree_nodes"}
+    assert temperatures == {"0"}
+
+
 # ---------------------------------------------------------------- disconnects, limits, failures
 
 
