@@ -335,6 +335,11 @@ _COORDINATOR_FLAGS = {"target": None, "drafter": None, "tree": "kary:2x3", "veri
                       "draft_timeout": None, "draft_hedge": None, "wait_for_workers": 600.0, "tokenizer": None,
                       "acceptance_dir": None}
 _DEFAULT_DRAFT_TOP_K = 0
+# The flags of the model a process runs, None in the parser too: a coordinator that runs none
+# (both workers elsewhere) would ignore them.
+_MODEL_FLAGS = {"device": "auto", "dtype": "auto", "prefix_cache_mb": DEFAULT_PREFIX_CACHE_MB,
+                "max_batch_sequences": DEFAULT_MAX_BATCH_SEQUENCES, "max_batch_tokens": DEFAULT_MAX_BATCH_TOKENS,
+                "prefill_chunk_tokens": DEFAULT_PREFILL_CHUNK}
 
 
 def _flag(dest: str) -> str:
@@ -359,6 +364,10 @@ def _ignored_flag(args) -> str | None:
     if args.model is not None and not runs:
         return ("--model names the model a coordinator runs itself (--target here or --drafter here); "
                 "this one runs none")
+    for dest in _MODEL_FLAGS:
+        if getattr(args, dest) is not None and not runs:
+            return (f"{_flag(dest)} sets the model a coordinator runs itself (--target here or --drafter here); "
+                    f"this one runs none")
     return None
 
 
@@ -373,16 +382,17 @@ def _main(argv=None) -> int:
     parser.add_argument("--port", type=_port, default=0, help="0: any free port (printed)")
     parser.add_argument("--model", default=None, help="checkpoint path or hub id (default: the demo pair's); "
                         "for a coordinator, that of the model it runs itself (--target or --drafter here)")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default auto: cuda when present)")
+    parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default auto: float32 on CPU, "
+                        "bfloat16 on CUDA)")
     parser.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
-    parser.add_argument("--prefix-cache-mb", type=float, default=DEFAULT_PREFIX_CACHE_MB,
+    parser.add_argument("--prefix-cache-mb", type=float, default=None,
                         help="the model's prefix cache of prompt keys and values, in MB (0: none)")
-    parser.add_argument("--max-batch-sequences", type=int, default=DEFAULT_MAX_BATCH_SEQUENCES,
+    parser.add_argument("--max-batch-sequences", type=int, default=None,
                         help="concurrent sequences one forward may carry (1: no cross-request batching)")
-    parser.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS,
+    parser.add_argument("--max-batch-tokens", type=int, default=None,
                         help="query rows of one batched forward (sequences x the widest one's tokens)")
-    parser.add_argument("--prefill-chunk-tokens", type=int, default=DEFAULT_PREFILL_CHUNK,
+    parser.add_argument("--prefill-chunk-tokens", type=int, default=None,
                         help="prefill longer prompts in chunks of this many tokens, other sequences' forwards "
                         "in between (0: whole)")
     parser.add_argument("--draft-top-k", type=int, default=None,
@@ -421,7 +431,7 @@ def _main(argv=None) -> int:
     ignored = _ignored_flag(args)
     if ignored:
         parser.error(ignored)
-    for dest, default in {**_COORDINATOR_FLAGS, "draft_top_k": _DEFAULT_DRAFT_TOP_K}.items():
+    for dest, default in {**_COORDINATOR_FLAGS, **_MODEL_FLAGS, "draft_top_k": _DEFAULT_DRAFT_TOP_K}.items():
         if getattr(args, dest) is None:
             setattr(args, dest, default)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

@@ -202,11 +202,16 @@ def test_a_workers_bad_flags_are_one_error_line_before_it_serves(flags, status, 
      "a coordinator without --drafter here ignores it"),
     (["--role", "coordinator", "--target", "127.0.0.1:1", "--drafter", "127.0.0.1:2", "--model", "m"],
      "--model names the model a coordinator runs itself (--target here or --drafter here); this one runs none"),
+    *((["--role", "coordinator", "--target", "127.0.0.1:1", flag, value],
+       f"{flag} sets the model a coordinator runs itself (--target here or --drafter here); this one runs none")
+      for flag, value in (("--device", "cuda"), ("--dtype", "bfloat16"), ("--prefix-cache-mb", "0"),
+                          ("--max-batch-sequences", "1"), ("--max-batch-tokens", "512"),
+                          ("--prefill-chunk-tokens", "0"))),
 ])
 def test_a_flag_the_role_ignores_is_a_usage_error_before_anything_loads(flags, message, capsys, monkeypatch):
     """A coordinator's flag given to a target or drafter worker, --draft-top-k where no drafter
-    runs, --model where no model runs: each was checked, then silently ignored, and the operator
-    believed it had taken effect."""
+    runs, --model or a model's setting (--device, --prefix-cache-mb, ...) where no model runs:
+    each was checked, then silently ignored, and the operator believed it had taken effect."""
     import rayspec.models
     from rayspec.rpc.worker import main
 
