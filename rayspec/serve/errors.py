@@ -59,7 +59,8 @@ def error_body(error: BaseException) -> tuple[int, dict]:
 
 def field_named(message: str) -> str | None:
     """The request field an engine's refusal is about, when it opens with its name ("temperature
-    must be ...", "logit_bias: ...", "allowed_token_ids names ..."); else None."""
+    must be ...", "logit_bias: ...", "allowed_token_ids names ...", "the prompt is ..."); else
+    None."""
     match = _FIELD_FIRST.match(message)
     if match is None:
         return None
@@ -70,7 +71,7 @@ def field_named(message: str) -> str | None:
     return match.group(1) if match.group(1) in fields else None
 
 
-_FIELD_FIRST = re.compile(r"([a-z][a-z_]*)(?::| must | names )")
+_FIELD_FIRST = re.compile(r"(?:the )?([a-z][a-z_]*)(?::| must | names | is )")
 
 
 def validation_error(error: RequestValidationError) -> ApiError:

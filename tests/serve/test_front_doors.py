@@ -27,6 +27,7 @@ def test_an_empty_prompt_is_refused_alike_through_http_and_the_sdk(http, sdk, pr
     reply = http.post("/v1/completions", json={"model": MODEL, "prompt": "", "max_tokens": 4})
     assert reply.status_code == 400
     assert reply.json()["error"]["message"] == "the prompt must contain at least one token"
+    assert reply.json()["error"]["param"] == "prompt"
     with pytest.raises(InvalidRequestError, match=r"the prompt must contain at least one token$"):
         sdk.generate(prompt, max_tokens=4)
     with pytest.raises(InvalidRequestError, match=r"the prompt must contain at least one token$"):

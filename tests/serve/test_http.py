@@ -858,7 +858,7 @@ BAD_COMPLETIONS = [
                                                    "completion). Please reduce the length of the prompt or completion: "
                                                    "at most 12 new tokens fit.", None),
     ({"prompt": [1, 99999]}, 400, "out of the vocabulary", None),
-    ({"prompt": ""}, 400, "at least one token", None),
+    ({"prompt": ""}, 400, "at least one token", "prompt"),
     ({"prompt": [True, 2]}, 400, "prompt must be", "prompt"),
     ({"prompt": []}, 400, "prompt must be a string, a non-empty list of token ids, or a non-empty list (a batch)",
      "prompt"),
@@ -1801,21 +1801,25 @@ def test_an_unexpected_failure_is_a_500_and_the_connection_stays_open(http, serv
 
 def test_text_that_is_not_unicode_is_refused(http):
     """JSON's escapes can spell a lone surrogate, which no tokenizer takes: a 400 naming it
-    wherever text is read (prompt, messages, stop strings, bad words, /tokenize)."""
+    wherever text is read (prompt, messages, stop strings, bad words, /tokenize), and its
+    `param` the field (it was null for the prompt and the stop strings)."""
     lone = "a\ud800"
-    for path, body, where in [
-        ("/v1/completions", {"prompt": lone}, "the prompt"), ("/v1/completions", {"prompt": "x", "stop": [lone]}, "stop"),
-        ("/v1/completions", {"prompt": "x", "bad_words": lone}, "bad_words"),
+    for path, body, where, param in [
+        ("/v1/completions", {"prompt": lone}, "the prompt", "prompt"),
+        ("/v1/completions", {"prompt": lone, "stream": True}, "the prompt", "prompt"),
+        ("/v1/completions", {"prompt": "x", "stop": [lone]}, "stop", "stop"),
+        ("/v1/completions", {"prompt": "x", "bad_words": lone}, "bad_words", "bad_words"),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": lone}]}, "messages.0.content: Value error, "
-                                                                                    "the content"),
-        ("/v1/responses", {"input": lone}, "input[0].content"), ("/tokenize", {"prompt": lone}, "the prompt"),
-        ("/v1/responses", {"input": "x", "metadata": {"k": lone}}, "metadata"),
-        ("/v1/responses", {"input": "x", "user": lone}, "user"),
+                                                                                    "the content", "messages"),
+        ("/v1/responses", {"input": lone}, "input[0].content", "input"), ("/tokenize", {"prompt": lone}, "the prompt", "prompt"),
+        ("/v1/responses", {"input": "x", "metadata": {"k": lone}}, "metadata", "metadata"),
+        ("/v1/responses", {"input": "x", "user": lone}, "user", "user"),
     ]:
         reply = http.post(path, content=json.dumps(body), headers={"Content-Type": "application/json"})
-        message = reply.json()["error"]["message"]
-        assert reply.status_code == 400 and message.startswith(where), (path, message)
-        assert message.endswith(" is not valid Unicode text: it holds a lone surrogate (U+D800) at character 1")
+        error = reply.json()["error"]
+        assert reply.status_code == 400 and error["message"].startswith(where), (path, error)
+        assert error["message"].endswith(" is not valid Unicode text: it holds a lone surrogate (U+D800) at character 1")
+        assert error["param"] == param, (path, body, error)
 
 
 # ---------------------------------------------------------------- the service's parts
