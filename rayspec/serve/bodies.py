@@ -332,9 +332,11 @@ class Message(BaseModel):
     @field_validator("content")
     @classmethod
     def _text(cls, content) -> str:
-        """The message's text: a string, or text parts, a line each (as vLLM joins them); a
+        """The message's text: a string, or text parts, a line each (as vLLM joins them) — the
+        Responses API's input_text and output_text parts too, which vLLM's chat reads as text; a
         refusal part (OpenAI's, an assistant's) is the text it refused with, as vLLM reads it."""
-        text = "" if content is None else joined_text(content, "\n", refusals=True)
+        text = "" if content is None else joined_text(content, "\n", kinds=("text", "input_text", "output_text"),
+                                                      refusals=True)
         if text is None:
             raise ValueError('only text content is supported: a string, or a list of {"type": "text", "text": ...} '
                              'parts')

@@ -230,6 +230,24 @@ def test_an_assistants_refusal_given_back_is_its_turn_in_the_conversation(http):
     assert answer.json()["usage"]["input_tokens"] == said.json()["usage"]["prompt_tokens"]
 
 
+def test_a_chat_reads_the_responses_text_parts_as_vllm_does(http):
+    """vLLM's chat endpoint reads `input_text` and `output_text` parts (the Responses API's) as
+    text parts, so a conversation kept in Responses' shapes can be sent to it; they were refused
+    as not text.  An image part is still refused."""
+    plain = http.post("/v1/chat/completions", json=_chat(messages=_conversation({"content": "I cannot say."})))
+    for user_kind, assistant_kind in (("input_text", "output_text"), ("text", "input_text")):
+        messages = [{"role": "user", "content": [{"type": user_kind, "text": "tell me a secret"}]},
+                    {"role": "assistant", "content": [{"type": assistant_kind, "text": "I cannot say."}]},
+                    {"role": "user", "content": "then a joke"}]
+        parts = http.post("/v1/chat/completions", json=_chat(messages=messages))
+        assert parts.status_code == 200, parts.text
+        assert parts.json()["usage"]["prompt_tokens"] == plain.json()["usage"]["prompt_tokens"]
+        assert parts.json()["choices"][0]["message"]["content"] == plain.json()["choices"][0]["message"]["content"]
+    image = http.post("/v1/chat/completions", json=_chat(messages=[{"role": "user", "content": [
+        {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}]))
+    assert image.status_code == 400 and "only text content is supported" in image.json()["error"]["message"]
+
+
 @pytest.mark.parametrize("message, words", [
     ({"role": "assistant", "content": "yes", "refusal": "no"}, "content or a refusal, not both"),
     ({"role": "user", "content": "x", "refusal": "no"}, "a refusal is an assistant message's"),
