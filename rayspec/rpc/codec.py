@@ -22,6 +22,7 @@ from rayspec.engine.interfaces import Draft, Outcome, SequenceSpec, TokenLogprob
 from rayspec.rpc.generated import tensor_pb2, worker_pb2
 from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import DraftTree, TreeShape
+from rayspec.verify.base import positive_part_normalized
 from rayspec.verify.processing import SamplingParams
 
 DTYPES = {
@@ -122,10 +123,12 @@ def encode_rows(rows: torch.Tensor, out: tensor_pb2.ProbabilityRows | None = Non
 # Float32 sums of a law's V entries, each rounded once (and float16 rows divided by their sum),
 # are 1 to well within this; a row of another mass is no law.
 LAW_MASS_TOLERANCE = 1e-3
+_HALF_FLOATS = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def decode_rows(message, rows: int, width: int, what: str = "probability rows") -> torch.Tensor | None:
-    """The [rows, width] float32 table of a ProbabilityRows message, None if it is empty."""
+    """The [rows, width] float32 table of a ProbabilityRows message, None if it is empty; rows
+    sent as float16 or bfloat16 values without divisors, each over its own mass."""
     kind = message.WhichOneof("rows")
     if kind is None:
         return None
@@ -134,6 +137,7 @@ def decode_rows(message, rows: int, width: int, what: str = "probability rows") 
         table = decode_tensor(message.dense, floats, what)
         if tuple(table.shape) != (rows, width):
             raise CodecError(f"{what}: shape {list(table.shape)}, expected [{rows}, {width}]")
+        half = _HALF_FLOATS.get(message.dense.dtype)
         table = table.float()
     else:
         sparse = message.sparse
@@ -141,6 +145,7 @@ def decode_rows(message, rows: int, width: int, what: str = "probability rows") 
             raise CodecError(f"{what}: width {sparse.width}, expected {width}")
         offsets = decode_tensor(sparse.offsets, {"int64"}, f"{what} offsets")
         indices = decode_tensor(sparse.indices, {"int32", "int64"}, f"{what} indices").long()
+        half = _HALF_FLOATS.get(sparse.values.dtype)
         values = decode_tensor(sparse.values, floats, f"{what} values").float()
         if offsets.shape != (rows + 1,) or int(offsets[0]) != 0 or bool((offsets.diff() < 0).any()):
             raise CodecError(f"{what}: offsets must be {rows + 1} non-decreasing values from 0")
@@ -157,15 +162,22 @@ def decode_rows(message, rows: int, width: int, what: str = "probability rows") 
         if tuple(divisors.shape) != (rows,) or not bool(((divisors > 0) & divisors.isfinite()).all()):
             raise CodecError(f"{what}: divisors must be {rows} positive finite values")
         table = table / divisors.unsqueeze(-1)
+        half = None  # a drafter's law itself, exactly
     if table.numel():
         low, high = table.aminmax()  # one pass; a NaN makes both comparisons fail
         if not (bool(low >= 0) and bool(high <= 1 + 1e-5)):
             raise CodecError(f"{what}: probabilities must lie in [0, 1] (found values in [{float(low)}, {float(high)}])")
         # Each row a law: a verifier fed rows of another mass would emit another law, silently.
+        # Rows of half-precision values sum to 1 within their rounding only (bfloat16's
+        # (0.99, 0.006, 0.004) to 0.99829), and are read as the walk reads such rows in
+        # process (`rayspec.verify.tree_walk.as_law`): each over its own mass.
         off = (table.sum(-1) - 1).abs()
-        if bool((off > LAW_MASS_TOLERANCE).any()):
+        tolerance = LAW_MASS_TOLERANCE if half is None else max(LAW_MASS_TOLERANCE, torch.finfo(half).eps)
+        if bool((off > tolerance).any()):
             row = int(off.argmax())
             raise CodecError(f"{what}: each row must sum to 1 (row {row} sums to {float(table[row].sum()):.6g})")
+        if half is not None:
+            table = positive_part_normalized(table)
     return table
 
 

@@ -12,6 +12,7 @@ from rayspec.rpc import codec
 from rayspec.rpc.generated import tensor_pb2, worker_pb2
 from rayspec.tree.structure import DraftTree, TreeShape
 from rayspec.verify.processing import SamplingParams, TokenHistory, half_precision, logits_to_probs
+from rayspec.verify.tree_walk import as_law
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64])
@@ -53,6 +54,25 @@ def test_half_precision_rows_cross_as_half_the_bytes_and_decode_to_the_same_law_
     if temperature >= 3:
         assert half.WhichOneof("rows") == "dense" and half.dense.dtype == "float16"
     assert codec.encode_rows(truncated, divisors=truncated_divisors).WhichOneof("rows") == "sparse"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_half_precision_rows_without_divisors_are_laws_over_their_own_mass(dtype, sparse):
+    """A law rounded to bfloat16 sums to 1 within its rounding only: (0.99, 0.006, 0.004) is
+    (0.98828, 0.00601, 0.00400), of mass 0.99829, and was refused as no law; rows that passed
+    reached the verifiers as float32 rows of another mass than 1, whose walk then emitted another
+    law.  They decode as the walk reads half-precision rows in process (`as_law`)."""
+    rows = torch.tensor([[0.99, 0.006, 0.004], [0.5, 0.25, 0.25]]).to(dtype)
+    if sparse:
+        rows = torch.cat([rows, torch.zeros(2, 30, dtype=dtype)], dim=1)
+    message = codec.encode_rows(rows)
+    assert message.WhichOneof("rows") == ("sparse" if sparse else "dense")
+    back = codec.decode_rows(tensor_pb2.ProbabilityRows.FromString(message.SerializeToString()), 2, rows.shape[1])
+    assert back.dtype == torch.float32
+    assert torch.equal(back, as_law(rows))
+    with pytest.raises(codec.CodecError, match="each row must sum to 1"):  # rows of another mass are still refused
+        codec.decode_rows(codec.encode_rows((rows.float() * 0.98).to(dtype)), 2, rows.shape[1])
 
 
 def test_bad_divisors_are_refused():
