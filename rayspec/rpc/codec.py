@@ -262,6 +262,8 @@ def decode_params(message: worker_pb2.SamplingParams) -> SamplingParams:
 
 
 def decode_spec(message: worker_pb2.SequenceSpec) -> SequenceSpec:
+    if not message.HasField("params"):  # (an Open without its spec): not read as all-zero parameters
+        raise CodecError("the sequence's spec has no sampling parameters (spec.params): an Open needs its spec")
     params = decode_msgpack_map(message.verifier_params, "verifier_params")
     return SequenceSpec(
         tuple(message.prompt_ids),

@@ -218,6 +218,16 @@ def test_min_p_min_tokens_and_stop_ids_round_trip_and_bad_ones_are_refused():
         SamplingParams(min_tokens=1, stop_token_ids=(3, 8192)).check_vocabulary(8192)
 
 
+def test_a_spec_without_its_sampling_parameters_is_refused_as_such():
+    """An Open whose spec (or the spec's params) is missing was refused as 'top_p must be in
+    (0, 1], got 0.0': proto3's zeros read as parameters the caller never gave."""
+    spec = codec.encode_spec(SequenceSpec((1, 2), SamplingParams(), 3, "rrsw"))
+    assert codec.decode_spec(spec).params == SamplingParams()
+    for message in (worker_pb2.OpenRequest(session_id="s").spec, worker_pb2.SequenceSpec(prompt_ids=[1, 2])):
+        with pytest.raises(codec.CodecError, match=r"^the sequence's spec has no sampling parameters \(spec.params\)"):
+            codec.decode_spec(message)
+
+
 def test_allowed_token_ids_round_trip_and_an_older_target_is_refused_them():
     params = SamplingParams(0.5, allowed_token_ids=(40, 3, 3, 17))
     message = codec.encode_params(params)
