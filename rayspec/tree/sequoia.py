@@ -121,6 +121,11 @@ def _solve_state(a: np.ndarray, child: np.ndarray, budget: int) -> _State:
     return _State(value, np.concatenate([[0], children]), split)
 
 
+def _same_state(a: _State, b: _State) -> bool:
+    return np.array_equal(a.value, b.value) and np.array_equal(a.children, b.children) and \
+        np.array_equal(a.split, b.split)
+
+
 @dataclass
 class SequoiaSolution:
     """The DP over every budget n <= `budget` and depth d <= `max_depth` at once.
@@ -187,6 +192,13 @@ def solve(acceptance, budget: int, max_depth: int, max_children: int | None = No
                 continue
             child = states[min(k + 1, last), levels - 1].value
             states[k, levels] = _solve_state(rows[k], child, budget)
+        if levels <= solved_depth and all(_same_state(states[k, levels], states[k, levels - 1])
+                                          for k in range(min(last, max_depth - levels) + 1)):
+            # A level that changed no state changes none below it either (each state is a
+            # function of the next level's): the rest share it.  The optimal trees stop
+            # deepening after some 20-70 levels on measured vectors, so sequoia:1024x1024
+            # solves those, not 1023 (0.7 against 30 s on this CPU).
+            solved_depth = levels
     values = np.stack([states[0, d].value for d in range(max_depth + 1)], axis=1)
     values[0] = 0.0
     return SequoiaSolution(rows, budget, max_depth, values, states)

@@ -291,3 +291,29 @@ def test_levels_beyond_budget_minus_one_are_shared_not_solved(kind, monkeypatch)
     assert (solution.values[:, shallow + 1:] == reference.values[:, -1:]).all()
     for n in range(1, budget + 1):
         assert solution.tree(n, deep) == reference.tree(n, shallow)
+
+
+@pytest.mark.parametrize("kind", ["vector", "depth-aware"])
+def test_levels_past_the_trees_deepening_are_shared_not_solved(kind, monkeypatch):
+    """Once a level changes no state, none below it does: the program stops solving there and
+    gives every deeper level that level's states, with exactly the values and trees of the full
+    program (sequoia:1024x1024 solved 1,023 levels, 30 s, where its trees stop deepening after
+    some 20)."""
+    import rayspec.tree.sequoia as sequoia
+
+    rng = np.random.default_rng(12)
+    a = random_vector(6, rng, sort=True) if kind == "vector" else \
+        np.stack([random_vector(6, rng, sort=True) for _ in range(3)])
+    budget, deep = 96, 95
+    calls = []
+    real = sequoia._solve_state
+    monkeypatch.setattr(sequoia, "_solve_state", lambda *args: calls.append(1) or real(*args))
+    solution = solve(a, budget, deep)
+    stopped = len(calls)
+    monkeypatch.setattr(sequoia, "_same_state", lambda *_: False)  # every level solved: the full program
+    full = solve(a, budget, deep)
+    assert stopped < (len(calls) - stopped) / 2, (stopped, len(calls) - stopped)
+    assert np.array_equal(solution.values, full.values)
+    for n in (1, 2, 10, 50, 96):
+        for d in (1, 5, 30, 95):
+            assert solution.tree(n, d) == full.tree(n, d)
