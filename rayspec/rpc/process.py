@@ -21,13 +21,15 @@ class Worker:
     """A worker process; `address` once it printed READY.  `stop()` terminates it, and it
     stops by itself once this process is gone (`PARENT_VARIABLE`)."""
 
-    def __init__(self, log: Path, *args: str, timeout: float = 120.0, threads: int = 1, cpus: str | None = None):
+    def __init__(self, log: Path, *args: str, timeout: float = 120.0, threads: int = 1, cpus: str | None = None,
+                 program: tuple[str, ...] = ("-m", "rayspec.rpc.worker")):
+        """program: what `python` runs, the worker's arguments after it (a bench's traced worker)."""
         # Idle OpenMP threads spinning in one worker steal the core another is computing on.
         env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
                PARENT_VARIABLE: str(os.getpid())}
         self.log = open(log, "w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "rayspec.rpc.worker", "--port", "0", "--threads", str(threads),
+            [sys.executable, *program, "--port", "0", "--threads", str(threads),
              *(("--cpus", cpus) if cpus is not None else ()), *args],
             stdout=subprocess.PIPE, stderr=self.log, text=True, env=env,
         )
