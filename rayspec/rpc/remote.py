@@ -441,18 +441,28 @@ def release_unwatched(stub, session_id: str) -> grpc.Future:
     which `_RemoteSession.close` waits on while its caller is there): after a call that failed
     in a way that leaves the session's fate unknown (an Open or a step past its deadline, a
     broken stream), to a worker that may be gone, hung or merely slow.  Releasing an id the
-    worker does not know, or one still opening, is harmless (`Servicer.release`)."""
+    worker does not know, or one still opening, is harmless (`Servicer.release`).  One that
+    fails UNAVAILABLE is sent again, waiting for the channel to connect, until its deadline: a
+    worker hung past the channel's keepalive has its connection dropped, and with it the
+    Releases queued for it, which its waking would otherwise never see."""
     request = worker_pb2.ReleaseRequest(session_id=session_id)
-    future = stub.Release.future(request, timeout=UNWATCHED_RELEASE_TIMEOUT)
+    return _send_release(stub, request, time.monotonic() + UNWATCHED_RELEASE_TIMEOUT, wait_for_ready=False)
+
+
+def _send_release(stub, request: worker_pb2.ReleaseRequest, until: float, wait_for_ready: bool) -> grpc.Future:
+    future = stub.Release.future(request, timeout=max(until - time.monotonic(), 0.0), wait_for_ready=wait_for_ready)
     with _unwatched_lock:
         _unwatched_releases.add(future)
-    future.add_done_callback(_forget_release)
+    future.add_done_callback(lambda done: _released(done, stub, request, until))
     return future
 
 
-def _forget_release(future) -> None:
+def _released(future, stub, request: worker_pb2.ReleaseRequest, until: float) -> None:
     with _unwatched_lock:
         _unwatched_releases.discard(future)
+    if future.code() == grpc.StatusCode.UNAVAILABLE and time.monotonic() < until:
+        with contextlib.suppress(ValueError):  # the channel closed meanwhile (its coordinator stopping)
+            _send_release(stub, request, until, wait_for_ready=True)
 
 
 class RemoteTargetSession(_RemoteSession):

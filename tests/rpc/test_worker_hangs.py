@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from rayspec.client import Client
+from rayspec.client.errors import UnavailableError
 from rayspec.engine.interfaces import SequenceSpec
 from rayspec.rpc import codec
 from rayspec.rpc.generated import worker_pb2, worker_pb2_grpc
@@ -123,3 +124,28 @@ def test_clients_that_left_while_both_workers_hung_are_let_go_at_once(cluster):
     ended = _left_lines(log, since)
     assert len(ended) == 4, log.read_text()[since:]
     assert max(ended) - left < 2.5, [round(t - left, 2) for t in ended]
+
+
+
+@pytest.mark.slow
+def test_the_sessions_of_steps_past_their_deadline_on_a_hung_target_are_released_once_it_runs_again(cluster):
+    """A target stopped past a step's deadline (60 s) fails its streams UNAVAILABLE, and their
+    sessions' Releases wait for it; its connection is dropped meanwhile (its keepalive ping
+    unanswered), and with it the Releases: they are sent again, rather than each session held
+    until the worker's idle expiry (`test_unwatched_release.py` is the short version)."""
+    target = cluster["target"]
+    client, streams = _streams(cluster["coordinator"].address, 4)
+    os.kill(target.process.pid, signal.SIGSTOP)
+    try:
+        time.sleep(72.0)
+    finally:
+        os.kill(target.process.pid, signal.SIGCONT)
+    for stream in streams:
+        with pytest.raises(UnavailableError, match="did not answer within 60 s"):
+            for _ in stream:
+                pass
+    client.close()
+    deadline = time.monotonic() + 10
+    while (held := _open_sessions(target.address)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert held == 0
