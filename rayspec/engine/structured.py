@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from rayspec.engine.interfaces import AtCapacity
-from rayspec.models.cancellation import caller_watch, stop_if_caller_left
+from rayspec.models.cancellation import GenerationCancelled, caller_watch, stop_if_caller_left, watching_caller
 
 # json_object's values nest this deep (objects and arrays of scalars inside the object): the
 # automaton of a deeper generic JSON costs seconds per vocabulary (6 s at 8k tokens for
@@ -477,38 +477,74 @@ def _types_overlap(a: frozenset[str], b: frozenset[str]) -> bool:
     return bool(widened(a) & widened(b))
 
 
+class _Build:
+    """One build under way: its callers' watches (`caller_watch`), and its value or error once
+    `done`."""
+
+    def __init__(self):
+        self.watches: list = []
+        self.done = threading.Event()
+        self.value = self.error = None
+
+    def all_left(self) -> bool:
+        """Whether every caller waiting for it has left: then, and only then, is it given up."""
+        return all(left is not None and left() for left in list(self.watches))
+
+
 class _KeptBuilds:
     """Values of a slow build by key, the last `max_entries` asked for kept, the least recently
     used dropped first.  Callers asking for the same new key at once (a batch job's clients, one
     schema) wait for one build — seconds, in a compiler process — instead of each running its
-    own; different keys build side by side.  A build that fails is kept for nobody."""
+    own; different keys build side by side.  The first caller builds, watching all of them
+    (`rayspec.models.cancellation`): the build is given up only once every one has left, and a
+    caller who leaves stops waiting at once, within CALLER_POLL_SECONDS.  A build's error is
+    each waiting caller's; a build that fails is kept for nobody."""
 
     def __init__(self, max_entries: int):
         self.max_entries = max_entries
         self._values: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
-        self._building: dict = {}  # one lock per key being built
+        self._building: dict = {}  # key -> its _Build under way
 
     def get(self, key, build: Callable[[], object]):
-        with self._lock:
-            if key in self._values:
-                self._values.move_to_end(key)
-                return self._values[key]
-            building = self._building.setdefault(key, threading.Lock())
-        with building:
+        left = caller_watch()
+        while True:
             with self._lock:
-                if key in self._values:  # built while this call waited
+                if key in self._values:
+                    self._values.move_to_end(key)
                     return self._values[key]
-            try:
+                pending = self._building.get(key)
+                mine = pending is None
+                if mine:
+                    pending = self._building[key] = _Build()
+                pending.watches.append(left)
+            if mine:
+                return self._build(key, pending, build)
+            while not pending.done.wait(CALLER_POLL_SECONDS):
+                stop_if_caller_left("while another request's structured output it asked for too compiled")
+            if pending.error is None:
+                return pending.value
+            if not isinstance(pending.error, GenerationCancelled) or (left is not None and left()):
+                raise pending.error
+            # given up by the callers who all left before this one came: built again
+
+    def _build(self, key, pending: _Build, build: Callable[[], object]):
+        try:
+            with watching_caller(pending.all_left):
                 value = build()
-                with self._lock:
-                    self._values[key] = value
-                    while len(self._values) > self.max_entries:
-                        self._values.popitem(last=False)
-            finally:
-                with self._lock:
-                    self._building.pop(key, None)
-        return value
+            with self._lock:
+                self._values[key] = value
+                while len(self._values) > self.max_entries:
+                    self._values.popitem(last=False)
+            pending.value = value
+            return value
+        except BaseException as error:
+            pending.error = error
+            raise
+        finally:
+            with self._lock:
+                self._building.pop(key, None)
+            pending.done.set()
 
 
 # Schemas' expressions by the digest of the schema's text: the text is the client's, as long as

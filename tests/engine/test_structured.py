@@ -621,6 +621,60 @@ def test_a_caller_that_leaves_stops_its_compilation_and_its_wait_for_a_compiler(
             compilers.release()
 
 
+def test_callers_of_one_new_expression_share_its_compilation_until_the_last_leaves(tokenizer, monkeypatch):
+    """Two requests asking for the same new expression wait for one compilation.  The first
+    one's client leaving gave the compilation up (its compiler killed) and the second compiled
+    it all over again; now it goes on for the one still waiting, and is one compilation.  A
+    waiting caller who leaves stops waiting within the poll, while the compilation goes on for
+    the one who builds it (it waited, unable to leave, until the build ended)."""
+    import threading
+    import time
+
+    from rayspec.models.cancellation import GenerationCancelled, watching_caller
+
+    children = _children(monkeypatch)
+    vocabulary = vocabulary_of(tokenizer)
+    expression = "(moose )?[ab]*a[ab]{13}"  # new to this process: about 2 s to compile here
+    first_left, answers = threading.Event(), {}
+
+    def ask(name: str, left=None) -> None:
+        with watching_caller(left):
+            try:
+                answers[name] = compiled_index(expression, vocabulary)
+            except GenerationCancelled as error:
+                answers[name] = error
+
+    first = threading.Thread(target=ask, args=("first", first_left.is_set))
+    first.start()
+    time.sleep(0.3)
+    second = threading.Thread(target=ask, args=("second",))
+    second.start()
+    time.sleep(0.3)
+    first_left.set()
+    first.join(60)
+    second.join(60)
+    assert len(children) == 1, "the compilation was given up and started again"
+    index = answers["second"]
+    assert not isinstance(index, Exception) and index.get_allowed_tokens(index.get_initial_state())
+
+    waiter_left, answers = threading.Event(), {}
+    expression = "(elk )?[ab]*a[ab]{13}"
+    builder = threading.Thread(target=ask, args=("builder",))
+    builder.start()
+    time.sleep(0.3)
+    waiter = threading.Thread(target=ask, args=("waiter", waiter_left.is_set))
+    waiter.start()
+    time.sleep(0.2)
+    waiter_left.set()
+    left_at = time.monotonic()
+    waiter.join(60)
+    stopped_within = time.monotonic() - left_at
+    builder.join(60)
+    assert isinstance(answers["waiter"], GenerationCancelled) and stopped_within < 1.0, (answers, stopped_within)
+    assert "another request's structured output" in str(answers["waiter"])
+    assert not isinstance(answers["builder"], Exception) and len(children) == 2
+
+
 def _arrays_nested(depth: int) -> dict:
     schema = {"type": "string"}
     for _ in range(depth):
