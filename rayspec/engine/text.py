@@ -19,6 +19,7 @@ the engine, which must end the completion there; both decode as the other does.
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -34,7 +35,9 @@ def listed(value) -> list:
 
 # A character is at most 4 UTF-8 bytes, so at most 3 of them wait for the rest; decoders show
 # those as one U+FFFD (byte-level BPE) or one per byte (SentencePiece's byte fallback).  A
-# longer run of U+FFFD ends in those, and the rest are the text's.
+# longer run of U+FFFD ends in those, and the rest are the text's — but where byte fallback's
+# decoder shows a whole run of byte tokens so, while one character of it is unfinished
+# (`IncrementalDecoder.finished`).
 MAX_PENDING_BYTES = 3
 
 
@@ -45,6 +48,16 @@ def finished_length(text: str) -> int:
     while end > len(text) - MAX_PENDING_BYTES and end and text[end - 1] == REPLACEMENT:
         end -= 1
     return end
+
+
+def _fallback_bytes(tokenizer) -> dict[int, int]:
+    """SentencePiece byte fallback's tokens ("<0xNN>", Llama 2's, Mistral's) and their bytes;
+    none for other tokenizers (or one that only decodes)."""
+    convert = getattr(tokenizer, "convert_tokens_to_ids", None)
+    ids = convert([f"<0x{b:02X}>" for b in range(256)]) if convert is not None else [None]
+    if any(i is None for i in ids) or len(set(ids)) < len(ids):  # unknown pieces: all the unknown token's id
+        return {}
+    return {int(i): b for b, i in enumerate(ids)}
 
 
 class IncrementalDecoder:
@@ -74,6 +87,8 @@ class IncrementalDecoder:
         self._pending = ""  # text of ids[read:], which may still change
         self._whole = False  # fallen back to decoding the whole completion
         self._peeked: tuple[list[int], str | None] | None = None  # the last peek's ids and tail, for a push of them
+        self._bytes = _fallback_bytes(tokenizer)
+        self.finished = 0  # the length of the last push's or peek's text without what may still change
 
     @property
     def text(self) -> str:
@@ -101,6 +116,7 @@ class IncrementalDecoder:
             self._head = self._decode(self._ids[self._window:self._read])
         else:
             self._pending = tail
+        self.finished = self._finished(self.text, self._ids)
         return self.text
 
     def peek(self, ids: Sequence[int]) -> str:
@@ -108,7 +124,27 @@ class IncrementalDecoder:
         extra = [int(t) for t in ids]
         tail = self._tail(self._ids[self._window:] + extra)
         self._peeked = (extra, tail)  # a push of the same tokens next reuses the window's decoding
-        return self._whole_text(self._ids + extra) if tail is None else self._settled + tail
+        text = self._whole_text(self._ids + extra) if tail is None else self._settled + tail
+        self.finished = self._finished(text, self._ids + extra)
+        return text
+
+    def _finished(self, text: str, ids: list[int]) -> int:
+        """`finished_length(text)`, less a run of byte fallback tokens at the end that an
+        unfinished character ends: the decoder shows such a run as one U+FFFD per token, all of
+        which the character's last byte turns into the run's characters ("🙂" and two bytes of
+        the next emoji are six U+FFFD)."""
+        run = 0
+        while run < len(ids) and ids[-1 - run] in self._bytes:
+            run += 1
+        if run:
+            decoder = codecs.getincrementaldecoder("utf-8")()
+            try:
+                decoder.decode(bytes(self._bytes[t] for t in ids[len(ids) - run:]))
+            except UnicodeDecodeError:  # no byte to come makes the run a text: its U+FFFD are the text's
+                run = 0
+            if not decoder.getstate()[0]:  # no character unfinished
+                run = 0
+        return max(min(finished_length(text), len(text) - run), 0)
 
     def _tail(self, window_ids: list[int]) -> str | None:
         """The text of the window's tokens after the settled ones, or None once only a whole
@@ -150,7 +186,7 @@ class StopStrings:
         self._clear = 0  # text[:clear] is searched (and will not change, unless the decoding rewrites it)
         self._searched = ""  # the text last searched
 
-    def find(self, text: str) -> StopMatch | None:
+    def find(self, text: str, finished: int | None = None) -> StopMatch | None:
         """The stop string that ends past the searched text and begins first in `text` (of
         two beginning there, the first listed), or None.  Where `text` no longer begins with
         the searched text (a decoding that rewrites across tokens, e.g. clean-up of spaces
@@ -159,17 +195,18 @@ class StopStrings:
         An unfinished character at the end is no text yet: a stop string is not matched
         against the U+FFFD standing in for it, which the next token may turn into "¡" — else
         a completion would stop there when its steps end between the character's tokens and
-        not when one step holds both, and a seed's tokens would depend on the tree."""
-        clear, end = self._clear, finished_length(text)
+        not when one step holds both, and a seed's tokens would depend on the tree (`finished`:
+        the length of `text` without it, as its decoder tells it; else `finished_length`)."""
+        clear, end = self._clear, finished_length(text) if finished is None else finished
         if not text.startswith(self._searched[:clear]):
             clear = next((i for i, (a, b) in enumerate(zip(text, self._searched)) if a != b), min(clear, len(text)))
         starts = ((text.find(s, max(clear - len(s) + 1, 0), end), s) for s in self.stop)
         return min((StopMatch(i, s) for i, s in starts if i >= 0), key=lambda match: match.start, default=None)
 
-    def searched(self, text: str) -> None:
+    def searched(self, text: str, finished: int | None = None) -> None:
         """`text` is searched: no stop string ending in what of it is settled will be found
         (it held none, or those it held came before min_tokens and do not count)."""
-        self._clear, self._searched = finished_length(text), text
+        self._clear, self._searched = finished_length(text) if finished is None else finished, text
 
 
 class _StopScan:
@@ -186,7 +223,7 @@ class _StopScan:
         """Take in the tokens still exempt, unsearched; return the rest."""
         exempt, self._exempt = tokens[: self._exempt], max(self._exempt - len(tokens), 0)
         if exempt:
-            self.stops.searched(self.decoder.push(exempt))
+            self.stops.searched(self.decoder.push(exempt), self.decoder.finished)
         return tokens[len(exempt):]
 
 
@@ -198,13 +235,13 @@ class StopFinder(_StopScan):
         """The number of tokens up to and including the one that completes a stop string (none
         had before them), and that stop string; None, and the tokens taken in, if none does."""
         rest = self._searchable(tokens)
-        if not rest or self.stops.find(self.decoder.peek(rest)) is None:
-            self.stops.searched(self.decoder.push(rest))
+        if not rest or self.stops.find(self.decoder.peek(rest), self.decoder.finished) is None:
+            self.stops.searched(self.decoder.push(rest), self.decoder.finished)
             return None
         # The first token that completes one: the stop string then is the one the text shows
         # (a longer one begun earlier in the tokens may be completed later among them).
         for n in range(1, len(rest) + 1):
-            match = self.stops.find(self.decoder.peek(rest[:n]))
+            match = self.stops.find(self.decoder.peek(rest[:n]), self.decoder.finished)
             if match is not None:
                 return len(tokens) - len(rest) + n, match.stop
 
@@ -228,12 +265,12 @@ class TextAssembler(_StopScan):
         if self.stopped:
             return ""
         self._text = self.decoder.push(self._searchable(tokens))
-        match = self.stops.find(self._text)
+        match = self.stops.find(self._text, self.decoder.finished)
         if match is not None:
             self.stopped = True
             self._text = self._text[: match.end if self.include_stop else match.start]
             return self._release(len(self._text))
-        self.stops.searched(self._text)
+        self.stops.searched(self._text, self.decoder.finished)
         return self._release(len(self._text) - self._held_back())
 
     def push_chunk(self, tokens: Sequence[int], finish_reason: str | None, stop_reason) -> str:
@@ -257,7 +294,7 @@ class TextAssembler(_StopScan):
     def _held_back(self) -> int:
         """Characters at the end that may still change: an unfinished character, and before it
         the longest tail that begins a stop string (which that character may continue)."""
-        finished = finished_length(self._text)
+        finished = self.decoder.finished
         prefix = 0
         for stop in self.stops.stop:
             # Only tails that begin with the stop string's first character and end with the

@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from rayspec.demo import TARGET_PATH
@@ -38,6 +38,52 @@ def sentencepiece_tokenizer():
     tokenizer.train_from_iterator(["Hello, world! The world is big. Hello world"] * 20,
                                   trainers.BpeTrainer(vocab_size=60, special_tokens=["<unk>"]))
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer)
+
+
+@pytest.fixture(scope="module")
+def byte_fallback_tokenizer():
+    """A Llama-2-style tokenizer with SentencePiece's byte fallback: a character out of its
+    vocabulary (here emoji, CJK, accents) is a token per UTF-8 byte, "<0xF0>" and the like, and
+    its decoder (Llama 2's: ByteFallback) shows a run of such tokens that is not whole UTF-8 as
+    one U+FFFD per token, the run's whole characters included."""
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"<0x{b:02X}>": 3 + b for b in range(256)}}
+    for character in "▁" + "".join(sorted(set("Hello, world! The end.".replace(" ", "")))):
+        vocab[character] = len(vocab)
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tokenizer.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                           decoders.Strip(" ", 1, 0)])
+    tokenizer.add_special_tokens(["<unk>", "<s>", "</s>"])
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+
+
+@pytest.mark.parametrize("stop", [None, "🙂", "日本", "é 🙂", "本語", "end"])
+def test_a_run_of_byte_fallback_tokens_streams_no_u_fffd_its_last_byte_would_turn_into_text(
+        byte_fallback_tokenizer, stop):
+    tokenizer = byte_fallback_tokenizer
+    prompt = tokenizer.encode("Hello", add_special_tokens=False)
+    ids = tokenizer.encode("Hello world 🙂🙂 日本語 thé 🙂 The end", add_special_tokens=False)[len(prompt):]
+    emoji = tokenizer.convert_ids_to_tokens(ids).index("<0xF0>")
+    assert tokenizer.decode(ids[emoji:emoji + 4]) == "🙂"
+    assert tokenizer.decode(ids[emoji:emoji + 6]) == "\ufffd" * 6  # the trap: a whole emoji shown as U+FFFD
+    text = tokenizer.decode(prompt + ids, skip_special_tokens=True)[len("Hello"):]
+    expected = text[:text.find(stop)] if stop else text
+    rng = random.Random(0)
+    for _ in range(60):
+        cuts = sorted(rng.sample(range(1, len(ids)), rng.randint(0, len(ids) - 1)))
+        bounds = [0, *cuts, len(ids)]
+        assembler, finder, sent = TextAssembler(tokenizer, [stop] if stop else [], prompt), StopFinder(
+            tokenizer, [stop] if stop else [], prompt), ""
+        for a, b in zip(bounds, bounds[1:]):
+            cut = finder.cut(ids[a:b])
+            delta = assembler.push(ids[a:b] if cut is None else ids[a:a + cut[0]])
+            assert "\ufffd" not in delta and expected.startswith(sent + delta), (stop, cuts, sent, delta)
+            sent += delta
+            if cut is not None:
+                assert assembler.stopped and cut[1] == stop
+                break
+        sent += assembler.finish()
+        assert sent == assembler.text == expected, (stop, cuts)
 
 
 @pytest.mark.parametrize("stop", ["café", "thés", "crème", "日本語", "🙂🙂", "é c", "deux", "nowhere"])
