@@ -283,8 +283,8 @@ class TextAssembler(_StopScan):
 
     def finish(self) -> str:
         """The rest of the text once generation is over (nothing held back any more)."""
-        if self._text.endswith(REPLACEMENT) and not self.stopped:
-            self._text = self._text.rstrip(REPLACEMENT)
+        if not self.stopped:  # an unfinished character's U+FFFD go; those of the text stay, streamed or not
+            self._text = self._text[:self.decoder.finished]
         return self._release(len(self._text))
 
     @property

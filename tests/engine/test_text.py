@@ -252,6 +252,17 @@ def test_a_stop_string_is_not_matched_against_an_unfinished_characters_stand_in(
     assert StopStrings(["\ufffd"]).find("\ufffd" * 4) == (0, "\ufffd")
 
 
+def test_a_completion_ending_in_lead_bytes_keeps_the_u_fffd_it_streamed_and_drops_the_unfinished_one(demo_tokenizer):
+    """Five lone lead bytes: the first two, before the 3 U+FFFD a character may still be waiting
+    on, are the text's and streamed; the last three are dropped at the end, and the non-streamed
+    text is what was streamed (it dropped all five)."""
+    lead = 127  # "\xc2" in the demo's byte-level vocabulary
+    assembler = TextAssembler(demo_tokenizer, [], demo_tokenizer.encode("x"))
+    streamed = "".join(assembler.push([lead]) for _ in range(5)) + assembler.finish()
+    assert demo_tokenizer.decode([lead] * 5) == "\ufffd" * 5
+    assert streamed == assembler.text == "\ufffd" * 2  # finished_length holds the last 3 while it may grow
+
+
 def test_a_stop_string_on_an_unfinished_character_stops_a_seed_alike_whatever_the_tree(demo_tokenizer):
     """A completion of "\\xc2"-like lead bytes and their continuations under stop "\ufffd":
     target-only steps (one token each) and drafted steps (several) give the same tokens."""
