@@ -155,7 +155,10 @@ class BaseClient:
                 near = difflib.get_close_matches(name, known, n=1)
                 hint = f" (did you mean {near[0]!r}?)" if near else ""
                 raise TypeError(f"unexpected keyword argument {name!r}{hint}; the parameters are GenerateRequest's")
-        return GenerateRequest(prompt, **{**params, "request_id": params.get("request_id") or new_request_id()})
+        try:
+            return GenerateRequest(prompt, **{**params, "request_id": params.get("request_id") or new_request_id()})
+        except (TypeError, ValueError) as error:  # a value of the wrong type or shape, as to_proto refuses them
+            raise InvalidRequestError(f"this request cannot be sent: {error}") from None
 
     def _timeout(self, timeout: float | None) -> float:
         return self.timeout if timeout is None else check_timeout(timeout)

@@ -167,7 +167,10 @@ class GenerateRequest:
             object.__setattr__(self, "prediction", _prompt(self.prediction, "prediction") or None)
         for name in ("stop", "bad_words"):
             texts = getattr(self, name)
-            texts = (texts,) if isinstance(texts, str) else tuple(texts or ())
+            try:
+                texts = (texts,) if isinstance(texts, str) else tuple(texts or ())
+            except TypeError:  # not a sequence at all (stop=5): named, not "'int' object is not iterable"
+                texts = (texts,)
             object.__setattr__(self, name, texts)
             if not all(isinstance(s, str) for s in texts):
                 raise TypeError(f"{name} must be a string or a sequence of strings")

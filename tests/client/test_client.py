@@ -559,6 +559,12 @@ INT32 = "from -2147483648 to 2147483647"
     ({"request_id": 5}, "request_id must be a string, got int 5"),
     ({"stop_token_ids": [2**31]}, f"stop_token_ids has token id 2147483648, outside int32 ({INT32})"),
     ({"logit_bias": {-2**31 - 1: 1.0}}, f"logit_bias has token id -2147483649, outside int32 ({INT32})"),
+    # the request's own checks of a field's type (a bare TypeError out of generate and stream before)
+    ({"bad_words": [[500, 7]]}, "bad_words must be a string or a sequence of strings"),
+    ({"stop": 5}, "stop must be a string or a sequence of strings"),  # was "'int' object is not iterable"
+    ({"logit_bias": {"a": 1}}, "logit_bias must map integer token ids to numbers"),
+    ({"verifier_params": 3}, "verifier_params must be a mapping, got int"),
+    ({"allowed_token_ids": ["a"]}, "allowed_token_ids must be a sequence of integer token ids"),
 ])
 def test_a_value_the_message_cannot_carry_is_an_invalid_request_before_anything_is_sent(client, server, fields, why):
     """Each error names its field (protobuf's own name none), and a string is no boolean
