@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from dataclasses import dataclass
 from typing import ClassVar, Union
 
@@ -107,6 +108,10 @@ class ToolCallParser:
     def split(self, text: str, start: int, final: bool) -> tuple[list[Piece], int]:
         raise NotImplementedError
 
+    def new_call_id(self) -> str:
+        """The id of a call the reply makes, which the client gives back with its result."""
+        return f"call_{uuid.uuid4().hex[:24]}"
+
 
 class HermesParser(ToolCallParser):
     """`<tool_call>{...}</tool_call>` blocks, anywhere in the text."""
@@ -160,6 +165,11 @@ class MistralParser(ToolCallParser):
             return pieces, marked
         calls = self._calls(text[marked:])
         return pieces + (calls or [text[marked:]]), len(text)
+
+    def new_call_id(self) -> str:
+        """Nine letters and digits, as vLLM's mistral parser makes them: Mistral's chat templates
+        refuse a conversation whose earlier calls' ids (and its tool messages') are not."""
+        return uuid.uuid4().hex[:9]
 
     def _calls(self, source: str) -> list[ParsedCall] | None:
         calls = []

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import uuid
 from dataclasses import dataclass
 
 from rayspec.engine.structured import StructuredOutput
@@ -74,7 +73,8 @@ def _functions(tools, flat: bool = False) -> dict[str, dict]:
 class ToolCalling:
     """How the reply calls tools: "named" (`function`'s arguments), "required" (a list of
     calls among `functions`) or "auto" (text, calls among `functions`, or both, read by
-    `parser`); at most one call when `parallel` is false."""
+    `parser`); at most one call when `parallel` is false.  The calls' ids are `parser`'s, in
+    any mode."""
 
     mode: str
     functions: dict[str, dict]
@@ -110,9 +110,10 @@ class ToolCalling:
 
     def read_by(self, parser: ToolCallParser | None) -> ToolCalling:
         """This calling, its reply read by the service's `parser` when the model chooses
-        (auto); a ToolError when the service has none."""
+        (auto), and its calls' ids the parser's (any mode); a ToolError when an auto choice
+        finds the service without one."""
         if self.mode != "auto":
-            return self
+            return dataclasses.replace(self, parser=parser)
         if parser is None:
             raise ToolError('tool_choice "auto" (the default when tools are given) needs a tool-call parser, and this '
                             'service runs with tool_call_parser: none: give "required", a named function '
@@ -122,7 +123,7 @@ class ToolCalling:
     def skip_special_tokens(self, requested: bool | None) -> bool | None:
         """The request's skip_special_tokens, false by default when the parser's marker is a
         special token that decoding would otherwise drop."""
-        if requested is None and self.parser is not None and self.parser.needs_special_tokens:
+        if requested is None and self.mode == "auto" and self.parser is not None and self.parser.needs_special_tokens:
             return False
         return requested
 
@@ -154,7 +155,8 @@ class ToolCalling:
         return StructuredOutput(json_schema=calls)
 
     def new_call_id(self) -> str:
-        return f"call_{uuid.uuid4().hex[:24]}"
+        """A call's id, in the shape the model's chat template takes back (the parser's)."""
+        return (self.parser or ToolCallParser()).new_call_id()
 
     def calls(self, text: str) -> list[dict] | None:
         """The reply's `tool_calls`, None when its text is not a whole match (cut by max_tokens):

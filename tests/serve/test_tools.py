@@ -122,3 +122,36 @@ def test_auto_reads_the_calls_out_of_a_free_reply():
     assert hermes.skip_special_tokens(None) is None  # hermes' markers are ordinary text
     mistral = auto.read_by(MistralParser())
     assert mistral.skip_special_tokens(None) is False and mistral.skip_special_tokens(True) is True
+
+
+# How Mistral's chat templates (7B-Instruct v0.3 and later) check the calls given back.
+MISTRAL_IDS_TEMPLATE = (
+    "{% for m in messages %}{% for c in m.tool_calls or [] %}{% if c.id | length != 9 %}"
+    "{{ raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}{% endif %}{% endfor %}"
+    "{% if m.role == 'tool' and m.tool_call_id | length != 9 %}"
+    "{{ raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}{% endif %}{% endfor %}ok"
+)
+
+
+def test_calls_read_by_the_mistral_parser_have_ids_its_template_takes_back():
+    """A Mistral model's calls have ids of nine letters and digits, as vLLM's mistral parser
+    makes them, in every tool choice: its template refused the conversation that gave back
+    the service's own `call_...` ids with the calls' results (a 400)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise ValueError(message)
+
+    template = ImmutableSandboxedEnvironment().from_string(MISTRAL_IDS_TEMPLATE)
+    auto = ToolCalling.of([SEARCH, CLOCK], "auto", None).read_by(MistralParser())
+    _, [read] = auto.read('[TOOL_CALLS] [{"name": "now", "arguments": {}}]')
+    required = ToolCalling.of([SEARCH, CLOCK], "required", None).read_by(MistralParser())
+    [forced] = required.calls('[{"name": "now", "parameters": {}}]')
+    named = ToolCalling.of([SEARCH, CLOCK], {"type": "function", "function": {"name": "now"}}, None)
+    for call in (read, forced, named.read_by(MistralParser()).call("now", "{}")):
+        assert re.fullmatch("[a-zA-Z0-9]{9}", call["id"]), call
+        conversation = [{"role": "user", "content": "Time?"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                        {"role": "tool", "tool_call_id": call["id"], "content": "noon"}]
+        assert template.render(messages=conversation, raise_exception=raise_exception) == "ok"
+    assert named.read_by(MistralParser()).skip_special_tokens(None) is None  # JSON: no marker to keep
+    assert auto.read_by(HermesParser()).new_call_id().startswith("call_")
