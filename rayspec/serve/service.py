@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import threading
 import time
@@ -188,6 +189,8 @@ class Service:
         own = getattr(self.tokenizer, "chat_template", None)
         messages = [_template_message(message, index) for index, message in enumerate(messages)]
         try:
+            if own and reads_content_parts(self.tokenizer.get_chat_template(None, tools or None)):
+                messages = [{**message, "content": _parts(message.get("content"))} for message in messages]
             return self.tokenizer.apply_chat_template(
                 messages, chat_template=None if own else FALLBACK_CHAT_TEMPLATE, tokenize=False,
                 add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
@@ -377,6 +380,53 @@ def _refused(error: BaseException | None) -> bool:
     """Whether `error` refuses a request rather than fails it: bad input (a ValueError, which
     the HTTP app answers 400) or no room for it (429: `AtCapacity`, a worker that is full)."""
     return isinstance(error, (ValueError, AtCapacity)) or (isinstance(error, RemoteError) and error.worker_full)
+
+
+@functools.lru_cache(maxsize=8)
+def reads_content_parts(template: str) -> bool:
+    """Whether a chat template walks a message's content as OpenAI's list of parts (`{% for
+    part in message['content'] %}`, a multimodal model's): vLLM's "openai" content format,
+    found as vLLM finds it, by a loop over the content of a loop's message.  Such a template
+    given a string walks its characters and writes nothing of them."""
+    from jinja2 import TemplateError, nodes
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    try:
+        tree = _compile_jinja_template(template).environment.parse(template)
+    except TemplateError:
+        return False
+
+    def base(node):  # `x | filter`, `x is test`, `x[1:]`: x
+        while isinstance(node, (nodes.Filter, nodes.Test)) or (
+                isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice)):
+            node = node.node
+        return node
+
+    def field(node, names: set[str], key: str) -> bool:  # names[key] or names.key
+        node = base(node)
+        if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+            node, attribute = node.node, node.arg.value
+        elif isinstance(node, nodes.Getattr):
+            node, attribute = node.node, node.attr
+        else:
+            return False
+        return attribute == key and isinstance(node, nodes.Name) and node.name in names
+
+    lists = {"messages"}  # and what a template names them (`set loop_messages = messages[1:]`)
+    for assign in tree.find_all(nodes.Assign):
+        target, value = assign.target, base(assign.node)
+        if isinstance(target, nodes.Name) and isinstance(value, nodes.Name) and value.name in lists:
+            lists.add(target.name)
+    loops = list(tree.find_all(nodes.For))
+    items = {loop.target.name for loop in loops
+             if isinstance(loop.target, nodes.Name) and isinstance(base(loop.iter), nodes.Name)
+             and base(loop.iter).name in lists}
+    return any(field(loop.iter, items, "content") for loop in loops)
+
+
+def _parts(content) -> list[dict]:
+    """A message's text as OpenAI's list of parts, as vLLM gives a template that walks them."""
+    return [] if content is None else [{"type": "text", "text": content}]
 
 
 def _template_message(message: dict, index: int) -> dict:

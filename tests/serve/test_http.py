@@ -2009,6 +2009,35 @@ def test_text_parts_of_a_message_are_joined_a_line_each_and_a_name_reaches_the_t
     assert "name" not in Message(role="user", content="hi").as_template_input()
 
 
+
+# How multimodal models' templates (llava's) write a message: its text parts, never a string.
+PARTS_TEMPLATE = ("{% for message in messages %}{{ message['role'] }}: {% for part in message['content'] | "
+                  "selectattr('type', 'equalto', 'text') %}{{ part['text'] }}{% endfor %}{{ '\\n' }}{% endfor %}")
+
+
+def test_a_template_that_walks_a_messages_parts_is_given_them_as_vllms_openai_content_format(reference):
+    """A template that loops over a message's content as OpenAI's parts (vLLM's "openai"
+    content format, found as vLLM finds it) is given them: given the joined string, it
+    walked its characters and wrote every message empty.  Templates that write a string are
+    given the string."""
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
+    tokenizer.chat_template = PARTS_TEMPLATE
+    service = Service(reference, tokenizer, MODEL)
+    conversation = [{"role": "system", "content": "Be brief."},
+                    Message(role="user", content=[{"type": "text", "text": "Hi"}]).as_template_input(),
+                    {"role": "assistant", "content": ""}]
+    assert service.render_chat(conversation, add_generation_prompt=False) == "system: Be brief.\nuser: Hi\nassistant: \n"
+    aliased = ("{% set loop_messages = messages[1:] %}{% for m in loop_messages %}{% if m.content is string %}"
+               "{{ m.content }}{% else %}{% for p in m.content %}[{{ p.text }}]{% endfor %}{% endif %}{% endfor %}")
+    tokenizer.chat_template = aliased
+    assert service.render_chat(conversation[:2], add_generation_prompt=False) == "[Hi]"
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}|{% endfor %}"
+    assert service.render_chat(conversation[:2], add_generation_prompt=False) == "Be brief.|Hi|"
+    tokenizer.chat_template = PARTS_TEMPLATE  # a reply to continue that is empty is still a text part
+    assert service.render_chat(conversation, add_generation_prompt=False, continue_final_message=True).endswith(
+        "user: Hi\nassistant: ")
+
+
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "on": {"type": "boolean"}},
           "required": ["name", "on"]}
 
