@@ -521,7 +521,7 @@ class _KeptBuilds:
             if mine:
                 return self._build(key, pending, build)
             while not pending.done.wait(CALLER_POLL_SECONDS):
-                stop_if_caller_left("while another request's structured output it asked for too compiled")
+                stop_if_caller_left("while it waited for another request's compilation of the same structured output")
             if pending.error is None:
                 return pending.value
             if not isinstance(pending.error, GenerationCancelled) or (left is not None and left()):

@@ -671,7 +671,7 @@ def test_callers_of_one_new_expression_share_its_compilation_until_the_last_leav
     stopped_within = time.monotonic() - left_at
     builder.join(60)
     assert isinstance(answers["waiter"], GenerationCancelled) and stopped_within < 1.0, (answers, stopped_within)
-    assert "another request's structured output" in str(answers["waiter"])
+    assert "waited for another request's compilation" in str(answers["waiter"])
     assert not isinstance(answers["builder"], Exception) and len(children) == 2
 
 
