@@ -389,10 +389,18 @@ def reads_content_parts(template: str) -> bool:
     found as vLLM finds it, by a loop over the content of a loop's message.  Such a template
     given a string walks its characters and writes nothing of them."""
     from jinja2 import TemplateError, nodes
-    from transformers.utils.chat_template_utils import _compile_jinja_template
 
+    try:  # transformers' environment, whose tags ({% generation %}) a template may use
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+
+        environment = _compile_jinja_template(template).environment
+    except (ImportError, AttributeError, TemplateError):  # a transformers that keeps it elsewhere
+        from jinja2.ext import loopcontrols
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        environment = ImmutableSandboxedEnvironment(extensions=[loopcontrols])
     try:
-        tree = _compile_jinja_template(template).environment.parse(template)
+        tree = environment.parse(template)
     except TemplateError:
         return False
 
