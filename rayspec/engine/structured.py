@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from rayspec.engine.interfaces import AtCapacity
+from rayspec.engine.text import built_once
 from rayspec.models.cancellation import GenerationCancelled, caller_watch, stop_if_caller_left, watching_caller
 
 # json_object's values nest this deep (objects and arrays of scalars inside the object): the
@@ -863,19 +864,9 @@ _TOKEN_BYTES: dict[int, tuple[object, dict[int, bytes]]] = {}
 _TOKEN_BYTES_LOCK = threading.Lock()  # not _VOCABULARIES_LOCK: `vocabulary_of` asks for the table holding that
 
 
-def _built_once(tokenizer, built: dict, lock: threading.Lock, build):
-    """`build(tokenizer)`, kept in `built` per tokenizer object — held with it, so that its id is
-    not reused by another's."""
-    with lock:
-        held = built.get(id(tokenizer))
-        if held is None or held[0] is not tokenizer:
-            held = built[id(tokenizer)] = (tokenizer, build(tokenizer))
-    return held[1]
-
-
 def token_bytes_of(tokenizer) -> dict[int, bytes]:
     """`token_bytes(tokenizer)`, built once per tokenizer object; read only."""
-    return _built_once(tokenizer, _TOKEN_BYTES, _TOKEN_BYTES_LOCK, token_bytes)
+    return built_once(tokenizer, _TOKEN_BYTES, _TOKEN_BYTES_LOCK, token_bytes)
 
 
 class GrammarVocabulary:
@@ -905,7 +896,7 @@ _VOCABULARIES: dict[int, tuple[object, GrammarVocabulary]] = {}
 def vocabulary_of(tokenizer) -> GrammarVocabulary:
     """The tokenizer's `GrammarVocabulary`, built once per tokenizer object (held with it, so
     that its id is not reused)."""
-    return _built_once(tokenizer, _VOCABULARIES, _VOCABULARIES_LOCK, GrammarVocabulary)
+    return built_once(tokenizer, _VOCABULARIES, _VOCABULARIES_LOCK, GrammarVocabulary)
 
 
 MAX_CACHED_INDEXES = 32

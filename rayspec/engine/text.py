@@ -20,6 +20,7 @@ the engine, which must end the completion there; both decode as the other does.
 from __future__ import annotations
 
 import codecs
+import threading
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -48,6 +49,20 @@ def finished_length(text: str) -> int:
     while end > len(text) - MAX_PENDING_BYTES and end and text[end - 1] == REPLACEMENT:
         end -= 1
     return end
+
+
+def built_once(tokenizer, built: dict, lock: threading.Lock, build):
+    """`build(tokenizer)`, kept in `built` per tokenizer object — held with it, so that its id is
+    not reused by another's."""
+    with lock:
+        held = built.get(id(tokenizer))
+        if held is None or held[0] is not tokenizer:
+            held = built[id(tokenizer)] = (tokenizer, build(tokenizer))
+    return held[1]
+
+
+_FALLBACK_BYTES: dict[int, tuple[object, dict[int, int]]] = {}
+_FALLBACK_BYTES_LOCK = threading.Lock()
 
 
 def _fallback_bytes(tokenizer) -> dict[int, int]:
@@ -87,7 +102,8 @@ class IncrementalDecoder:
         self._pending = ""  # text of ids[read:], which may still change
         self._whole = False  # fallen back to decoding the whole completion
         self._peeked: tuple[list[int], str | None] | None = None  # the last peek's ids and tail, for a push of them
-        self._bytes = _fallback_bytes(tokenizer)
+        # byte fallback's tokens, looked up (256 of them) once per tokenizer, not per request
+        self._bytes = built_once(tokenizer, _FALLBACK_BYTES, _FALLBACK_BYTES_LOCK, _fallback_bytes)
         self.finished = 0  # the length of the last push's or peek's text without what may still change
 
     @property
