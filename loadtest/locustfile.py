@@ -114,7 +114,7 @@ class Outcome:
     chunk_times: list[float] = field(default_factory=list)  # arrivals of chunks with text
 
     def metrics(self):
-        if self.tokens:
+        if self.tokens is not None:  # a completion of no tokens (EOS at once) is a sample of 0
             yield "tokens/s", self.tokens / max(self.end - self.start, 1e-9)
         if self.chunk_times:
             yield "TTFT ms", (self.chunk_times[0] - self.start) * 1e3

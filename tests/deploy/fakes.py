@@ -5,7 +5,8 @@ apart, so that time to first token and inter-chunk latency are measurable.
 
 Requests are checked as strictly as the real service checks them: a malformed one gets an
 HTTP 422 / INVALID_ARGUMENT and is counted in `errors`.  Under the path prefix /broken the
-HTTP app answers every request wrongly (unary: no usage; streams: no `data: [DONE]`).
+HTTP app answers every request wrongly (unary: no usage; streams: no `data: [DONE]`); under
+/empty every completion has no token (as one that meets EOS at once).
 """
 
 from __future__ import annotations
@@ -67,10 +68,10 @@ class FakeOpenAI:
         self.errors: list[str] = []
         self.keys: set[str | None] = set()
         routes = []
-        for prefix, broken in (("", False), ("/broken", True)):
+        for prefix, broken, empty in (("", False, False), ("/broken", True, False), ("/empty", False, True)):
             routes += [Route(f"{prefix}/v1/models", self.models),
-                       Route(f"{prefix}/v1/completions", self.endpoint(False, broken), methods=["POST"]),
-                       Route(f"{prefix}/v1/chat/completions", self.endpoint(True, broken), methods=["POST"])]
+                       Route(f"{prefix}/v1/completions", self.endpoint(False, broken, empty), methods=["POST"]),
+                       Route(f"{prefix}/v1/chat/completions", self.endpoint(True, broken, empty), methods=["POST"])]
         self.app = Starlette(routes=routes + [Route("/health", self.health)])
 
     async def health(self, request: Request):
@@ -108,7 +109,7 @@ class FakeOpenAI:
             raise ValueError("prompt must be a string")
         return body["prompt"]
 
-    def endpoint(self, chat: bool, broken: bool):
+    def endpoint(self, chat: bool, broken: bool, empty: bool = False):
         async def handle(request: Request):
             self.requests += 1
             self.keys.add(request.headers.get("authorization"))
@@ -117,7 +118,7 @@ class FakeOpenAI:
                 prompt = self.parse(body, chat)
             except ValueError as error:
                 return self.invalid(str(error))
-            tokens = fake_tokens(prompt, body["seed"], body["max_tokens"])
+            tokens = [] if empty else fake_tokens(prompt, body["seed"], body["max_tokens"])
             if body["stream"]:
                 include_usage = (body.get("stream_options") or {}).get("include_usage", False)
                 return StreamingResponse(self.events(prompt, tokens, chat, include_usage, broken),

@@ -122,6 +122,21 @@ def test_grpc_users_run_and_record_the_custom_metrics(good_run):
     assert median(rows, "METRIC", "GenerateStream | TTFT ms") >= FIRST_CHUNK_S * 1e3 * 0.9
 
 
+def test_a_completion_of_no_tokens_is_a_tokens_per_second_sample_of_zero(tmp_path):
+    """One tokens/s sample per successful request, 0 for one that met EOS at once: left out,
+    it would raise every percentile of the per-request speed."""
+    http = FakeOpenAI()
+    with ServerThread(http.app) as server:
+        run, rows = headless(f"http://127.0.0.1:{server.port}/empty", ["OpenAIHttpUser"], 2, 3, tmp_path / "run")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    for name in HTTP_REQUESTS:
+        assert count(rows, "HTTP", name) > 0, name
+        assert count(rows, "METRIC", f"{name} | tokens/s") == count(rows, "HTTP", name), name
+        assert float(rows[("METRIC", f"{name} | tokens/s")]["Max Response Time"]) == 0, name
+    for name in HTTP_STREAMS:  # no text: no first token, no gap
+        assert ("METRIC", f"{name} | TTFT ms") not in rows and ("METRIC", f"{name} | inter-chunk ms") not in rows
+
+
 def test_a_misbehaving_server_fails_the_run(tmp_path):
     """Unary answers without usage and streams without `data: [DONE]` are failures."""
     http = FakeOpenAI()
