@@ -313,8 +313,9 @@ class GrpcUser(RayspecUser):
         # No retries: a load test must see every failure, not a replay of it.
         self.client = Client(target, timeout=REQUEST_TIMEOUT_S, retries=0, api_key=os.environ.get("RAYSPEC_API_KEY"))
 
-    def on_stop(self):
-        self.client.close()
+    def on_stop(self):  # also after on_start's StopUser, which leaves no client
+        if client := getattr(self, "client", None):
+            client.close()
 
     def arguments(self) -> dict:
         prompt, seed = self.next_request()

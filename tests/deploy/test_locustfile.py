@@ -137,6 +137,17 @@ def test_a_completion_of_no_tokens_is_a_tokens_per_second_sample_of_zero(tmp_pat
         assert ("METRIC", f"{name} | TTFT ms") not in rows and ("METRIC", f"{name} | inter-chunk ms") not in rows
 
 
+def test_grpc_users_without_the_sdk_report_it_and_stop_quietly(tmp_path):
+    """No rayspec.client: each gRPC user reports the import as a failure and stops, without
+    an exception of its own on the way out (locust calls on_stop after on_start's StopUser)."""
+    (tmp_path / "sitecustomize.py").write_text('import sys\nsys.modules["rayspec.client"] = None\n')
+    path = os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    run, rows = headless("http://127.0.0.1:9", ["GrpcUser"], 1, 2, tmp_path / "run", PYTHONPATH=path)
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+    assert int(rows[("gRPC", "import rayspec.client")]["Failure Count"]) == 1
+    assert "in on_stop" not in run.stderr, run.stderr[-3000:]  # no traceback through on_stop
+
+
 def test_a_misbehaving_server_fails_the_run(tmp_path):
     """Unary answers without usage and streams without `data: [DONE]` are failures."""
     http = FakeOpenAI()
