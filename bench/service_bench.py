@@ -520,7 +520,7 @@ def locust_sweep(users, seconds, max_tokens, target_where="worker", batching="on
                     subprocess.run(
                         [sys.executable, "-m", "locust", "-f", str(ROOT / "loadtest/locustfile.py"), "--headless",
                          "-u", str(count), "-r", str(count), "-t", f"{seconds}s", "--host", "http://127.0.0.1:8000",
-                         "--tags", "stream", "--only-summary", "--csv", str(prefix), user_class],
+                         "--tags", "stream", "--only-summary", "--csv", str(prefix), "--json-file", str(prefix), user_class],
                         cwd=ROOT, env={**env, "RAYSPEC_GRPC": "127.0.0.1:9000", "RAYSPEC_MAX_TOKENS": str(max_tokens)},
                         capture_output=True, text=True, timeout=seconds + 120,
                     )
@@ -538,22 +538,47 @@ def locust_sweep(users, seconds, max_tokens, target_where="worker", batching="on
 
 
 def read_locust(prefix: Path) -> dict:
+    """Requests, failures and requests/s of the request rows of `<prefix>_stats.csv` (the
+    requests/s of the generations, not of the HTTP users' GET /v1/models, one per user); each
+    metric's p50, p99 and mean over all its rows (an HTTP run's completions and chat streams
+    both), from the samples' histograms in `<prefix>.json` (locust's --json-file): the CSV has
+    only each row's own percentiles."""
     stats = Path(f"{prefix}_stats.csv")
     out = {"requests": 0, "failures": 0, "requests/s": 0.0}
     if not stats.exists():
         return out
     for row in csv.DictReader(stats.open()):
-        if row["Name"] == "Aggregated":
+        if row["Name"] == "Aggregated" or row["Type"] == "METRIC":
             continue
-        if row["Type"] == "METRIC":
-            metric = row["Name"].split(" | ")[-1]
-            out[f"{metric} p50"] = float(row["50%"] or 0)
-            out[f"{metric} p99"] = float(row["99%"] or 0)
-        else:
+        out["failures"] += int(row["Failure Count"])
+        if row["Name"] != "GET /v1/models":
             out["requests"] += int(row["Request Count"])
-            out["failures"] += int(row["Failure Count"])
             out["requests/s"] += float(row["Requests/s"] or 0)
+    entries = json.loads(Path(f"{prefix}.json").read_text()) if Path(f"{prefix}.json").exists() else []
+    metrics = {}  # metric: (histogram {value: samples}, [samples, sum])
+    for entry in entries:
+        if entry["method"] == "METRIC":
+            histogram, totals = metrics.setdefault(entry["name"].split(" | ")[-1], ({}, [0, 0.0]))
+            for value, samples in entry["response_times"].items():
+                histogram[float(value)] = histogram.get(float(value), 0) + samples
+            totals[0] += entry["num_requests"]
+            totals[1] += entry["total_response_time"]
+    for metric, (histogram, (samples, total)) in metrics.items():
+        out[f"{metric} p50"] = locust_percentile(histogram, 0.5)
+        out[f"{metric} p99"] = locust_percentile(histogram, 0.99)
+        out[f"{metric} mean"] = total / max(samples, 1)
     return out
+
+
+def locust_percentile(histogram: dict[float, int], fraction: float) -> float:
+    """Locust's percentile of a {value: samples} histogram (`calculate_response_time_percentile`),
+    the CSV's `50%` ... columns for one row's histogram."""
+    samples, seen = sum(histogram.values()), 0
+    for value in sorted(histogram, reverse=True):
+        seen += histogram[value]
+        if samples - seen <= int(samples * fraction):
+            return value
+    return 0.0
 
 
 def in_process_vs_distributed(args, save=lambda parts: None) -> dict:

@@ -148,6 +148,40 @@ def test_grpc_users_without_the_sdk_report_it_and_stop_quietly(tmp_path):
     assert "in on_stop" not in run.stderr, run.stderr[-3000:]  # no traceback through on_stop
 
 
+# locust's own writers: the CSV and --json-file of a run whose HTTP users streamed 3 chats
+# (time to first token 100 ms) and 1 completion (10 ms), after their model discovery
+WRITE_STATS = """
+import csv, sys
+from locust.env import Environment
+from locust.stats import PERCENTILES_TO_REPORT, StatsCSV, save_stats_json
+environment = Environment()
+log = environment.stats.log_request
+log("HTTP", "GET /v1/models", 5, 100)
+for name, n, ttft in (("POST /v1/chat/completions stream", 3, 100), ("POST /v1/completions stream", 1, 10)):
+    for _ in range(n):
+        log("HTTP", name, 500, 100)
+        log("METRIC", name + " | TTFT ms", ttft, 0)
+with open(sys.argv[1] + "_stats.csv", "w", newline="") as f:
+    StatsCSV(environment, PERCENTILES_TO_REPORT).requests_csv(csv.writer(f))
+save_stats_json(environment.stats, sys.argv[1])
+"""
+
+
+def test_the_service_benchmark_reads_each_metric_over_all_its_rows(tmp_path):
+    """bench/service_bench.py's p50 of a metric is over the samples of both HTTP streams (not
+    the last row's alone), and its requests are the generations (not GET /v1/models)."""
+    subprocess.run([sys.executable, "-c", WRITE_STATS, str(tmp_path / "run")], check=True, timeout=60)
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from service_bench import read_locust
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    read = read_locust(tmp_path / "run")
+    assert read["requests"] == 4 and read["failures"] == 0
+    assert read["TTFT ms p50"] == 100 and read["TTFT ms p99"] == 100
+    assert read["TTFT ms mean"] == pytest.approx((3 * 100 + 10) / 4)
+
+
 def test_a_misbehaving_server_fails_the_run(tmp_path):
     """Unary answers without usage and streams without `data: [DONE]` are failures."""
     http = FakeOpenAI()
