@@ -572,7 +572,8 @@ def read_locust(prefix: Path) -> dict:
 
 def locust_percentile(histogram: dict[float, int], fraction: float) -> float:
     """Locust's percentile of a {value: samples} histogram (`calculate_response_time_percentile`),
-    the CSV's `50%` ... columns for one row's histogram."""
+    the CSV's `50%` ... columns for one row's histogram.  Written out rather than imported:
+    importing locust patches the whole process with gevent (threads become greenlets)."""
     samples, seen = sum(histogram.values()), 0
     for value in sorted(histogram, reverse=True):
         seen += histogram[value]
