@@ -462,7 +462,8 @@ class SequoiaTrees(TreePolicy):
     def _key(verifier: str, temperature: float) -> tuple[str, float]:
         # Rounded as the float32 it crosses a wire as: 0.65 is 0.6499999762 in a gRPC message,
         # and a request must plan the tree it plans in-process and over HTTP, where it is a double.
-        return verifier, round(min(float(np.float32(temperature)), MAX_PLANNED_TEMPERATURE), 1)
+        # + 0.0: a -0.0 (JSON can spell it) is the key 0.0, as reported, not kept as the first spelling.
+        return verifier, round(min(float(np.float32(temperature)), MAX_PLANNED_TEMPERATURE), 1) + 0.0
 
     def cost_model(self, verifier: str, sequences: int = 1, temperature: float = 1.0) -> CostModel:
         return step_cost_model(self.costs() if callable(self.costs) else self.costs, verifier, self.vocab_size,

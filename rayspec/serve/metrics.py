@@ -201,12 +201,6 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-def _temperature_label(temperature: float) -> str:
-    """A planned temperature as a label: -0.0 (JSON lets a client send it) is 0, whose key it
-    shares (-0.0 == 0.0), and is labelled "0" however the request that planned it spelled it."""
-    return f"{temperature + 0.0:g}"
-
-
 class _TrialCollector:
     """sequoia:auto's load trials as gauges, read at scrape time: per verifier, temperature and
     load level, each tree's measured tokens per second and turns, and the choice."""
@@ -230,7 +224,7 @@ class _TrialCollector:
             "rayspec_tree_trial_drafting_nodes", "Nodes of the tree the trial drafts at that load (the root included).",
             labels=labels)
         for verifier, temperature, report in self.metrics.trials() if self.metrics.trials else []:
-            level = [verifier, _temperature_label(temperature), str(report.sequences)]
+            level = [verifier, f"{temperature:g}", str(report.sequences)]
             for tree, rate, measured in zip(("drafting", "target_only"), report.rates, report.turns):
                 if rate is not None:
                     rates.add_metric([*level, tree], rate)
@@ -260,7 +254,7 @@ class _PlanCollector:
         seconds = CounterMetricFamily("rayspec_tree_replan_check_seconds", "Time those checks took, each on a "
                                       "thread of its own beside the decoding steps.", labels=labels)
         for verifier, temperature, report in self.metrics.plans() if self.metrics.plans else []:
-            key = [verifier, _temperature_label(temperature), report.spec]
+            key = [verifier, f"{temperature:g}", report.spec]
             nodes.add_metric(key, report.nodes)
             depth.add_metric(key, report.depth)
             replans.add_metric(key, report.replans)
