@@ -75,15 +75,60 @@ def _fallback_bytes(tokenizer) -> dict[int, int]:
     return {int(i): b for b, i in enumerate(ids)}
 
 
+class _Run(NamedTuple):
+    """The run of byte fallback tokens the tokens end in, as ByteFallback decodes it: the run's
+    UTF-8 if it is whole, else one U+FFFD per byte token, its whole characters included; tokens
+    that decode to nothing (skipped special tokens, ids out of the vocabulary) do not end it."""
+    last: int  # its last byte token
+    count: int  # its byte tokens
+    partial: bytes  # the bytes of an unfinished character at its end
+    cut: int  # the first byte token of that character
+    bad: bool  # not UTF-8, whatever bytes follow
+    base: str | None  # the completion's text before it (None: the run began in the prompt)
+
+    def fed(self, index: int, byte: int) -> _Run:
+        partial, bad, cut = self.partial, self.bad, self.cut
+        if not bad:
+            decoder = codecs.getincrementaldecoder("utf-8")()
+            try:  # the bytes before `partial` are whole characters: UTF-8 resynchronises after them
+                decoder.decode(partial + bytes((byte,)))
+                cut = index if not partial else cut
+                partial = decoder.getstate()[0]
+            except UnicodeDecodeError:
+                partial, bad = b"", True
+        return self._replace(last=index, count=self.count + 1, partial=partial, bad=bad, cut=cut)
+
+    @property
+    def shown_as_replacements(self) -> bool:
+        """Whether decoding shows it as one U+FFFD per byte token (not whole UTF-8)."""
+        return self.bad or bool(self.partial)
+
+
+class _State(NamedTuple):
+    window: int  # first token of the decoded window
+    read: int  # tokens before this are settled
+    head: str  # the text of the window's settled tokens, ids[window:read]
+    settled: str  # text of ids[context:read]
+    text: str  # text of all the tokens
+    run: _Run | None  # the byte fallback run the tokens end in
+
+
 class IncrementalDecoder:
     """The text of generated tokens as it reads after the prompt (special tokens skipped unless
     `skip_special_tokens` is False), equal to decoding the prompt's last tokens and the
     completion at once and dropping the prompt's text, at the cost of a few tokens' decoding
     per push.
 
+    SentencePiece's byte fallback decodes a run of byte tokens as a whole: as UTF-8, or as one
+    U+FFFD per token while it is not whole UTF-8, so that a character left unfinished, or a
+    byte no character takes, turns the run's earlier characters into U+FFFD.  While a run shows
+    so, its text is written here from its count of bytes, undecoded, and once a token ends it
+    the window starts again at its last byte; its whole characters are decoded in windows like
+    any text.
+
     Where a window's text is not an extension of its context's (a tokenizer whose decoding
-    rewrites across tokens, e.g. clean-up of spaces before punctuation), the decoder falls
-    back to decoding the whole completion at every push, which is exact."""
+    rewrites across tokens, e.g. clean-up of spaces before punctuation), the decoder falls back
+    to decoding the whole completion at every push, which is exact."""
 
     def __init__(self, tokenizer, prompt_ids: Sequence[int] = (), skip_special_tokens: bool = True):
         self.tokenizer = tokenizer
@@ -95,20 +140,24 @@ class IncrementalDecoder:
         # finishes it: then the completion is decoded on its own.
         if head.endswith(REPLACEMENT):
             self._ids, self._context, head = [], 0, ""
-        self._window = 0  # first token of the decoded window
-        self._read = self._context  # tokens before this are settled
-        self._head = head  # the text of the window's settled tokens, ids[window:read]
-        self._settled = ""  # text of ids[context:read]
-        self._pending = ""  # text of ids[read:], which may still change
         self._whole = False  # fallen back to decoding the whole completion
-        self._peeked: tuple[list[int], str | None] | None = None  # the last peek's ids and tail, for a push of them
         # byte fallback's tokens, looked up (256 of them) once per tokenizer, not per request
         self._bytes = built_once(tokenizer, _FALLBACK_BYTES, _FALLBACK_BYTES_LOCK, _fallback_bytes)
+        self._silent: dict[int, bool] = {}  # tokens that decode to nothing, within a run of byte tokens
+        run = None  # a run the prompt ends in, which the completion's bytes would go on
+        for index, token in enumerate(self._ids if self._bytes else ()):
+            if token in self._bytes:
+                run = (run or _Run(index, 0, b"", index, False, None)).fed(index, self._bytes[token])
+            elif run is not None and not self._is_silent(token):
+                run = None
+        self._state = _State(0, self._context, head, "", "", run)
+        self._prompt_head = head
+        self._peeked: tuple[list[int], _State] | None = None  # the last peek's ids and state, for a push of them
         self.finished = 0  # the length of the last push's or peek's text without what may still change
 
     @property
     def text(self) -> str:
-        return self._settled + self._pending
+        return self._state.text
 
     @property
     def windowed(self) -> bool:
@@ -119,56 +168,112 @@ class IncrementalDecoder:
         """Add tokens; return the whole text."""
         ids = [int(t) for t in ids]
         peeked, self._peeked = self._peeked, None
+        start = len(self._ids)
         self._ids += ids
-        tail = peeked[1] if peeked is not None and peeked[0] == ids else self._tail(self._ids[self._window:])
-        if tail is None:
-            self._settled, self._pending = "", self._whole_text(self._ids)
-        elif tail and not tail.endswith(REPLACEMENT):
-            # The next window begins at these tokens: some of them have text, so that the
-            # window's first word is not read as a sequence's first (SentencePiece drops its space).
-            self._settled += tail
-            self._pending = ""
-            self._window, self._read = self._read, len(self._ids)
-            self._head = self._decode(self._ids[self._window:self._read])
-        else:
-            self._pending = tail
-        self.finished = self._finished(self.text, self._ids)
+        self._state = peeked[1] if peeked is not None and peeked[0] == ids else self._advanced(self._state, start)
+        self.finished = self._finished(self._state)
         return self.text
 
     def peek(self, ids: Sequence[int]) -> str:
         """The text `push(ids)` would give, leaving the decoder as it is."""
         extra = [int(t) for t in ids]
-        tail = self._tail(self._ids[self._window:] + extra)
-        self._peeked = (extra, tail)  # a push of the same tokens next reuses the window's decoding
-        text = self._whole_text(self._ids + extra) if tail is None else self._settled + tail
-        self.finished = self._finished(text, self._ids + extra)
-        return text
+        start = len(self._ids)
+        self._ids += extra
+        try:
+            state = self._advanced(self._state, start)
+        finally:
+            del self._ids[start:]
+        self._peeked = (extra, state)  # a push of the same tokens next reuses the decoding
+        self.finished = self._finished(state)
+        return state.text
 
-    def _finished(self, text: str, ids: list[int]) -> int:
+    def _finished(self, state: _State) -> int:
         """`finished_length(text)`, less a run of byte fallback tokens at the end that an
         unfinished character ends: the decoder shows such a run as one U+FFFD per token, all of
         which the character's last byte turns into the run's characters ("🙂" and two bytes of
         the next emoji are six U+FFFD)."""
-        run = 0
-        while run < len(ids) and ids[-1 - run] in self._bytes:
-            run += 1
-        if run:
-            decoder = codecs.getincrementaldecoder("utf-8")()
-            try:
-                decoder.decode(bytes(self._bytes[t] for t in ids[len(ids) - run:]))
-            except UnicodeDecodeError:  # no byte to come makes the run a text: its U+FFFD are the text's
-                run = 0
-            if not decoder.getstate()[0]:  # no character unfinished
-                run = 0
-        return max(min(finished_length(text), len(text) - run), 0)
+        text, run = state.text, state.run
+        pending = run.count if run is not None and run.partial and not run.bad else 0
+        return max(min(finished_length(text), len(text) - pending), 0)
 
-    def _tail(self, window_ids: list[int]) -> str | None:
+    def _advanced(self, state: _State, start: int) -> _State:
+        """The state once `self._ids[start:]` are taken in."""
+        ids = self._ids
+        window, read, head, settled, text, run = state
+        for index in range(start, len(ids)):
+            token = ids[index]
+            byte = self._bytes.get(token)
+            if byte is not None:
+                if run is None:
+                    # The text before a run is final: a run's text is its bytes' alone.
+                    tail = "" if index == start or self._whole else self._tail(ids[window:index], head)
+                    base = text if index == start else settled + (tail or "")
+                    run = _Run(index, 0, b"", index, False, base)
+                elif run.base is None:
+                    run = run._replace(count=0, base=self._inherited_base())
+                run = run.fed(index, byte)
+            elif run is not None and not self._is_silent(token):
+                if run.shown_as_replacements and run.base is not None and not self._whole:
+                    # A run is final once a token ends it: the window starts again at its last
+                    # byte, which reads the next token as within a text (no space dropped).
+                    settled = run.base + REPLACEMENT * run.count
+                    window, read = run.last, index
+                    head = self._decode(ids[window:read])
+                run = None
+        if self._whole:
+            text = self._whole_text(ids)
+        elif run is not None and run.shown_as_replacements and run.base is not None:
+            text = run.base + REPLACEMENT * run.count
+            if not run.bad and run.cut > read:
+                # The run's whole characters are settled as any text, so that the window does
+                # not grow along a run whose chunks end within characters.
+                tail = self._tail(ids[window:run.cut], head)
+                if tail is None:
+                    text = self._whole_text(ids)
+                elif tail and not tail.endswith(REPLACEMENT):
+                    settled += tail
+                    window, read = read, run.cut
+                    head = self._decode(ids[window:read])
+        else:
+            tail = self._tail(ids[window:], head)
+            if tail is None:
+                text = self._whole_text(ids)
+            elif tail and not tail.endswith(REPLACEMENT):
+                # The next window begins at these tokens: some of them have text, so that the
+                # window's first word is not read as a sequence's first (SentencePiece drops its space).
+                settled = text = settled + tail
+                window, read = read, len(ids)
+                head = self._decode(ids[window:read])
+            else:
+                text = settled + tail
+        return _State(window, read, head, settled, text, run)
+
+    def _inherited_base(self) -> str:
+        """The completion's text before its bytes where it goes on with a run the prompt ends in
+        (whole characters), while that run shows as U+FFFD: what of the prompt's U+FFFD for the
+        run is past the prompt's text, as `_whole_text` reads it (none where the prompt's text
+        is not a prefix any more: the completion is then read on its own, its bytes' U+FFFD
+        alone).  A lead byte after the prompt shows the run so; the prompt is a few tokens."""
+        lead = next(t for t, b in self._bytes.items() if b == 0xF0)
+        prompt = self._decode(self._ids[:self._context] + [lead])[:-1]
+        return prompt[len(self._prompt_head):] if prompt.startswith(self._prompt_head) else ""
+
+    def _is_silent(self, token: int) -> bool:
+        """Whether the token decodes to nothing (a skipped special token, an unknown id), so that
+        a run of byte tokens goes on across it: asked of the tokenizer once per token."""
+        silent = self._silent.get(token)
+        if silent is None:
+            c3, a9 = (next(t for t, b in self._bytes.items() if b == byte) for byte in (0xC3, 0xA9))
+            silent = self._silent[token] = self._decode([c3, token, a9]) == "é"
+        return silent
+
+    def _tail(self, window_ids: list[int], head: str) -> str | None:
         """The text of the window's tokens after the settled ones, or None once only a whole
         decode is exact."""
         if not self._whole:
             window = self._decode(window_ids)
-            if window.startswith(self._head):
-                return window[len(self._head):]
+            if window.startswith(head):
+                return window[len(head):]
             self._whole = True
         return None
 

@@ -46,13 +46,17 @@ def byte_fallback_tokenizer():
     vocabulary (here emoji, CJK, accents) is a token per UTF-8 byte, "<0xF0>" and the like, and
     its decoder (Llama 2's: ByteFallback) shows a run of such tokens that is not whole UTF-8 as
     one U+FFFD per token, the run's whole characters included."""
+    return _byte_fallback_tokenizer()
+
+
+def _byte_fallback_tokenizer(decoder=None):
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"<0x{b:02X}>": 3 + b for b in range(256)}}
     for character in "▁" + "".join(sorted(set("Hello, world! The end.".replace(" ", "")))):
         vocab[character] = len(vocab)
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", byte_fallback=True, fuse_unk=True))
     tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    tokenizer.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                           decoders.Strip(" ", 1, 0)])
+    tokenizer.decoder = decoder or decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
+                                                      decoders.Fuse(), decoders.Strip(" ", 1, 0)])
     tokenizer.add_special_tokens(["<unk>", "<s>", "</s>"])
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
 
@@ -113,14 +117,14 @@ def test_a_sentencepiece_completion_keeps_the_space_before_its_first_word(senten
     assert streamed == assembler.text == " world is big"
 
 
-def _whole_decode(tokenizer, prompt, ids):
+def _whole_decode(tokenizer, prompt, ids, skip=True):
     """The completion's text by decoding it whole after the prompt's last tokens (the oracle)."""
     context = list(prompt)[-CONTEXT_TOKENS:]
-    head = tokenizer.decode(context, skip_special_tokens=True) if context else ""
+    head = tokenizer.decode(context, skip_special_tokens=skip) if context else ""
     if head.endswith("\ufffd"):
         context, head = [], ""
-    whole = tokenizer.decode(context + list(ids), skip_special_tokens=True)
-    return whole[len(head):] if whole.startswith(head) else tokenizer.decode(list(ids), skip_special_tokens=True)
+    whole = tokenizer.decode(context + list(ids), skip_special_tokens=skip)
+    return whole[len(head):] if whole.startswith(head) else tokenizer.decode(list(ids), skip_special_tokens=skip)
 
 
 class _CountingTokenizer:
@@ -132,6 +136,9 @@ class _CountingTokenizer:
     def decode(self, ids, **kwargs):
         self.lengths.append(len(ids))
         return self.tokenizer.decode(ids, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.tokenizer, name)
 
 
 class _CleaningUpTokenizer:
@@ -219,6 +226,105 @@ def test_a_push_decodes_a_few_tokens_however_long_the_completion():
         decoder.push(ids[start:start + 3])
     assert len(ids) > 1000 and decoder.text == _whole_decode(tokenizer, ids[:4], ids[4:])
     assert decoder.windowed and max(counting.lengths) <= 12, max(counting.lengths)
+
+
+def _byte_soup(tokenizer, rng, n):
+    """Byte fallback tokens as a model may sample them: runs of whole characters (1 to 4 bytes),
+    characters cut short, stray continuation and lead bytes, bytes of spaces and letters; among
+    text tokens, special tokens and an id out of the vocabulary (both decode to nothing when
+    special tokens are skipped, so that a run of bytes goes on across them)."""
+    byte = {b: tokenizer.convert_tokens_to_ids(f"<0x{b:02X}>") for b in range(256)}
+    text = tokenizer.encode("Hello, world! The end.", add_special_tokens=False)
+    specials = [tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id, 10**6]
+    ids = []
+    while len(ids) < n:
+        draw = rng.random()
+        if draw < 0.45:
+            character = rng.choice("é日本語🙂😀👍 A\u2581\ufffd")
+            encoded = character.encode()
+            ids += [byte[b] for b in (encoded[:rng.randrange(1, len(encoded))] if len(encoded) > 1 and rng.random() < 0.15
+                                      else encoded)]
+        elif draw < 0.55:
+            ids.append(byte[rng.choice([0x80, 0xBF, 0xC0, 0xE0, 0xED, 0xF0, 0xF4, 0xF8, 0xFF, 0x20])])
+        elif draw < 0.65:
+            ids.append(rng.choice(specials))
+        else:
+            ids.append(rng.choice(text))
+    return ids[:n]
+
+
+@pytest.mark.parametrize("decoder", ["llama", "gemma"])
+@pytest.mark.parametrize("skip", [True, False])
+def test_the_incremental_decoder_reads_byte_fallback_runs_as_the_whole_completion_decoded(decoder, skip):
+    """Runs of byte fallback tokens, whole, unfinished or never UTF-8, spanning chunks, the
+    prompt's end and skipped special tokens: after every push and peek the text is the whole
+    completion decoded after the prompt (Llama 2's decoder, and Gemma's, which strips no space
+    from the text's start), and the decoder never falls back to whole decodes."""
+    tokenizer = _byte_fallback_tokenizer(None if decoder == "llama" else decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]))
+    rng = random.Random(7)
+    for trial in range(150):
+        prompt = _byte_soup(tokenizer, rng, rng.randint(0, 6))
+        ids = _byte_soup(tokenizer, rng, rng.randint(1, 50))
+        decoder, pushed = IncrementalDecoder(tokenizer, prompt, skip_special_tokens=skip), []
+        while len(pushed) < len(ids):
+            chunk = ids[len(pushed):len(pushed) + rng.randint(1, 4)]
+            if rng.random() < 0.5:
+                peeked = decoder.peek(chunk)
+                assert peeked == _whole_decode(tokenizer, prompt, pushed + chunk, skip), (trial, pushed, chunk)
+                assert decoder.text == _whole_decode(tokenizer, prompt, pushed, skip), (trial, pushed)
+            pushed += chunk
+            assert decoder.push(chunk) == _whole_decode(tokenizer, prompt, pushed, skip), (trial, prompt, pushed)
+        assert decoder.windowed, (trial, prompt, ids)
+
+
+EMOJI = "🙂".encode()
+
+
+@pytest.mark.parametrize("prompt", [["Hello", EMOJI], [b" "], ["Hello", b"A"]])
+@pytest.mark.parametrize("completion", [[EMOJI[:2], EMOJI[2:], " The"], [EMOJI[:2], " The"],
+                                        [b"\x80", "é".encode(), " The"]])
+def test_a_completion_going_on_with_the_byte_run_its_prompt_ends_in_reads_as_decoded_whole(
+        byte_fallback_tokenizer, prompt, completion):
+    """A run of bytes the prompt ends in, which the completion's bytes go on, shows as U+FFFD
+    from the prompt's text on: where the prompt's text is still a prefix ("" for a lone space
+    the decoder strips) the completion's text begins with the run's U+FFFD past it, and else
+    the completion is read on its own, its own bytes' U+FFFD (as `_whole_decode` reads it)."""
+    tokenizer = byte_fallback_tokenizer
+
+    def tokens(pieces):  # bytes as byte fallback tokens, text as the tokenizer encodes it
+        return [token for piece in pieces for token in (
+            [tokenizer.convert_tokens_to_ids(f"<0x{b:02X}>") for b in piece] if isinstance(piece, bytes)
+            else tokenizer.encode(piece, add_special_tokens=False))]
+
+    prompt, ids = tokens(prompt), tokens(completion)
+    decoder, pushed = IncrementalDecoder(tokenizer, prompt), []
+    for token in ids:
+        pushed.append(token)
+        assert decoder.push([token]) == _whole_decode(tokenizer, prompt, pushed), (prompt, pushed)
+    assert decoder.windowed
+
+
+def test_a_byte_fallback_completion_decodes_a_few_tokens_a_push_however_long():
+    """Emoji and CJK out of the vocabulary are runs of byte tokens, which a character left
+    unfinished shows as U+FFFD all along: such a run once made the decoder fall back to decoding
+    the whole completion at every push, O(length²) a request (4000 tokens decoded a push at 8000)."""
+    tokenizer = _byte_fallback_tokenizer()
+    rng = random.Random(1)
+    words = ["Hello", "world", "The", "end.", "🙂", "🙂🙂", "日本語", "thé", "😀👍🙂日本"]
+    ids = tokenizer.encode(" ".join(rng.choice(words) for _ in range(800)), add_special_tokens=False)
+    counting = _CountingTokenizer(tokenizer)
+    decoder, start, per_push = IncrementalDecoder(counting, ids[:4]), 4, []
+    while start < len(ids):
+        chunk = ids[start:start + rng.randint(1, 4)]
+        before = sum(counting.lengths)
+        decoder.peek(chunk)
+        decoder.push(chunk)
+        per_push.append(sum(counting.lengths) - before)
+        start += len(chunk)
+    assert len(ids) > 3000 and decoder.text == _whole_decode(tokenizer, ids[:4], ids[4:])
+    # a push of up to 4 tokens decodes the chunk settled before it and its own tokens, a few times
+    assert decoder.windowed and max(per_push) <= 40, max(per_push)
 
 
 def _start(stops: StopStrings, text: str) -> int:
