@@ -6,8 +6,8 @@ Parsers, by the syntax they read:
 - `hermes` — `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks anywhere in the
   text (Hermes, Qwen 2.5 and 3, and the models trained on their templates);
 - `mistral` — `[TOOL_CALLS]` and a JSON list of `{"name", "arguments"}` (or v11's
-  `[TOOL_CALLS]name[ARGS]{...}`) ending the text; the marker is a special token, so requests
-  read by it keep special tokens in their text;
+  `[TOOL_CALLS]name[ARGS]{...}`), text after them being content; the marker is a special
+  token, so requests read by it keep special tokens in their text;
 - `json` (also `llama3_json`) — a text that is, whole, a JSON call `{"name": ...,
   "parameters" or "arguments": {...}}`, several separated by `;` (Llama 3.1 to 3.3, after an
   optional `<|python_tag|>`), or a JSON list of them: the shape `tool_choice: "required"`
@@ -21,8 +21,9 @@ first are dropped (OpenAI's "at most one call").
 
 Streaming: `ToolCallStream` gives each piece of text as soon as no continuation can make it
 part of a call (a hermes reply streams its content and holds back only what may be the start
-of `<tool_call>`; a json reply that opens with `{` or `[` is held to the end), and each call
-once whole.  The pieces of any chunking of a text join to its one-shot reading.
+of `<tool_call>`; a mistral reply from its marker on, and a json reply that opens with `{`
+or `[`, are held to the end), and each call once whole.  The pieces of any chunking of a text
+join to its one-shot reading.
 """
 
 from __future__ import annotations
@@ -163,30 +164,39 @@ class MistralParser(ToolCallParser):
         pieces: list[Piece] = [text[start:marked]] if marked > start else []
         if not final:
             return pieces, marked
-        calls = self._calls(text[marked:])
-        return pieces + (calls or [text[marked:]]), len(text)
+        at = marked
+        while at < len(text):  # text[at:] opens with the marker
+            calls, end = self._calls_at(text, at)
+            following = text.find(self.MARKER, end)
+            stop = len(text) if following < 0 else following
+            # text after a marker's calls (vLLM finds the list in it by a regular expression,
+            # and drops the rest) is content, and a marker whose calls do not parse is text
+            pieces += [text[at:stop]] if calls is None else calls + ([text[end:stop]] if stop > end else [])
+            at = stop
+        return pieces, len(text)
 
     def new_call_id(self) -> str:
         """Nine letters and digits, as vLLM's mistral parser makes them: Mistral's chat templates
         refuse a conversation whose earlier calls' ids (and its tool messages') are not."""
         return uuid.uuid4().hex[:9]
 
-    def _calls(self, source: str) -> list[ParsedCall] | None:
-        calls = []
-        for part in source.split(self.MARKER)[1:]:
-            part = part.strip()
-            try:
-                if self.ARGS in part and not part.startswith(("[", "{")):  # v11: name[ARGS]{...}
-                    name, arguments = part.split(self.ARGS, 1)
-                    found = _calls({"name": name.strip(), "arguments": JSON.decode(arguments)}, self.MARKER + part)
-                else:
-                    found = _calls(JSON.decode(part), self.MARKER + part)
-            except NOT_JSON:
-                return None
-            if found is None:
-                return None
-            calls += found
-        return calls or None
+    def _calls_at(self, text: str, at: int) -> tuple[list[ParsedCall] | None, int]:
+        """The calls of the marker at `at`: a JSON call or list of them, or v11's
+        `name[ARGS]{...}`, and where they end; (None, the marker's end) when there are none."""
+        body = at + len(self.MARKER)
+        opening = len(text) - len(text[body:].lstrip())
+        try:
+            if text.startswith(("[", "{"), opening):
+                value, end = JSON.raw_decode(text, opening)
+                return _calls(value, text[at:end]), end
+            args, following = text.find(self.ARGS, body), text.find(self.MARKER, body)
+            if args < 0 or 0 <= following < args:
+                return None, body
+            arguments = len(text) - len(text[args + len(self.ARGS):].lstrip())
+            value, end = JSON.raw_decode(text, arguments)
+            return _calls({"name": text[body:args].strip(), "arguments": value}, text[at:end]), end
+        except NOT_JSON:
+            return None, body
 
 
 class JsonParser(ToolCallParser):

@@ -45,6 +45,15 @@ def calls_of(pieces) -> list[tuple[str, dict]]:
     (MistralParser(), '[TOOL_CALLS]now[ARGS]{"tz": "UTC"}[TOOL_CALLS]get_weather[ARGS]{"city": "Rome"}',
      None, [("now", {"tz": "UTC"}), ("get_weather", {"city": "Rome"})]),
     (MistralParser(), "[TOOL_CALLS][{\"name\": ", "[TOOL_CALLS][{\"name\": ", []),
+    # text after the calls is content (vLLM finds the list by a regular expression and drops it),
+    # a marker inside the arguments' strings is theirs, and a marker whose calls fail is text
+    (MistralParser(), f"Sure. [TOOL_CALLS][{WEATHER}] Tell me if you need more.",
+     "Sure. Tell me if you need more.", [("get_weather", {"city": "Paris", "unit": "C"})]),
+    (MistralParser(), '[TOOL_CALLS]now[ARGS]{"tz": "[TOOL_CALLS]"}\nDone.', "\nDone.", [("now", {"tz": "[TOOL_CALLS]"})]),
+    (MistralParser(), '[TOOL_CALLS]now[ARGS]{bad} [TOOL_CALLS]get_weather[ARGS]{"city": "Rome"} ok',
+     "[TOOL_CALLS]now[ARGS]{bad} ok", [("get_weather", {"city": "Rome"})]),
+    (MistralParser(), '[TOOL_CALLS] [{"name": "fly", "arguments": {}}]',  # not a tool: its text exactly
+     '[TOOL_CALLS] [{"name": "fly", "arguments": {}}]', []),
     (JsonParser(), f"  {WEATHER}", None, [("get_weather", {"city": "Paris", "unit": "C"})]),
     (JsonParser(), '<|python_tag|>{"name": "now", "parameters": {}}; {"name": "get_weather", "parameters": '
                    '{"city": "Oslo"}}', None, [("now", {}), ("get_weather", {"city": "Oslo"})]),
@@ -96,6 +105,7 @@ REPLIES = [
                      "\nDone <tool and more"),
     (HermesParser(), "a < b and <tool_call>{broken}</tool_call> stays text"),
     (MistralParser(), f"Let me see [TOOL bits [TOOL_CALLS][{WEATHER}]"),
+    (MistralParser(), f"Sure [TOOL_CALLS][{WEATHER}] and [TOOL_CALLS]now[ARGS]{{}}  then [TOOL_CALLS]x[ARGS]{{"),
     (JsonParser(), f"<|python_tag|>{WEATHER}; {{\"name\": \"now\", \"parameters\": {{}}}}"),
     (JsonParser(), "plain text, {\"name\": \"now\"} inside"),
     (JsonParser(), "   \n"),
@@ -129,3 +139,13 @@ def test_streamed_content_is_sent_before_the_reply_ends():
     assert json_stream.push("  ") == [] and json_stream.push("Hi") == ["  Hi"]  # not a call: streams on
     json_calls = ToolCallStream(JsonParser(), NAMES)
     assert json_calls.push('{"name": "now"}') == [] and calls_of(json_calls.finish()) == [("now", {})]
+
+
+def test_a_mistral_reply_streams_its_calls_and_the_text_after_them():
+    """Text after `[TOOL_CALLS]`'s list is content, read once the reply ends (another marker
+    may follow it), streamed or not."""
+    stream = ToolCallStream(MistralParser(), NAMES)
+    assert stream.push("Sure. [TOOL_CALLS][") == ["Sure."]
+    assert stream.push(f"{WEATHER}] Want more?") == []
+    end = stream.finish()
+    assert calls_of(end) == [("get_weather", {"city": "Paris", "unit": "C"})] and end[1:] == [" Want more?"]
