@@ -15,9 +15,10 @@ Parsers, by the syntax they read:
 `auto` picks hermes or mistral when the chat template writes their marker, json otherwise.
 
 A call whose name is not one of the request's tools, or whose JSON does not parse, stays
-text: nothing the model wrote is lost.  Content is the text outside the calls; whitespace
-only between or around calls is dropped.  With `parallel_tool_calls: false`, calls after the
-first are dropped (OpenAI's "at most one call").
+text: nothing the model wrote is lost.  A call's arguments left out, null or "" are none, {}.
+Content is the text outside the calls; whitespace only between or around calls is dropped.
+With `parallel_tool_calls: false`, calls after the first are dropped (OpenAI's "at most one
+call").
 
 Streaming: `ToolCallStream` gives each piece of text as soon as no continuation can make it
 part of a call (a hermes reply streams its content and holds back only what may be the start
@@ -70,10 +71,17 @@ Piece = Union[str, ParsedCall]
 def _call(value, text: str) -> ParsedCall | None:
     """A call from a decoded JSON value: an object with a string `name` and an object of
     `arguments` (or Llama's `parameters`; a JSON string of one is accepted, as some models
-    write it), or None."""
+    write it; none, null or "" are no arguments, {}), or None."""
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
         return None
-    arguments = value.get("arguments", value.get("parameters", {}))
+    arguments = value.get("arguments")
+    if arguments is None:
+        arguments = value.get("parameters")
+    # vLLM's parsers answer null arguments with the string "null", which a client's
+    # `fn(**json.loads(arguments))` refuses: a call's arguments are an object (its tool's
+    # parameters are one), and none are {}, as `_template_message` reads them given back.
+    if arguments is None or arguments == "":
+        arguments = {}
     if isinstance(arguments, str):
         try:
             arguments = JSON.decode(arguments)

@@ -54,6 +54,11 @@ def calls_of(pieces) -> list[tuple[str, dict]]:
      "[TOOL_CALLS]now[ARGS]{bad} ok", [("get_weather", {"city": "Rome"})]),
     (MistralParser(), '[TOOL_CALLS] [{"name": "fly", "arguments": {}}]',  # not a tool: its text exactly
      '[TOOL_CALLS] [{"name": "fly", "arguments": {}}]', []),
+    # null (or "") arguments are none, {}: vLLM's "null" is no object a client can call with
+    (HermesParser(), '<tool_call>{"name": "now", "arguments": null}</tool_call>', None, [("now", {})]),
+    (JsonParser(), '{"name": "now", "parameters": null}; {"name": "now", "arguments": ""}', None,
+     [("now", {}), ("now", {})]),
+    (MistralParser(), "[TOOL_CALLS]now[ARGS]null", None, [("now", {})]),
     (JsonParser(), f"  {WEATHER}", None, [("get_weather", {"city": "Paris", "unit": "C"})]),
     (JsonParser(), '<|python_tag|>{"name": "now", "parameters": {}}; {"name": "get_weather", "parameters": '
                    '{"city": "Oslo"}}', None, [("now", {}), ("get_weather", {"city": "Oslo"})]),

@@ -119,6 +119,9 @@ def test_auto_reads_the_calls_out_of_a_free_reply():
     assert hermes.finish_reason("stop", called=True) == "tool_calls"
     assert hermes.finish_reason("stop", called=False) == "stop" and hermes.finish_reason("length") == "length"
     assert hermes.read("just text") == ("just text", [])
+    # null arguments: a call with none, whose arguments a client's json.loads reads as an object
+    _, [bare] = hermes.read('<tool_call>{"name": "now", "arguments": null}</tool_call>')
+    assert bare["function"] == {"name": "now", "arguments": "{}"}
     assert hermes.skip_special_tokens(None) is None  # hermes' markers are ordinary text
     mistral = auto.read_by(MistralParser())
     assert mistral.skip_special_tokens(None) is False and mistral.skip_special_tokens(True) is True
