@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from rayspec.engine.interfaces import MAX_LOGPROBS
 from rayspec.engine.policy import check_tree_spec
@@ -299,13 +299,10 @@ def _prompt_field(prompt: str | list[int]) -> dict:
     return {"prompt": prompt} if isinstance(prompt, str) else {"prompt_ids": prompt}
 
 
-def joined_text(content, separator: str = "", kinds=("text",), refusals: bool = False) -> str | None:
-    """OpenAI's text content: a string, or a list of parts of `kinds` ({"type": kind, "text":
-    ...}) joined by `separator` — with `refusals`, an assistant's refusal parts too ({"type":
-    "refusal", "refusal": ...}, the text it refused with, as vLLM reads them); None for
-    anything else."""
-    if isinstance(content, str):
-        return content
+def text_parts(content, kinds=("text",), refusals: bool = False) -> list[str] | None:
+    """The texts of OpenAI's list of content parts of `kinds` ({"type": kind, "text": ...}) —
+    with `refusals`, an assistant's refusal parts too ({"type": "refusal", "refusal": ...}, the
+    text it refused with, as vLLM reads them); None for anything else."""
     if not isinstance(content, list):
         return None
     texts = []
@@ -315,7 +312,16 @@ def joined_text(content, separator: str = "", kinds=("text",), refusals: bool = 
         if key is None or not isinstance(part.get(key), str):
             return None
         texts.append(part[key])
-    return separator.join(texts)
+    return texts
+
+
+def joined_text(content, separator: str = "", kinds=("text",), refusals: bool = False) -> str | None:
+    """OpenAI's text content: a string, or a list of text parts (`text_parts`) joined by
+    `separator`; None for anything else."""
+    if isinstance(content, str):
+        return content
+    texts = text_parts(content, kinds, refusals)
+    return None if texts is None else separator.join(texts)
 
 
 class Message(BaseModel):
@@ -328,6 +334,7 @@ class Message(BaseModel):
     function_call: Any = None  # OpenAI's deprecated form of an assistant's tool_calls: refused, not dropped
     refusal: str | None = None  # an assistant's refusal, given back in the conversation: its text
     audio: Any = None  # an assistant's audio answer, given back: none is made here, so refused
+    _parts: list[str] | None = PrivateAttr(None)  # the content's parts' texts, when it came as parts
 
     @field_validator("content")
     @classmethod
@@ -341,6 +348,17 @@ class Message(BaseModel):
             raise ValueError('only text content is supported: a string, or a list of {"type": "text", "text": ...} '
                              'parts')
         return check_text(text, "the content")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_parts(cls, data, handler) -> "Message":
+        """The message, keeping the texts of its content's parts: a chat template that walks a
+        message's parts is given each (vLLM's "openai" content format), one that writes a string
+        their joined text."""
+        message = handler(data)
+        content = data.get("content") if isinstance(data, dict) else None
+        message._parts = text_parts(content, kinds=("text", "input_text", "output_text"), refusals=True)
+        return message
 
     @model_validator(mode="after")
     def _shape_of_its_role(self) -> "Message":
@@ -363,7 +381,12 @@ class Message(BaseModel):
         return self
 
     def as_template_input(self) -> dict:
-        message = {"role": self.role, "content": self.content}
+        """The message as `Service.render_chat` takes it: its content a string, or the list of
+        text parts it came as."""
+        content = self.content
+        if self._parts is not None and "\n".join(self._parts) == content:  # not a refusal given beside no parts
+            content = [{"type": "text", "text": text} for text in self._parts]
+        message = {"role": self.role, "content": content}
         if self.name is not None:  # a participant's name, which some templates write (vLLM passes it too)
             message["name"] = self.name
         if self.tool_calls:

@@ -170,13 +170,14 @@ class Service:
     def render_chat(self, messages: list[dict], add_generation_prompt: bool = True,
                     continue_final_message: bool = False, template_kwargs: dict | None = None,
                     tools: list[dict] | None = None) -> str:
-        """The prompt text of a conversation, by the tokenizer's chat template (or the
-        fallback): opened for the assistant's reply (`add_generation_prompt`), or with its last
-        message left open for the model to continue (`continue_final_message`, vLLM's and HF's:
-        a reply prefilled by the client); `template_kwargs` are further variables of the
-        template (vLLM's `chat_template_kwargs`, e.g. `enable_thinking`); `tools`: OpenAI's tool
-        definitions, for the template to show the model.  ChatRenderError when
-        the template refuses the conversation or the variables name the renderer's own options."""
+        """The prompt text of a conversation (its messages' content a string, or a list of text
+        parts), by the tokenizer's chat template (or the fallback): opened for the assistant's
+        reply (`add_generation_prompt`), or with its last message left open for the model to
+        continue (`continue_final_message`, vLLM's and HF's: a reply prefilled by the client);
+        `template_kwargs` are further variables of the template (vLLM's `chat_template_kwargs`,
+        e.g. `enable_thinking`); `tools`: OpenAI's tool definitions, for the template to show the
+        model.  ChatRenderError when the template refuses the conversation or the variables name
+        the renderer's own options."""
         from jinja2 import TemplateError
 
         if add_generation_prompt and continue_final_message:
@@ -189,8 +190,8 @@ class Service:
         own = getattr(self.tokenizer, "chat_template", None)
         messages = [_template_message(message, index) for index, message in enumerate(messages)]
         try:
-            if own and reads_content_parts(self.tokenizer.get_chat_template(None, tools or None)):
-                messages = [{**message, "content": _parts(message.get("content"))} for message in messages]
+            walks_parts = own and reads_content_parts(self.tokenizer.get_chat_template(None, tools or None))
+            messages = [{**message, "content": _content(message.get("content"), walks_parts)} for message in messages]
             return self.tokenizer.apply_chat_template(
                 messages, chat_template=None if own else FALLBACK_CHAT_TEMPLATE, tokenize=False,
                 add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
@@ -432,8 +433,14 @@ def reads_content_parts(template: str) -> bool:
     return any(field(loop.iter, items, "content") for loop in loops)
 
 
-def _parts(content) -> list[dict]:
-    """A message's text as OpenAI's list of parts, as vLLM gives a template that walks them."""
+def _content(content, walks_parts: bool):
+    """A message's content (a string, or a list of text parts) as vLLM gives a chat template:
+    to one that `walks_parts`, a list of parts; to any other, a string, the parts' texts a
+    line each (its "string" content format)."""
+    if isinstance(content, list):
+        return content if walks_parts else "\n".join(part["text"] for part in content)
+    if not walks_parts:
+        return content
     return [] if content is None else [{"type": "text", "text": content}]
 
 

@@ -38,7 +38,7 @@ from rayspec.rpc.remote import RemoteError
 from rayspec.rpc.server import HealthServicer, start_server
 from rayspec.serve.config import LimitsConfig
 from rayspec.serve.http import _ChatReply, create_app
-from rayspec.serve.bodies import Message
+from rayspec.serve.bodies import ChatBody, Message
 from rayspec.serve.service import FALLBACK_CHAT_TEMPLATE, ChatRenderError, Service
 from rayspec.serve.tool_parsers import read_tool_calls
 from tests.faults import LateDrafter, LosesItsFirstSession
@@ -2036,6 +2036,24 @@ def test_a_template_that_walks_a_messages_parts_is_given_them_as_vllms_openai_co
     tokenizer.chat_template = PARTS_TEMPLATE  # a reply to continue that is empty is still a text part
     assert service.render_chat(conversation, add_generation_prompt=False, continue_final_message=True).endswith(
         "user: Hi\nassistant: ")
+
+
+def test_a_messages_text_parts_reach_a_template_that_walks_them_each(reference):
+    """A message sent as several text parts is given, as vLLM gives it, to a template that
+    walks parts as those parts (they reached it as one, their texts joined by a newline), and
+    to one that writes a string as that joined text; a refusal given beside empty parts is the
+    refusal's text."""
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
+    tokenizer.chat_template = ("{% for m in messages %}{{ m.role }}:{% for part in m['content'] %}<{{ part.text }}>"
+                               "{% endfor %}{% endfor %}")
+    service = Service(reference, tokenizer, MODEL)
+    parts = [{"type": "text", "text": "Hello"}, {"type": "input_text", "text": "world\n"}]
+    body = ChatBody.model_validate({"model": MODEL, "messages": [
+        {"role": "user", "content": parts}, {"role": "assistant", "content": [], "refusal": "No."},
+        {"role": "user", "content": "Why?"}]})
+    assert body.prompt(service) == "user:<Hello><world\n>assistant:<No.>user:<Why?>"
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}|{% endfor %}"
+    assert body.prompt(service) == "Hello\nworld\n|No.|Why?|"
 
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "on": {"type": "boolean"}},
