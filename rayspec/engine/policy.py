@@ -64,7 +64,7 @@ from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.planner import (
     Candidate, CostModel, Plan, candidates_from_solution, payload_bytes, plan_tree, price, replan_decision,
 )
-from rayspec.tree.sequoia import acceptance_rows, expected_tokens, solve
+from rayspec.tree.sequoia import acceptance_rows, expected_tokens, solve, solve_cells
 from rayspec.tree.structure import TreeShape
 from rayspec.verify import verifier_class
 
@@ -89,11 +89,13 @@ class SequoiaSpec:
 
 
 # A request's Sequoia tree is planned while the request waits (and re-planned as it adapts):
-# its dynamic program, O(budget^2 * depth) cells, is capped at 0.15-0.3 s on a 2-core VM with
-# the demo's vectors (16 ranks, one row).  The cells' cost grows with a vector's ranks and
-# depth rows, which the cap does not count (32 ranks x 10 rows: 4 s).  Bigger Sequoia trees
+# its dynamic program fills `solve_cells` cells, budget^2 per rank of each (depth row, levels)
+# state, at 2-5 ns a cell on a 2-core VM.  The cap is sequoia:256x32's on the demo's vectors
+# (16 ranks, one row: 0.12-0.17 s), counted on the vectors the service plans the request's
+# verifier from, which the request does not choose: a vector of 32 ranks x 10 depth rows fills
+# 17 times the cells for sequoia:256x32 (1.1 s), and admits smaller trees.  Bigger Sequoia trees
 # belong in the service's config.
-MAX_REQUEST_PLAN_CELLS = 256 * 256 * 32
+MAX_REQUEST_PLAN_CELLS = solve_cells(256, 32, 1, 16)
 
 
 def parse_sequoia(text: str) -> SequoiaSpec | None:
@@ -116,15 +118,23 @@ def parse_sequoia(text: str) -> SequoiaSpec | None:
     return None
 
 
-def plan_cells(spec: SequoiaSpec) -> int:
-    """The size of the dynamic program that plans `spec` (`rayspec.tree.sequoia.solve`)."""
-    return spec.budget**2 * min(spec.depth, spec.budget - 1)
+class PlanTooBig(ValueError):
+    """A request's Sequoia tree whose planning would hold it up too long (`check_tree_spec`)."""
 
 
-def check_tree_spec(text: str) -> None:
+def plan_cells(spec: SequoiaSpec, rows: int = 1, ranks: int = 1) -> int:
+    """The most cells the dynamic program that plans `spec` fills (`rayspec.tree.sequoia.solve`)
+    on a vector of `rows` depth rows and `ranks` ranks; sequoia:auto's solves its largest
+    candidate budget."""
+    return solve_cells(AUTO_MAX_BUDGET if spec.budget is None else spec.budget, spec.depth, rows, ranks)
+
+
+def check_tree_spec(text: str, vector_shape: tuple[int, int] = (1, 1)) -> None:
     """Raise ValueError, with a message, unless a request may name the tree `text`: a tree
     spec within the size cap, not a file on the server, whose planning, if it is a Sequoia
-    tree, is cheap enough to run while the request waits."""
+    tree, is cheap enough to run while the request waits on a vector of `vector_shape`
+    (depth rows, ranks: `AcceptanceLibrary.planning_shape`'s; the default, the smallest
+    vector, refuses only what no vector would admit)."""
     if text.strip().startswith("file:"):
         raise ValueError(f"tree spec {text.strip()!r}: file: trees name a file on the server; the service's "
                          "config may use them, requests may not")
@@ -133,11 +143,14 @@ def check_tree_spec(text: str) -> None:
         from rayspec.engine.trees import parse_tree_spec
 
         parse_tree_spec(text)
-    elif sequoia.budget is not None and plan_cells(sequoia) > MAX_REQUEST_PLAN_CELLS:
-        raise ValueError(
-            f"tree spec {text.strip()!r} is too big to plan per request: budget^2 x depth must be at most "
-            f"{MAX_REQUEST_PLAN_CELLS} (e.g. sequoia:256x32, sequoia:512x8), it is {plan_cells(sequoia)}; "
-            "put bigger Sequoia trees in the service's config and leave the request's tree out"
+    elif (cells := plan_cells(sequoia, *vector_shape)) > MAX_REQUEST_PLAN_CELLS:
+        rows, ranks = vector_shape
+        raise PlanTooBig(
+            f"tree spec {text.strip()!r} is too big to plan per request: its dynamic program fills {cells} cells "
+            f"(budget^2 x ranks x depth rows and levels) on the acceptance vector of {ranks} rank(s) x {rows} "
+            f"depth row(s) it is planned from here, and at most {MAX_REQUEST_PLAN_CELLS} are allowed (sequoia:256x32 "
+            "or sequoia:512x8 on a vector of 16 ranks and one row); put bigger Sequoia trees in the service's "
+            "config and leave the request's tree out"
         )
 
 
@@ -168,6 +181,20 @@ class AcceptanceLibrary:
             setting = estimate.setting
             if "verifier" in setting and "temperature" in setting:
                 self.vectors.setdefault(setting["verifier"], []).append((float(setting["temperature"]), estimate.acceptance))
+
+    def planning_shape(self, verifier: str) -> tuple[int, int]:
+        """(depth rows, ranks) of the largest vector `verifier`'s trees are planned from, at any
+        temperature, its ranks cut to the verifier's drafts per node: the running estimates
+        that re-plan them keep their vector's shape."""
+        measured = self.vectors.get(verifier, ()) if isinstance(verifier, str) else ()
+        vectors = [vector for _, vector in measured] or [np.asarray(DEFAULT_VECTOR)]
+        shapes = [acceptance_rows(vector).shape for vector in vectors]
+        try:
+            max_children = verifier_class(verifier).max_drafts
+        except ValueError:  # an unknown verifier is refused by its own check, with its own message
+            max_children = None
+        ranks = max(columns for _, columns in shapes)
+        return max(rows for rows, _ in shapes), ranks if max_children is None else min(ranks, max_children)
 
     def lookup(self, verifier: str, temperature: float) -> tuple[np.ndarray, str]:
         """The vector measured for `verifier` nearest `temperature`, and where it came from."""

@@ -193,7 +193,9 @@ class GenerationRequest:
         if verifier_params is not None and not isinstance(verifier_params, dict):
             raise ValueError("verifier_params must be an object")
         if tree:
-            check_tree_spec(str(tree))  # before anything is built: kary:KxD grows as K^D
+            # before anything is built (kary:KxD grows as K^D); a Sequoia tree's planning is counted
+            # on the vectors this service plans the request's verifier from
+            check_tree_spec(str(tree), engine.library.planning_shape(verifier or engine.verifier))
         check_logprobs(logprobs)
         check_logprobs(prompt_logprobs, "prompt_logprobs")
         def real(value, name: str, default: float) -> float:  # a Python caller's True is refused, not read as 1.0

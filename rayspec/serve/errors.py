@@ -10,6 +10,7 @@ import re
 from fastapi.exceptions import RequestValidationError
 
 from rayspec.engine.interfaces import AtCapacity, ContextLengthExceeded
+from rayspec.engine.policy import PlanTooBig
 from rayspec.rpc.remote import RemoteError
 from rayspec.serve.service import Overloaded
 
@@ -39,6 +40,8 @@ def error_body(error: BaseException) -> tuple[int, dict]:
     """(HTTP status, OpenAI error body) for an exception raised while answering."""
     if isinstance(error, ApiError):
         return openai_error(error.status, error.message, error.param, error.code)
+    if isinstance(error, PlanTooBig):  # refused where the service's vectors are known, past the body's checks
+        return openai_error(400, f"rayspec.tree: {error}", "rayspec.tree")
     if isinstance(error, ContextLengthExceeded):
         return openai_error(400, str(error), code="context_length_exceeded")
     if isinstance(error, ValueError):  # the engine's and GenerationRequest's word for bad input

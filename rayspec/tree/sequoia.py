@@ -167,9 +167,22 @@ class SequoiaSolution:
         return _breadth_first(subtree(0, d, n))
 
 
+def solve_cells(budget: int, max_depth: int, rows: int, ranks: int) -> int:
+    """The most cells `solve` fills for a vector of `rows` depth rows and `ranks` ranks (after
+    any max_children cut): budget^2 per rank of each (depth row, levels) state it solves.  Its
+    early stop can leave out deep levels but is not counted on: a vector whose trees keep
+    deepening (rank 1 near 1) solves every level."""
+    budget, max_depth = int(budget), int(max_depth)
+    last = min(int(rows), max(max_depth, 1)) - 1  # `solve` keeps the first max(max_depth, 1) rows
+    levels = np.arange(1, min(max_depth, budget - 1) + 1)  # deeper levels share the last one solved
+    states = int((np.minimum(last, max_depth - levels) + 1).sum())
+    return states * int(ranks) * budget**2
+
+
 def solve(acceptance, budget: int, max_depth: int, max_children: int | None = None) -> SequoiaSolution:
-    """Sequoia's dynamic program, O(budget^2 * max_depth * W) (times the number of depth
-    rows for a depth-aware matrix), for every budget <= `budget` and depth <= `max_depth`."""
+    """Sequoia's dynamic program, for every budget <= `budget` and depth <= `max_depth`: at
+    most `solve_cells` cells, budget^2 * max_depth * W for a vector of W ranks (times its
+    depth rows, fewer when max_depth is near them, for a depth-aware matrix)."""
     budget, max_depth = int(budget), int(max_depth)
     if budget < 1 or max_depth < 0:
         raise ValueError(f"need budget >= 1 (the root counts) and max_depth >= 0, got {budget}, {max_depth}")

@@ -12,11 +12,12 @@ import time
 import numpy as np
 import pytest
 
+from rayspec.demo import DEMO_DIR
 from rayspec.engine.calibrate import Costs
 from rayspec.engine.interfaces import Outcome
 from rayspec.engine.policy import (
-    AcceptanceLibrary, LoadGauge, SequoiaSpec, SequoiaTrees, TreeTrial, check_tree_spec, load_level,
-    parse_sequoia, vector_file_name,
+    MAX_REQUEST_PLAN_CELLS, AcceptanceLibrary, LoadGauge, PlanTooBig, SequoiaSpec, SequoiaTrees, TreeTrial,
+    check_tree_spec, load_level, parse_sequoia, plan_cells, vector_file_name,
 )
 from rayspec.engine.trees import MAX_TREE_NODES, parse_tree_spec
 from rayspec.tree.planner import MeasuredTimes
@@ -80,15 +81,41 @@ def test_parse():
 
 
 def test_requests_may_name_only_sequoia_trees_cheap_enough_to_plan_while_they_wait():
-    for spec in ("sequoia:256x32", "sequoia:512x8", "sequoia:1024x2", "sequoia:8x1024", "sequoia:auto", "kary:4x4"):
+    demo = AcceptanceLibrary(DEMO_DIR / "acceptance").planning_shape("rrsw")
+    assert demo == (1, 16)
+    for spec in ("sequoia:256x32", "sequoia:512x8", "sequoia:1024x2", "sequoia:8x1024", "sequoia:auto", "sequoia:64",
+                 "sequoia:32x10", "kary:4x4"):
+        check_tree_spec(spec, demo)
         check_tree_spec(spec)
-    with pytest.raises(ValueError, match=r"'sequoia:1024x10' is too big to plan per request: .* it is 10485760; "
-                                         r"put bigger Sequoia trees in the service's config"):
-        check_tree_spec("sequoia:1024x10")
+    with pytest.raises(PlanTooBig, match=r"'sequoia:1024x10' is too big to plan per request: its dynamic program "
+                                         r"fills 167772160 cells .* on the acceptance vector of 16 rank\(s\) x 1 "
+                                         r"depth row\(s\) .*; put bigger Sequoia trees in the service's config"):
+        check_tree_spec("sequoia:1024x10", demo)
     with pytest.raises(ValueError, match="at most 1024"):
         check_tree_spec("kary:4x8")
     with pytest.raises(ValueError, match="'file:/etc/passwd': file: trees name a file on the server"):
         check_tree_spec(" file:/etc/passwd")
+
+
+def test_the_plan_cap_counts_the_ranks_and_depth_rows_of_the_vector_the_service_plans_from(tmp_path):
+    """The cap counted budget^2 x depth alone: a service whose vector has 32 ranks and 10 depth
+    rows planned a request's sequoia:256x32 over 17 times the cells (577 million, 1.1 s on a
+    2-core VM; 4 s with another load) that the cap allows for the demo's 16 ranks and one row."""
+    row = np.full(32, 0.005 / 32)
+    row[0] = 0.99  # trees that keep deepening: the program's early stop does not help
+    write_vector(tmp_path, "rrsw", 1.0, np.tile(row, (10, 1)).tolist())
+    write_vector(tmp_path, "rrsw", 0.0, [0.5, 0.2])
+    library = AcceptanceLibrary(tmp_path)
+    assert library.planning_shape("rrsw") == (10, 32)  # the largest at any temperature
+    assert library.planning_shape("spechub") == (1, 2)  # the default prior, cut to its two drafts per node
+    assert plan_cells(SequoiaSpec(256, 32), 10, 32) == 275 * 32 * 256**2 == 576716800 > MAX_REQUEST_PLAN_CELLS
+    with pytest.raises(PlanTooBig, match=r"^tree spec 'sequoia:256x32' is too big to plan per request: its dynamic "
+                                         r"program fills 576716800 cells .* vector of 32 rank\(s\) x 10 depth "
+                                         r"row\(s\) it is planned from here, and at most 33554432 are allowed"):
+        check_tree_spec("sequoia:256x32", library.planning_shape("rrsw"))
+    for spec in ("sequoia:64", "sequoia:auto", "sequoia:32x10"):  # within the cap on this vector too
+        check_tree_spec(spec, library.planning_shape("rrsw"))
+    assert plan_cells(SequoiaSpec(None), 10, 32) == 55 * 32 * 128**2 <= MAX_REQUEST_PLAN_CELLS
 
 
 @pytest.mark.parametrize("spec, nodes", [("kary:1x1023", 1024), ("kary:2x9", 1023), ("kary:32x1", 33), ("kary:7x0", 1),

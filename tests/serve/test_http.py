@@ -29,7 +29,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from rayspec.demo import TARGET_PATH
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.engine.interfaces import AtCapacity, DrafterUnavailable
-from rayspec.engine.policy import PlanReport, TrialReport
+from rayspec.engine.policy import AcceptanceLibrary, PlanReport, TrialReport
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.engine.structured import StructuredOutput
 from rayspec.engine.text import finished_length
@@ -1013,6 +1013,22 @@ def _assert_refused(http, path, body, status, message, param):
     error = reply.json()["error"]
     assert message in error["message"] and error["param"] == param
     assert error["type"] == "invalid_request_error" and set(error) == {"message", "type", "param", "code"}
+
+
+def test_a_sequoia_tree_too_big_to_plan_on_the_services_vector_is_a_400_naming_the_field(http, server, tmp_path,
+                                                                                         monkeypatch):
+    """The plan cap counts the vector the service plans the request's verifier from, which the
+    body's own check does not know: sequoia:256x32 (admitted on the demo's 16-rank vectors) is
+    refused on a vector of 32 ranks x 10 depth rows, by the engine's check, the field named."""
+    vector = [[0.99] + [0.005 / 31] * 31] * 10
+    (tmp_path / "rrsw_t1.00.json").write_text(json.dumps({"acceptance": vector,
+                                                          "setting": {"verifier": "rrsw", "temperature": 1.0}}))
+    monkeypatch.setattr(server["service"].engine, "library", AcceptanceLibrary(tmp_path))
+    for path, body in (("/v1/completions", {"prompt": "x"}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})):
+        _assert_refused(http, path, {**body, "max_tokens": 2, "rayspec": {"tree": "sequoia:256x32"}}, 400,
+                        "rayspec.tree: tree spec 'sequoia:256x32' is too big to plan per request: its dynamic "
+                        "program fills 576716800 cells", "rayspec.tree")
 
 
 def test_the_server_keeps_serving_after_bad_input_and_harmless_fields_pass(http):

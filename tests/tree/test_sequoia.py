@@ -15,6 +15,7 @@ from rayspec.tree.sequoia import (
     optimal_tree,
     planned_tree,
     solve,
+    solve_cells,
     tree_from_json,
     tree_to_json,
 )
@@ -317,3 +318,25 @@ def test_levels_past_the_trees_deepening_are_shared_not_solved(kind, monkeypatch
     for n in (1, 2, 10, 50, 96):
         for d in (1, 5, 30, 95):
             assert solution.tree(n, d) == full.tree(n, d)
+
+
+@pytest.mark.parametrize("budget, depth, ranks, rows", [(1, 5, 3, 1), (6, 0, 3, 2), (9, 4, 3, 1), (9, 4, 3, 7),
+                                                        (7, 20, 2, 4), (12, 3, 5, 9), (5, 1, 4, 3)])
+def test_solve_cells_counts_the_cells_the_program_fills_when_it_cannot_stop_early(budget, depth, ranks, rows,
+                                                                               monkeypatch):
+    """The request-time plan cap counts `solve_cells`: budget^2 per rank of each (depth row,
+    levels) state solved, which a vector whose trees keep deepening fills in full; a vector the
+    early stop helps fills no more."""
+    import rayspec.tree.sequoia as sequoia
+
+    cells = []
+    real = sequoia._solve_state
+    monkeypatch.setattr(sequoia, "_solve_state", lambda a, child, n: cells.append(a.size * n * n) or real(a, child, n))
+    row = np.full(ranks, 0.005 / ranks)
+    row[0] = 0.99
+    deepening = np.tile(row, (rows, 1)) * np.linspace(1.0, 0.999, rows)[:, None]
+    solve(deepening, budget, depth)
+    assert sum(cells) == solve_cells(budget, depth, rows, ranks)
+    cells.clear()
+    solve(np.stack([random_vector(ranks, np.random.default_rng(rows)) for _ in range(rows)]), budget, depth)
+    assert sum(cells) <= solve_cells(budget, depth, rows, ranks)
