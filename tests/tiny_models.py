@@ -85,3 +85,14 @@ def tiny_sliding_window(architecture: str, window: int = 4, vocab: int = 64, see
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(8.0)
     return model
+
+
+def nan_row_at(model, position: int):
+    """Hook `model`'s output layer to give a NaN row at `position` of any forward over more positions."""
+    def poison(module, inputs, output):
+        if output.shape[-2] > position:
+            output = output.clone()
+            output[..., position, :] = float("nan")
+        return output
+
+    return model.lm_head.register_forward_hook(poison)

@@ -886,4 +886,11 @@ def _prompt_logprobs(target, spec: SequenceSpec) -> TokenLogprobs | None:
     logprobs = getattr(target, "prompt_logprobs", None)
     if logprobs is None or len(logprobs) != len(spec.prompt_ids) - 1:
         raise RuntimeError("the target sent no log-probabilities of the prompt: its worker predates them")
+    # A NaN logit (an overflow, a broken checkpoint) makes its row's log-probabilities NaN, which
+    # JSON cannot carry: the target failed, as a worker's NaN row fails its decoding.
+    broken = [i for i, (value, top) in enumerate(zip(logprobs.chosen, logprobs.top_values))
+              if not value <= 0 or not all(v <= 0 for v in top)]
+    if broken:
+        raise RuntimeError(f"the target's log-probabilities of the prompt are not numbers at {len(broken)} "
+                           f"position(s), the first that of prompt token {broken[0] + 1} (from 0): its logits there are not finite")
     return logprobs

@@ -11,7 +11,7 @@ from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.engine.interfaces import ContextLengthExceeded
 from rayspec.verify import available_verifiers
 from tests.engine.test_engine import VERIFIER_TREES
-from tests.tiny_models import noisy_copy, tiny_llama
+from tests.tiny_models import nan_row_at, noisy_copy, tiny_llama
 
 PROMPT = [5, 9, 14, 20, 33]
 
@@ -190,3 +190,21 @@ def test_a_target_that_sends_no_prompt_log_probabilities_fails_the_request_and_i
         engine.prompt_logprobs(PROMPT)
     assert target.closed == 2
     assert len(next(engine.generate(PROMPT, max_new_tokens=2)).tokens) >= 1  # not asked for: not needed
+
+
+def test_a_target_whose_prompt_logits_are_nan_fails_the_request_saying_where(pair):
+    """A NaN logit reached the prompt's log-probabilities as NaN in-process (a gRPC worker's NaN
+    row is refused): JSON cannot carry it, the HTTP answer was a 400 blaming the client or a
+    stream event no JSON parser reads."""
+    hook = nan_row_at(pair[0], 2)
+    try:
+        engine = SpeculativeEngine(LocalTarget(pair[0]))
+        message = (r"^the target's log-probabilities of the prompt are not numbers at 1 position\(s\), the first "
+                   r"that of prompt token 3 \(from 0\): its logits there are not finite$")
+        with pytest.raises(RuntimeError, match=message):
+            engine.prompt_logprobs(PROMPT, top=2)
+        with pytest.raises(RuntimeError, match=message):
+            next(engine.generate(PROMPT, max_new_tokens=2, prompt_logprobs=0))
+    finally:
+        hook.remove()
+    assert all(v <= 0 for v in engine.prompt_logprobs(PROMPT, top=2).chosen)

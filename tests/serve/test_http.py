@@ -44,6 +44,7 @@ from rayspec.serve.tool_parsers import read_tool_calls
 from tests.faults import LateDrafter, LosesItsFirstSession
 from tests.loopback import ServerThread
 from tests.serve.served import MODEL, PROMPT, SETTING, chat_prompt, eventually, expected
+from tests.tiny_models import nan_row_at, noisy_copy, tiny_llama
 
 
 def metric_samples(http) -> dict:
@@ -1029,6 +1030,36 @@ def test_a_sequoia_tree_too_big_to_plan_on_the_services_vector_is_a_400_naming_t
         _assert_refused(http, path, {**body, "max_tokens": 2, "rayspec": {"tree": "sequoia:256x32"}}, 400,
                         "rayspec.tree: tree spec 'sequoia:256x32' is too big to plan per request: its dynamic "
                         "program fills 576716800 cells", "rayspec.tree")
+
+
+def test_prompt_logprobs_a_target_gives_as_nan_are_a_500_saying_so_not_json_no_parser_reads(parts):
+    """A NaN logit in the prompt's prefill reached the answer as NaN: a 400 "Out of range float
+    values are not JSON compliant" blaming the client, or a stream event holding NaN, which JSON
+    parsers refuse.  The target failed: a 500 that says where, as a gRPC worker's NaN row is."""
+    target = tiny_llama(vocab=8192, hidden=32, layers=2, context=512)
+    hook = nan_row_at(target, 2)
+    tokenizer = parts[2]
+    engine = SpeculativeEngine(LocalTarget(target, tokenizer), LocalDrafter(noisy_copy(target, noise=0.3), tokenizer),
+                               tokenizer=tokenizer, **SETTING)
+    service = Service(engine, tokenizer, MODEL, LimitsConfig(default_max_tokens=4, max_tokens=16))
+    prompt = [5, 6, 7, 8, 9, 10]
+    try:
+        with ServerThread(create_app(service)) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+            for path, body in (
+                ("/v1/completions", {"prompt": prompt, "max_tokens": 1, "prompt_logprobs": 1}),
+                ("/v1/completions", {"prompt": prompt, "max_tokens": 0, "echo": True, "logprobs": 1}),
+                ("/v1/completions", {"prompt": prompt, "max_tokens": 1, "echo": True, "logprobs": 1, "stream": True}),
+                ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hello there you"}],
+                                          "max_tokens": 1, "prompt_logprobs": 0}),
+            ):
+                reply = client.post(path, json={"model": MODEL, **body})
+                assert reply.status_code == 500, (body, reply.text)
+                error = reply.json()["error"]
+                assert error["type"] == "internal_error"
+                assert "the target's log-probabilities of the prompt are not numbers at 1 position(s), the first " \
+                       "that of prompt token 3 (from 0): its logits there are not finite" in error["message"]
+    finally:
+        hook.remove()
 
 
 def test_the_server_keeps_serving_after_bad_input_and_harmless_fields_pass(http):
