@@ -251,7 +251,7 @@ def check_tree(spec: str) -> None:
 
 
 class CompletionBody(GenerationBody):
-    prompt: Any  # text, token ids, or a batch of one of those: checked by `prompt_fields`
+    prompt: Any  # text, token ids, or a batch of one of those: checked by `prompts`
     max_tokens: int | None = Field(None, ge=0)  # 0 with echo: the prompt scored, nothing generated
     echo: bool | None = None
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
