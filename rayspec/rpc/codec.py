@@ -34,8 +34,9 @@ DTYPES = {
 }
 _NAMES = {dtype: name for name, dtype in DTYPES.items()}
 _LITTLE = sys.byteorder == "little"
-# A sparse table is sent when it holds at most this share of non-zeros: an entry then costs
-# index + value (2x a dense entry), so below 1/2 it is smaller; 1/4 leaves margin for offsets.
+# A sparse table is sent when it holds at most this share of non-zeros: an entry then costs an
+# int32 index and its value (2x a dense float32 entry, 3x a float16 one), so below 1/3 it is
+# smaller either way; 1/4 leaves margin for offsets.
 SPARSE_BELOW = 0.25
 MAX_DIMS, MAX_DIM = 8, 2**31 - 1
 
@@ -97,10 +98,10 @@ def decode_tensor(message: tensor_pb2.Tensor, expect: set[str] | None = None, wh
 
 def encode_rows(rows: torch.Tensor, out: tensor_pb2.ProbabilityRows | None = None,
                 divisors: torch.Tensor | None = None) -> tensor_pb2.ProbabilityRows:
-    """[R, V] float32 probability rows, dense or as exact sparse rows, whichever is smaller;
-    written into `out` when given.  With `divisors` (rows from
-    `rayspec.verify.processing.half_precision`) the values travel as float16 and each row's
-    divisor as float32, which decode to the same rows bit for bit."""
+    """[R, V] float32 probability rows, dense, or as exact sparse rows when at most
+    `SPARSE_BELOW` of their entries are non-zero; written into `out` when given.  With
+    `divisors` (rows from `rayspec.verify.processing.half_precision`) the values travel as
+    float16 and each row's divisor as float32, which decode to the same rows bit for bit."""
     out = tensor_pb2.ProbabilityRows() if out is None else out
     if divisors is not None:
         encode_tensor(divisors.float(), out.divisors)
