@@ -14,13 +14,13 @@ gives each row a mask of its own: its committed prefix, its ancestors among its 
 (`visible_beyond_prefix`), nothing of the padding.  Its new keys and values are written into
 that sequence's own cache, as a forward alone would write them.
 
-A call alone takes `TreeLM.forward_alone`, exactly today's arithmetic.  A call in a batch
-gets the same logits up to rounding (a matrix product's rounding depends on its shape; about
-1e-6 relative on the demo target): each row's law is its own sequence's, so every verifier
-stays exact in law, but a sample whose uniform falls that close to a boundary may differ from
-the one drawn alone.  Which calls share a forward depends on timing, so a seed repeats its
-tokens byte for byte under load only with batching off (`max_sequences=1`), as with the
-prefix cache (`rayspec.models.prefix_cache`).
+A call alone takes `TreeLM.forward_alone`, a forward's arithmetic without batching.  A call in
+a batch gets the same logits up to rounding (a matrix product's rounding depends on its shape;
+about 1e-6 relative on the demo target): each row's law is its own sequence's, so every
+verifier stays exact in law, but a sample whose uniform falls that close to a boundary may
+differ from the one drawn alone.  Which calls share a forward depends on timing, so a seed
+repeats its tokens byte for byte under load only with batching off (`max_sequences=1`), as
+with the prefix cache (`rayspec.models.prefix_cache`).
 
 Batched: plain growing caches without a sliding window (`TreeLM.reuses_prefixes`; the padded
 mask here applies no window, so such a model's calls run alone) and calls whose padded batch stays
