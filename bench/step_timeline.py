@@ -106,16 +106,19 @@ def measure(args) -> dict:
                                              verifier=args.verifier, tree=args.tree, acceptance_dir=ACCEPTANCE),
         }
         steps = {name: [] for name in engines}  # (steps, seconds) per decode
+        phases = {name: [] for name in engines}  # each timed decode's phase seconds
 
         def decode(name, prompt, seed):
             stats, start = GenerationStats(), time.perf_counter()
             for _ in engines[name].generate(prompt, max_new_tokens=args.tokens, temperature=args.temperature,
                                             seed=seed, stats=stats):
                 pass
+            phases[name].append(stats.phase_seconds())
             return len(stats.steps), time.perf_counter() - start
 
         for name in engines:  # untimed: kernels load, caches grow
             decode(name, prompts[0], 0)
+            phases[name].clear()
         warm = len(sent)
         for _ in range(args.rounds):
             for name in engines:
@@ -142,6 +145,12 @@ def measure(args) -> dict:
     result["coordinator between calls"] = _summary(between)
     result["step_ms"] = {name: round(1000 * sum(s for _, s in runs) / sum(n for n, _ in runs), 3)
                          for name, runs in steps.items()}
+    # The engine's own split of a step (the workers report their draft, score and verify
+    # seconds): whether the handlers' compute itself is slower than in-process, or only the
+    # time around it.
+    result["phase_ms_per_step"] = {
+        name: {phase: round(1000 * sum(p[phase] for p in runs) / sum(n for n, _ in steps[name]), 3)
+               for phase in runs[0]} for name, runs in phases.items()}
     result["calls_per_step"] = round(len(calls) / sum(n for n, _ in steps["distributed"]), 3)
     return result
 
@@ -164,7 +173,13 @@ def markdown(result: dict) -> str:
     lines += ["", f"The coordinator between two calls: {between['median_ms']:.3f} ms ({between['mean_ms']:.3f}).  "
               f"Step: {steps['in-process']:.2f} ms in-process, {steps['distributed']:.2f} ms distributed "
               f"({result['calls_per_step']:.2f} calls a step); the calls' ways there and back add "
-              f"{transit:.2f} ms a step (means, one call to each worker)."]
+              f"{transit:.2f} ms a step (means, one call to each worker).", "",
+              "The engine's split of a step, ms (a worker reports its own draft, score and verify seconds; "
+              "`other` is the rest of the step's wall time):", "",
+              "| engine | " + " | ".join(result["phase_ms_per_step"]["in-process"]) + " |",
+              "|---|" + "---|" * len(result["phase_ms_per_step"]["in-process"])]
+    lines += [f"| {name} | " + " | ".join(f"{v:.3f}" for v in split.values()) + " |"
+              for name, split in result["phase_ms_per_step"].items()]
     return "\n".join(lines) + "\n"
 
 
