@@ -1,6 +1,6 @@
 """Time `verify_tree` for every verifier on a 64-node tree at realistic vocabulary sizes.
 
-    python bench/verify_bench.py [--vocab 32000 128256] [--repeats 200] [--device cpu|cuda]
+    python bench/verify_bench.py [--vocab 32000 128256] [--repeats 100] [--device cpu|cuda]
 
 The tree: 64 nodes, depth <= 8, up to 8 children per node, grown best-first from a
 positional acceptance vector (the shape a Sequoia-style planner produces).  Verifiers
