@@ -3,6 +3,7 @@ counts, and an OpenAI-shaped 500 for whatever escapes the endpoints."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from fastapi.responses import JSONResponse
@@ -129,6 +130,10 @@ class CountResponses:
 
         try:
             await self.app(scope, receive, send_and_note)
+        except asyncio.CancelledError:
+            # Ray Serve's proxy cancels the replica's request when its client disconnects (it
+            # logs 499 itself); uvicorn alone lets the app see the disconnect (`ClientGone`).
+            raise
         except BaseException:
             status = 500 if status is None else status  # failed before any answer: the server's fault
             raise
