@@ -256,6 +256,24 @@ class Service:
         elif serving and not serve.status().applications:
             serve.shutdown()
 
+    def stop_now(self) -> None:
+        """`stop` without waiting for the requests in flight: the actors are killed, and a Ray
+        instance the service started ends with them; on a cluster it joined, the Serve
+        application, whose deletion `stop` asked for, goes after its replica's grace."""
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        if not ray.is_initialized():  # `stop` had ended the Ray instance already
+            return
+        for actor in [self.generation, self.target, *self.drafters]:
+            if actor is not None:
+                ray.kill(actor)
+        if self.group is not None:
+            with contextlib.suppress(Exception):  # `stop` may have removed it already
+                remove_placement_group(self.group)
+        if self.started_ray:
+            ray.shutdown()
+
 
 def serve_forever(config: ServiceConfig, ray_address: str | None = None) -> int:
     """Start the service, print where it listens, and run until Ctrl-C or SIGTERM."""
@@ -285,7 +303,20 @@ def serve_forever(config: ServiceConfig, ray_address: str | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
-    print("stopping rayspec ...", flush=True)
-    service.stop()
+    print("stopping rayspec ... (Ctrl-C again: without waiting for the requests in flight)", flush=True)
+    # Serve lets a replica's requests in flight run on for up to 20 s as it stops, and a
+    # stream may take longer: a second signal cuts them rather than leave the terminal waiting.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, interrupt)
+    try:
+        service.stop()
+        forced = False
+    except KeyboardInterrupt:
+        forced = True
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)  # what is left is quick, and must not be cut short
+    if forced:
+        print("stopping rayspec now: the requests in flight are cut", flush=True)
+        service.stop_now()
     ray.shutdown()
     return 0

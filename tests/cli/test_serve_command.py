@@ -5,6 +5,7 @@ error line of Ray's on the way."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import shutil
@@ -52,9 +53,8 @@ def _refused(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) != 0
 
 
-def test_serve_prints_a_ready_line_answers_and_stops_on_ctrl_c(tmp_path):
-    from rayspec.client import Client
-
+def _tiny_service(tmp_path: Path) -> tuple[Path, int, int]:
+    """A service config of the tiny pair on free ports: (its file, HTTP port, gRPC port)."""
     target_path, drafter_path = save_tiny_pair(tmp_path)
     http_port, grpc_port = free_port(), free_port()
     config = tmp_path / "serve.yaml"
@@ -63,6 +63,13 @@ def test_serve_prints_a_ready_line_answers_and_stops_on_ctrl_c(tmp_path):
         "drafters": [{"path": str(drafter_path), "threads": 1}], "tree": "kary:2x2", "adaptive_trees": False,
         "http": {"port": http_port}, "grpc": {"port": grpc_port},
     }))
+    return config, http_port, grpc_port
+
+
+def test_serve_prints_a_ready_line_answers_and_stops_on_ctrl_c(tmp_path):
+    from rayspec.client import Client
+
+    config, http_port, grpc_port = _tiny_service(tmp_path)
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
     with open(tmp_path / "serve.err", "w") as errors:
         server = subprocess.Popen([sys.executable, "-m", "rayspec.cli", "serve", str(config)], cwd=ROOT, env=env,
@@ -257,3 +264,45 @@ def test_a_ray_address_where_nothing_answers_is_refused_at_once():
         check_ray_answers(f"127.0.0.1:{listening.getsockname()[1]}")
     for address in ("local", "auto", "ray://127.0.0.1:1"):  # Ray's own to resolve
         check_ray_answers(address)
+
+
+def test_a_second_ctrl_c_stops_at_once_without_waiting_for_the_requests_in_flight(tmp_path):
+    """Serve gives a replica's requests in flight up to 20 s to end as it stops; a second Ctrl-C
+    cuts them.  The request in flight here waits on a drafter stopped with SIGSTOP (its first
+    draft has the call's minute), so it would hold the first stop for Serve's whole grace."""
+    psutil = pytest.importorskip("psutil")
+    config, http_port, grpc_port = _tiny_service(tmp_path)
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
+    server = subprocess.Popen([sys.executable, "-m", "rayspec.cli", "serve", str(config)], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    drafter = None
+    try:
+        lines = _lines(server.stdout)
+        _read_until(lines, "Ctrl-C stops it", 300)
+        workers = httpx.get(f"http://127.0.0.1:{http_port}/health", timeout=10).json()["workers"]
+        drafter_port = int(next(name for name in workers if name.startswith("drafter")).rsplit(":", 1)[1])
+        drafter = next(psutil.Process(c.pid) for c in psutil.net_connections("tcp")
+                       if c.status == psutil.CONN_LISTEN and c.laddr.port == drafter_port)
+        drafter.suspend()
+
+        def waiting_request():
+            with contextlib.suppress(httpx.HTTPError):
+                httpx.post(f"http://127.0.0.1:{http_port}/v1/completions", timeout=120,
+                           json={"model": "tiny", "prompt": "def f(x):", "max_tokens": 5})
+
+        threading.Thread(target=waiting_request, daemon=True).start()
+        time.sleep(2)
+        server.send_signal(signal.SIGINT)
+        _read_until(lines, "stopping rayspec", 30)
+        time.sleep(2)
+        server.send_signal(signal.SIGINT)
+        second = time.monotonic()
+        assert server.wait(20) == 0, "the second Ctrl-C was not heeded"
+        assert time.monotonic() - second < 20
+        assert _refused(http_port) and _refused(grpc_port)
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+        if drafter is not None:
+            with contextlib.suppress(psutil.Error):
+                drafter.resume()
