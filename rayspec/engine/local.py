@@ -268,10 +268,28 @@ class LocalDrafterSession(_Session):
                  prefix_cache: PrefixCache | None = None, draft_top_k: int = 0):
         super().__init__(model, spec, "draft", batcher, vocabulary, eos_token_ids, prefix_cache)
         self.slots: dict[int, int] = {}  # node of the last tree -> its cache row
+        self.drafted_tree = None  # the last tree drafted, whose path `commit` keeps: until it commits
         self.draft_top_k = draft_top_k
+
+    def check_outcome(self, previous: Outcome) -> None:
+        """Refuse an outcome that is no walk down the tree drafted last from its root, its nodes'
+        tokens and one token more, or more still (steps this drafter sat out, `Outcome.then`);
+        an empty path needs no tree.  The cache keeps the path's rows and the sequence the
+        tokens (a worker's Commit, or its Draft's `previous`, is a caller's word for both), so
+        any other outcome left the two apart: every later draft drawn after the wrong context,
+        drafts worse and verification none the wiser."""
+        if not previous.tokens or (previous.path and not _walks_down(self.drafted_tree, previous.tokens,
+                                                                     previous.path, more=True)):
+            raise ValueError(f"a drafter's outcome takes a path down the tree it drafted last from its root, its "
+                             f"nodes' tokens and at least one token more; got path {list(previous.path)[:8]} and "
+                             f"{len(previous.tokens)} tokens"
+                             + ("" if self.drafted_tree is not None or not previous.path
+                                else ", with no tree drafted since the last commit"))
 
     def commit(self, previous: Outcome) -> None:
         """Keep the cache rows of the accepted path's drafted nodes; commit the emitted tokens."""
+        self.check_outcome(previous)
+        self.drafted_tree = None
         kept = []
         for node in previous.path:  # a prefix of the path was forwarded (the rest: leaves)
             if node not in self.slots:
@@ -317,7 +335,7 @@ class LocalDrafterSession(_Session):
         self.check_fits(length, shape.depth if isinstance(shape, DynamicPlan) else shape.max_depth)
         if previous is not None:
             self.commit(previous)
-        self.slots = {}
+        self.slots, self.drafted_tree = {}, None
         pending = self.model_ids(self.tokens[self.lm.committed :])
         if self.lm.committed:
             root_logits = self.lm.prefill(pending, last=1)  # the root is now committed
@@ -325,7 +343,7 @@ class LocalDrafterSession(_Session):
             root_logits = self.prefill_prompt(pending, last=1)
         root_logits = fit_vocabulary(root_logits, self.vocab_size)
         if isinstance(shape, DynamicPlan):
-            tree = self._draft_dynamic(shape, root_logits)
+            tree = self.drafted_tree = self._draft_dynamic(shape, root_logits)
             return Draft(tree, None, time.perf_counter() - start)
 
         parents, tokens, planned, depth = [-1], [self.tokens[-1]], [0], [0]
@@ -357,7 +375,7 @@ class LocalDrafterSession(_Session):
             level = [n for n in next_level if shape.num_children[planned[n]]]
             if level and d + 1 < shape.max_depth:
                 level_logits = self._forward_level(level, parents, tokens, depth)
-        tree = DraftTree(TreeShape(tuple(parents)), torch.tensor(tokens))
+        tree = self.drafted_tree = DraftTree(TreeShape(tuple(parents)), torch.tensor(tokens))
         if not (q_rows and self.verifier.needs_draft_probs):
             return Draft(tree, None, time.perf_counter() - start)
         return Draft(tree, torch.stack(q_rows), time.perf_counter() - start, q_divisors=torch.stack(q_divisors))
@@ -440,10 +458,10 @@ def fit_vocabulary(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return torch.cat([logits, padding], dim=-1)
 
 
-def _walks_down(tree: DraftTree | None, tokens: list[int], path: list[int]) -> bool:
+def _walks_down(tree: DraftTree | None, tokens: list[int], path: list[int], more: bool = False) -> bool:
     """Whether `path` goes down `tree` from its root's child, node by node, `tokens` holding its
-    nodes' tokens and one more."""
-    if tree is None or len(tokens) != len(path) + 1:
+    nodes' tokens and one more (more: at least one more)."""
+    if tree is None or len(tokens) < len(path) + 1 or (len(tokens) > len(path) + 1 and not more):
         return False
     parents, above = tree.shape.parents, 0
     for node, token in zip(path, tokens):

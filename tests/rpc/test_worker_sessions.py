@@ -19,7 +19,7 @@ import torch
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.rpc import codec
 from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, worker_pb2, worker_pb2_grpc
-from rayspec.engine.interfaces import GenerationCancelled, SequenceSpec
+from rayspec.engine.interfaces import GenerationCancelled, Outcome, SequenceSpec
 from rayspec.models.cancellation import caller_left
 from rayspec.rpc.remote import RemoteDrafter, RemoteError, RemoteTarget
 from rayspec.rpc.server import RefuseUndecodable, rpc_errors, status_of
@@ -147,6 +147,71 @@ def test_outcomes_a_session_could_not_embed_are_refused_and_the_session_goes_on(
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "nothing new to draft from" in details
     good = worker_pb2.DraftRequest(session_id=session, shape=plan.shape, previous=worker_pb2.Outcome(tokens=[3]))
     assert len(stub.Draft(good, timeout=10).tree.tokens) == 3
+
+
+def _drafter_told(stub, via, session, shape, outcome):
+    """A drafter told `outcome` by a unary Commit (then a Draft), by a Draft's `previous`, or by
+    either down a `Steps` stream: the tokens of the tree it drafts next, or the (status code,
+    details) of its refusal."""
+    commit = worker_pb2.CommitRequest(session_id=session, outcome=outcome)
+    draft = worker_pb2.DraftRequest(session_id=session, shape=shape, previous=outcome)
+    try:
+        if via == "commit":
+            stub.Commit(commit, timeout=30)
+            draft.ClearField("previous")
+        elif via.startswith("steps"):
+            call = worker_pb2.DrafterCall(commit=commit) if via == "steps-commit" else worker_pb2.DrafterCall(draft=draft)
+            result, = stub.Steps(iter([call]), timeout=30)
+            if result.WhichOneof("result") == "error":
+                return grpc.StatusCode(next(c for c in grpc.StatusCode if c.value[0] == result.error.code)), \
+                    result.error.message
+            if via == "steps-draft":
+                return list(result.draft.tree.tokens)
+            draft.ClearField("previous")
+        return list(stub.Draft(draft, timeout=30).tree.tokens)
+    except grpc.RpcError as error:
+        return error.code(), error.details()
+
+
+@pytest.mark.parametrize("via", ["commit", "draft", "steps-commit", "steps-draft"])
+@pytest.mark.parametrize("case", ["skips a node", "other tokens", "past the tree", "no tree"])
+def test_a_drafter_outcome_off_its_drafted_tree_is_refused_and_the_session_goes_on(drafter_stub, via, case):
+    """The drafter's cache keeps the path's rows and its sequence the tokens, so an outcome that
+    is no walk down the tree it drafted last left the two apart: every later draft was drawn
+    after the wrong context (worse drafts, silently; the target's verification stays exact).
+    Tokens beyond the path's and one are steps it sat out (`Outcome.then`), and are taken."""
+    stub = drafter_stub
+    shape = worker_pb2.Tree(parents=[-1, 0, 1])  # a chain of 2: node 1 forwarded, node 2 a leaf
+    spec = _spec("greedy", temperature=0.0, prompt=(11, 5, 7, 40))
+    session, clean = f"drafted-{via}-{case}", f"drafted-{via}-{case}-clean"
+    trees = []
+    for name in (session, clean):
+        stub.Open(worker_pb2.OpenRequest(session_id=name, spec=spec), timeout=10)
+        if case != "no tree":
+            trees.append(list(stub.Draft(worker_pb2.DraftRequest(session_id=name, shape=shape), timeout=30).tree.tokens))
+    drafted = trees[0][1:] if trees else [47, 48]
+    path, tokens = {"skips a node": ([2], [drafted[1], 3]), "other tokens": ([1], [(drafted[0] + 1) % VOCAB, 3]),
+                    "past the tree": ([1, 2, 3], drafted + [3, 4]), "no tree": ([1], [drafted[0], 3])}[case]
+    code, details = _drafter_told(stub, via, session, shape, worker_pb2.Outcome(tokens=tokens, path=path))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+    assert (f"a drafter's outcome takes a path down the tree it drafted last from its root, its nodes' tokens and at "
+            f"least one token more; got path {path} and {len(tokens)} tokens") in details
+    assert details.endswith("with no tree drafted since the last commit") == (case == "no tree")
+    # nothing was committed: the session drafts as one never told it, after an outcome of the
+    # tree's own (its first node accepted) with steps it sat out on top (more tokens than the path's and one)
+    kept = worker_pb2.Outcome(tokens=[drafted[0], 3, 9, 12] if trees else [3, 9], path=[1] if trees else [])
+    after = [_drafter_told(stub, via, name, shape, kept) for name in (session, clean)]
+    assert isinstance(after[0], list) and len(after[0]) == 3 and after[0] == after[1]
+    for name in (session, clean):
+        stub.Release(worker_pb2.ReleaseRequest(session_id=name), timeout=10)
+
+
+def test_a_drafter_session_refuses_an_outcome_of_no_tokens():
+    """What the codec refuses on the wire, handed to a session in this process: nothing to
+    commit, and a draft after it would prefill no tokens."""
+    session = LocalDrafter(tiny_llama(vocab=VOCAB, seed=0)).open(codec.decode_spec(_spec()))
+    with pytest.raises(ValueError, match=r"at least one token more; got path \[\] and 0 tokens"):
+        session.commit(Outcome([], [], []))
 
 
 @pytest.mark.parametrize("parents, tokens, path, scored", [
