@@ -156,7 +156,9 @@ class BaseClient:
                 hint = f" (did you mean {near[0]!r}?)" if near else ""
                 raise TypeError(f"unexpected keyword argument {name!r}{hint}; the parameters are GenerateRequest's")
         try:
-            return GenerateRequest(prompt, **{**params, "request_id": params.get("request_id") or new_request_id()})
+            # None alone is no id: "" is one, refused as the server and HTTP refuse it, not replaced
+            named = params.get("request_id")
+            return GenerateRequest(prompt, **{**params, "request_id": new_request_id() if named is None else named})
         except (TypeError, ValueError) as error:  # a value of the wrong type or shape, as to_proto refuses them
             raise InvalidRequestError(f"this request cannot be sent: {error}") from None
 

@@ -19,6 +19,7 @@ from typing import Any, TypedDict
 import msgpack
 
 from rayspec.client.errors import InvalidRequestError
+from rayspec.request_id import check_request_id
 from rayspec.rpc.generated import generation_pb2 as pb
 from rayspec.unicode_text import check_text
 
@@ -244,6 +245,8 @@ class GenerateRequest:
             for name in names:
                 value = getattr(self, name)
                 scalars[name] = None if value is None else check(name, value)
+        if scalars["request_id"] is not None:  # what the server refuses, refused before it is sent
+            check_request_id(scalars["request_id"])
         if scalars["max_tokens"] is not None and scalars["max_tokens"] < 1:  # 0 would cross as unset: 256 tokens
             raise ValueError(f"max_tokens must be at least 1 (None: the server's default), got {scalars['max_tokens']}")
         return scalars

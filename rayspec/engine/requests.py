@@ -19,6 +19,7 @@ from rayspec.engine.policy import check_tree_spec
 from rayspec.engine.prediction import check_prediction, prediction_chain
 from rayspec.engine.structured import check_structured, compiled_index, structured_regex, vocabulary_of
 from rayspec.engine.text import TextAssembler, bad_words_token_ids, listed
+from rayspec.request_id import check_request_id
 from rayspec.unicode_text import check_text
 from rayspec.verify.processing import SamplingParams, real_number
 
@@ -148,6 +149,8 @@ class GenerationRequest:
         refused before anything runs."""
         if (prompt is None) == (prompt_ids is None):
             raise ValueError("give exactly one of prompt (text) and prompt_ids (token ids)")
+        # a client's id is echoed, logged and names the request's thread: the front ends' one rule
+        self.request_id = uuid.uuid4().hex if request_id is None else check_request_id(request_id)
         context = engine.target.context_length
         special = False  # whether the tokenizer wrote its special tokens around the prompt's text
         if prompt is not None:
@@ -233,7 +236,6 @@ class GenerationRequest:
         if regex:
             compiled_index(regex, vocabulary_of(tokenizer))
         self.seed = secrets.randbits(63) if seed is None else _integer(seed, "seed")
-        self.request_id = request_id or uuid.uuid4().hex
         self.kwargs = dict(
             max_new_tokens=max_tokens,
             **sampling,

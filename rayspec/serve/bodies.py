@@ -11,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 from rayspec.engine.interfaces import MAX_LOGPROBS
 from rayspec.engine.policy import check_tree_spec
 from rayspec.engine.structured import StructuredOutput
+from rayspec.request_id import REQUEST_ID_RULE, usable_request_id
 from rayspec.serve.errors import bad_request
-from rayspec.serve.middleware import MAX_REQUEST_ID_CHARS, usable_request_id
 from rayspec.serve.service import ChatRenderError, Service
 from rayspec.serve.tools import ToolCalling, ToolError
 from rayspec.unicode_text import check_text
@@ -109,9 +109,8 @@ class GenerationBody(StrictBody):
         that only another makes sense of."""
         if self.stream_options is not None and not self.stream:  # as OpenAI and vLLM refuse it
             raise bad_request("stream_options is only allowed with stream: true", "stream_options")
-        if self.request_id is not None and not usable_request_id(self.request_id.encode()):
-            raise bad_request(f"request_id must be 1 to {MAX_REQUEST_ID_CHARS} printable ASCII characters, no spaces",
-                              "request_id")
+        if self.request_id is not None and not usable_request_id(self.request_id):
+            raise bad_request(REQUEST_ID_RULE, "request_id")
         refuse_unless_default([
             ("priority", self.priority in (None, 0),
              "requests are served in the order they come: only 0 (the default)"),

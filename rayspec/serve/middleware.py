@@ -8,6 +8,7 @@ import uuid
 
 from fastapi.responses import JSONResponse
 
+from rayspec.request_id import usable_request_id
 from rayspec.rpc.server import key_refusal
 from rayspec.serve.errors import CLIENT_CLOSED_REQUEST, error_body, openai_error
 
@@ -64,15 +65,6 @@ class AnswerFailures:
                 raise
             status, body = error_body(error)
             await JSONResponse(body, status_code=status)(scope, receive, send)
-
-
-MAX_REQUEST_ID_CHARS = 256
-
-
-def usable_request_id(given: bytes) -> bool:
-    """Whether a client's request id can name a request: 1-256 printable ASCII characters (it
-    goes into logs, headers and response ids)."""
-    return 0 < len(given) <= MAX_REQUEST_ID_CHARS and all(32 < byte < 127 for byte in given)
 
 
 def named_by(state, body_request_id: str | None) -> str:

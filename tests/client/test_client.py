@@ -557,6 +557,10 @@ INT32 = "from -2147483648 to 2147483647"
     ({"skip_special_tokens": 0}, "skip_special_tokens must be True or False, got int 0"),
     ({"verifier": 5}, "verifier must be a string, got int 5"),
     ({"request_id": 5}, "request_id must be a string, got int 5"),
+    # the server's and HTTP's rule (rayspec.request_id): any string crossed, a 10-MB or control-character one too
+    ({"request_id": "x" * 257}, "request_id must be 1 to 256 printable ASCII characters, no spaces"),
+    ({"request_id": "a\nb"}, "request_id must be 1 to 256 printable ASCII characters, no spaces"),
+    ({"request_id": ""}, "request_id must be 1 to 256 printable ASCII characters, no spaces"),
     ({"stop_token_ids": [2**31]}, f"stop_token_ids has token id 2147483648, outside int32 ({INT32})"),
     ({"logit_bias": {-2**31 - 1: 1.0}}, f"logit_bias has token id -2147483649, outside int32 ({INT32})"),
     # the request's own checks of a field's type (a bare TypeError out of generate and stream before)

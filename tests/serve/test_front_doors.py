@@ -4,10 +4,12 @@ limits).  The same mistake gets the same refusal through either."""
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
-from rayspec.client import Client, InvalidRequestError
+from rayspec.client import Client, GenerateRequest, InvalidRequestError
 from rayspec.rpc.coordinator import serve_generation
+from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc
 from tests.serve.served import MODEL
 
 
@@ -16,6 +18,7 @@ def sdk(server):
     service = server["service"]
     grpc_server, port = serve_generation(service.engine, service.tokenizer, "127.0.0.1:0", service.request_limits)
     with Client(f"127.0.0.1:{port}", timeout=60, retries=0) as client:
+        client.port = port  # for a raw stub: what no SDK would send
         yield client
     grpc_server.stop(None)
 
@@ -32,3 +35,43 @@ def test_an_empty_prompt_is_refused_alike_through_http_and_the_sdk(http, sdk, pr
         sdk.generate(prompt, max_tokens=4)
     with pytest.raises(InvalidRequestError, match=r"the prompt must contain at least one token$"):
         list(sdk.stream(prompt, max_tokens=4))
+
+
+RULE = "request_id must be 1 to 256 printable ASCII characters, no spaces"
+
+
+@pytest.mark.parametrize("request_id", ["x" * 257, "y" * 10_000_000, "a b", "job\x00\n\x1b[31m", "caf\u00e9"],
+                         ids=["257", "10MB", "space", "control", "non-ASCII"])
+def test_an_unusable_request_id_is_refused_alike_through_http_grpc_and_the_sdk(http, sdk, request_id):
+    """HTTP refused it (400, param request_id); gRPC Generate took any, and echoed it in its
+    response (10 MB, control characters and all); the SDK sent it."""
+    if len(request_id) < 1000:  # HTTP's body limit answers 413 first
+        reply = http.post("/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 2,
+                                                   "request_id": request_id})
+        assert reply.status_code == 400 and reply.json()["error"]["param"] == "request_id"
+        assert reply.json()["error"]["message"] == RULE
+    with grpc.insecure_channel(f"127.0.0.1:{sdk.port}") as channel:
+        stub = generation_pb2_grpc.GenerationStub(channel)
+        message = generation_pb2.GenerateRequest(prompt="Hi", max_tokens=2, request_id=request_id)
+        for call in (stub.Generate, lambda m, **k: list(stub.GenerateStream(m, **k))):
+            with pytest.raises(grpc.RpcError) as refused:
+                call(message, timeout=60)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and refused.value.details() == RULE
+    for call in (sdk.generate, lambda *a, **k: list(sdk.stream(*a, **k))):
+        with pytest.raises(InvalidRequestError, match=f"^this request cannot be sent: {RULE}$"):
+            call("Hi", max_tokens=2, request_id=request_id)
+    with pytest.raises(InvalidRequestError, match=f"{RULE}$"):
+        GenerateRequest("Hi", request_id=request_id).to_proto()
+
+
+def test_a_usable_request_id_is_echoed_and_an_empty_one_refused_by_the_sdk(sdk):
+    """256 printable characters name the request; the SDK replaced an explicit "" with a fresh
+    id where HTTP refuses it (gRPC cannot tell "" from none: a fresh id there)."""
+    assert sdk.generate("Hi", max_tokens=2, request_id="~" * 256).request_id == "~" * 256
+    with pytest.raises(InvalidRequestError, match=f"^this request cannot be sent: {RULE}$"):
+        sdk.generate("Hi", max_tokens=2, request_id="")
+    with grpc.insecure_channel(f"127.0.0.1:{sdk.port}") as channel:
+        reply = generation_pb2_grpc.GenerationStub(channel).Generate(
+            generation_pb2.GenerateRequest(prompt="Hi", max_tokens=2, request_id=""), timeout=60)
+    assert len(reply.request_id) == 32
+
