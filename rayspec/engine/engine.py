@@ -620,7 +620,8 @@ class SpeculativeEngine:
         stats = stats if stats is not None else GenerationStats()
         started = time.perf_counter()
 
-        predicted = None if prediction is None else Prediction(prediction, spec, self.target.vocab_size)
+        predicted = None if prediction is None else Prediction(prediction, spec, self.target.vocab_size,
+                                                                  self.target.context_length)
         # At T > 0 a prediction's chain may go beside the drafter's tree, at T = 0 it goes
         # instead of it (`rayspec.engine.prediction`); only to a target that verifies such trees.
         grafting = None

@@ -44,8 +44,13 @@ MAX_MATCH = 8
 DEFAULT_LOOKAHEAD = 8  # drafted tokens per step: `chain:8`, unless the request gives a chain
 
 
-def check_prediction(prediction: Sequence[int], vocab_size: int) -> list[int]:
-    """A prediction's token ids, refused when empty or outside the vocabulary."""
+def check_prediction(prediction: Sequence[int], vocab_size: int, context: int | None = None) -> list[int]:
+    """A prediction's token ids, refused when empty, outside the vocabulary, or longer than the
+    model's `context` (None: not checked) holds, as a prompt is: no completion could follow the
+    rest, and a client's millions of ids were each checked and indexed for nothing."""
+    if context is not None and len(prediction) > context:
+        raise ValueError(f"the prediction has {len(prediction)} tokens, more than the model's context of {context} "
+                         f"tokens can hold")
     tokens = [int(t) for t in prediction]
     if not tokens:
         raise ValueError("the prediction must hold at least one token")
@@ -58,8 +63,8 @@ def check_prediction(prediction: Sequence[int], vocab_size: int) -> list[int]:
 class Prediction:
     """Where one completion stands in its prediction, and the chain to draft from there."""
 
-    def __init__(self, prediction: Sequence[int], spec: SequenceSpec, vocab_size: int):
-        self.prediction = check_prediction(prediction, vocab_size)
+    def __init__(self, prediction: Sequence[int], spec: SequenceSpec, vocab_size: int, context: int | None = None):
+        self.prediction = check_prediction(prediction, vocab_size, context)
         self.vocab_size = vocab_size
         self.ships_q = verifier_class(spec.verifier).needs_draft_probs
         self.last = spec.prompt_ids[-1]  # the tree's root: the last committed token

@@ -229,7 +229,7 @@ class GenerationRequest:
             raise ValueError("prediction must be text or a non-empty list of token ids")
         if prediction is not None:
             prediction_chain(tree or None)  # refuses a tree that is no chain, before anything runs
-            check_prediction(prediction, engine.target.vocab_size)
+            check_prediction(prediction, engine.target.vocab_size, context)
         # First: a refused request must not pay a JSON schema's expression (up to a minute to build).
         check_structured(structured_output, ignore_eos, engine.target.eos_token_ids)
         regex = structured_regex(structured_output)

@@ -71,6 +71,17 @@ def test_a_verifier_that_never_reads_q_gets_no_rows_and_bad_predictions_are_refu
             prediction_chain(tree)
 
 
+def test_a_prediction_longer_than_the_context_is_refused():
+    """A prediction's token ids were taken however many (a text one is capped by its
+    characters): more than the context holds is refused, as a prompt is."""
+    engine = SpeculativeEngine(LocalTarget(tiny_llama(vocab=64, seed=0, context=32)), None)
+    too_long = "the prediction has 33 tokens, more than the model's context of 32 tokens can hold"
+    with pytest.raises(ValueError, match=f"^{too_long}$"):
+        list(engine.generate([1, 2, 3], max_new_tokens=4, temperature=0, prediction=[5] * 33))
+    assert len([t for c in engine.generate([1, 2, 3], max_new_tokens=4, temperature=0, prediction=[5] * 32)
+                for t in c.tokens]) == 4
+
+
 @pytest.fixture(scope="module")
 def small():
     target = tiny_llama(vocab=4, hidden=16, layers=1, seed=3)

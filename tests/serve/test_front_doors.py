@@ -75,3 +75,22 @@ def test_a_usable_request_id_is_echoed_and_an_empty_one_refused_by_the_sdk(sdk):
             generation_pb2.GenerateRequest(prompt="Hi", max_tokens=2, request_id=""), timeout=60)
     assert len(reply.request_id) == 32
 
+
+def test_a_prediction_longer_than_the_context_is_refused_alike_as_text_and_as_token_ids(http, sdk, parts):
+    """A text prediction was capped by its characters (64 a token) and an SDK's token ids not
+    at all (a million went through, each checked and indexed); either is now refused once it
+    holds more tokens than the model's context (512 here), with one message."""
+    tokenizer = parts[2]
+    text = " a" * 600
+    tokens = len(tokenizer.encode(text, add_special_tokens=False))
+    assert tokens > 512 and len(text) < 64 * 512
+    reply = http.post("/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 2,
+                                               "prediction": {"type": "content", "content": text}})
+    assert reply.status_code == 400, reply.text
+    message = f"the prediction has {tokens} tokens, more than the model's context of 512 tokens can hold"
+    assert reply.json()["error"]["message"] == message
+    for ids in ([5] * 513, [5] * 1_000_000):
+        with pytest.raises(InvalidRequestError, match=f"^INVALID_ARGUMENT: the prediction has {len(ids)} tokens, "
+                                                      f"more than the model's context of 512 tokens can hold$"):
+            sdk.generate("Hi", max_tokens=2, prediction=ids)
+    assert len(sdk.generate("Hi", max_tokens=2, prediction=[5] * 512).token_ids) == 2
