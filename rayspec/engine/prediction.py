@@ -121,13 +121,14 @@ class Prediction:
 def prediction_chain(tree: str | TreeShape | None) -> TreeShape:
     """The tree a prediction is drafted into: `chain:N` when the request gives one, else
     `chain:DEFAULT_LOOKAHEAD`; any other tree is refused (a prediction has one draft per
-    position)."""
+    position), and so is `chain:0`, which names a chain of no predicted tokens: the request's
+    prediction would never be drafted, while the drafter drafted the engine's own trees."""
     if tree is None:
         return TreeShape.chain(DEFAULT_LOOKAHEAD)
     shape = tree if isinstance(tree, TreeShape) else parse_tree_spec(tree) if str(tree).startswith("chain:") else None
-    if shape is None or shape.size - 1 != shape.max_depth:
-        raise ValueError(f"with a prediction the tree is a chain of predicted tokens: give chain:N or no tree, "
-                         f"not {tree!r}")
+    if shape is None or shape.size - 1 != shape.max_depth or shape.max_depth < 1:
+        raise ValueError(f"with a prediction the tree is a chain of predicted tokens: give chain:N (N at least 1) or "
+                         f"no tree (chain:{DEFAULT_LOOKAHEAD}), not {tree!r}")
     return shape
 
 

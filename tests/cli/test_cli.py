@@ -328,7 +328,10 @@ def test_bad_arguments_are_one_error_line_before_any_model_loads(tmp_path, capsy
         (["generate", "--prompt", "caf\udce9"], "--prompt is not valid Unicode text: it holds a lone surrogate"),
         (["generate", "--prompt", "x", "--bad-words", "caf\udce9"], "--bad-words is not valid Unicode text"),
         (["generate", "--prompt", "x", "--prediction", "y", "--tree", "kary:2x3"],
-         "with a prediction the tree is a chain of predicted tokens: give chain:N or no tree, not 'kary:2x3'"),
+         "with a prediction the tree is a chain of predicted tokens: give chain:N (N at least 1) or no tree "
+         "(chain:8), not 'kary:2x3'"),
+        (["generate", "--prompt", "x", "--prediction", "y", "--tree", "chain:0"],  # was decoded, never drafting it
+         "give chain:N (N at least 1) or no tree (chain:8), not 'chain:0'"),
         (["tree", "plan", "--max-budget", "0"], "argument --max-budget: a whole number, 1 or more"),
         # the HTTP API refuses min_tokens above max_tokens; the flags were taken, and held no token back
         (["generate", "--prompt", "x", "--json-schema", "schema.json"],  # the bare OSError's line, flag unnamed

@@ -7,6 +7,7 @@ the target's; an exact prediction takes ceil(n / (L + 1)) steps."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -80,6 +81,21 @@ def test_a_prediction_longer_than_the_context_is_refused():
         list(engine.generate([1, 2, 3], max_new_tokens=4, temperature=0, prediction=[5] * 33))
     assert len([t for c in engine.generate([1, 2, 3], max_new_tokens=4, temperature=0, prediction=[5] * 32)
                 for t in c.tokens]) == 4
+
+
+def test_a_prediction_in_a_chain_of_none_is_refused():
+    """`chain:0` with a prediction names a chain of no predicted tokens: the prediction was
+    silently never drafted (each step the drafter's trees, or none), where the README has
+    `chain:N` set the chain's length."""
+    engine = SpeculativeEngine(LocalTarget(tiny_llama(vocab=64, seed=0, context=32)), None)
+    none = ("with a prediction the tree is a chain of predicted tokens: give chain:N (N at least 1) or no tree "
+            "(chain:8), not 'chain:0'")
+    with pytest.raises(ValueError, match=re.escape(none)):
+        prediction_chain("chain:0")
+    with pytest.raises(ValueError, match=re.escape(none)):
+        list(engine.generate([1, 2, 3], max_new_tokens=4, temperature=0, tree="chain:0", prediction=[5, 6]))
+    assert prediction_chain("chain:1") == TreeShape.chain(1)
+    assert len(list(engine.generate([1, 2, 3], max_new_tokens=4, temperature=0, tree="chain:0"))) == 4  # no prediction
 
 
 @pytest.fixture(scope="module")

@@ -711,6 +711,11 @@ def test_a_prediction_is_drafted_and_the_output_stays_the_targets(client, http, 
     reply = http.post("/v1/completions", json={**body, "prediction": {"type": "content", "content": "x"},
                                                "rayspec": {"tree": "kary:2x2"}})
     assert reply.status_code == 400 and "with a prediction the tree is a chain" in reply.json()["error"]["message"]
+    # a chain of no predicted tokens: the prediction was silently never drafted
+    reply = http.post("/v1/completions", json={**body, "prediction": {"type": "content", "content": "x"},
+                                               "rayspec": {"tree": "chain:0"}})
+    assert reply.status_code == 400, reply.text
+    assert "give chain:N (N at least 1) or no tree (chain:8), not 'chain:0'" in reply.json()["error"]["message"]
 
 
 def test_n_choices_are_the_completions_of_seeds_seed_plus_i(client, parts, reference):
