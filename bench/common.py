@@ -38,11 +38,30 @@ def load_demo(device=None):
             tokenizer, prompts)
 
 
-def save_results(name: str, results: dict, markdown: str) -> None:
-    """bench/results/NAME.json and NAME.md, the markdown printed too."""
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(results, indent=1))
-    (RESULTS / f"{name}.md").write_text(markdown)
+def out_prefix(out: str | Path | None, default: str | None = None) -> Path:
+    """Every script's `--out`: a path (from the current directory, or absolute) that its files
+    extend with `.json`, `.md` or `.png`; no `--out`, bench/results/DEFAULT.  A bare name, with
+    no directory part, goes under bench/results/ as the scripts that saved through here took
+    it before the rule was shared.  The folder is made."""
+    if out is None or str(out) == "":
+        out = RESULTS / default
+    elif "/" not in str(out):
+        out = RESULTS / out
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def suffixed(prefix: Path, suffix: str) -> Path:
+    """PREFIX + SUFFIX: appended, where `with_suffix` would eat a dotted tail such as `run.v2`."""
+    return prefix.with_name(prefix.name + suffix)
+
+
+def save_results(out: str | Path, results: dict, markdown: str) -> None:
+    """OUT.json and OUT.md (`out_prefix`'s rule), the markdown printed too."""
+    prefix = out_prefix(out)
+    suffixed(prefix, ".json").write_text(json.dumps(results, indent=1))
+    suffixed(prefix, ".md").write_text(markdown)
     print(markdown)
 
 
