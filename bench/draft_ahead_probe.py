@@ -13,7 +13,7 @@ level, all accepted, then its own most likely token.
 This decodes the demo pair in-process (rrsw, T = 0.6) and counts, per tree, the steps whose
 outcome that guess (or its two most likely bonus tokens) would have matched.  A drafter that
 drafts ahead saves at most that share of the drafting time and one round trip per step.
-Writes bench/results/draft_ahead_probe.{json,md}.
+Writes bench/results/draft_ahead_probe.{json,md} (`--out`).
 """
 
 from __future__ import annotations
@@ -88,6 +88,7 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.6)
+    parser.add_argument("--out", default="draft_ahead_probe")
     args = parser.parse_args()
     torch.set_num_threads(1)
     target, drafter, _, drafter_model, _, prompts = load_demo("cpu")
@@ -109,7 +110,7 @@ def main() -> int:
         rows.append(row)
         print(row, flush=True)
     results = {"machine": machine("cpu"), "args": vars(args), "rows": rows}
-    save_results("draft_ahead_probe", results, markdown(results))
+    save_results(args.out, results, markdown(results))
     return 0
 
 

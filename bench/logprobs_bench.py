@@ -10,7 +10,7 @@ prefill's rows; the HTTP app decodes each token's and each alternative's text.
 
     python bench/logprobs_bench.py [--prompts 8] [--tokens 64] [--rounds 3]
 
-Writes bench/results/logprobs_bench.{json,md}.  The arms run one after the other on each
+Writes bench/results/logprobs_bench.{json,md} (`--out`).  The arms run one after the other on each
 prompt, each first in turn, so they see the same machine; figures are medians.
 """
 
@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fastapi.testclient import TestClient  # noqa: E402
 
+from common import out_prefix, suffixed  # noqa: E402
 from rayspec.demo import DRAFTER_PATH, TARGET_PATH, load_prompts  # noqa: E402
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine  # noqa: E402
 from rayspec.engine.interfaces import SequenceSpec  # noqa: E402
@@ -39,7 +40,6 @@ from rayspec.serve.http import create_app  # noqa: E402
 from rayspec.serve.service import Service  # noqa: E402
 from rayspec.verify.processing import SamplingParams  # noqa: E402
 
-RESULTS = Path(__file__).parent / "results"
 ARMS = [None, 0, 5, 20]
 SETTING = dict(verifier="rrsw", tree="kary:2x3")
 PROMPT_LENGTHS = [32, 256, 1000]
@@ -55,6 +55,7 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default=None, help="default: bench/results/logprobs_bench")
     args = parser.parse_args()
 
     target, tokenizer = load_causal_lm(TARGET_PATH, "cpu", "float32")
@@ -117,8 +118,8 @@ def main() -> int:
     result = {"setting": {**SETTING, "temperature": 0.6, "prompts": args.prompts, "tokens": args.tokens,
                           "rounds": args.rounds, "vocab": int(target.config.vocab_size)},
               "same_tokens_in_every_arm": same_tokens, "rows": rows, "prompt_scoring": scoring}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "logprobs_bench.json").write_text(json.dumps(result, indent=2) + "\n")
+    out = out_prefix(args.out, "logprobs_bench")
+    suffixed(out, ".json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         "# The cost of log-probabilities (demo pair, V = 8192, rrsw, kary:2x3, T = 0.6, CPU)",
         "",
@@ -155,7 +156,7 @@ def main() -> int:
         "and 20: opening with the prompt's log-probabilities (every row, a log-softmax and a top-k).  The Open reply's "
         "size is that of the encoded log-probabilities a target worker sends back (it is empty without them).",
     ]
-    (RESULTS / "logprobs_bench.md").write_text("\n".join(lines) + "\n")
+    suffixed(out, ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

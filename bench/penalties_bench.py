@@ -14,7 +14,7 @@ spacings: 40 token sequences).
 
     python bench/penalties_bench.py [--prompts 8] [--tokens 64] [--rounds 2]
 
-Writes bench/results/penalties_bench.{json,md}.  The arms run one after the other on each
+Writes bench/results/penalties_bench.{json,md} (`--out`).  The arms run one after the other on each
 prompt, each first in turn; figures are medians (steps) or totals (tokens/s).
 """
 
@@ -25,7 +25,7 @@ import json
 import statistics
 import sys
 
-from common import RESULTS, load_demo
+from common import load_demo, out_prefix, suffixed
 from rayspec.engine import GenerationStats, SpeculativeEngine
 from rayspec.engine.text import bad_words_token_ids
 
@@ -57,6 +57,7 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", default=None, help="default: bench/results/penalties_bench")
     args = parser.parse_args()
 
     ARMS["min_tokens = all"] = dict(min_tokens=args.tokens)
@@ -103,8 +104,8 @@ def main() -> int:
                           "device": "cpu"}, "arms": {k: {**v, "logit_bias": len(v.get("logit_bias", {}))}
                                                       for k, v in ARMS.items()},
               "bad_word_sequences": len(bad_words_token_ids(tokenizer, ARMS["bad words: 20"]["bad_words"])), "rows": rows}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "penalties_bench.json").write_text(json.dumps(result, indent=2) + "\n")
+    out = out_prefix(args.out, "penalties_bench")
+    suffixed(out, ".json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         f"# The cost and effect of penalties, min_p, min_tokens and bad words (demo pair, V = 8192, rrsw, T = {TEMPERATURE}, CPU)",
         "",
@@ -125,7 +126,7 @@ def main() -> int:
         "counts its steps and tokens as they are.  Tokens/s: total tokens over total "
         "step time.  Repeated tokens: the mean share of a completion's tokens that repeat one of its earlier tokens.",
     ]
-    (RESULTS / "penalties_bench.md").write_text("\n".join(lines) + "\n")
+    suffixed(out, ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

@@ -15,7 +15,7 @@ grafting existed).
 
     python bench/prediction_bench.py [--prompts 8] [--tokens 128] [--rounds 1]
 
-Writes bench/results/prediction_bench.{json,md}.  The arms run one after the other on each
+Writes bench/results/prediction_bench.{json,md} (`--out`).  The arms run one after the other on each
 prompt, each first in turn; tokens/s is total tokens over total decoding time.
 """
 
@@ -26,7 +26,7 @@ import json
 import sys
 import time
 
-from common import ACCEPTANCE, RESULTS, load_demo, machine
+from common import ACCEPTANCE, load_demo, machine, out_prefix, suffixed
 from rayspec.engine import GenerationStats, SpeculativeEngine
 
 TEMPERATURES = (0.0, 0.3, 0.6)
@@ -53,6 +53,7 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--out", default=None, help="default: bench/results/prediction_bench")
     args = parser.parse_args()
 
     target, drafter, _, _, tokenizer, prompts = load_demo("cpu")
@@ -101,8 +102,8 @@ def main() -> int:
                          "accepted_drafts": accepted, "greedy_output": same[name] if temperature == 0.0 else None})
     result = {"setting": {"verifier": "rrsw", "drafter_tree": "sequoia:auto", "prompts": args.prompts,
                           "tokens": args.tokens, "rounds": args.rounds, **machine("cpu")}, "rows": rows}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "prediction_bench.json").write_text(json.dumps(result, indent=2) + "\n")
+    out = out_prefix(args.out, "prediction_bench")
+    suffixed(out, ".json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         "# Predicted Outputs on the demo pair (in-process, CPU, rrsw; the drafter's tree sequoia:auto)",
         "",
@@ -123,7 +124,7 @@ def main() -> int:
         "without a mark), always (\"grafted\") or never (\"alone\": the chain instead of the drafter's tree, as at "
         "T = 0).  Accepted drafts: draft tokens kept in the completions (predicted or drafted).",
     ]
-    (RESULTS / "prediction_bench.md").write_text("\n".join(lines) + "\n")
+    suffixed(out, ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

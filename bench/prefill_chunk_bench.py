@@ -13,7 +13,7 @@ requests' time to first token, and all tokens over the wall time.
 
     python bench/prefill_chunk_bench.py [--streams 8] [--long 4] [--long-tokens 900]
 
-Writes bench/results/prefill_chunk_bench.{json,md}.
+Writes bench/results/prefill_chunk_bench.{json,md} (`--out`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from common import ACCEPTANCE, RESULTS, load_demo, machine
+from common import ACCEPTANCE, load_demo, machine, out_prefix, suffixed
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.models.threads import honour_torch_threads
 
@@ -94,6 +94,7 @@ def main() -> int:
     parser.add_argument("--long-tokens", type=int, default=900)
     parser.add_argument("--delay", type=float, default=0.5, help="seconds before the first long request")
     parser.add_argument("--spacing", type=float, default=1.0, help="seconds between long requests")
+    parser.add_argument("--out", default=None, help="default: bench/results/prefill_chunk_bench")
     args = parser.parse_args()
     target, drafter, target_model, drafter_model, tokenizer, prompts = load_demo()
     costs = SpeculativeEngine(target, drafter, tree="chain:1").costs()
@@ -111,8 +112,8 @@ def main() -> int:
         print(f"  {name}: gaps p99 {runs[name][-1]['gap_ms_p99']:.0f} ms, "
               f"long TTFT {runs[name][-1]['long_ttft_ms_median']:.0f} ms", flush=True)
     results = {"machine": machine("cpu"), "settings": vars(args), "arms": ARMS, "runs": runs}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "prefill_chunk_bench.json").write_text(json.dumps(results, indent=1))
+    out = out_prefix(args.out, "prefill_chunk_bench")
+    suffixed(out, ".json").write_text(json.dumps(results, indent=1))
     lines = [
         "# Chunked prefill: decoding streams while long prompts arrive",
         "",
@@ -129,7 +130,7 @@ def main() -> int:
         for i, r in enumerate(arm_runs, 1):
             lines.append(f"| {name} | {ARMS[name]} | {i} | {r['gap_ms_p50']:.0f} | {r['gap_ms_p99']:.0f} "
                          f"| {r['gap_ms_max']:.0f} | {r['long_ttft_ms_median']:.0f} | {r['tokens_per_s']:.1f} |")
-    (RESULTS / "prefill_chunk_bench.md").write_text("\n".join(lines) + "\n")
+    suffixed(out, ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

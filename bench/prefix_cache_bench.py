@@ -13,7 +13,7 @@ in law, not in bits: see the module).
 
     python bench/prefix_cache_bench.py [--requests 8] [--tokens 16] [--system-words 120]
 
-Writes bench/results/prefix_cache_bench.{json,md}.
+Writes bench/results/prefix_cache_bench.{json,md} (`--out`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import statistics
 import sys
 import time
 
-from common import RESULTS, load_demo, machine
+from common import load_demo, machine, out_prefix, suffixed
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 
 SETTING = dict(verifier="rrsw", tree="kary:2x3")
@@ -58,6 +58,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--system-words", type=int, default=120, help="about this many words of system prompt")
+    parser.add_argument("--out", default=None, help="default: bench/results/prefix_cache_bench")
     args = parser.parse_args()
 
     _, _, target_model, drafter_model, tokenizer, _ = load_demo("cpu")
@@ -115,8 +116,8 @@ def main() -> int:
             "completions_differing": sum(not row["same_tokens"] for row in rows if row["workload"] == workload),
         })
     result = {"machine": machine("cpu"), "setting": SETTING, "tokens": args.tokens, "rows": rows, "summary": summary}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "prefix_cache_bench.json").write_text(json.dumps(result, indent=2) + "\n")
+    out = out_prefix(args.out, "prefix_cache_bench")
+    suffixed(out, ".json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         "# Prefix caching: time to first token, cache on vs off",
         "",
@@ -133,7 +134,7 @@ def main() -> int:
                      f"{s['ttft_ms_cached_median']:.1f} | {s['ttft_ms_cold_median']:.1f} | "
                      f"**{s['ttft_speedup_median']:.2f}×** | {s['total_ms_cached_median']:.1f} | "
                      f"{s['total_ms_cold_median']:.1f} | {s['completions_differing']} of {args.requests} |")
-    (RESULTS / "prefix_cache_bench.md").write_text("\n".join(lines) + "\n")
+    suffixed(out, ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

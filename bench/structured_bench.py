@@ -10,7 +10,7 @@ time spent building masks (`GrammarCursor.masks`) is measured apart.
 
     python bench/structured_bench.py [--prompts 8] [--tokens 96] [--rounds 1]
 
-Writes bench/results/structured_bench.{json,md}.  The arms decode each prompt one after the
+Writes bench/results/structured_bench.{json,md} (`--out`).  The arms decode each prompt one after the
 other, each first in turn; tokens/s is total tokens over total decoding time.  Last, the time
 to compile each expression over synthetic vocabularies of 8k to 128k tokens (every string of
 1, 2, 3... characters of a code-like alphabet, in order): no large tokenizer is on this
@@ -27,7 +27,7 @@ import string
 import sys
 import time
 
-from common import ACCEPTANCE, RESULTS, load_demo, machine
+from common import ACCEPTANCE, load_demo, machine, out_prefix, suffixed
 from rayspec.engine import GenerationStats, SpeculativeEngine
 from rayspec.engine.structured import GrammarCursor, StructuredOutput
 
@@ -103,6 +103,7 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--out", default=None, help="default: bench/results/structured_bench")
     args = parser.parse_args()
 
     target, drafter, _, _, tokenizer, prompts = load_demo("cpu")
@@ -162,8 +163,8 @@ def main() -> int:
                           "rounds": args.rounds, "schema": SCHEMA, "regex": OUTPUTS["regex"].regex,
                           "compile_seconds": compile_seconds, **machine("cpu")}, "rows": rows,
               "synthetic_compile_seconds": synthetic}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "structured_bench.json").write_text(json.dumps(result, indent=2) + "\n")
+    out = out_prefix(args.out, "structured_bench")
+    suffixed(out, ".json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         "# Structured output on the demo pair (in-process, CPU, rrsw, sequoia:auto)",
         "",
@@ -197,7 +198,7 @@ def main() -> int:
         *[f"| {size:,} tokens | " + " | ".join(f"{s:.2f} s" for s in seconds.values()) + " |"
           for size, seconds in synthetic.items()],
     ]
-    (RESULTS / "structured_bench.md").write_text("\n".join(lines) + "\n")
+    suffixed(out, ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

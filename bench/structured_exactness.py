@@ -9,7 +9,7 @@ mentored verifier is reported beside them (its bound is on KL, not equality).
 
     python bench/structured_exactness.py [--seeds 3000]
 
-Writes bench/results/structured_exactness.{json,md}.
+Writes bench/results/structured_exactness.{json,md} (`--out`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
+from common import out_prefix, suffixed  # noqa: E402
 from rayspec.demo import TARGET_PATH  # noqa: E402
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine  # noqa: E402
 from rayspec.engine.structured import GrammarCursor, StructuredOutput, vocabulary_of  # noqa: E402
@@ -34,13 +35,13 @@ from tests.engine.test_structured import CHOICES, EOS, PROMPT, constrained_law  
 from tests.stats import chi_square  # noqa: E402
 from tests.tiny_models import noisy_copy, tiny_llama  # noqa: E402
 
-RESULTS = Path(__file__).parent / "results"
 SAMPLED = [name for name in available_verifiers() if name not in ("greedy", "topk")]  # both are T = 0 only
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3000)
+    parser.add_argument("--out", default=None, help="default: bench/results/structured_exactness")
     args = parser.parse_args()
 
     tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
@@ -74,8 +75,8 @@ def main() -> int:
     baseline = {"median": float(np.median(exact_tv)), "p99": float(np.quantile(exact_tv, 0.99))}
     result = {"setting": {"seeds": args.seeds, "choices": CHOICES, "prompt": PROMPT, "temperature": 1.0,
                           "outcomes": len(law), "exact_sampler_tv": baseline}, "rows": rows}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "structured_exactness.json").write_text(json.dumps(result, indent=2) + "\n")
+    out = out_prefix(args.out, "structured_exactness")
+    suffixed(out, ".json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         "# Structured output: every verifier against the enumerated constrained law",
         "",
@@ -91,7 +92,7 @@ def main() -> int:
         f"at this size is at TV {baseline['median']:.4f} from the law in the median, {baseline['p99']:.4f} at the "
         "99th percentile (1,000 multinomial draws).",
     ]
-    (RESULTS / "structured_exactness.md").write_text("\n".join(lines) + "\n")
+    suffixed(out, ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

@@ -10,7 +10,7 @@ went to target-only (1.0 is an oracle; 0.5 a coin), and how often it was the fin
 
     python bench/trial_sim.py [--runs 60] [--label NAME]
 
-Writes bench/results/trial_sim[_NAME].{json,md}.  The Welch-gated rule that was tried and
+Writes bench/results/trial_sim[_NAME].{json,md} (`--out`).  The Welch-gated rule that was tried and
 dropped is in commit bf88833; to compare it, run this script from a worktree of that commit
 (`bench/common.py` puts the checkout the script sits in first on the path):
 
@@ -59,6 +59,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=60, help="trials per setting, half with target-only first")
     parser.add_argument("--gaps", type=float, nargs="+", default=[0.0, 0.10, 0.15, 0.30])
     parser.add_argument("--label", default="", help="names the rule simulated (the results file's suffix)")
+    parser.add_argument("--out", default=None, help="default: bench/results/trial_sim[_LABEL]")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     rows = []
@@ -76,7 +77,7 @@ def main() -> int:
     lines += [f"| {r['sequences']} | {r['window']} | {r['steps']} | {100 * r['gap']:.0f} % | "
               f"{r['target_only_share']:.3f} | {r['chose_target_only']:.2f} |" for r in rows]
     name = f"trial_sim_{args.label}" if args.label else "trial_sim"
-    save_results(name, {"runs": args.runs, "label": args.label, "rows": rows}, "\n".join(lines) + "\n")
+    save_results(args.out or name, {"runs": args.runs, "label": args.label, "rows": rows}, "\n".join(lines) + "\n")
     return 0
 
 
