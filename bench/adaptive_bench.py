@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 import torch
 
-from common import ACCEPTANCE, RESULTS, engine_arm, interleave, load_demo, machine
+from common import ACCEPTANCE, engine_arm, interleave, load_demo, machine, out_prefix, suffixed
 from rayspec.engine import SpeculativeEngine
 
 
@@ -53,9 +52,8 @@ def main():
         row["policy_steps"] = policy.steps
         row["probes"] = policy.probes
     result = {"meta": {**machine(target_model.device.type), **vars(args)}, "rows": rows}
-    out = Path(args.out or RESULTS / ("adaptive_bench" if args.start == "measured" else "adaptive_bench_prior"))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2))
+    out = out_prefix(args.out, "adaptive_bench" if args.start == "measured" else "adaptive_bench_prior")
+    suffixed(out, ".json").write_text(json.dumps(result, indent=2))
     lines = [f"# Adaptive sequoia:auto on the demo pair, planned from the {args.start} vector "
              f"({result['meta']['device_name']}, T = {args.temperature:g}, "
              f"{args.prompts} prompts x {args.tokens} tokens, interleaved)", "",
@@ -66,8 +64,8 @@ def main():
                             f"{r['gain'] * 100:+.0f} %" for r in row["replans"]) or "-"
         lines.append(f"| {row['verifier']} | {'adaptive' if row['adaptive_flag'] else 'static'} | "
                      f"{row['tokens_per_step']:.2f} | {row['tokens_per_s']:.1f} | {row['probes']} | {replans} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print(out.with_suffix(".md").read_text())
+    suffixed(out, ".md").write_text("\n".join(lines) + "\n")
+    print(suffixed(out, ".md").read_text())
 
 
 if __name__ == "__main__":

@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from transformers import AutoTokenizer  # noqa: E402
 
+from common import out_prefix, suffixed  # noqa: E402
 from rayspec.demo import TARGET_PATH, load_prompts  # noqa: E402
 from rayspec.engine.text import REPLACEMENT, IncrementalDecoder, StopStrings, TextAssembler  # noqa: E402
 
-RESULTS = Path(__file__).parent / "results"
 STOP = ["\n\n\n\n\n", "<|im_end|>"]  # never in the demo's code text: every step is searched
 
 
@@ -91,7 +91,7 @@ def main():
     parser.add_argument("--chunk", type=int, default=3, help="tokens per step (the demo pair accepts about 3)")
     parser.add_argument("--tail-steps", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=RESULTS / "detok_bench")
+    parser.add_argument("--out", default=None, help="default: bench/results/detok_bench")
     args = parser.parse_args()
 
     tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
@@ -119,8 +119,8 @@ def main():
 
     meta = {"tokenizer": str(TARGET_PATH.relative_to(TARGET_PATH.parents[2])), "vocab": tokenizer.vocab_size,
             "chunk": args.chunk, "tail_steps": args.tail_steps, "repeats": args.repeats, "stop": STOP}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
+    out = out_prefix(args.out, "detok_bench")
+    suffixed(out, ".json").write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
     lines = ["# Detokenisation per step: whole completion vs incremental",
              "",
              f"Demo tokenizer (byte-level BPE, {tokenizer.vocab_size} tokens), {args.chunk} tokens per step; "
@@ -133,7 +133,7 @@ def main():
     for r in rows:
         lines.append(f"| {'yes' if r['stop_strings'] else 'no'} | {r['length']} | {r['whole_us_per_step']:.0f} | "
                      f"{r['incremental_us_per_step']:.0f} | {r['speedup']:.1f}× |")
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    suffixed(out, ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

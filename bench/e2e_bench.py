@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 import torch
 
-from common import ACCEPTANCE, RESULTS, Arm, engine_arm, fits, interleave, load_demo, machine
+from common import ACCEPTANCE, Arm, engine_arm, fits, interleave, load_demo, machine, out_prefix, suffixed
 from rayspec.engine import SpeculativeEngine
 from rayspec.verify import available_verifiers, get_verifier
 GRID_TREES = ["chain:4", "kary:2x3", "kary:4x2", "sequoia:32", "sequoia:auto"]
@@ -63,7 +62,7 @@ def main():
     parser.add_argument("--grid-temperatures", type=float, nargs="+", default=[0.6, 1.0])
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--skip-grid", action="store_true")
-    parser.add_argument("--out", default=str(RESULTS / "e2e_bench"))
+    parser.add_argument("--out", default=None, help="default: bench/results/e2e_bench")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -102,12 +101,11 @@ def main():
         ]
         headline += interleave(arms, all_prompts[: args.prompts], args.tokens, f"headline T={temperature}")
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "headline": headline, "grid": grid}, indent=2))
-    write_markdown(out.with_suffix(".md"), meta, headline, grid)
-    plot(out.with_suffix(".png"), headline, grid)
-    print(out.with_suffix(".md").read_text())
+    out = out_prefix(args.out, "e2e_bench")
+    suffixed(out, ".json").write_text(json.dumps({"meta": meta, "headline": headline, "grid": grid}, indent=2))
+    write_markdown(suffixed(out, ".md"), meta, headline, grid)
+    plot(suffixed(out, ".png"), headline, grid)
+    print(suffixed(out, ".md").read_text())
 
 
 def write_markdown(path, meta, headline, grid):

@@ -26,13 +26,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common import out_prefix, suffixed  # noqa: E402
 from rayspec.coupling.bounds import gumbel_collision, minhash_collision  # noqa: E402
 from rayspec.verify import available_verifiers, get_verifier  # noqa: E402
 from rayspec.verify.laws import conditional_laws, total_variation  # noqa: E402
 from rayspec.verify.optimal import optimal_acceptance, optimal_acceptance_iid  # noqa: E402
 from tests.cases import adversarial_pairs, random_pairs  # noqa: E402
 
-RESULTS = Path(__file__).parent / "results"
 COUPLING = {"gumbel", "minhash"}
 
 
@@ -101,13 +101,12 @@ def coupling_figures(pairs: int) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=500)
-    parser.add_argument("--out", default=str(RESULTS / "exactness"))
+    parser.add_argument("--out", default=None, help="default: bench/results/exactness")
     args = parser.parse_args()
     rows = [verifier_figures(name, args.pairs) for name in available_verifiers() if name not in COUPLING]
     coupling = coupling_figures(2000)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"verifiers": rows, "coupling": coupling}, indent=2))
+    out = out_prefix(args.out, "exactness")
+    suffixed(out, ".json").write_text(json.dumps({"verifiers": rows, "coupling": coupling}, indent=2))
     lines = [
         f"# Exactness by enumeration (float64; {args.pairs} random pairs, V = 2..6, plus the adversarial pairs)",
         "",
@@ -139,7 +138,7 @@ def main():
         f"min MinHash - (1-TV)/(1+TV) = {c['min minhash - (1-TV)/(1+TV)']:.1e} (all >= -3e-16, i.e. >= 0 up to rounding: the ordering holds); "
         f"mean gaps {c['mean (1-TV) - gumbel']:.3f} and {c['mean gumbel - minhash']:.3f}.",
     ]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    suffixed(out, ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

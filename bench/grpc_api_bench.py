@@ -25,13 +25,11 @@ import queue
 import statistics
 import time
 from concurrent import futures
-from pathlib import Path
 
 import grpc
 
 SERVICE = "bench.Echo"
 UNARY, STREAM = f"/{SERVICE}/Unary", f"/{SERVICE}/Stream"
-RESULTS = Path(__file__).parent / "results"
 
 
 def _same(data: bytes) -> bytes:
@@ -192,14 +190,17 @@ def main() -> None:
     parser.add_argument("--handler-ms", type=float, nargs="+", default=[0.0, 12.0])
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=RESULTS / "grpc_api_bench")
+    parser.add_argument("--out", default=None, help="default: bench/results/grpc_api_bench")
     args = parser.parse_args()
     rows = measure(args.handler_ms, args.calls, args.repeats)
     meta = {"machine": platform.machine(), "cpus": multiprocessing.cpu_count(), "grpcio": grpc.__version__,
             "repeats": args.repeats, "calls": args.calls}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(rows, meta))
+    # common brings torch and the engine; imported only now, so the measured processes never hold them
+    from common import out_prefix, suffixed
+
+    out = out_prefix(args.out, "grpc_api_bench")
+    suffixed(out, ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    suffixed(out, ".md").write_text(markdown(rows, meta))
     print(markdown(rows, meta))
 
 

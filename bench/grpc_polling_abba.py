@@ -27,7 +27,6 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 
-RESULTS = BENCH / "results"
 IOMGR_POLLING = ("-event_engine_client,-event_engine_listener,-event_engine_callback_cq,"
                  "-event_engine_for_all_other_endpoints")
 ARMS = {"gRPC default": "", "iomgr polling": IOMGR_POLLING}
@@ -91,7 +90,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="ABBA rounds")
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--report", type=Path, help="write the markdown of this JSON of runs again, run nothing")
-    parser.add_argument("--out", type=Path, default=RESULTS / "grpc_polling_abba")
+    parser.add_argument("--out", default=None, help="default: bench/results/grpc_polling_abba")
     args = parser.parse_args()
     if args.report:
         runs = json.loads(args.report.read_text())["runs"]
@@ -105,9 +104,12 @@ def main() -> None:
                 runs.append({"arm": name, **row})
                 print(name, {k: v for k, v in row.items() if isinstance(v, float)}, flush=True)
     summary, lines = report(runs)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"runs": runs, "medians": summary}, indent=1))
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    # common brings torch and the engine, which this driver of subprocesses has no use for until now
+    from common import out_prefix, suffixed
+
+    out = out_prefix(args.out, "grpc_polling_abba")
+    suffixed(out, ".json").write_text(json.dumps({"runs": runs, "medians": summary}, indent=1))
+    suffixed(out, ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -16,10 +16,9 @@ import json
 import statistics
 import time
 from contextlib import contextmanager
-from pathlib import Path
 
 import torch
-from common import RESULTS, load_demo, machine
+from common import load_demo, machine, out_prefix, suffixed
 from transformers.cache_utils import DynamicLayer
 
 from rayspec.engine import GenerationStats, SpeculativeEngine
@@ -46,7 +45,7 @@ def main():
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", default=str(RESULTS / "kv_cache_bench"))
+    parser.add_argument("--out", default=None, help="default: bench/results/kv_cache_bench")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -74,9 +73,8 @@ def main():
         print(f"  context {context}", flush=True)
     result = {"meta": {**machine(str(target_model.device.type)), **vars(args)}, "identical_tokens": identical,
               "rows": rows}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2))
+    out = out_prefix(args.out, "kv_cache_bench")
+    suffixed(out, ".json").write_text(json.dumps(result, indent=2))
     lines = [f"# KV cache layers on the demo pair ({result['meta']['device_name']}, rrsw kary:2x3, T = 0.6, "
              f"{args.tokens} new tokens, medians of {args.rounds * 2} prompts)", "",
              "| prompt tokens | " + " | ".join(f"{arm}: step ms | tokens/s" for arm in ARMS) + " | step time, growing / concatenating |",
@@ -86,8 +84,8 @@ def main():
         lines.append(f"| {row['context']} | {a['step_ms']:.2f} | {a['tokens_per_s']:.1f} | {b['step_ms']:.2f} | "
                      f"{b['tokens_per_s']:.1f} | **{b['step_ms'] / a['step_ms']:.3f}** |")
     lines += ["", f"Identical tokens for every seed: **{identical}**."]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print(out.with_suffix(".md").read_text())
+    suffixed(out, ".md").write_text("\n".join(lines) + "\n")
+    print(suffixed(out, ".md").read_text())
 
 
 if __name__ == "__main__":

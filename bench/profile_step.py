@@ -21,10 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
-from pathlib import Path
 
 import torch
-from common import ACCEPTANCE, RESULTS, load_demo, machine
+from common import ACCEPTANCE, load_demo, machine, out_prefix, suffixed
 from torch.profiler import ProfilerActivity, profile
 
 from rayspec.engine import GenerationStats, SpeculativeEngine
@@ -71,7 +70,7 @@ def main():
     parser.add_argument("--by-function", action="store_true", help="also count operations by calling function")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    out = Path(args.out or RESULTS / f"profile_step_{args.device}")
+    out = out_prefix(args.out, f"profile_step_{args.device}")
 
     target, drafter, _, _, _, prompts = load_demo(args.device)
     costs = SpeculativeEngine(target, drafter, tree="chain:1").costs()
@@ -104,8 +103,7 @@ def main():
     }
     if args.by_function:
         result["operations"] = operations_by_function(engine, prompts, args)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2))
+    suffixed(out, ".json").write_text(json.dumps(result, indent=2))
     lines = [f"# One decoding step under the profiler ({result['meta']['device_name']}; {args.verifier}, {args.tree} "
              f"= {shape.size} nodes, depth {shape.max_depth}; T = {args.temperature:g})", "",
              f"{steps} steps, {result['tokens_per_step']:.2f} tokens/step.", "",
@@ -118,8 +116,8 @@ def main():
                   "|---|---|"]
         lines += [f"| `{name}` | {count:.1f} |" for name, count in result["operations"]["by_function"].items()]
     lines += ["", "```", result["table"], "```"]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print(out.with_suffix(".md").read_text())
+    suffixed(out, ".md").write_text("\n".join(lines) + "\n")
+    print(suffixed(out, ".md").read_text())
 
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ from pathlib import Path
 
 import grpc
 import torch
-from common import ACCEPTANCE, RESULTS, fits, load_demo, machine
+from common import ACCEPTANCE, RESULTS, fits, load_demo, machine, out_prefix, suffixed
 from rayspec.demo import DRAFTER_PATH, TARGET_PATH
 from rayspec.engine import GenerationStats, LocalTarget, SpeculativeEngine
 from rayspec.models import load_causal_lm
@@ -679,13 +679,12 @@ def main():
                         help="which parts of the in-process vs distributed comparison to run")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                         help="where the models compute, in every process (the load part always runs on CPU)")
-    parser.add_argument("--out", default=str(RESULTS / "service_bench"))
+    parser.add_argument("--out", default=None, help="default: bench/results/service_bench")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
     result = {"meta": {**machine(args.device), **vars(args)}}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = out_prefix(args.out, "service_bench")
 
     def save(parts: dict | None = None):
         if parts is not None:
@@ -693,8 +692,8 @@ def main():
             result["meta"]["costs"] = parts.pop("costs")
             result["meta"]["cpu_plan"] = parts.pop("cpu_plan")
             result.update(parts)
-        out.with_suffix(".json").write_text(json.dumps(result, indent=2))
-        write_markdown(out.with_suffix(".md"), result)
+        suffixed(out, ".json").write_text(json.dumps(result, indent=2))
+        write_markdown(suffixed(out, ".md"), result)
 
     if not args.only_locust:
         save(in_process_vs_distributed(args, save))
@@ -702,7 +701,7 @@ def main():
         result["locust"] = [row for where in args.target_where for batching in args.batching
                             for row in locust_sweep(args.users, args.locust_seconds, 64, where, batching)]
         save()
-    print(out.with_suffix(".md").read_text())
+    print(suffixed(out, ".md").read_text())
 
 
 def _ms(value: float | None) -> str:

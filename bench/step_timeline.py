@@ -200,15 +200,16 @@ def main():
     parser.add_argument("--temperature", type=float, default=0.6)
     parser.add_argument("--verifier", default="rrsw")
     parser.add_argument("--tree", default="sequoia:4")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "step_timeline"))
+    parser.add_argument("--out", default=None, help="default: bench/results/step_timeline")
     args = parser.parse_args()
     import torch
+    from common import out_prefix, suffixed
 
     torch.set_num_threads(1)
     result = measure(args)
-    out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1))
-    out.with_suffix(".md").write_text(markdown(result))
+    out = out_prefix(args.out, "step_timeline")
+    suffixed(out, ".json").write_text(json.dumps(result, indent=1))
+    suffixed(out, ".md").write_text(markdown(result))
     print(markdown(result))
 
 

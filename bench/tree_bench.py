@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
-from common import ACCEPTANCE, RESULTS, engine_arm, interleave, load_demo, machine
+from common import ACCEPTANCE, engine_arm, interleave, load_demo, machine, out_prefix, suffixed
 from rayspec.engine import SpeculativeEngine
 from rayspec.engine.policy import AcceptanceLibrary
 from rayspec.tree.sequoia import expected_tokens
@@ -58,7 +57,7 @@ def main():
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.6, 1.0])
     parser.add_argument("--verifiers", nargs="+", default=[v for v in available_verifiers() if v not in ("greedy", "topk")])
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--out", default=str(RESULTS / "tree_bench"))
+    parser.add_argument("--out", default=None, help="default: bench/results/tree_bench")
     args = parser.parse_args()
     if args.threads:
         import torch
@@ -94,12 +93,11 @@ def main():
     goals = evaluate_goals(rows, args.temperatures)
     meta = {**machine(str(target_model.device.type)), "prompts": args.prompts, "tokens": args.tokens,
             "costs": costs.to_json()}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows, "goals": goals}, indent=2))
-    write_markdown(out.with_suffix(".md"), meta, rows, goals)
-    plot(out.with_suffix(".png"), rows)
-    print(out.with_suffix(".md").read_text())
+    out = out_prefix(args.out, "tree_bench")
+    suffixed(out, ".json").write_text(json.dumps({"meta": meta, "rows": rows, "goals": goals}, indent=2))
+    write_markdown(suffixed(out, ".md"), meta, rows, goals)
+    plot(suffixed(out, ".png"), rows)
+    print(suffixed(out, ".md").read_text())
 
 
 def evaluate_goals(rows, temperatures) -> list[dict]:

@@ -23,15 +23,14 @@ import json
 import platform
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
+from common import out_prefix, suffixed
 from rayspec.coupling import KeyedNoise
 from rayspec.tree.structure import DraftTree, TreeShape
 from rayspec.verify import available_verifiers, get_verifier
 
-RESULTS = Path(__file__).parent / "results"
 RANK_ACCEPTANCE = [0.55, 0.15, 0.08, 0.05, 0.03, 0.02, 0.015, 0.01]
 
 
@@ -160,7 +159,7 @@ def main():
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--verifiers", nargs="+", default=available_verifiers())
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--out", default=str(RESULTS / "verify_bench"))
+    parser.add_argument("--out", default=None, help="default: bench/results/verify_bench")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -184,9 +183,8 @@ def main():
         "bandwidth_GBps": bandwidth / 1e9,
         "repeats": args.repeats,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
+    out = out_prefix(args.out, "verify_bench")
+    suffixed(out, ".json").write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
     lines = [
         f"# verify_tree timings ({meta['device']}, {meta['device_name']}, torch {meta['torch']}, "
         f"{meta['threads']} threads, read bandwidth {meta['bandwidth_GBps']:.1f} GB/s)",
@@ -201,8 +199,8 @@ def main():
         )
     lines.append("")
     lines.append("floor = bytes of the p and q rows the walk touched (median) / measured read bandwidth.")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.md')}")
+    suffixed(out, ".md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {suffixed(out, '.json')} and {suffixed(out, '.md')}")
 
 
 if __name__ == "__main__":
