@@ -62,8 +62,12 @@ def error_body(error: BaseException) -> tuple[int, dict]:
 
 def field_named(message: str) -> str | None:
     """The request field an engine's refusal is about, when it opens with its name ("temperature
-    must be ...", "logit_bias: ...", "allowed_token_ids names ...", "the prompt is ..."); else
-    None."""
+    must be ...", "logit_bias: ...", "allowed_token_ids names ...", "the prompt is ...", "the
+    prediction has ...", "prompt token ids ...") or is one of the engine's refusals of a
+    `rayspec` option (`_OPTION_REFUSALS`); else None."""
+    for opening, field in _OPTION_REFUSALS:
+        if opening.match(message):
+            return field
     match = _FIELD_FIRST.match(message)
     if match is None:
         return None
@@ -74,7 +78,17 @@ def field_named(message: str) -> str | None:
     return match.group(1) if match.group(1) in fields else None
 
 
-_FIELD_FIRST = re.compile(r"(?:the )?([a-z][a-z_]*)(?::| must | names | is )")
+_FIELD_FIRST = re.compile(r"(?:the )?([a-z][a-z_]*)(?::| must | names | is | has | token ids )")
+
+# The engine's refusals of what a request's `rayspec` options name, which open with other words
+# than the option's: a prediction's tree that is no chain (`prediction_chain`: the tree is what
+# the client changes, the prediction being the point of the request), and the verifier's name
+# and parameters (`rayspec.verify.get_verifier`).
+_OPTION_REFUSALS = [
+    (re.compile(r"with a prediction the tree is "), "rayspec.tree"),
+    (re.compile(r"unknown verifier "), "rayspec.verifier"),
+    (re.compile(r"verifier '[^']*'(?: takes no parameter|: )"), "rayspec.verifier_params"),
+]
 
 
 def validation_error(error: RequestValidationError) -> ApiError:
@@ -88,7 +102,8 @@ def validation_error(error: RequestValidationError) -> ApiError:
     if problem["type"] == "extra_forbidden":
         return bad_request(f"unrecognized request argument: {'.'.join(where)}", where[0])
     where, message = _without_union_tags(where, problem["msg"], error.errors())
-    return bad_request(f"{'.'.join(where)}: {message}", where[0])
+    # a `rayspec` option is named as the engine's refusals of it name it ("rayspec.tree")
+    return bad_request(f"{'.'.join(where)}: {message}", ".".join(where[:2]) if where[0] == "rayspec" else where[0])
 
 
 def _is_union_tag(part: str) -> bool:

@@ -853,20 +853,32 @@ BAD_COMPLETIONS = [
     ({"prompt": "x", "stop": [1]}, 400, "stop.0: Input should be a valid string", "stop"),  # not "stop.list[str].0"
     ({"prompt": "x", "stop": 5}, 400, "stop: Input should be str or list[str]", "stop"),
     ({"prompt": "x", "bad_words": {"a": 1}}, 400, "bad_words: Input should be str or list[str]", "bad_words"),
-    ({"prompt": "x", "rayspec": {"verifier": "nope"}}, 400, "unknown verifier 'nope'", None),
+    ({"prompt": "x", "rayspec": {"verifier": "nope"}}, 400, "unknown verifier 'nope'", "rayspec.verifier"),
+    ({"prompt": "x", "rayspec": {"verifier_params": {"zz": 1}}}, 400, "verifier 'rrsw' takes no parameter(s) zz",
+     "rayspec.verifier_params"),
+    ({"prompt": "x", "rayspec": {"verifier": "mentored", "tree": "chain:2", "verifier_params": {"kl_budget": "x"}}},
+     400, "verifier 'mentored': kl_budget must be float", "rayspec.verifier_params"),
+    # the tree is what a prediction's request changes: the message names it, and so does param
+    ({"prompt": "x", "prediction": {"type": "content", "content": "x"}, "rayspec": {"tree": "kary:2x2"}}, 400,
+     "with a prediction the tree is a chain of predicted tokens", "rayspec.tree"),
+    ({"prompt": "x", "prediction": {"type": "content", "content": "x"}, "rayspec": {"tree": "chain:0"}}, 400,
+     "give chain:N (N at least 1) or no tree (chain:8), not 'chain:0'", "rayspec.tree"),
+    # not "prompt 0 of the batch: ...", param prompt: the request's own fields are at fault
+    ({"prompt": ["x", "y"], "prediction": {"type": "content", "content": "x"}, "rayspec": {"tree": "kary:2x2"}}, 400,
+     "with a prediction the tree is a chain of predicted tokens", "rayspec.tree"),
     ({"prompt": "x", "rayspec": {"tree": "kary:9"}}, 400, "tree spec", "rayspec.tree"),
     ({"prompt": "x", "rayspec": {"tree": "file:/etc/passwd"}}, 400, "file: trees", "rayspec.tree"),
     ({"prompt": "x", "rayspec": {"tree": "kary:64x8"}}, 400, "at most 1024", "rayspec.tree"),
     ({"prompt": "x", "rayspec": {"tree": "sequoia:100000"}}, 400, "at most 1024", "rayspec.tree"),
     ({"prompt": "x", "rayspec": {"tree": "sequoia:1024x10"}}, 400, "too big to plan per request", "rayspec.tree"),
-    ({"prompt": "x", "rayspec": {"verifier_params": [1]}}, 400, "verifier_params", "rayspec"),
+    ({"prompt": "x", "rayspec": {"verifier_params": [1]}}, 400, "verifier_params", "rayspec.verifier_params"),
     ({"prompt": "x", "rayspec": {"speed": "max"}}, 400, "unrecognized request argument: rayspec.speed", "rayspec"),
     ({"prompt": [7] * 600}, 400, "maximum context length is 512 tokens. However, the prompt has 600 tokens", None),
     ({"prompt": "word " * 7000}, 400, "the prompt has 35000 characters, far more than 512 tokens can hold", None),
     ({"prompt": [7] * 500, "max_tokens": 20}, 400, "you requested 520 tokens (500 in the prompt, 20 in the "
                                                    "completion). Please reduce the length of the prompt or completion: "
                                                    "at most 12 new tokens fit.", None),
-    ({"prompt": [1, 99999]}, 400, "out of the vocabulary", None),
+    ({"prompt": [1, 99999]}, 400, "prompt token ids out of the vocabulary", "prompt"),
     ({"prompt": ""}, 400, "at least one token", "prompt"),
     ({"prompt": [True, 2]}, 400, "prompt must be", "prompt"),
     ({"prompt": []}, 400, "prompt must be a string, a non-empty list of token ids, or a non-empty list (a batch)",
@@ -888,7 +900,7 @@ BAD_COMPLETIONS = [
     ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens must be at least 1 (0 only with echo: true", "max_tokens"),
     ({"prompt": "x", "max_tokens": -1, "echo": True}, 400, "max_tokens: Input should be greater than or equal to 0",
      "max_tokens"),
-    ({"prompt": [1, 99999], "max_tokens": 0, "echo": True}, 400, "out of the vocabulary", None),
+    ({"prompt": [1, 99999], "max_tokens": 0, "echo": True}, 400, "out of the vocabulary", "prompt"),
     ({"prompt": [7] * 600, "max_tokens": 0, "echo": True}, 400, "maximum context length is 512 tokens", None),
     ({"prompt": "x", "best_of": 3}, 400, "best_of", "best_of"),
     ({"prompt": "x", "suffix": "end"}, 400, "suffix", "suffix"),
@@ -919,7 +931,9 @@ BAD_COMPLETIONS = [
      "stop_token_ids"),
     ({"prompt": "x", "ignore_eos": "yes"}, 400, "ignore_eos: Input should be a valid boolean", "ignore_eos"),
     ({"prompt": "x", "prediction": {"type": "content", "content": "a" * (64 * 512 + 1)}}, 400,
-     "the prediction has 32769 characters, far more than the model's context of 512 tokens can hold", None),
+     "the prediction has 32769 characters, far more than the model's context of 512 tokens can hold", "prediction"),
+    ({"prompt": ["x", "y"], "prediction": {"type": "content", "content": "a" * (64 * 512 + 1)}}, 400,
+     "the prediction has 32769 characters", "prediction"),  # not a batch's prompt's refusal
 ]
 BAD_CHATS = [
     ({"messages": [{"role": "user"}]}, 400, "messages.0: Value error, a user message needs content", "messages"),
@@ -975,6 +989,8 @@ BAD_CHATS = [
      "min_tokens must be between 0 and max_tokens (3), got 4", "min_tokens"),
     ({"messages": [{"role": "user", "content": "hi"}], "stop_token_ids": ["a"]}, 400,
      "stop_token_ids.0: Input should be a valid integer", "stop_token_ids"),
+    ({"messages": [{"role": "user", "content": "hi"}], "prediction": {"type": "content", "content": "x"},
+      "rayspec": {"tree": "dynamic:8"}}, 400, "with a prediction the tree is a chain of predicted tokens", "rayspec.tree"),
 ]
 
 # A schema's own refusals: asked of a target declaring an EOS, as the tiny one declares none and

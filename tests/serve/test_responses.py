@@ -117,7 +117,7 @@ def test_a_streamed_response_is_openais_event_sequence(client, http):
      "max_output_tokens"),
     ({"input": "hi", "max_output_tokens": 100000}, "max_output_tokens must be at most 256", "max_output_tokens"),
     ({"input": "hi", "temperature": -1}, "temperature must be >= 0", "temperature"),
-    ({"input": "hi", "rayspec": {"verifier": "nope"}}, "unknown verifier 'nope'", None),
+    ({"input": "hi", "rayspec": {"verifier": "nope"}}, "unknown verifier 'nope'", "rayspec.verifier"),
     ({"input": "hi", "rayspec": {"tree": "kary:9"}}, "tree spec", "rayspec.tree"),
     ({"input": "hi", "frobnicate": 1}, "unrecognized request argument: frobnicate", "frobnicate"),
     ({"input": "word " * 7000}, "far more than 512 tokens can hold", None),
