@@ -314,6 +314,12 @@ def text_parts(content, kinds=("text",), refusals: bool = False) -> list[str] | 
     return texts
 
 
+def template_parts(texts: list[str]) -> list[dict]:
+    """Texts of a message's content parts as `Service.render_chat` takes them: a text part each,
+    which a template that walks parts is given each and one that writes a string a line each."""
+    return [{"type": "text", "text": text} for text in texts]
+
+
 def joined_text(content, separator: str = "", kinds=("text",), refusals: bool = False) -> str | None:
     """OpenAI's text content: a string, or a list of text parts (`text_parts`) joined by
     `separator`; None for anything else."""
@@ -384,7 +390,7 @@ class Message(BaseModel):
         text parts it came as."""
         content = self.content
         if self._parts is not None and "\n".join(self._parts) == content:  # not a refusal given beside no parts
-            content = [{"type": "text", "text": text} for text in self._parts]
+            content = template_parts(self._parts)
         message = {"role": self.role, "content": content}
         if self.name is not None:  # a participant's name, which some templates write (vLLM passes it too)
             message["name"] = self.name

@@ -50,8 +50,8 @@ from pydantic import Field
 from rayspec.engine.requests import GenerationRequest
 from rayspec.engine.structured import StructuredOutput
 from rayspec.serve.bodies import (
-    PromptCacheOptions, RayspecOptions, StrictBody, check_tree, joined_text, refuse_unless_default,
-    tool_calling_read_by_service,
+    PromptCacheOptions, RayspecOptions, StrictBody, check_tree, joined_text, refuse_unless_default, template_parts,
+    text_parts, tool_calling_read_by_service,
 )
 from rayspec.serve.errors import bad_request, error_body
 from rayspec.serve.http import (
@@ -209,12 +209,22 @@ class ResponsesBody(StrictBody):
         return messages
 
 
+PART_KINDS = ("input_text", "output_text", "text")
+
+
 def _text_of_parts(content):
     """A list of text parts (input_text, output_text; an assistant's refusal, the text it
     refused with) as their text, a line each as the chat endpoint joins a message's parts;
     anything else as it is."""
-    text = joined_text(content, "\n", kinds=("input_text", "output_text", "text"), refusals=True)
+    text = joined_text(content, "\n", kinds=PART_KINDS, refusals=True)
     return content if text is None else text
+
+
+def _template_content(content, text: str) -> str | list[dict]:
+    """An item's checked `text` as the chat template is given it: a list of text parts as those
+    parts (`template_parts`), as the chat endpoint gives a message's, else the text."""
+    texts = text_parts(content, kinds=PART_KINDS, refusals=True)
+    return text if texts is None else template_parts(texts)
 
 
 def _message(item, where: str) -> dict:
@@ -225,8 +235,9 @@ def _message(item, where: str) -> dict:
     if not isinstance(kind, str) or kind not in ("message", *needs):  # a list or object is no type: a 400, not a 500
         raise bad_request(f"{where}: only messages, function_call and function_call_output items are supported "
                           f"as input, not {kind!r}", "input")
+    given = item.get("output") if kind == "function_call_output" else None
     if kind == "function_call_output":  # OpenAI's output: text, or a list of content parts
-        item = {**item, "output": _text_of_parts(item.get("output"))}
+        item = {**item, "output": _text_of_parts(given)}
     if kind in needs:
         if not all(isinstance(item.get(key), str) for key in needs[kind]):
             raise bad_request(f"{where}: a {kind} item needs {' and '.join(needs[kind])} as strings"
@@ -242,16 +253,16 @@ def _message(item, where: str) -> dict:
                 "function": {"name": item["name"], "arguments": item["arguments"]}}
         return {"role": "assistant", "content": "", "tool_calls": [call]}
     if kind == "function_call_output":
-        return {"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]}
-    role, content = item.get("role"), item.get("content")
+        return {"role": "tool", "tool_call_id": item["call_id"], "content": _template_content(given, item["output"])}
+    role, given = item.get("role"), item.get("content")
     if role not in ROLES:
         raise bad_request(f"{where}.role must be one of {', '.join(ROLES)}, got {role!r}", "input")
-    content = _text_of_parts(content)
+    content = _text_of_parts(given)
     if not isinstance(content, str):
         raise bad_request(f"{where}.content must be a string or a list of input_text parts (only text is supported)",
                           "input")
     try:
-        return {"role": role, "content": check_text(content, f"{where}.content")}
+        return {"role": role, "content": _template_content(given, check_text(content, f"{where}.content"))}
     except ValueError as error:
         raise bad_request(str(error), "input") from None
 

@@ -2124,6 +2124,31 @@ def test_a_messages_text_parts_reach_a_template_that_walks_them_each(reference):
     assert body.prompt(service) == "Hello\nworld\n|No.|Why?|"
 
 
+def test_a_responses_input_messages_text_parts_reach_a_template_that_walks_them_each(reference):
+    """The Responses API's input messages and function_call_output items sent as several text
+    parts reach a template that walks parts as those parts, as vLLM's Responses API gives them
+    (they reached it as one part, their texts joined), and one that writes a string as their
+    texts a line each, as the chat endpoint gives a message's parts."""
+    from rayspec.serve.responses import ResponsesBody
+
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
+    tokenizer.chat_template = ("{% for m in messages %}{{ m.role }}:{% for part in m['content'] %}<{{ part.text }}>"
+                               "{% endfor %}{% endfor %}")
+    service = Service(reference, tokenizer, MODEL)
+    body = ResponsesBody(instructions="Be brief.", input=[
+        {"role": "user", "content": [{"type": "input_text", "text": "Hello"}, {"type": "input_text", "text": "world"}]},
+        {"type": "function_call", "call_id": "c1", "name": "now", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1",
+         "output": [{"type": "input_text", "text": "12:00"}, {"type": "input_text", "text": "UTC"}]},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "It is"}, {"type": "refusal",
+                                                                                       "refusal": "No."}]},
+        {"role": "user", "content": "Why?"}])
+    assert service.render_chat(body.messages()) == (
+        "system:<Be brief.>user:<Hello><world>assistant:<>tool:<12:00><UTC>assistant:<It is><No.>user:<Why?>")
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}|{% endfor %}"
+    assert service.render_chat(body.messages()) == "Be brief.|Hello\nworld||12:00\nUTC|It is\nNo.|Why?|"
+
+
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "on": {"type": "boolean"}},
           "required": ["name", "on"]}
 
