@@ -67,6 +67,47 @@ def bundles(config: ServiceConfig, cluster_gpus: float) -> list[dict]:
     ]
 
 
+def check_fits_here(config: ServiceConfig, spec: list[dict], have: dict) -> None:
+    """ValueError when the placement group `spec` (`bundles`) asks more of a resource than
+    `have`, what the local Ray instance this process started found on this machine: no node
+    will join that one, so its placement would wait (10 minutes) for nothing — a GPU asked of
+    a machine with none.  Not for a cluster joined, where an autoscaler may add the nodes.  The
+    message names the config's fields that ask for it.  Sums are compared: fractions of GPUs
+    that fit in sum but not GPU by GPU (three bundles of 0.6 GPU on two) are still waited for."""
+    asked: dict[str, float] = {}
+    for bundle in spec:
+        for resource, amount in bundle.items():
+            asked[resource] = asked.get(resource, 0.0) + amount
+    for resource, amount in asked.items():
+        found = have.get(resource, 0.0)
+        if amount > found + 1e-6:
+            raise ValueError(
+                f"the config asks {amount:g} {resource} of this machine ({', '.join(_asking(config, resource))}), "
+                f"and the local Ray instance rayspec started finds {found:g} on it: ask for what it has "
+                f"({'num_gpus: auto takes the GPUs there are' if resource == 'GPU' else 'or less'}), "
+                f"or join a cluster that has it (--address)"
+            )
+
+
+def _asking(config: ServiceConfig, resource: str) -> list[str]:
+    """The config's fields that ask `resource` of the placement group, as `field: value`."""
+    workers = [("target", config.target, config.placement.target_resources, "target_resources")] + [
+        (f"drafters[{i}]", d, config.placement.drafter_resources, "drafter_resources")
+        for i, d in enumerate(config.drafters) if d.where == "worker"
+    ]
+    fields = []
+    for name, model, extra, extra_field in workers:
+        if resource in extra:
+            field = f"placement.{extra_field}.{resource}: {extra[resource]:g}"
+            if field not in fields:
+                fields.append(field)
+        elif resource == "GPU" and model.num_gpus not in ("auto", 0, 0.0):
+            fields.append(f"{name}.num_gpus: {model.num_gpus:g}")
+        elif resource == "CPU":
+            fields.append(f"{name}'s worker: {BUNDLE_CPUS:g} CPU")
+    return fields
+
+
 def placed(group, index: int, max_restarts: int) -> dict:
     """Ray options of a worker actor in bundle `index` of `group`: the GPUs the bundle
     reserved (`bundles` decided them once, for the whole group); restarted up to

@@ -30,7 +30,8 @@ import socket
 import threading
 
 from rayspec.cluster.actors import (
-    BUNDLE_CPUS, GenerationActor, ServiceStartError, WorkerActor, advertised_address, bundles, placed, restartable,
+    BUNDLE_CPUS, GenerationActor, ServiceStartError, WorkerActor, advertised_address, bundles, check_fits_here, placed,
+    restartable,
     start_drafters, service_name, started, wait_for_group, why_not_started, worker_actor_names,
 )
 from rayspec.serve.config import ServiceConfig
@@ -147,13 +148,16 @@ class Service:
         self.config = config = dataclasses.replace(config, api_key=config.resolved_api_key)
         self.group, self.target, self.generation, self.drafters = None, None, None, []
         nodes = [n for n in ray.nodes() if n["Alive"]]
-        spec = bundles(config, ray.cluster_resources().get("GPU", 0))
-        if config.placement.strategy == "STRICT_SPREAD" and len(nodes) < len(spec):
-            raise ValueError(
-                f"STRICT_SPREAD needs {len(spec)} nodes (a target and {len(spec) - 1} drafter(s)), "
-                f"the cluster has {len(nodes)}; use PACK on one node"
-            )
+        have = ray.cluster_resources()
+        spec = bundles(config, have.get("GPU", 0))
         try:
+            if config.placement.strategy == "STRICT_SPREAD" and len(nodes) < len(spec):
+                raise ValueError(
+                    f"STRICT_SPREAD needs {len(spec)} nodes (a target and {len(spec) - 1} drafter(s)), "
+                    f"the cluster has {len(nodes)}; use PACK on one node"
+                )
+            if self.started_ray:  # no node joins it: what it lacks now is never placed
+                check_fits_here(config, spec, have)
             if config.target.where == "coordinator":
                 self._target_in_coordinator(spec, start_timeout)
             else:

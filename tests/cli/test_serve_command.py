@@ -231,11 +231,14 @@ def test_a_port_taken_after_the_check_stops_the_start_with_one_line_saying_which
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])
 def test_a_start_waiting_for_resources_says_what_it_waits_for_and_stops_on_a_signal(tmp_path, stop_signal):
     """Ctrl-C, or SIGTERM (as a process manager stops it), while waiting: a line and exit
-    status 130, not Ray's stack dump."""
+    status 130, not Ray's stack dump.  A wait for a cluster that may grow: a Ray of its own,
+    which cannot, has its refusal (see below) taken away here."""
     config = tmp_path / "serve.yaml"
     config.write_text(yaml.safe_dump({"target": {"num_gpus": 1}, "http": {"port": free_port()},
                                       "grpc": {"port": free_port()}}))
-    server = subprocess.Popen([sys.executable, "-m", "rayspec.cli", "serve", str(config)], cwd=ROOT,
+    waiting = ("import sys, rayspec.cluster.launch as launch; from rayspec.cli import main; "
+               "launch.check_fits_here = lambda *args: None; sys.exit(main(sys.argv[1:]))")
+    server = subprocess.Popen([sys.executable, "-c", waiting, "serve", str(config)], cwd=ROOT,
                               env={**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1"},
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -248,6 +251,25 @@ def test_a_start_waiting_for_resources_says_what_it_waits_for_and_stops_on_a_sig
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="asks for a GPU the machine must not have")
+def test_a_gpu_asked_of_a_machine_without_refuses_the_start_at_once_naming_the_field(tmp_path):
+    """On a Ray `rayspec serve` started itself no node will bring the GPU: refused once Ray
+    has started (exit status 2, the CLI's for a config that cannot work), not waited for
+    10 minutes; Ray is shut down with the process."""
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml.safe_dump({"target": {"num_gpus": 1}, "http": {"port": free_port()},
+                                      "grpc": {"port": free_port()}}))
+    done = subprocess.run([sys.executable, "-m", "rayspec.cli", "serve", str(config)], cwd=ROOT,
+                          env={**os.environ, "RAY_AUTH_MODE": "disabled"}, capture_output=True, text=True,
+                          timeout=120, start_new_session=True)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "rayspec: error: the config asks 1 GPU of this machine (target.num_gpus: 1), and the local Ray instance "
+        "rayspec started finds 0 on it: ask for what it has (num_gpus: auto takes the GPUs there are), or join a "
+        "cluster that has it (--address)")
+    assert "waiting for the cluster" not in done.stderr and "Traceback" not in done.stderr
 
 
 def test_a_ray_address_where_nothing_answers_is_refused_at_once():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rayspec.cluster.actors import bundles
+from rayspec.cluster.actors import bundles, check_fits_here
 from rayspec.rpc.checks import API_KEY_VARIABLE
 from rayspec.serve.config import ServiceConfig
 
@@ -30,6 +30,42 @@ def test_drafters_in_the_coordinator_get_no_bundle():
 def test_auto_gpus_share_the_clusters_gpus_when_there_are_fewer_than_models(drafters, cluster_gpus, gpus):
     config = ServiceConfig.from_dict({"drafters": drafters})
     assert [bundle.get("GPU") for bundle in bundles(config, cluster_gpus)] == gpus
+
+
+@pytest.mark.parametrize("config, have, message", [
+    ({"target": {"num_gpus": 1}}, {"CPU": 2.0},
+     "the config asks 1 GPU of this machine (target.num_gpus: 1), and the local Ray instance rayspec started "
+     "finds 0 on it: ask for what it has (num_gpus: auto takes the GPUs there are), or join a cluster that has it "
+     "(--address)"),
+    ({"drafters": [{"where": "coordinator"}, {"num_gpus": 0.5}, {"num_gpus": 1}]}, {"CPU": 8.0, "GPU": 1.0},
+     "the config asks 1.5 GPU of this machine (drafters[1].num_gpus: 0.5, drafters[2].num_gpus: 1), and the "
+     "local Ray instance rayspec started finds 1 on it: ask for what it has (num_gpus: auto takes the GPUs there "
+     "are), or join a cluster that has it (--address)"),
+    ({"placement": {"target_resources": {"rayspec_target": 1}}}, {"CPU": 2.0},
+     "the config asks 1 rayspec_target of this machine (placement.target_resources.rayspec_target: 1), and the "
+     "local Ray instance rayspec started finds 0 on it: ask for what it has (or less), or join a cluster that has "
+     "it (--address)"),
+    ({"drafters": [{}, {}]}, {"CPU": 1.0},
+     "the config asks 1.5 CPU of this machine (target's worker: 0.5 CPU, drafters[0]'s worker: 0.5 CPU, "
+     "drafters[1]'s worker: 0.5 CPU), and the local Ray instance rayspec started finds 1 on it: ask for what it "
+     "has (or less), or join a cluster that has it (--address)"),
+])
+def test_a_placement_the_local_ray_cannot_make_is_refused_naming_the_fields(config, have, message):
+    """`rayspec serve` on a Ray of its own refuses at once what it would wait 10 minutes for."""
+    config = ServiceConfig.from_dict(config)
+    with pytest.raises(ValueError) as refused:
+        check_fits_here(config, bundles(config, have.get("GPU", 0)), have)
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("config, have", [
+    ({}, {"CPU": 1.0}),  # auto GPUs: none asked of a machine without
+    ({"target": {"num_gpus": 1}, "drafters": [{}]}, {"CPU": 2.0, "GPU": 1.0}),  # the auto drafter: none left
+    ({"target": {"num_gpus": 0.5}, "drafters": [{"num_gpus": 0.5}]}, {"CPU": 2.0, "GPU": 1.0}),
+])
+def test_a_placement_the_local_ray_can_make_passes(config, have):
+    config = ServiceConfig.from_dict(config)
+    check_fits_here(config, bundles(config, have.get("GPU", 0)), have)
 
 
 @pytest.mark.parametrize("drafter, message", [
