@@ -340,7 +340,7 @@ def serve_generation_api(service, config: ServiceConfig) -> tuple:
     def serve(address):
         return serve_generation(service.engine, service.tokenizer, address, service.request_limits,
                                 max_concurrent_requests=config.limits.max_concurrent_requests, api_key=service.api_key,
-                                serving=service.targets_answer)
+                                serving=service.targets_answer, shutting_down=service.shutting_down)
 
     server, port = bind_again(serve, config.grpc.host, config.grpc.port)
     return server, advertised_address(config.grpc.host, port)
@@ -483,7 +483,13 @@ class GenerationActor(_Placed):
             self.service.engine.costs()
         return self.service.measured_costs()
 
+    def shut_down(self) -> None:
+        """End the generations in flight with UNAVAILABLE, and refuse new ones, as the service
+        stops (`rayspec.serve.service.Service.shut_down`)."""
+        self.service.shut_down()
+
     def stop(self) -> None:
+        self.shut_down()  # before the server's grace: its streams end with a status, not cut
         forget_kept()
         if self.watch is not None:
             self.watch.stop()

@@ -147,6 +147,7 @@ class Service:
         # resolved here, where $RAYSPEC_API_KEY is set, and carried in the config to the actors
         self.config = config = dataclasses.replace(config, api_key=config.resolved_api_key)
         self.group, self.target, self.generation, self.drafters = None, None, None, []
+        self.started = False  # whether it served: a start that failed has no requests to end
         nodes = [n for n in ray.nodes() if n["Alive"]]
         have = ray.cluster_resources()
         spec = bundles(config, have.get("GPU", 0))
@@ -166,6 +167,7 @@ class Service:
             self.stop()  # what did start goes, on a cluster that outlives this process too
             raise
         self.http_address = f"http://{advertised_address(config.http.host, config.http.port)}"  # as gRPC's
+        self.started = True
 
     def _run_http_app(self, app) -> None:
         import ray
@@ -228,14 +230,15 @@ class Service:
         self.target_node = replica.node_id.remote().result(timeout_s=start_timeout)
 
     def stop(self) -> None:
-        """Delete the Serve application and stop the actors.  Then a Ray instance the service
+        """End the generations in flight with the service's shutdown error (`shut_down`),
+        delete the Serve application and stop the actors.  Then a Ray instance the service
         started ends; on a cluster it joined, Serve itself stops when no other application is
         left, as it was before (another service may then start it with other ports)."""
-        import ray
         from ray import serve
         from ray.serve.exceptions import RayServeException
-        from ray.util.placement_group import remove_placement_group
 
+        if self.started:  # else a replica that never started could hold this up for its timeout
+            self.shut_down()
         # Not `serve.shutdown()` first: it would end the cluster's other applications too,
         # and it kills Serve's controller under its own call, which Ray reports as a failed
         # task (a line at every Ctrl-C).  A replica holding the target takes its drafters and
@@ -245,33 +248,57 @@ class Service:
             serving = True
         except RayServeException:  # Serve never started: the service failed before
             serving = False
-        for actor in [self.generation, self.target, *self.drafters]:
-            if actor is None:
-                continue
-            try:
-                ray.get(actor.stop.remote(), timeout=10)
-            except Exception:  # noqa: BLE001 — stopping best-effort; the actor is killed next
-                pass
-            ray.kill(actor)
-        if self.group is not None:
-            remove_placement_group(self.group)
-        if self.started_ray:
-            ray.shutdown()
-        elif serving and not serve.status().applications:
+        self._end_actors(stop_first=True)
+        if not self.started_ray and serving and not serve.status().applications:
             serve.shutdown()
+
+    def shut_down(self) -> None:
+        """Have both coordinators end their generations in flight — an HTTP stream with an
+        error event and `[DONE]`, a gRPC one with UNAVAILABLE, any other with a 503 — and
+        refuse new ones (`rayspec.serve.service.Service.shut_down`), as vLLM aborts its
+        requests on shutdown: Serve tells a replica nothing as it drains it, and would let
+        its streams run through its grace (20 s) and then cut them without a word.  Best
+        effort: a part that did not start, or does not answer, is stopped next anyway."""
+        import ray
+        from ray import serve
+
+        answers = []  # both asked before either is waited for: their streams end together
+        if self.generation is not None:
+            asked = self.generation.shut_down.remote()
+            answers.append(lambda: ray.get(asked, timeout=10))
+        try:
+            replica = serve.get_deployment_handle("rayspec-coordinator", app_name=APP).shut_down.remote()
+            answers.append(lambda: replica.result(timeout_s=10))
+        except Exception:  # noqa: BLE001 — no Serve, or no application: no HTTP requests in flight
+            pass
+        for answer in answers:
+            with contextlib.suppress(Exception):  # see the docstring
+                answer()
 
     def stop_now(self) -> None:
         """`stop` without waiting for the requests in flight: the actors are killed, and a Ray
         instance the service started ends with them; on a cluster it joined, the Serve
         application, whose deletion `stop` asked for, goes after its replica's grace."""
         import ray
+
+        if ray.is_initialized():  # else `stop` had ended the Ray instance already
+            self._end_actors(stop_first=False)
+
+    def _end_actors(self, stop_first: bool) -> None:
+        """Kill the actors — each asked to `stop` first, if `stop_first` — remove the
+        placement group, and end a Ray instance the service started."""
+        import ray
         from ray.util.placement_group import remove_placement_group
 
-        if not ray.is_initialized():  # `stop` had ended the Ray instance already
-            return
         for actor in [self.generation, self.target, *self.drafters]:
-            if actor is not None:
-                ray.kill(actor)
+            if actor is None:
+                continue
+            if stop_first:
+                try:
+                    ray.get(actor.stop.remote(), timeout=10)
+                except Exception:  # noqa: BLE001 — stopping best-effort; the actor is killed next
+                    pass
+            ray.kill(actor)
         if self.group is not None:
             with contextlib.suppress(Exception):  # `stop` may have removed it already
                 remove_placement_group(self.group)

@@ -225,6 +225,15 @@ class AtCapacity(RuntimeError):
     gRPC RESOURCE_EXHAUSTED — for the client to ask again later."""
 
 
+class ShuttingDown(RuntimeError):
+    """The service is stopping: a generation in flight is ended, and a new one refused, as
+    vLLM aborts its requests on shutdown — HTTP 503 (an error event in a stream already
+    under way), gRPC UNAVAILABLE — for the client to retry elsewhere or later."""
+
+    def __init__(self, message: str = "the service is shutting down"):
+        super().__init__(message)
+
+
 class DrafterBusy(RuntimeError):
     """The drafter has no room for another sequence now (its session limit): the request is
     refused as the service's capacity answer (429), unless a pool has another drafter."""

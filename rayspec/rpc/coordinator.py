@@ -15,7 +15,7 @@ from contextlib import closing, contextmanager
 
 from rayspec.client.types import GENERATION_FEATURES, GenerateRequest, stop_reason_fields
 from rayspec.engine import SpeculativeEngine
-from rayspec.engine.interfaces import TokenLogprobs
+from rayspec.engine.interfaces import ShuttingDown, TokenLogprobs
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.engine.structured import StructuredOutput
 from rayspec.models.cancellation import watching_caller
@@ -25,10 +25,15 @@ from rayspec.rpc.server import HealthServicer, RequireKey, Servicer, SessionLimi
 
 class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
     def __init__(self, engine: SpeculativeEngine, tokenizer, limits: Limits | None = None,
-                 max_concurrent_requests: int | None = None, **server_limits):
+                 max_concurrent_requests: int | None = None, shutting_down: threading.Event | None = None,
+                 **server_limits):
         """max_concurrent_requests: generations running at once, beyond which a request is
-        refused with RESOURCE_EXHAUSTED (None: no cap but the server's)."""
+        refused with RESOURCE_EXHAUSTED (None: no cap but the server's).  shutting_down: set
+        when the service stops (`rayspec.serve.service.Service.shut_down`): a generation in
+        flight ends after its current step, and a new one is refused, with UNAVAILABLE, rather
+        than be cut by the server's stop without a status."""
         super().__init__(**server_limits)
+        self.shutting_down = shutting_down or threading.Event()
         self.engine, self.tokenizer, self.limits = engine, tokenizer, limits or Limits()
         self.max_concurrent_requests = max_concurrent_requests
         self._slots = None if max_concurrent_requests is None else threading.BoundedSemaphore(max_concurrent_requests)
@@ -38,6 +43,7 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
         """One of the `max_concurrent_requests` slots, held while a generation runs.  The
         server's own cap counts every call, health checks too: it is set above this one, so that
         health checks still answer while every slot is taken."""
+        self._check_running()
         if self._slots is not None and not self._slots.acquire(blocking=False):
             raise SessionLimitError(f"this service runs {self.max_concurrent_requests} generations at once at most, "
                                     f"and all are taken: retry later")
@@ -47,11 +53,16 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
             if self._slots is not None:
                 self._slots.release()
 
+    def _check_running(self) -> None:
+        if self.shutting_down.is_set():
+            raise ShuttingDown()
+
     def _request(self, message, context) -> GenerationRequest:
         """The message, read as the SDK writes it (`GenerateRequest`), as a checked request.  Its
         structured output is compiled while the RPC is watched (`watching_caller`): a caller past
         its deadline, or cancelled, stops the compilation, seconds of one of the few compiler
         processes, rather than leave it to compile for nobody (GenerationCancelled)."""
+        self._check_running()
         fields = dict(vars(GenerateRequest.from_proto(message)))
         prompt = fields.pop("prompt")
         fields["verifier_params"] = fields["verifier_params"] or None  # none given: the engine's own
@@ -84,14 +95,16 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
             for _ in steps:
                 if not context.is_active():  # cancelled, or past its deadline: stop, releasing the sessions
                     return generation_pb2.GenerateResponse()
+                self._check_running()
         return self._complete(request, request.text, request.logprobs, request.prompt_logprobs)
 
     @rpc_errors
     def GenerateStream(self, message, context):
         request = self._request(message, context)
         _cancel_when_over(context, request)
-        with self._slot():
-            for added in request.run():
+        with self._slot(), closing(request.run()) as steps:
+            for added in steps:
+                self._check_running()
                 yield generation_pb2.GenerateStreamResponse(
                     chunk=generation_pb2.Chunk(
                         text=added.text, token_ids=added.token_ids, accepted=added.step.accepted_in_completion,
@@ -123,14 +136,14 @@ HEALTH_CHECK_THREADS = 4  # the server's threads beyond its generations': health
 
 def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits: Limits | None = None,
                      max_concurrent_requests: int = 64, api_key: str | None = None,
-                     serving: Callable[[], bool] | None = None):
+                     serving: Callable[[], bool] | None = None, shutting_down: threading.Event | None = None):
     """Generation on `address`; requests beyond `max_concurrent_requests` running at once are
     refused with RESOURCE_EXHAUSTED (each holds a server thread while it generates).  With an
     `api_key`, calls without it (metadata `authorization: Bearer <key>`, as the SDK's
     `api_key` sends it) are refused UNAUTHENTICATED, the health service's excepted.
     `serving`: asked at each health check, whether the engine's workers let it serve (None:
-    always, as an engine over in-process models)."""
-    servicer = GenerationServicer(engine, tokenizer, limits, max_concurrent_requests)
+    always, as an engine over in-process models).  `shutting_down`: as `GenerationServicer`'s."""
+    servicer = GenerationServicer(engine, tokenizer, limits, max_concurrent_requests, shutting_down)
     health = HealthServicer(["rayspec.v1.Generation"], serving)
 
     def register(server):

@@ -28,7 +28,7 @@ from concurrent import futures
 
 import grpc
 
-from rayspec.engine.interfaces import AtCapacity, GenerationCancelled, SessionClosedError
+from rayspec.engine.interfaces import AtCapacity, GenerationCancelled, SessionClosedError, ShuttingDown
 from rayspec.models.cancellation import watching_caller
 from rayspec.models.threads import honour_torch_threads
 from rayspec.rpc.generated import health_pb2, health_pb2_grpc, worker_pb2
@@ -109,6 +109,8 @@ def status_of(error: Exception, where: str) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.NOT_FOUND, str(error)
     if isinstance(error, (SessionLimitError, AtCapacity)):
         return grpc.StatusCode.RESOURCE_EXHAUSTED, str(error)
+    if isinstance(error, ShuttingDown):
+        return grpc.StatusCode.UNAVAILABLE, str(error)
     if isinstance(error, GenerationCancelled):  # its caller left: nobody reads this status
         log.info("%s: %s", where, error)
         return grpc.StatusCode.CANCELLED, str(error)

@@ -112,6 +112,14 @@ class Coordinator:
 
         return ray.get([d.gpu_ids.remote() for d in self.drafters])
 
+    def shut_down(self) -> None:
+        """End the generations in flight, HTTP (a 503, or a stream's error event) and gRPC
+        (UNAVAILABLE), and refuse new ones: the service is stopping.  Asked by
+        `rayspec.cluster.launch.Service.stop` before it deletes the application — Serve tells a
+        replica nothing as it starts draining it, and would let its streams run through its
+        grace (20 s) and then cut them without a word."""
+        self.service.shut_down()
+
     def __serve_build_asgi_app__(self):
         from rayspec.serve.http import create_app
 
@@ -122,6 +130,8 @@ class Coordinator:
 
         from rayspec.cluster.actors import forget_kept
 
+        if hasattr(self, "service"):  # what Serve's drain left (the application deleted otherwise) ends now
+            self.service.shut_down()
         if getattr(self, "watch", None) is not None:
             self.watch.stop()
         if getattr(self, "generation", None) is not None:

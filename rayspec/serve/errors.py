@@ -9,7 +9,7 @@ import re
 
 from fastapi.exceptions import RequestValidationError
 
-from rayspec.engine.interfaces import AtCapacity, ContextLengthExceeded
+from rayspec.engine.interfaces import AtCapacity, ContextLengthExceeded, ShuttingDown
 from rayspec.engine.policy import PlanTooBig
 from rayspec.rpc.remote import RemoteError
 from rayspec.serve.service import Overloaded
@@ -46,6 +46,8 @@ def error_body(error: BaseException) -> tuple[int, dict]:
         return openai_error(400, str(error), code="context_length_exceeded")
     if isinstance(error, ValueError):  # the engine's and GenerationRequest's word for bad input
         return openai_error(400, str(error), field_named(str(error)))
+    if isinstance(error, ShuttingDown):
+        return openai_error(503, str(error), kind="service_unavailable")
     if isinstance(error, (Overloaded, AtCapacity)):
         return openai_error(429, str(error), code="too_many_requests", kind="rate_limit_error")
     if isinstance(error, RemoteError) and error.worker_full:

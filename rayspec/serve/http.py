@@ -91,7 +91,8 @@ input (malformed JSON, wrong types, unknown verifier, a prompt longer than the c
 413 for a body over `limits.max_request_bytes` (refused
 before it is read), 429 when `limits.max_concurrent_requests` generations are
 running or a worker has no room for another session, 503 when a worker fails or cannot be
-reached, 500 for anything else.
+reached or the service is shutting down (`Service.shut_down`: a stream under way then ends
+with its error event and `[DONE]`), 500 for anything else.
 
 Here: the endpoints and their answers.  The request bodies are `rayspec.serve.bodies`, the
 errors `rayspec.serve.errors`, the ASGI middleware `rayspec.serve.middleware`.
@@ -111,7 +112,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rayspec.engine.engine import GenerationStats
-from rayspec.engine.interfaces import TokenLogprobs
+from rayspec.engine.interfaces import ShuttingDown, TokenLogprobs
 from rayspec.engine.requests import GenerationRequest, StepText, usage_of
 from rayspec.engine.structured import token_bytes_of
 from rayspec.models.cancellation import GenerationCancelled, watching_caller
@@ -738,7 +739,8 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
         status, body = error_body(error)
         return JSONResponse(body, status_code=status, headers=headers)
 
-    for kind in (RequestValidationError, StarletteHTTPException, ApiError, ValueError, Overloaded, RemoteError):
+    for kind in (RequestValidationError, StarletteHTTPException, ApiError, ValueError, Overloaded, RemoteError,
+                 ShuttingDown):
         app.add_exception_handler(kind, answer_error)  # anything else: `AnswerFailures`
     app.add_exception_handler(ClientGone, lambda request, error: Response(status_code=CLIENT_CLOSED_REQUEST))
 

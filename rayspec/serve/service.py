@@ -22,7 +22,7 @@ from collections.abc import Mapping
 import grpc
 
 from rayspec.engine.engine import SpeculativeEngine
-from rayspec.engine.interfaces import AtCapacity
+from rayspec.engine.interfaces import AtCapacity, ShuttingDown
 from rayspec.engine.pool import DrafterPool
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.engine.structured import (
@@ -90,6 +90,10 @@ class Service:
         self.request_limits = Limits(self.limits.default_max_tokens, self.limits.max_tokens)
         self._slots = threading.BoundedSemaphore(self.limits.max_concurrent_requests)
         self._handles: list = []  # remote handles to close with the service
+        # set by `shut_down`; the gRPC Generation API over the same engine checks it too
+        self.shutting_down = threading.Event()
+        self._live: set[StepStream] = set()  # the generations `shut_down` ends
+        self._live_lock = threading.Lock()
 
     @classmethod
     def from_config(cls, config: ServiceConfig, target, drafter_addresses: list[str],
@@ -214,6 +218,8 @@ class Service:
         shares one prompt (a request's `n` choices), and its first counts the prompt's tokens
         for all of them (`rayspec_prompt_tokens`, as `usage.prompt_tokens` counts them) once it
         has read them."""
+        if self.shutting_down.is_set():
+            raise ShuttingDown()
         # Every slot is taken before any generation starts: a refused request's first choices
         # would otherwise open worker sessions and run their first step, holding slots that
         # other requests are refused for meanwhile.
@@ -267,6 +273,17 @@ class Service:
                 return
         raise ValueError(f"no worker at {old} in this service")
 
+    def shut_down(self) -> None:
+        """The service is stopping: each generation in flight ends now with `ShuttingDown`
+        (its stream's awaiting side gets it at once, the steps verified before it first; its
+        thread stops after its current step), and new ones are refused with it, rather than
+        run on through the server's grace and be cut without a word."""
+        with self._live_lock:
+            self.shutting_down.set()
+            live = list(self._live)
+        for stream in live:
+            stream.abort(ShuttingDown())
+
     def close(self) -> None:
         for handle in self._handles:
             handle.close()
@@ -303,6 +320,10 @@ class StepStream:
             target=self._produce, args=(service, request, counts_prompt), name=f"rayspec-{request.request_id[:8]}",
             daemon=True,
         )
+        with service._live_lock:  # with `shut_down`'s: none started as it ends them is missed
+            service._live.add(self)
+            if service.shutting_down.is_set():
+                self.abort(ShuttingDown())
         self._thread.start()
 
     def _produce(self, service: Service, request: GenerationRequest, counts_prompt: bool) -> None:
@@ -348,6 +369,8 @@ class StepStream:
             if getattr(request, "stats", None) is not None:  # set once the generation began
                 metrics.observe_incidents(request.stats)
             metrics.in_flight.dec()
+            with service._live_lock:
+                service._live.discard(self)
             service._slots.release()
             self.finished.set()
             self._put(_End(error))
@@ -375,6 +398,13 @@ class StepStream:
     def close(self) -> None:
         self._stop.set()
         self._request.cancel()  # a wait for a lost target worker ends now, not at its deadline
+
+    def abort(self, error: BaseException) -> None:
+        """End the stream with `error` now: what is awaited next, after the steps already
+        queued, is `error`; the thread stops as after `close`, and what it ends with is not
+        read."""
+        self.close()
+        self._put(_End(error))
 
 
 def _refused(error: BaseException | None) -> bool:

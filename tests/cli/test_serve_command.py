@@ -6,6 +6,7 @@ error line of Ray's on the way."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import shutil
@@ -286,6 +287,49 @@ def test_a_ray_address_where_nothing_answers_is_refused_at_once():
         check_ray_answers(f"127.0.0.1:{listening.getsockname()[1]}")
     for address in ("local", "auto", "ray://127.0.0.1:1"):  # Ray's own to resolve
         check_ray_answers(address)
+
+
+def test_ctrl_c_ends_the_streams_in_flight_with_the_shutdown_error_at_once(tmp_path):
+    """As vLLM aborts its requests on shutdown: an HTTP stream in flight ends with an error
+    event and `[DONE]`, a gRPC one with UNAVAILABLE, both saying why, within seconds — not cut
+    without a word after Serve's 20 s grace."""
+    import grpc
+
+    from rayspec.client.types import GenerateRequest
+    from rayspec.rpc.generated import generation_pb2_grpc
+
+    config, http_port, grpc_port = _tiny_service(tmp_path)
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
+    server = subprocess.Popen([sys.executable, "-m", "rayspec.cli", "serve", str(config)], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        lines = _lines(server.stdout)
+        _read_until(lines, "Ctrl-C stops it", 300)
+        long = {"model": "tiny", "prompt": "def f(x):", "max_tokens": 480, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", f"http://127.0.0.1:{http_port}/v1/completions", json=long, timeout=60) as http, \
+                grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+            events = (line for line in http.iter_lines() if line.startswith("data: "))
+            assert "choices" in next(events)
+            message = GenerateRequest(prompt="def f(x):", max_tokens=480, ignore_eos=True).to_proto()
+            stream = generation_pb2_grpc.GenerationStub(channel).GenerateStream(message, timeout=60)
+            assert next(stream).HasField("chunk")
+            server.send_signal(signal.SIGINT)
+            sent = time.monotonic()
+            *_, error, done = events
+            assert time.monotonic() - sent < 10
+            assert json.loads(error.removeprefix("data: ")) == {"error": {
+                "message": "the service is shutting down", "type": "service_unavailable", "param": None, "code": None}}
+            assert done == "data: [DONE]"
+            with pytest.raises(grpc.RpcError) as ended:
+                for _ in stream:
+                    pass
+            assert (ended.value.code(), ended.value.details()) == (grpc.StatusCode.UNAVAILABLE,
+                                                                  "the service is shutting down")
+            assert time.monotonic() - sent < 10
+        assert server.wait(60) == 0
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
 
 
 def test_a_second_ctrl_c_stops_at_once_without_waiting_for_the_requests_in_flight(tmp_path):

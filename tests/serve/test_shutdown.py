@@ -1,0 +1,119 @@
+"""A service that stops (`Service.shut_down`, as `rayspec serve` stopping asks of its
+coordinators) ends its generations in flight with a 503-like error, at once: a stream under
+way with an error event and `[DONE]`, a request not yet answered with a 503 body; and
+refuses new ones with 503."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
+from rayspec.serve.config import LimitsConfig
+from rayspec.serve.http import create_app
+from rayspec.serve.service import Service
+from tests.loopback import ServerThread
+from tests.serve.served import MODEL, SETTING, Watched, eventually
+
+SHUTTING_DOWN = {"message": "the service is shutting down", "type": "service_unavailable", "param": None,
+                 "code": None}
+
+
+@pytest.fixture
+def stopping(parts):
+    """A service of its own (a shut-down one stays so), its target held step by step."""
+    target, drafter, tokenizer = parts
+    watched = Watched(LocalTarget(target, tokenizer))
+    engine = SpeculativeEngine(watched, LocalDrafter(drafter, tokenizer), tokenizer=tokenizer, **SETTING)
+    service = Service(engine, tokenizer, MODEL, LimitsConfig(max_tokens=256, max_concurrent_requests=4))
+    with ServerThread(create_app(service)) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+        yield service, watched, http
+        watched.permits.release(1000)  # the threads held at a step stop after it
+        eventually(lambda: watched.open_sessions == 0, what="the sessions to be released")
+
+
+def _events(lines) -> list:
+    return [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/completions", {"prompt": "def fibonacci(n):"}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hello"}]}),
+])
+def test_streams_in_flight_end_with_an_error_event_at_once_and_new_requests_get_503(stopping, path, body):
+    service, target, http = stopping
+    target.permits = threading.Semaphore(3)  # a few steps, then the generations wait
+    body = {"model": MODEL, "max_tokens": 200, "seed": 1, **body}
+    with ThreadPoolExecutor(1) as pool, http.stream("POST", path, json={**body, "stream": True}) as stream:
+        assert stream.status_code == 200
+        lines = stream.iter_lines()
+        first = next(line for line in lines if line.startswith("data: "))
+        assert "choices" in json.loads(first.removeprefix("data: "))
+        unanswered = pool.submit(http.post, path, json=body)  # held at its first step
+        eventually(lambda: target.open_sessions == 2, what="the second generation to start")
+        began = time.monotonic()
+        service.shut_down()
+        *_, error, done = _events(lines)
+        assert time.monotonic() - began < 5  # not after a grace of 20 s: the steps are still held
+        assert json.loads(error) == {"error": SHUTTING_DOWN}
+        assert done == "[DONE]"
+        answer = unanswered.result(timeout=5)
+        assert answer.status_code == 503 and answer.json() == {"error": SHUTTING_DOWN}
+    late = http.post(path, json=body)
+    assert late.status_code == 503 and late.json() == {"error": SHUTTING_DOWN}
+    assert target.opened == 2  # the late one was refused before it opened a session
+
+
+def test_a_responses_stream_in_flight_fails_with_the_shutdown(stopping):
+    service, target, http = stopping
+    target.permits = threading.Semaphore(3)
+    body = {"model": MODEL, "input": "hello", "max_output_tokens": 200, "stream": True}
+    with http.stream("POST", "/v1/responses", json=body) as stream:
+        lines = stream.iter_lines()
+        next(line for line in lines if "output_text.delta" in line)
+        service.shut_down()
+        events = [json.loads(event) for event in _events(lines)]
+    error, failed = events[-2:]
+    assert (error["type"], error["message"]) == ("error", "the service is shutting down")
+    assert failed["type"] == "response.failed"
+    assert failed["response"]["error"]["message"] == "the service is shutting down"
+
+
+def test_grpc_streams_in_flight_end_unavailable_and_new_calls_are_refused(stopping):
+    """The Generation API over the same service (as a replica hosting the target, or the
+    `GenerationActor`, serves it): its stream ends UNAVAILABLE after its current step."""
+    import grpc
+
+    from rayspec.client.types import GenerateRequest
+    from rayspec.rpc.coordinator import serve_generation
+    from rayspec.rpc.generated import generation_pb2_grpc
+
+    service, target, _ = stopping
+    target.permits = threading.Semaphore(3)
+    server, port = serve_generation(service.engine, service.tokenizer, "127.0.0.1:0", service.request_limits,
+                                    shutting_down=service.shutting_down)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = generation_pb2_grpc.GenerationStub(channel)
+            message = GenerateRequest(prompt="def fibonacci(n):", max_tokens=200, seed=1).to_proto()
+            stream = stub.GenerateStream(message, timeout=30)
+            assert next(stream).HasField("chunk")
+            service.shut_down()
+            target.permits.release(1000)
+            with pytest.raises(grpc.RpcError) as ended:
+                for _ in stream:
+                    pass
+            assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert ended.value.details() == "the service is shutting down"
+            for call in (stub.Generate, lambda m, timeout: list(stub.GenerateStream(m, timeout=timeout))):
+                with pytest.raises(grpc.RpcError) as refused:
+                    call(message, timeout=30)
+                assert (refused.value.code(), refused.value.details()) == (grpc.StatusCode.UNAVAILABLE,
+                                                                          "the service is shutting down")
+    finally:
+        server.stop(grace=None)
