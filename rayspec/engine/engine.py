@@ -41,8 +41,8 @@ from rayspec.engine.calibrate import CostsFile, measure_costs
 from rayspec.engine.drafting import SequenceDrafting, check_drafted_tokens
 from rayspec.engine.hedge import check_hedge_factor
 from rayspec.engine.interfaces import (
-    ContextLengthExceeded, Draft, GenerationCancelled, SequenceSpec, TargetUnavailable, TokenLogprobs, check_logprobs,
-    check_tokenizers, check_vocabularies, tokenizer_fingerprint,
+    ContextLengthExceeded, Draft, GenerationCancelled, RequestFieldError, SequenceSpec, TargetUnavailable,
+    TokenLogprobs, check_logprobs, check_tokenizers, check_vocabularies, tokenizer_fingerprint,
 )
 from rayspec.engine.policy import (
     AcceptanceLibrary, SequoiaSpec, SequoiaTrees, StaticTrees, TreePolicy, parse_sequoia, planned_tree,
@@ -228,7 +228,10 @@ def check_setting(verifier: str, params: dict, shape: TreeShape | DynamicPlan) -
     misfit = tree_misfit(verifier, shape)
     if misfit is not None:
         raise ValueError(misfit)
-    get_verifier(verifier, **params)
+    try:  # the verifier is known (`tree_misfit`): what fails is its parameters
+        get_verifier(verifier, **params)
+    except ValueError as error:
+        raise RequestFieldError(str(error), "verifier_params") from None
 
 
 def check_default_setting(verifier: str, params: dict, tree: str) -> None:
@@ -590,7 +593,10 @@ class SpeculativeEngine:
         draft_context = context if self.drafter is None else min(context, self.drafter.context_length)
         verifier = verifier or self.verifier
         verifier_params = self.verifier_params if verifier_params is None else dict(verifier_params)
-        exact = verifier_class(verifier).exact_params
+        try:
+            exact = verifier_class(verifier).exact_params
+        except ValueError as error:  # an unknown name
+            raise RequestFieldError(str(error), "verifier") from None
         if params.greedy and exact:  # T = 0 asks for the target's greedy output, exactly
             verifier_params = {**verifier_params, **exact}
         chain = None if prediction is None else prediction_chain(tree)  # a prediction's drafts

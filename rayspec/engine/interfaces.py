@@ -182,6 +182,18 @@ class Outcome:
         return Outcome(self.tokens + later.tokens, self.path, self.ranks)
 
 
+class RequestFieldError(ValueError):
+    """Bad input (a ValueError) whose message does not open with the name of the request's
+    field at fault: `field` names it, as the keyword of `GenerationRequest` ("tree",
+    "verifier", "verifier_params"), for the front ends to name as their clients spell it
+    (OpenAI's `param`: "rayspec.tree").  Carried rather than read back from the message, which
+    may be reworded."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
+
+
 class ContextLengthExceeded(ValueError):
     """A request the target's context cannot hold, its prompt alone or with the length asked
     for: bad input (a ValueError), said in OpenAI's words ("This model's maximum context length

@@ -59,6 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rayspec.engine.interfaces import RequestFieldError
 from rayspec.tree.acceptance import AcceptanceEstimate, RunningAcceptance
 from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.planner import (
@@ -118,8 +119,11 @@ def parse_sequoia(text: str) -> SequoiaSpec | None:
     return None
 
 
-class PlanTooBig(ValueError):
+class PlanTooBig(RequestFieldError):
     """A request's Sequoia tree whose planning would hold it up too long (`check_tree_spec`)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, "tree")
 
 
 def plan_cells(spec: SequoiaSpec, rows: int = 1, ranks: int = 1) -> int:

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import torch
 
-from rayspec.engine.interfaces import Draft, SequenceSpec
+from rayspec.engine.interfaces import Draft, RequestFieldError, SequenceSpec
 from rayspec.engine.trees import parse_tree_spec
 from rayspec.tree.structure import DraftTree, TreeShape, graft_prediction
 from rayspec.verify import verifier_class
@@ -127,8 +127,9 @@ def prediction_chain(tree: str | TreeShape | None) -> TreeShape:
         return TreeShape.chain(DEFAULT_LOOKAHEAD)
     shape = tree if isinstance(tree, TreeShape) else parse_tree_spec(tree) if str(tree).startswith("chain:") else None
     if shape is None or shape.size - 1 != shape.max_depth or shape.max_depth < 1:
-        raise ValueError(f"with a prediction the tree is a chain of predicted tokens: give chain:N (N at least 1) or "
-                         f"no tree (chain:{DEFAULT_LOOKAHEAD}), not {tree!r}")
+        # the tree is what the client changes, the prediction being the point of the request
+        raise RequestFieldError(f"with a prediction the tree is a chain of predicted tokens: give chain:N (N at least "
+                                f"1) or no tree (chain:{DEFAULT_LOOKAHEAD}), not {tree!r}", "tree")
     return shape
 
 

@@ -9,7 +9,7 @@ import re
 
 from fastapi.exceptions import RequestValidationError
 
-from rayspec.engine.interfaces import AtCapacity, ContextLengthExceeded, ShuttingDown
+from rayspec.engine.interfaces import AtCapacity, ContextLengthExceeded, RequestFieldError, ShuttingDown
 from rayspec.engine.policy import PlanTooBig
 from rayspec.rpc.remote import RemoteError
 from rayspec.serve.service import Overloaded
@@ -40,8 +40,10 @@ def error_body(error: BaseException) -> tuple[int, dict]:
     """(HTTP status, OpenAI error body) for an exception raised while answering."""
     if isinstance(error, ApiError):
         return openai_error(error.status, error.message, error.param, error.code)
-    if isinstance(error, PlanTooBig):  # refused where the service's vectors are known, past the body's checks
-        return openai_error(400, f"rayspec.tree: {error}", "rayspec.tree")
+    if isinstance(error, PlanTooBig):  # past the body's checks of the tree, and worded as theirs are
+        return openai_error(400, f"{param_of(error.field)}: {error}", param_of(error.field))
+    if isinstance(error, RequestFieldError):
+        return openai_error(400, str(error), param_of(error.field))
     if isinstance(error, ContextLengthExceeded):
         return openai_error(400, str(error), code="context_length_exceeded")
     if isinstance(error, ValueError):  # the engine's and GenerationRequest's word for bad input
@@ -65,11 +67,8 @@ def error_body(error: BaseException) -> tuple[int, dict]:
 def field_named(message: str) -> str | None:
     """The request field an engine's refusal is about, when it opens with its name ("temperature
     must be ...", "logit_bias: ...", "allowed_token_ids names ...", "the prompt is ...", "the
-    prediction has ...", "prompt token ids ...") or is one of the engine's refusals of a
-    `rayspec` option (`_OPTION_REFUSALS`); else None."""
-    for opening, field in _OPTION_REFUSALS:
-        if opening.match(message):
-            return field
+    prediction has ...", "prompt token ids ..."); else None.  Refusals that open with other
+    words carry their field (`RequestFieldError`)."""
     match = _FIELD_FIRST.match(message)
     if match is None:
         return None
@@ -82,15 +81,13 @@ def field_named(message: str) -> str | None:
 
 _FIELD_FIRST = re.compile(r"(?:the )?([a-z][a-z_]*)(?::| must | names | is | has | token ids )")
 
-# The engine's refusals of what a request's `rayspec` options name, which open with other words
-# than the option's: a prediction's tree that is no chain (`prediction_chain`: the tree is what
-# the client changes, the prediction being the point of the request), and the verifier's name
-# and parameters (`rayspec.verify.get_verifier`).
-_OPTION_REFUSALS = [
-    (re.compile(r"with a prediction the tree is "), "rayspec.tree"),
-    (re.compile(r"unknown verifier "), "rayspec.verifier"),
-    (re.compile(r"verifier '[^']*'(?: takes no parameter|: )"), "rayspec.verifier_params"),
-]
+
+def param_of(field: str) -> str:
+    """The body's name of a `GenerationRequest` keyword: the `rayspec` options' under "rayspec."
+    ("rayspec.tree"), as the body's own checks of them name them."""
+    from rayspec.serve.bodies import RayspecOptions  # here: it builds on this module
+
+    return f"rayspec.{field}" if field in RayspecOptions.model_fields else field
 
 
 def validation_error(error: RequestValidationError) -> ApiError:
