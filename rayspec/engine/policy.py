@@ -74,6 +74,7 @@ log = logging.getLogger("rayspec.trees")
 # Used when no vector was measured for a verifier: a cautious prior (most mass on rank 1),
 # close to what small code drafters reach; `rayspec tree measure` replaces it.
 DEFAULT_VECTOR = (0.55, 0.12, 0.05, 0.03, 0.02, 0.01, 0.01, 0.01)
+DEFAULT_SHAPE = (1, len(DEFAULT_VECTOR))  # (depth rows, ranks)
 DEFAULT_DEPTH = 10
 AUTO_MAX_BUDGET = 128
 MAX_LOAD = 64  # sequences a load-aware plan is made for, at most
@@ -167,6 +168,10 @@ class AcceptanceLibrary:
 
     def __init__(self, directory: str | Path | None = None):
         self.vectors: dict[str, list[tuple[float, np.ndarray]]] = {}
+        # (depth rows, ranks) of each verifier's largest vectors, taken as they are checked here: a
+        # request's tree is counted on them (`planning_shape`), and the vectors are not changed
+        # after (adapted trees keep their running estimates, `SequoiaTrees`)
+        self._shapes: dict[str, tuple[int, int]] = {}
         if directory is None:
             return
         if not Path(directory).is_dir():  # a misspelt path would only show as worse trees
@@ -176,7 +181,8 @@ class AcceptanceLibrary:
         for path in sorted(Path(directory).glob("*.json")):
             try:
                 estimate = AcceptanceEstimate.from_json(json.loads(path.read_text()))
-                if not acceptance_rows(estimate.acceptance).shape[1]:
+                rows, ranks = acceptance_rows(estimate.acceptance).shape
+                if not ranks:
                     # The DP plans target-only decoding from it, but adapting a tree needs a rank to
                     # count, and every request planned from it failed (reshaping a vector of no ranks).
                     raise ValueError(f"the vector has no ranks (shape {np.shape(estimate.acceptance)})")
@@ -185,20 +191,19 @@ class AcceptanceLibrary:
             setting = estimate.setting
             if "verifier" in setting and "temperature" in setting:
                 self.vectors.setdefault(setting["verifier"], []).append((float(setting["temperature"]), estimate.acceptance))
+                largest = self._shapes.get(setting["verifier"], (0, 0))
+                self._shapes[setting["verifier"]] = max(largest[0], rows), max(largest[1], ranks)
 
     def planning_shape(self, verifier: str) -> tuple[int, int]:
         """(depth rows, ranks) of the largest vector `verifier`'s trees are planned from, at any
         temperature, its ranks cut to the verifier's drafts per node: the running estimates
         that re-plan them keep their vector's shape."""
-        measured = self.vectors.get(verifier, ()) if isinstance(verifier, str) else ()
-        vectors = [vector for _, vector in measured] or [np.asarray(DEFAULT_VECTOR)]
-        shapes = [acceptance_rows(vector).shape for vector in vectors]
+        rows, ranks = (self._shapes.get(verifier) if isinstance(verifier, str) else None) or DEFAULT_SHAPE
         try:
             max_children = verifier_class(verifier).max_drafts
         except ValueError:  # an unknown verifier is refused by its own check, with its own message
             max_children = None
-        ranks = max(columns for _, columns in shapes)
-        return max(rows for rows, _ in shapes), ranks if max_children is None else min(ranks, max_children)
+        return rows, ranks if max_children is None else min(ranks, max_children)
 
     def lookup(self, verifier: str, temperature: float) -> tuple[np.ndarray, str]:
         """The vector measured for `verifier` nearest `temperature`, and where it came from."""

@@ -118,6 +118,26 @@ def test_the_plan_cap_counts_the_ranks_and_depth_rows_of_the_vector_the_service_
     assert plan_cells(SequoiaSpec(None), 10, 32) == 55 * 32 * 128**2 <= MAX_REQUEST_PLAN_CELLS
 
 
+def test_a_requests_planning_shape_is_read_from_the_vectors_checked_at_load(tmp_path, monkeypatch):
+    """The vectors were checked again (`acceptance_rows`) for each request naming a tree (28 us
+    on the demo pair's); they are checked once, when loaded, and not changed after."""
+    write_vector(tmp_path, "rrsw", 1.0, np.full((3, 16), 0.01).tolist())
+    write_vector(tmp_path, "rrsw", 0.6, [0.5, 0.2] + [0.01] * 30)
+    write_vector(tmp_path, "sps", 1.0, [[0.5], [0.6]])
+    library = AcceptanceLibrary(tmp_path)
+
+    def checked(*args, **kwargs):
+        raise AssertionError("a vector checked again per request")
+
+    monkeypatch.setattr("rayspec.engine.policy.acceptance_rows", checked)
+    assert library.planning_shape("rrsw") == (3, 32)  # the most rows and ranks, of either temperature's
+    assert library.planning_shape("sps") == (2, 1)
+    assert library.planning_shape("spechub") == (1, 2)  # the default prior's, cut to two drafts per node
+    assert library.planning_shape("nope") == (1, 8)  # the verifier is refused by its own check
+    assert library.planning_shape(["rrsw"]) == (1, 8)  # as a YAML list: no name either
+    assert AcceptanceLibrary().planning_shape("rrsw") == (1, 8)
+
+
 @pytest.mark.parametrize("spec, nodes", [("kary:1x1023", 1024), ("kary:2x9", 1023), ("kary:32x1", 33), ("kary:7x0", 1),
                                          ("kary:1023x1", 1024)])
 def test_a_kary_tree_within_the_node_cap_is_built_whatever_its_shape(spec, nodes):
