@@ -88,11 +88,12 @@ reads it, and transformers 5 loads fast ones).
 Errors have OpenAI's body `{"error": {"message", "type", "param", "code"}}`: 400 for bad
 input (malformed JSON, wrong types, unknown verifier, a prompt longer than the context, ...),
 401 without the service's API key (`ServiceConfig.api_key`), 404 for an unknown model or route,
-413 for a body over `limits.max_request_bytes` (refused
-before it is read), 429 when `limits.max_concurrent_requests` generations are
-running or a worker has no room for another session, 503 when a worker fails or cannot be
-reached or the service is shutting down (`Service.shut_down`: a stream under way then ends
-with its error event and `[DONE]`), 500 for anything else.
+413 for a body over `limits.max_request_bytes` (refused before it is read), 429 when
+`limits.max_concurrent_requests` generations are running or a worker has no room for another
+session, 503 when a worker is down or cannot be reached or the service is shutting down
+(`Service.shut_down`: a stream under way then ends with its error event and `[DONE]`), 500
+when a worker fails on the request itself (the same request would fail again:
+`RemoteError.worker_fault`) and for anything else.
 
 Here: the endpoints and their answers.  The request bodies are `rayspec.serve.bodies`, the
 errors `rayspec.serve.errors`, the ASGI middleware `rayspec.serve.middleware`.
