@@ -183,11 +183,11 @@ class Outcome:
 
 
 class RequestFieldError(ValueError):
-    """Bad input (a ValueError) whose message does not open with the name of the request's
-    field at fault: `field` names it, as the keyword of `GenerationRequest` ("tree",
-    "verifier", "verifier_params"), for the front ends to name as their clients spell it
-    (OpenAI's `param`: "rayspec.tree").  Carried rather than read back from the message, which
-    may be reworded."""
+    """Bad input (a ValueError) that names the request's field at fault, `field`: the keyword
+    of `GenerationRequest` ("tree", "verifier", "verifier_params"), which the front ends name
+    as their clients spell it (OpenAI's `param`: "rayspec.tree"), or, raised by a front end,
+    the field of its own request.  Carried rather than read back from the message, which may
+    be reworded."""
 
     def __init__(self, message: str, field: str):
         super().__init__(message)

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 import grpc
 
 from rayspec.engine.engine import SpeculativeEngine
-from rayspec.engine.interfaces import AtCapacity, ShuttingDown
+from rayspec.engine.interfaces import AtCapacity, RequestFieldError, ShuttingDown
 from rayspec.engine.pool import DrafterPool
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.engine.structured import (
@@ -54,13 +54,9 @@ _RENDERER_OPTIONS = {
 }
 
 
-class ChatRenderError(ValueError):
+class ChatRenderError(RequestFieldError):
     """A conversation, or the way it is asked to be rendered, that the chat template cannot
     render; `field` names the request field at fault."""
-
-    def __init__(self, message: str, field: str):
-        super().__init__(message)
-        self.field = field
 
 
 class Overloaded(RuntimeError):

@@ -20,6 +20,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
+from rayspec.engine.interfaces import RequestFieldError
 from rayspec.engine.structured import StructuredOutput
 from rayspec.serve.tool_parsers import (
     JSON, NOT_JSON, ParsedCall, Piece, ToolCallParser, ToolCallStream, read_pieces, read_tool_calls,
@@ -29,12 +30,8 @@ from rayspec.serve.tool_parsers import (
 NO_PARAMETERS = {"type": "object", "properties": {}}
 
 
-class ToolError(ValueError):
+class ToolError(RequestFieldError):
     """A bad `tools` or `tool_choice`; `field` names which."""
-
-    def __init__(self, message: str, field: str):
-        super().__init__(message)
-        self.field = field
 
 
 def _functions(tools, flat: bool = False) -> dict[str, dict]:

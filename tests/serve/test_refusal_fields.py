@@ -11,6 +11,8 @@ import pytest
 from rayspec.engine.interfaces import RequestFieldError
 from rayspec.engine.policy import PlanTooBig
 from rayspec.serve.errors import error_body
+from rayspec.serve.service import ChatRenderError
+from rayspec.serve.tools import ToolError
 
 PREDICTION = {"type": "content", "content": "x"}
 HI = [{"role": "user", "content": "hi"}]
@@ -76,6 +78,9 @@ def test_a_refusal_names_its_field_in_param(http, path, body, opening, param, st
      "rayspec.verifier_params"),
     (RequestFieldError("a message in any words", "prediction"), "a message in any words", "prediction"),
     (PlanTooBig("a message in any words"), "rayspec.tree: a message in any words", "rayspec.tree"),
+    # the front end's own, one kind of error with them
+    (ToolError("two tools define $defs differently", "tools"), "two tools define $defs differently", "tools"),
+    (ChatRenderError("a message in any words", "messages"), "a message in any words", "messages"),
 ])
 def test_a_refusals_param_is_its_field_whatever_its_words(error, message, param):
     assert error_body(error) == (400, {"error": {"message": message, "type": "invalid_request_error",
