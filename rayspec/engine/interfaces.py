@@ -193,6 +193,9 @@ class RequestFieldError(ValueError):
         super().__init__(message)
         self.field = field
 
+    def __reduce__(self):  # BaseException's pickles `args` alone: it was unpickled without its field
+        return type(self), (str(self), self.field)
+
 
 class ContextLengthExceeded(ValueError):
     """A request the target's context cannot hold, its prompt alone or with the length asked

@@ -123,8 +123,8 @@ def parse_sequoia(text: str) -> SequoiaSpec | None:
 class PlanTooBig(RequestFieldError):
     """A request's Sequoia tree whose planning would hold it up too long (`check_tree_spec`)."""
 
-    def __init__(self, message: str):
-        super().__init__(message, "tree")
+    def __init__(self, message: str, field: str = "tree"):
+        super().__init__(message, field)
 
 
 def plan_cells(spec: SequoiaSpec, rows: int = 1, ranks: int = 1) -> int:

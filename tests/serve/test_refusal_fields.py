@@ -5,6 +5,7 @@ it.  Over the HTTP app, as `test_http.py`'s refusals."""
 from __future__ import annotations
 
 import json
+import pickle
 
 import pytest
 
@@ -83,5 +84,6 @@ def test_a_refusal_names_its_field_in_param(http, path, body, opening, param, st
     (ChatRenderError("a message in any words", "messages"), "a message in any words", "messages"),
 ])
 def test_a_refusals_param_is_its_field_whatever_its_words(error, message, param):
-    assert error_body(error) == (400, {"error": {"message": message, "type": "invalid_request_error",
-                                                 "param": param, "code": None}})
+    answer = (400, {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}})
+    assert error_body(error) == answer
+    assert error_body(pickle.loads(pickle.dumps(error))) == answer  # as it crosses to another process
