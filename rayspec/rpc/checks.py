@@ -1,5 +1,7 @@
 """Rules the client SDK and the servers check alike, each stated once: an API key a client can
-send, and a HOST:PORT that gRPC dials as written.  Each side phrases its own refusal.
+send, and a HOST:PORT that gRPC dials as written.  A key's refusal is worded here, naming the
+setting that held it (`check_api_key`); an address's each side words itself, from what
+`host_port_problem` finds wrong.
 
 Only the standard library: the SDK (`rayspec.client`) imports this module, and must not pull in
 the server side or torch.
