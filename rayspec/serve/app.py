@@ -19,10 +19,13 @@ Otherwise `node_id` pins the replica to one node (the target's, as `rayspec serv
 through Ray's node-id label, so the coordinator sits next to the target on a cluster of
 several nodes; without it Serve may start the replica on any node, the head included.
 
-Concurrency: the app answers 429 itself beyond `limits.max_concurrent_requests`
-generations, so the replica must be allowed a few more ongoing requests than that (health,
-metrics and the 429 answers themselves); past those Serve queues at most
-`max_concurrent_requests` more requests and answers 503 to the rest.
+Concurrency: the app runs `limits.max_concurrent_requests` generations, queues up to
+`limits.max_queued_requests` more requests itself (first come, first served: a request's `n`
+choices start together) and answers 429 beyond those.  Its queue must be reached, so the
+replica is allowed max_concurrent_requests + max_queued_requests + HEADROOM ongoing requests
+(`replica_request_limits`): the queued ones are ongoing to Serve, and the headroom keeps
+/health, /metrics and the 429 answers themselves from waiting behind them.  Past those Serve
+queues at most `max_concurrent_requests` more requests and answers 503 to the rest.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from rayspec.serve.config import ServiceConfig
 log = logging.getLogger("rayspec.serve")
 
 START_TIMEOUT = 600.0  # drafter workers loading their models
-HEADROOM = 16  # ongoing requests beyond the generations: /health, /metrics, /v1/models, 429 answers
+HEADROOM = 16  # ongoing requests beyond the generations and the queue: /health, /metrics, /v1/models, 429s
 
 
 @serve.ingress()
@@ -155,7 +158,6 @@ def build_serve_app(config: ServiceConfig, target_address: str | None, drafter_a
     `worker_actors` (target's, then drafters') when Ray restarts one elsewhere; or, with no
     `target_address`, hosting the target in the placement group `placement_group` =
     (bundles, strategy), the target's bundle first."""
-    limit = config.limits.max_concurrent_requests
     options = {"ray_actor_options": coordinator_actor_options(node_id)}
     if target_address is None:
         if placement_group is None:
@@ -175,8 +177,7 @@ def build_serve_app(config: ServiceConfig, target_address: str | None, drafter_a
         Coordinator,
         name="rayspec-coordinator",
         num_replicas=1,
-        max_ongoing_requests=limit + HEADROOM,
-        max_queued_requests=limit,
+        **replica_request_limits(config.limits),
         # A constructor that fails at the start fails again (a missing checkpoint, a worker
         # refusing the session): Serve's three tries only tripled the wait for its message.
         # Once a replica has started, Serve replaces one that dies whatever this says.
@@ -184,6 +185,15 @@ def build_serve_app(config: ServiceConfig, target_address: str | None, drafter_a
         **options,
     )
     return deployment.bind(config, target_address, list(drafter_addresses), costs_from, worker_actors)
+
+
+def replica_request_limits(limits) -> dict:
+    """Serve's `max_ongoing_requests` and `max_queued_requests` of the replica serving
+    `limits` (`LimitsConfig`): as ongoing requests, the generations that run, the requests the
+    app queues for them, and HEADROOM for the rest (see the module doc); Serve's own queue
+    beyond those, `max_concurrent_requests` long."""
+    return {"max_ongoing_requests": limits.max_concurrent_requests + limits.max_queued_requests + HEADROOM,
+            "max_queued_requests": limits.max_concurrent_requests}
 
 
 def coordinator_actor_options(node_id: str | None) -> dict:

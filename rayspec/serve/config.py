@@ -30,6 +30,7 @@
     http: {host: 127.0.0.1, port: 8000}
     grpc: {host: 127.0.0.1, port: 9000}
     limits: {default_max_tokens: 256, max_tokens: 4096, max_concurrent_requests: 64,
+             max_queued_requests: 256,      # HTTP requests waiting for a generation slot (0: none)
              max_request_bytes: 33554432}   # HTTP bodies over this many bytes get a 413
     api_key: null                     # clients must send it (null: $RAYSPEC_API_KEY, if set)
 
@@ -271,9 +272,18 @@ class Endpoint:
 
 @dataclass
 class LimitsConfig:
+    """The HTTP service's limits.  Beyond `max_concurrent_requests` generations (a request's
+    `n` choices and batch prompts are one each), a request waits for its slots, first come,
+    first served, as vLLM and SGLang queue what they cannot run yet; beyond
+    `max_queued_requests` waiting it is refused, 429.  256 by default: four times the
+    generations that run, so that a burst (a load test's users all starting at once) is
+    served late rather than refused, while a sustained overload still gets 429s that tell
+    clients to back off instead of queueing without end (vLLM's queue is unbounded: its
+    clients time out instead).  0 refuses at once whatever finds no free slot."""
     default_max_tokens: int = 256
     max_tokens: int = 4096
     max_concurrent_requests: int = 64
+    max_queued_requests: int = 256
     max_request_bytes: int = 32 * 2**20  # a batch of 64 prompts of 64k token ids each, as JSON, fits
 
     def __post_init__(self):
@@ -281,6 +291,9 @@ class LimitsConfig:
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ValueError(f"limits.{name} must be a positive integer, got {value!r}")
+        if type(self.max_queued_requests) is not int or self.max_queued_requests < 0:
+            raise ValueError("limits.max_queued_requests must be a whole number, 0 (no queue) or more, "
+                             f"got {self.max_queued_requests!r}")
         if self.default_max_tokens > self.max_tokens:
             raise ValueError(f"limits.default_max_tokens ({self.default_max_tokens}) is above "
                              f"limits.max_tokens ({self.max_tokens})")

@@ -51,8 +51,8 @@ verifier; a token's text is its own decoding, as vLLM gives it, and -inf is repo
 them with null (it has no context to be drawn from), as in OpenAI's legacy API.
 
 `n` choices are `n` generations run side by side, each taking one of the service's
-`limits.max_concurrent_requests` slots (all or none: 429 when fewer are free): choice i is
-seeded with the request's seed + i, so it is exactly what a request with that seed gets;
+`limits.max_concurrent_requests` slots (all or none: the request waits until all are free,
+see below): choice i is seeded with the request's seed + i, so it is exactly what a request with that seed gets;
 unseeded choices draw a seed each.  A completions `prompt` may be a batch (a list of texts or
 of token id lists), as OpenAI's and vLLM's: prompt p's choice i is choice p·n + i, exactly
 what a request with that prompt alone gets, and `usage.prompt_tokens` counts each prompt once.
@@ -89,11 +89,19 @@ Errors have OpenAI's body `{"error": {"message", "type", "param", "code"}}`: 400
 input (malformed JSON, wrong types, unknown verifier, a prompt longer than the context, ...),
 401 without the service's API key (`ServiceConfig.api_key`), 404 for an unknown model or route,
 413 for a body over `limits.max_request_bytes` (refused before it is read), 429 when
-`limits.max_concurrent_requests` generations are running or a worker has no room for another
-session, 503 when a worker is down or cannot be reached or the service is shutting down
+`limits.max_queued_requests` requests wait already for slots (below) or a worker has no room
+for another session (that one is not queued: the worker's sessions are its own to count), 503
+when a worker is down or cannot be reached or the service is shutting down
 (`Service.shut_down`: a stream under way then ends with its error event and `[DONE]`), 500
 when a worker fails on the request itself (the same request would fail again:
 `RemoteError.worker_fault`) and for anything else.
+
+A busy service queues requests, as vLLM does: one that finds fewer free slots than its
+generations (its `n` choices, of each of its batch's prompts) waits, first come, first served,
+until all of them are free — later requests, however small, wait behind it — up to
+`limits.max_queued_requests` waiting (429 past those).  A client that disconnects while its
+request waits leaves the queue: nothing of it started, 499.  `rayspec_requests_waiting`
+counts those waiting and `rayspec_request_queue_seconds` how long each waited.
 
 Here: the endpoints and their answers.  The request bodies are `rayspec.serve.bodies`, the
 errors `rayspec.serve.errors`, the ASGI middleware `rayspec.serve.middleware`.
@@ -692,7 +700,8 @@ async def _client_gone(http: Request) -> None:
 
 async def _answer(reply: _Reply, http: Request, stream: bool, include_usage: bool,
                   continuous_usage: bool = False) -> Response:
-    streams = reply.service.start_all(reply.requests, reply.n)
+    # Queued until its slots are free; a client that leaves meanwhile leaves the queue (499)
+    streams = await unless_client_leaves(reply.service.start_all(reply.requests, reply.n), http)
 
     def close() -> None:
         for step_stream in streams:

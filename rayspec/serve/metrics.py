@@ -7,8 +7,9 @@ visits and descents at every tree depth, seconds per phase, bytes that crossed a
 boundary, and how many sequences shared each model's forwards (cross-request batching).  Per
 generation, as vLLM's serving metrics: time to first token, the gaps between its steps that
 emit tokens (a stream's inter-chunk latency), time per output token, its length in seconds,
-tokens per second, and how it ended.  Per prompt of a request (once, whatever its `n`): its
-tokens.  Per HTTP request: the count by endpoint and status.  At each scrape, what
+tokens per second, and how it ended.  Per request, as vLLM's: how long it waited in the queue
+for its generations' slots, and at each scrape how many wait.  Per prompt of a request (once,
+whatever its `n`): its tokens.  Per HTTP request: the count by endpoint and status.  At each scrape, what
 sequoia:auto's load trials measured and chose per load level
 (`rayspec.engine.policy.TreeTrial`): why its trees drafted or not; and per verifier and
 temperature, the Sequoia tree in use, its changes while serving and its re-planning checks
@@ -71,7 +72,18 @@ class Metrics:
             ["endpoint", "status"], registry=r,
         )
         self.in_flight = Gauge("rayspec_generations_in_flight", "Generations running now.", registry=r)
+        # vLLM's vllm:num_requests_waiting and vllm:request_queue_time_seconds
+        self.waiting = Gauge(
+            "rayspec_requests_waiting", "Requests queued for generation slots now (limits.max_queued_requests at "
+            "most), none of their generations started.", registry=r,
+        )
         seconds = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+        self.queue_seconds = Histogram(
+            "rayspec_request_queue_seconds",
+            "Seconds each request waited in the queue for its generation slots (0 when they were free); a "
+            "request refused for a full queue, or whose client left while it waited, is not counted.",
+            buckets=(0, *seconds, 120, 300), registry=r,
+        )
         self.time_to_first_token = Histogram(
             "rayspec_time_to_first_token_seconds",
             "Seconds from a generation's start (sessions opened, prompt prefilled) to its first verified tokens.",
@@ -137,6 +149,10 @@ class Metrics:
         self.plans = None  # a callable giving (verifier, temperature, PlanReport)s: `watch_plans`
         r.register(_TrialCollector(self))
         r.register(_PlanCollector(self))
+
+    def watch_queue(self, waiting) -> None:
+        """Export, at each scrape, `waiting()` as the requests queued for slots."""
+        self.waiting.set_function(waiting)
 
     def watch_trials(self, trials) -> None:
         """Export, at each scrape, the load trials `trials()` lists (`SpeculativeEngine.tree_trials`)."""

@@ -522,7 +522,7 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
             skip_special_tokens=None if calling is None else calling.skip_special_tokens(None),
         )
         answer = _Answer(service, request, body, calling)
-        [steps] = service.start_all([request])
+        [steps] = await unless_client_leaves(service.start_all([request]), http)  # queued until a slot is free
         if not body.stream:
             try:
                 await unless_client_leaves(drain(steps), http)

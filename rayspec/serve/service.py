@@ -6,7 +6,9 @@
 The engine is synchronous and the HTTP app asynchronous.  `Service.start` runs one request's
 engine generator in a thread of its own (`StepStream`) and hands its steps to the event loop
 as they are verified, so concurrent requests proceed side by side, and a client that goes
-away stops its generation after the current step.
+away stops its generation after the current step.  A request that finds all of the service's
+`limits.max_concurrent_requests` slots taken waits for them in a queue (`SlotQueue`), as
+vLLM's and SGLang's schedulers keep the requests they cannot run yet waiting.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import functools
 import json
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 
 import grpc
@@ -60,7 +63,99 @@ class ChatRenderError(RequestFieldError):
 
 
 class Overloaded(RuntimeError):
-    """As many generations are running as the service allows."""
+    """As many generations are running as the service allows, and as many requests wait for
+    them as its queue holds."""
+
+
+class _Waiter:
+    __slots__ = ("count", "loop", "future", "granted")
+
+    def __init__(self, count: int, loop: asyncio.AbstractEventLoop):
+        self.count, self.loop, self.granted = count, loop, False
+        self.future = loop.create_future()
+
+
+class SlotQueue:
+    """A counting semaphore of `size` slots whose waiters are served first come, first served,
+    each waiting for all the slots it asks for at once, up to `max_waiting` of them.
+
+    FIFO, all or none: a request for `count` slots waits while any earlier one waits, even when
+    `count` are free, so a request of n choices at the head is never overtaken for ever by
+    single ones; slots freed meanwhile stay free for it until it has all it asked for.  That
+    cannot deadlock: a waiter holds none until it is granted all (more than `size` is refused),
+    and the slots held are held by running generations, which end.
+    Waiting is an asyncio future, no thread; `release` may be called from any thread (a
+    generation's own, as it ends) and wakes the granted waiters on their own event loops."""
+
+    def __init__(self, size: int, max_waiting: int):
+        self.size, self.max_waiting = size, max_waiting
+        self._free = size
+        self._waiting: deque[_Waiter] = deque()
+        self._lock = threading.Lock()
+
+    @property
+    def free(self) -> int:
+        return self._free
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    async def take(self, count: int) -> None:
+        """Take `count` slots, waiting in line for them; Overloaded, at once, when they are not
+        free and `max_waiting` requests wait already.  Cancelled while it waits (its client
+        gone), it leaves the line and holds nothing."""
+        if count > self.size:  # it would wait at the head for ever, and every request behind it
+            raise ValueError(f"{count} generations asked for at once, more than this service runs at once ({self.size})")
+        with self._lock:
+            if not self._waiting and self._free >= count:
+                self._free -= count
+                return
+            if len(self._waiting) >= self.max_waiting:
+                raise Overloaded(self._full_message())
+            waiter = _Waiter(count, asyncio.get_running_loop())
+            self._waiting.append(waiter)
+        try:
+            await waiter.future
+        except BaseException:
+            with self._lock:
+                if waiter.granted:  # granted as it was cancelled: the slots go back
+                    self._free += waiter.count
+                else:
+                    self._waiting.remove(waiter)
+                self._grant()  # the next in line may fit now
+            raise
+
+    def release(self, count: int = 1) -> None:
+        """Give `count` slots back (from any thread), to the waiters first."""
+        with self._lock:
+            if self._free + count > self.size:
+                raise ValueError("SlotQueue released more slots than it has")
+            self._free += count
+            self._grant()
+
+    def _grant(self) -> None:
+        # under the lock: from the head, every waiter whose slots are all free
+        while self._waiting and self._waiting[0].count <= self._free:
+            waiter = self._waiting.popleft()
+            self._free -= waiter.count
+            waiter.granted = True
+            try:
+                waiter.loop.call_soon_threadsafe(_resolve, waiter.future)
+            except RuntimeError:  # its event loop is closed: nobody awaits it any more
+                waiter.granted = False
+                self._free += waiter.count
+
+    def _full_message(self) -> str:
+        waiting = len(self._waiting)
+        return (f"the service runs {self.size} generations at once, all of its slots are taken, and its queue is "
+                f"full: {waiting} request{'s' if waiting != 1 else ''} wait{'' if waiting != 1 else 's'} for them "
+                f"(limits.max_queued_requests: {self.max_waiting}); retry later")
+
+
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():  # cancelled meanwhile: its `take` gives the slots back
+        future.set_result(None)
 
 
 class Service:
@@ -84,7 +179,8 @@ class Service:
         self.workers = dict(workers or {})
         self.created = int(time.time())
         self.request_limits = Limits(self.limits.default_max_tokens, self.limits.max_tokens)
-        self._slots = threading.BoundedSemaphore(self.limits.max_concurrent_requests)
+        self._slots = SlotQueue(self.limits.max_concurrent_requests, self.limits.max_queued_requests)
+        self.metrics.watch_queue(lambda: self._slots.waiting)
         self._handles: list = []  # remote handles to close with the service
         # set by `shut_down`; the gRPC Generation API over the same engine checks it too
         self.shutting_down = threading.Event()
@@ -203,32 +299,27 @@ class Service:
             raise ChatRenderError("the messages, tools or chat_template_kwargs nest values too deeply to render",
                                   "messages") from None
 
-    def start(self, request: GenerationRequest) -> "StepStream":
-        """Run `request` off the event loop; Overloaded when every slot is taken."""
-        [stream] = self.start_all([request])
+    async def start(self, request: GenerationRequest) -> "StepStream":
+        """Run `request` off the event loop once a slot is free (`start_all`)."""
+        [stream] = await self.start_all([request])
         return stream
 
-    def start_all(self, requests: list[GenerationRequest], per_prompt: int = 1) -> list["StepStream"]:
-        """Run each of `requests` off the event loop, all or none: Overloaded, with none of them
-        started, when fewer slots than requests are free.  Each run of `per_prompt` of them
-        shares one prompt (a request's `n` choices), and its first counts the prompt's tokens
-        for all of them (`rayspec_prompt_tokens`, as `usage.prompt_tokens` counts them) once it
-        has read them."""
+    async def start_all(self, requests: list[GenerationRequest], per_prompt: int = 1) -> list["StepStream"]:
+        """Run each of `requests` off the event loop, all or none, once as many slots are free:
+        until then the request waits in the service's queue, first come, first served
+        (`SlotQueue`); Overloaded, with none of them started, when the queue is full.  Each run
+        of `per_prompt` of them shares one prompt (a request's `n` choices), and its first
+        counts the prompt's tokens for all of them (`rayspec_prompt_tokens`, as
+        `usage.prompt_tokens` counts them) once it has read them.  Cancelled while it waits
+        (its client gone), nothing is started and no slot is held."""
         if self.shutting_down.is_set():
             raise ShuttingDown()
-        # Every slot is taken before any generation starts: a refused request's first choices
-        # would otherwise open worker sessions and run their first step, holding slots that
-        # other requests are refused for meanwhile.
-        taken = 0
-        while taken < len(requests) and self._slots.acquire(blocking=False):
-            taken += 1
-        if taken < len(requests):
-            for _ in range(taken):
-                self._slots.release()
-            raise Overloaded(
-                f"{self.limits.max_concurrent_requests} generations are running, the most this service "
-                "runs at once; retry later"
-            )
+        # Every slot is taken before any generation starts: a request's first choices would
+        # otherwise open worker sessions and run their first step while the rest wait, holding
+        # slots that other requests wait for meanwhile.
+        waited = time.perf_counter()
+        await self._slots.take(len(requests))
+        self.metrics.queue_seconds.observe(time.perf_counter() - waited)
         streams = []
         try:
             for index, request in enumerate(requests):
@@ -237,8 +328,7 @@ class Service:
         except BaseException:
             for stream in streams:
                 stream.close()
-            for _ in range(len(requests) - len(streams)):
-                self._slots.release()
+            self._slots.release(len(requests) - len(streams))
             raise
         return streams
 

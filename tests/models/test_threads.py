@@ -80,7 +80,7 @@ def test_http_generation_threads_compute_with_the_process_count():
     from rayspec.serve.service import Service
 
     async def generate():
-        stream = Service(engine=None, tokenizer=None, model_id="probe").start(_ThreadCountRequest())
+        stream = await Service(engine=None, tokenizer=None, model_id="probe").start(_ThreadCountRequest())
         with pytest.raises(_Seen) as seen:
             async for _ in stream:
                 pass

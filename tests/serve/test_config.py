@@ -89,11 +89,18 @@ def test_bad_drafter_settings_are_refused_with_a_message(drafter, message):
     ({"default_max_tokens": 300, "max_tokens": 256}, "limits.default_max_tokens (300) is above limits.max_tokens (256)"),
     ({"max_concurrent_requests": 0}, "limits.max_concurrent_requests must be a positive integer, got 0"),
     ({"max_tokens": "lots"}, "limits.max_tokens must be a positive integer, got 'lots'"),
+    ({"max_queued_requests": -1}, "limits.max_queued_requests must be a whole number, 0 (no queue) or more, got -1"),
+    ({"max_queued_requests": 2.5}, "limits.max_queued_requests must be a whole number, 0 (no queue) or more, got 2.5"),
 ])
 def test_bad_limits_are_refused_with_a_message(limits, message):
     with pytest.raises(ValueError) as raised:
         ServiceConfig.from_dict({"limits": limits})
     assert message in str(raised.value)
+
+
+def test_requests_queue_by_default_and_a_queue_of_none_is_allowed():
+    assert ServiceConfig.from_dict({}).limits.max_queued_requests == 256
+    assert ServiceConfig.from_dict({"limits": {"max_queued_requests": 0}}).limits.max_queued_requests == 0
 
 
 def test_tool_call_parser_names_a_parser_auto_or_none():

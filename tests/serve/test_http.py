@@ -5,9 +5,9 @@ official `openai` client.
 Same seed => the same tokens as the in-process engine, streamed or not; SSE framing; every
 bad input gets a 4xx with an OpenAI error body and the server keeps serving; /v1/models,
 /health (real grpc.health.v1 server), /metrics; a client that disconnects mid-stream stops
-its generation and its sessions are released; 429 beyond the concurrency limit; worker
-failures are 503.  The target and drafter are wrapped in `Watched`
-(`tests.serve.served`); the fixtures are in `conftest.py`."""
+its generation and its sessions are released; beyond the concurrency limit requests queue,
+429 beyond the queue; worker failures are 503.  The target and drafter are wrapped in
+`Watched` (`tests.serve.served`); the fixtures are in `conftest.py`."""
 
 from __future__ import annotations
 
@@ -789,24 +789,30 @@ def test_a_batch_of_prompts_gets_each_prompts_own_completions(client, http, part
     assert truncated["usage"]["prompt_tokens"] == 4
 
 
-def test_n_choices_take_a_slot_each_and_are_refused_whole_when_the_slots_run_out(http, server):
+WAITING = ("rayspec_requests_waiting", ())
+
+
+def test_n_choices_take_a_slot_each_and_wait_whole_for_them_first_come_first_served(http, server):
+    """A request of n=2 finding one of the two slots free waits for both, none of its choices
+    started; a single request after it waits behind it though a slot is free (else single
+    requests would overtake it for ever under load); once the slots free up, all are answered."""
     target = server["target"]
     target.permits = threading.Semaphore(0)
     body = {"prompt": PROMPT, "max_tokens": 8, "seed": 1}
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(3) as pool:
         held = pool.submit(http.post, "/v1/completions", json=body)
         eventually(lambda: target.open_sessions == 1, what="a generation to start")
-        refused = http.post("/v1/completions", json={**body, "n": 2})  # one slot left of two
-        assert refused.status_code == 429 and "retry later" in refused.json()["error"]["message"]
-        # refused whole: none of its choices started, so the free slot is still free
-        assert target.opened == 1
+        both = pool.submit(http.post, "/v1/completions", json={**body, "n": 2})  # one slot left of two
+        eventually(lambda: metric_samples(http)[WAITING] == 1, what="the request of n=2 to queue")
         alone = pool.submit(http.post, "/v1/completions", json=body)
-        eventually(lambda: target.open_sessions == 2, what="a request that fits to start")
+        eventually(lambda: metric_samples(http)[WAITING] == 2, what="the single request to queue behind it")
+        time.sleep(0.3)
+        # waiting whole: none of its choices started, and nothing overtook it
+        assert target.opened == 1 and not both.done() and not alone.done()
         target.permits.release(1000)
-        assert held.result().status_code == alone.result().status_code == 200
-    eventually(lambda: target.open_sessions == 0, what="the sessions to be released")
-    both = http.post("/v1/completions", json={**body, "n": 2})
-    assert both.status_code == 200 and len(both.json()["choices"]) == 2
+        assert [f.result().status_code for f in (held, both, alone)] == [200, 200, 200]
+    assert len(both.result().json()["choices"]) == 2 and target.opened == 4
+    assert metric_samples(http)[WAITING] == 0
 
 
 def test_same_seed_same_text_and_the_seed_used_is_returned(client):
@@ -1807,19 +1813,80 @@ def test_a_client_that_leaves_while_its_structured_output_compiles_stops_the_com
     assert server["target"].opened == 0  # nothing was started for it
 
 
-def test_beyond_the_concurrency_limit_requests_get_429(http, server):
+def test_beyond_the_concurrency_limit_requests_wait_for_a_slot(http, server):
+    """As vLLM's: a busy service is slower, not refusing.  The request that finds both slots
+    taken waits, nothing of it started, and is answered once a slot is free; the time it
+    waited is in `rayspec_request_queue_seconds`."""
     target = server["target"]
     target.permits = threading.Semaphore(0)
     body = {"prompt": PROMPT, "max_tokens": 8, "seed": 1}
-    with ThreadPoolExecutor(2) as pool:
+    waits = ("rayspec_request_queue_seconds_count", ())
+    before = metric_samples(http).get(waits, 0)
+    with ThreadPoolExecutor(3) as pool:
         held = [pool.submit(http.post, "/v1/completions", json=body) for _ in range(2)]
         eventually(lambda: target.open_sessions == 2, what="two generations to start")
+        queued = pool.submit(http.post, "/v1/completions", json=body)
+        eventually(lambda: metric_samples(http)[WAITING] == 1, what="the third request to queue")
+        time.sleep(0.5)
+        assert not queued.done() and target.opened == 2
+        target.permits.release(1000)
+        assert [f.result().status_code for f in [*held, queued]] == [200, 200, 200]
+    samples = metric_samples(http)
+    assert samples[WAITING] == 0 and samples[waits] == before + 3
+    assert samples[("rayspec_request_queue_seconds_bucket", (("le", "0.25"),))] <= before + 2  # it waited 0.5 s
+
+
+def test_beyond_the_queue_requests_get_429_saying_it_is_full(http, server, monkeypatch):
+    monkeypatch.setattr(server["service"]._slots, "max_waiting", 1)
+    target = server["target"]
+    target.permits = threading.Semaphore(0)
+    body = {"prompt": PROMPT, "max_tokens": 8, "seed": 1}
+    with ThreadPoolExecutor(3) as pool:
+        held = [pool.submit(http.post, "/v1/completions", json=body) for _ in range(2)]
+        eventually(lambda: target.open_sessions == 2, what="two generations to start")
+        queued = pool.submit(http.post, "/v1/completions", json=body)
+        eventually(lambda: metric_samples(http)[WAITING] == 1, what="the third request to queue")
         refused = http.post("/v1/completions", json=body)
         assert refused.status_code == 429
-        assert "retry later" in refused.json()["error"]["message"]
+        assert refused.json()["error"] == {
+            "message": "the service runs 2 generations at once, all of its slots are taken, and its queue is full: "
+                       "1 request waits for them (limits.max_queued_requests: 1); retry later",
+            "type": "rate_limit_error", "param": None, "code": "too_many_requests"}
+        assert target.opened == 2
         target.permits.release(1000)
-        assert [f.result().status_code for f in held] == [200, 200]
+        assert [f.result().status_code for f in [*held, queued]] == [200, 200, 200]
     assert http.post("/v1/completions", json=body).status_code == 200
+
+
+def test_a_client_that_leaves_while_queued_leaves_the_queue_and_starts_nothing(http, server):
+    """A request of n=2 queued with one slot free (kept for it), a single request behind it.
+    Its client disconnects: counted 499, no worker session opened for it, and the request
+    behind takes the free slot at once, while the first generation still runs."""
+    target = server["target"]
+    target.permits = threading.Semaphore(0)
+    body = {"prompt": PROMPT, "max_tokens": 8, "seed": 1}
+
+    def leave():
+        with httpx.Client(base_url=http.base_url, timeout=2.0) as leaving:
+            leaving.post("/v1/completions", json={**body, "n": 2})
+
+    before = answered(http, "/v1/completions", 499)
+    with ThreadPoolExecutor(3) as pool:
+        held = pool.submit(http.post, "/v1/completions", json=body)
+        eventually(lambda: target.open_sessions == 1, what="a generation to start")
+        leaving = pool.submit(leave)
+        eventually(lambda: metric_samples(http)[WAITING] == 1, what="the request of n=2 to queue")
+        behind = pool.submit(http.post, "/v1/completions", json=body)
+        eventually(lambda: metric_samples(http)[WAITING] == 2, what="the single request to queue behind it")
+        assert target.opened == 1
+        with pytest.raises(httpx.ReadTimeout):
+            leaving.result()
+        eventually(lambda: answered(http, "/v1/completions", 499) == before + 1, what="the server to see it leave")
+        eventually(lambda: target.open_sessions == 2, what="the request behind it to start in the free slot")
+        assert target.opened == 2 and metric_samples(http)[WAITING] == 0 and not held.done()
+        target.permits.release(1000)
+        assert held.result().status_code == behind.result().status_code == 200
+    assert target.opened == 2
 
 
 def test_worker_failures_are_503_and_the_service_recovers(http, server):
@@ -1970,7 +2037,7 @@ def test_a_generation_that_fails_before_its_first_step_ends_its_stream_and_frees
 
     async def consume():
         for _ in range(2):  # the second start needs the slot the first gave back
-            stream = service.start(Broken())
+            stream = await service.start(Broken())
             with pytest.raises(RuntimeError, match="broken before the first step"):
                 await asyncio.wait_for(anext(stream), 10)
             await asyncio.to_thread(stream.finished.wait, 10)
@@ -2575,7 +2642,7 @@ def test_responses_auto_streams_a_message_then_each_call_as_it_is_read(parts):
         answer = _Answer(service, request, body, calling)
 
         async def run():
-            [steps] = service.start_all([request])
+            [steps] = await service.start_all([request])
             try:
                 if not stream:
                     async for _ in steps:

@@ -1,0 +1,186 @@
+"""The HTTP service's queue for generation slots (`rayspec.serve.service.SlotQueue`), driven
+through `Service.start_all` with stand-in requests that run until released: first come,
+first served, a request's choices all or none, the queue's limit, and waiters that leave."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from rayspec.serve.config import LimitsConfig
+from rayspec.serve.service import Overloaded, Service
+
+
+class Held:
+    """A generation that runs (holding its slot) until `go` is set; its start is logged."""
+
+    def __init__(self, name: str, started: list):
+        self.request_id, self.prompt_ids = name, [1]
+        self.started, self.go = started, threading.Event()
+
+    def run(self):
+        self.started.append(self.request_id)
+        self.go.wait(30)
+        raise RuntimeError("released")
+        yield  # a generator, as GenerationRequest.run is
+
+    def cancel(self):
+        self.go.set()
+
+
+def service_of(slots: int, queued: int) -> Service:
+    return Service(engine=None, tokenizer=None, model_id="x",
+                   limits=LimitsConfig(max_concurrent_requests=slots, max_queued_requests=queued))
+
+
+async def ended(streams) -> None:
+    for stream in streams:
+        with pytest.raises(RuntimeError, match="released"):
+            await asyncio.wait_for(anext(stream), 10)
+        await asyncio.to_thread(stream.finished.wait, 10)
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0.01)
+
+
+def test_requests_wait_first_come_first_served_and_a_request_of_n_choices_is_not_overtaken():
+    """Two slots, both taken: a request of 2 choices then one of 1 wait.  A slot freed is kept
+    for the head (2 choices), not given to the single request behind it, although one would
+    fit; the head starts whole once both are free, then the single one."""
+    service, started = service_of(2, 8), []
+
+    async def scenario():
+        a, b = Held("a", started), Held("b", started)
+        c = [Held("c0", started), Held("c1", started)]
+        d = Held("d", started)
+        [sa] = await service.start_all([a])
+        [sb] = await service.start_all([b])
+        queued_c = asyncio.ensure_future(service.start_all(c, per_prompt=2))
+        await settle()
+        queued_d = asyncio.ensure_future(service.start_all([d]))
+        await settle()
+        assert service._slots.waiting == 2 and started == ["a", "b"]
+        a.go.set()
+        await ended([sa])
+        await settle()
+        # a slot is free and d would fit, but c came first
+        assert service._slots.free == 1 and not queued_d.done() and started == ["a", "b"]
+        b.go.set()
+        await ended([sb])
+        sc = await asyncio.wait_for(queued_c, 10)
+        await asyncio.sleep(0.1)
+        assert sorted(started[2:]) == ["c0", "c1"] and not queued_d.done()
+        c[0].go.set()
+        [sd] = await asyncio.wait_for(queued_d, 10)
+        await asyncio.sleep(0.1)
+        assert started[-1] == "d" and service._slots.waiting == 0
+        c[1].go.set()
+        d.go.set()
+        await ended([*sc, sd])
+
+    asyncio.run(scenario())
+    assert service._slots.free == 2
+    text = service.metrics.exposition().decode()
+    assert "rayspec_request_queue_seconds_count 4.0" in text  # a, b, c and d: each request once
+
+
+def test_a_full_queue_refuses_at_once_and_says_how_long_it_is():
+    service, started = service_of(1, 2), []
+
+    async def scenario():
+        running = Held("running", started)
+        [stream] = await service.start_all([running])
+        waiting = [asyncio.ensure_future(service.start_all([Held(f"w{i}", started)])) for i in range(2)]
+        await settle()
+        assert "rayspec_requests_waiting 2.0" in service.metrics.exposition().decode()
+        with pytest.raises(Overloaded) as refused:
+            await service.start_all([Held("refused", started)])
+        running.go.set()
+        await ended([stream])
+        for task in waiting:
+            [s] = await asyncio.wait_for(task, 10)
+            s.close()
+            await ended([s])
+        return str(refused.value)
+
+    message = asyncio.run(scenario())
+    assert message == ("the service runs 1 generations at once, all of its slots are taken, and its queue is full: "
+                       "2 requests wait for them (limits.max_queued_requests: 2); retry later")
+    assert "refused" not in started and service._slots.free == 1
+
+
+def test_no_queue_refuses_at_once_as_before():
+    service, started = service_of(1, 0), []
+
+    async def scenario():
+        running = Held("running", started)
+        [stream] = await service.start_all([running])
+        with pytest.raises(Overloaded, match="0 requests wait for them .limits.max_queued_requests: 0.; retry later"):
+            await service.start_all([Held("refused", started)])
+        running.go.set()
+        await ended([stream])
+
+    asyncio.run(scenario())
+    assert started == ["running"]
+
+
+def test_a_waiter_cancelled_leaves_the_queue_holding_nothing_and_the_next_goes_on():
+    """A request of 2 choices waits with one of its slots free; cancelled (its client gone),
+    none of it starts, and the single request behind it takes the free slot at once."""
+    service, started = service_of(2, 8), []
+
+    async def scenario():
+        a = Held("a", started)
+        [sa] = await service.start_all([a])
+        leaving = asyncio.ensure_future(service.start_all([Held("c0", started), Held("c1", started)], per_prompt=2))
+        await settle()
+        behind = asyncio.ensure_future(service.start_all([Held("d", started)]))
+        await settle()
+        assert not behind.done()
+        leaving.cancel()
+        [sd] = await asyncio.wait_for(behind, 10)
+        with pytest.raises(asyncio.CancelledError):
+            await leaving
+        a.go.set()
+        sd.close()
+        await ended([sa, sd])
+
+    asyncio.run(scenario())
+    assert started == ["a", "d"] and service._slots.free == 2 and service._slots.waiting == 0
+
+
+def test_a_waiter_cancelled_as_its_slots_are_granted_gives_them_back():
+    service, started = service_of(1, 8), []
+
+    async def scenario():
+        a = Held("a", started)
+        [sa] = await service.start_all([a])
+        waiter = asyncio.ensure_future(service.start_all([Held("b", started)]))
+        await settle()
+        service._slots.release()  # as `a` would as it ends: granted to the waiter ...
+        waiter.cancel()  # ... which is cancelled before it wakes up
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert service._slots.free == 1
+        service._slots._free -= 1  # `a`'s slot, released above for it; its thread releases it again
+        a.go.set()
+        await ended([sa])
+
+    asyncio.run(scenario())
+    assert started == ["a"] and service._slots.free == 1
+
+
+def test_more_generations_than_slots_are_refused_not_queued_for_ever():
+    with pytest.raises(ValueError, match=r"3 generations asked for at once, more than this service runs at once \(2\)"):
+        asyncio.run(service_of(2, 8).start_all([Held(str(i), []) for i in range(3)]))
+
+
+def test_the_serve_replica_lets_the_queued_requests_reach_the_app():
+    from rayspec.serve.app import HEADROOM, replica_request_limits
+
+    limits = replica_request_limits(LimitsConfig(max_concurrent_requests=64, max_queued_requests=256))
+    assert limits == {"max_ongoing_requests": 64 + 256 + HEADROOM, "max_queued_requests": 64}
