@@ -340,7 +340,8 @@ def serve_generation_api(service, config: ServiceConfig) -> tuple:
     def serve(address):
         return serve_generation(service.engine, service.tokenizer, address, service.request_limits,
                                 max_concurrent_requests=config.limits.max_concurrent_requests, api_key=service.api_key,
-                                serving=service.targets_answer, shutting_down=service.shutting_down)
+                                serving=service.targets_answer, max_queued_requests=config.limits.max_queued_requests,
+                                shutting_down=service.shutting_down)
 
     server, port = bind_again(serve, config.grpc.host, config.grpc.port)
     return server, advertised_address(config.grpc.host, port)

@@ -17,36 +17,48 @@ from rayspec.client.types import GENERATION_FEATURES, GenerateRequest, stop_reas
 from rayspec.engine import SpeculativeEngine
 from rayspec.engine.interfaces import ShuttingDown, TokenLogprobs
 from rayspec.engine.requests import GenerationRequest, Limits
+from rayspec.engine.slots import SlotQueue
 from rayspec.engine.structured import StructuredOutput
-from rayspec.models.cancellation import watching_caller
+from rayspec.models.cancellation import GenerationCancelled, watching_caller
 from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, health_pb2_grpc
 from rayspec.rpc.server import HealthServicer, RequireKey, Servicer, SessionLimitError, rpc_errors, start_server
 
 
 class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
     def __init__(self, engine: SpeculativeEngine, tokenizer, limits: Limits | None = None,
-                 max_concurrent_requests: int | None = None, shutting_down: threading.Event | None = None,
-                 **server_limits):
-        """max_concurrent_requests: generations running at once, beyond which a request is
-        refused with RESOURCE_EXHAUSTED (None: no cap but the server's).  shutting_down: set
-        when the service stops (`rayspec.serve.service.Service.shut_down`): a generation in
-        flight ends after its current step, and a new one is refused, with UNAVAILABLE, rather
-        than be cut by the server's stop without a status."""
+                 max_concurrent_requests: int | None = None, max_queued_requests: int = 0,
+                 shutting_down: threading.Event | None = None, **server_limits):
+        """max_concurrent_requests: generations running at once (None: no cap but the
+        server's), beyond which a request waits for a slot, first come, first served, up to
+        `max_queued_requests` waiting; past those it is refused with RESOURCE_EXHAUSTED.
+        shutting_down: set when the service stops (`rayspec.serve.service.Service.shut_down`):
+        a generation in flight ends after its current step, and a new one is refused, with
+        UNAVAILABLE, rather than be cut by the server's stop without a status."""
         super().__init__(**server_limits)
         self.shutting_down = shutting_down or threading.Event()
         self.engine, self.tokenizer, self.limits = engine, tokenizer, limits or Limits()
         self.max_concurrent_requests = max_concurrent_requests
-        self._slots = None if max_concurrent_requests is None else threading.BoundedSemaphore(max_concurrent_requests)
+        self._slots = (None if max_concurrent_requests is None
+                       else SlotQueue(max_concurrent_requests, max_queued_requests, SessionLimitError))
 
     @contextmanager
-    def _slot(self):
-        """One of the `max_concurrent_requests` slots, held while a generation runs.  The
-        server's own cap counts every call, health checks too: it is set above this one, so that
-        health checks still answer while every slot is taken."""
+    def _slot(self, context):
+        """One of the `max_concurrent_requests` slots, held while a generation runs, waited for
+        in the call's own thread; a call that ends while it waits (cancelled, past its
+        deadline) leaves the line and runs nothing, and one whose wait ends as the service
+        shuts down is refused.  The server's own cap counts every call, health checks too: it
+        is set above the running and the waiting ones, so that health checks still answer
+        while every slot is taken and the line is full."""
         self._check_running()
-        if self._slots is not None and not self._slots.acquire(blocking=False):
-            raise SessionLimitError(f"this service runs {self.max_concurrent_requests} generations at once at most, "
-                                    f"and all are taken: retry later")
+        if self._slots is not None:
+            woken = threading.Event()
+            if not context.add_callback(woken.set):  # over already
+                woken.set()
+            if not self._slots.take_in_thread(1, woken):
+                raise GenerationCancelled("the call ended while it waited for a slot")
+            if self.shutting_down.is_set():  # it waited through the generations' ends
+                self._slots.release()
+                raise ShuttingDown()
         try:
             yield
         finally:
@@ -91,7 +103,7 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
     def Generate(self, message, context):
         request = self._request(message, context)
         _cancel_when_over(context, request)  # the RPC ended (cancelled, past its deadline): stop waiting
-        with self._slot(), closing(request.run()) as steps:
+        with self._slot(context), closing(request.run()) as steps:
             for _ in steps:
                 if not context.is_active():  # cancelled, or past its deadline: stop, releasing the sessions
                     return generation_pb2.GenerateResponse()
@@ -102,7 +114,7 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
     def GenerateStream(self, message, context):
         request = self._request(message, context)
         _cancel_when_over(context, request)
-        with self._slot(), closing(request.run()) as steps:
+        with self._slot(context), closing(request.run()) as steps:
             for added in steps:
                 self._check_running()
                 yield generation_pb2.GenerateStreamResponse(
@@ -136,14 +148,19 @@ HEALTH_CHECK_THREADS = 4  # the server's threads beyond its generations': health
 
 def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits: Limits | None = None,
                      max_concurrent_requests: int = 64, api_key: str | None = None,
-                     serving: Callable[[], bool] | None = None, shutting_down: threading.Event | None = None):
-    """Generation on `address`; requests beyond `max_concurrent_requests` running at once are
-    refused with RESOURCE_EXHAUSTED (each holds a server thread while it generates).  With an
-    `api_key`, calls without it (metadata `authorization: Bearer <key>`, as the SDK's
-    `api_key` sends it) are refused UNAUTHENTICATED, the health service's excepted.
-    `serving`: asked at each health check, whether the engine's workers let it serve (None:
-    always, as an engine over in-process models).  `shutting_down`: as `GenerationServicer`'s."""
-    servicer = GenerationServicer(engine, tokenizer, limits, max_concurrent_requests, shutting_down)
+                     serving: Callable[[], bool] | None = None, max_queued_requests: int = 256,
+                     shutting_down: threading.Event | None = None):
+    """Generation on `address`; requests beyond `max_concurrent_requests` running at once wait
+    for a slot, first come, first served, as the HTTP service's (`LimitsConfig`), and past
+    `max_queued_requests` waiting are refused with RESOURCE_EXHAUSTED.  Each holds a server
+    thread while it waits or generates: the server has that many, and health checks their own
+    beyond them.  With an `api_key`, calls without it (metadata `authorization: Bearer <key>`,
+    as the SDK's `api_key` sends it) are refused UNAUTHENTICATED, the health service's
+    excepted.  `serving`: asked at each health check, whether the engine's workers let it serve
+    (None: always, as an engine over in-process models).  `shutting_down`: as
+    `GenerationServicer`'s."""
+    servicer = GenerationServicer(engine, tokenizer, limits, max_concurrent_requests, max_queued_requests,
+                                  shutting_down)
     health = HealthServicer(["rayspec.v1.Generation"], serving)
 
     def register(server):
@@ -151,7 +168,7 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
 
     interceptors = [RequireKey(api_key, open_services=("grpc.health.v1.Health",))] if api_key else []
-    threads = max_concurrent_requests + HEALTH_CHECK_THREADS + HealthServicer.MAX_WATCHES
+    threads = max_concurrent_requests + max_queued_requests + HEALTH_CHECK_THREADS + HealthServicer.MAX_WATCHES
     return start_server(register, address, max_workers=threads, interceptors=interceptors)
 
 

@@ -279,7 +279,8 @@ class LimitsConfig:
     generations that run, so that a burst (a load test's users all starting at once) is
     served late rather than refused, while a sustained overload still gets 429s that tell
     clients to back off instead of queueing without end (vLLM's queue is unbounded: its
-    clients time out instead).  0 refuses at once whatever finds no free slot."""
+    clients time out instead).  0 refuses at once whatever finds no free slot.  The gRPC
+    Generation API has the same limits, and a line of its own."""
     default_max_tokens: int = 256
     max_tokens: int = 4096
     max_concurrent_requests: int = 64

@@ -7,7 +7,7 @@ The engine is synchronous and the HTTP app asynchronous.  `Service.start` runs o
 engine generator in a thread of its own (`StepStream`) and hands its steps to the event loop
 as they are verified, so concurrent requests proceed side by side, and a client that goes
 away stops its generation after the current step.  A request that finds all of the service's
-`limits.max_concurrent_requests` slots taken waits for them in a queue (`SlotQueue`), as
+`limits.max_concurrent_requests` slots taken waits for them in a queue (`rayspec.engine.slots`), as
 vLLM's and SGLang's schedulers keep the requests they cannot run yet waiting.
 """
 
@@ -19,7 +19,6 @@ import functools
 import json
 import threading
 import time
-from collections import deque
 from collections.abc import Mapping
 
 import grpc
@@ -28,6 +27,7 @@ from rayspec.engine.engine import SpeculativeEngine
 from rayspec.engine.interfaces import AtCapacity, RequestFieldError, ShuttingDown
 from rayspec.engine.pool import DrafterPool
 from rayspec.engine.requests import GenerationRequest, Limits
+from rayspec.engine.slots import SlotQueue
 from rayspec.engine.structured import (
     StructuredOutput, check_structured, compiled_index, structured_regex, vocabulary_of,
 )
@@ -67,97 +67,6 @@ class Overloaded(RuntimeError):
     them as its queue holds."""
 
 
-class _Waiter:
-    __slots__ = ("count", "loop", "future", "granted")
-
-    def __init__(self, count: int, loop: asyncio.AbstractEventLoop):
-        self.count, self.loop, self.granted = count, loop, False
-        self.future = loop.create_future()
-
-
-class SlotQueue:
-    """A counting semaphore of `size` slots whose waiters are served first come, first served,
-    each waiting for all the slots it asks for at once, up to `max_waiting` of them.
-
-    FIFO, all or none: a request for `count` slots waits while any earlier one waits, even when
-    `count` are free, so a request of n choices at the head is never overtaken for ever by
-    single ones; slots freed meanwhile stay free for it until it has all it asked for.  That
-    cannot deadlock: a waiter holds none until it is granted all (more than `size` is refused),
-    and the slots held are held by running generations, which end.
-    Waiting is an asyncio future, no thread; `release` may be called from any thread (a
-    generation's own, as it ends) and wakes the granted waiters on their own event loops."""
-
-    def __init__(self, size: int, max_waiting: int):
-        self.size, self.max_waiting = size, max_waiting
-        self._free = size
-        self._waiting: deque[_Waiter] = deque()
-        self._lock = threading.Lock()
-
-    @property
-    def free(self) -> int:
-        return self._free
-
-    @property
-    def waiting(self) -> int:
-        return len(self._waiting)
-
-    async def take(self, count: int) -> None:
-        """Take `count` slots, waiting in line for them; Overloaded, at once, when they are not
-        free and `max_waiting` requests wait already.  Cancelled while it waits (its client
-        gone), it leaves the line and holds nothing."""
-        if count > self.size:  # it would wait at the head for ever, and every request behind it
-            raise ValueError(f"{count} generations asked for at once, more than this service runs at once ({self.size})")
-        with self._lock:
-            if not self._waiting and self._free >= count:
-                self._free -= count
-                return
-            if len(self._waiting) >= self.max_waiting:
-                raise Overloaded(self._full_message())
-            waiter = _Waiter(count, asyncio.get_running_loop())
-            self._waiting.append(waiter)
-        try:
-            await waiter.future
-        except BaseException:
-            with self._lock:
-                if waiter.granted:  # granted as it was cancelled: the slots go back
-                    self._free += waiter.count
-                else:
-                    self._waiting.remove(waiter)
-                self._grant()  # the next in line may fit now
-            raise
-
-    def release(self, count: int = 1) -> None:
-        """Give `count` slots back (from any thread), to the waiters first."""
-        with self._lock:
-            if self._free + count > self.size:
-                raise ValueError("SlotQueue released more slots than it has")
-            self._free += count
-            self._grant()
-
-    def _grant(self) -> None:
-        # under the lock: from the head, every waiter whose slots are all free
-        while self._waiting and self._waiting[0].count <= self._free:
-            waiter = self._waiting.popleft()
-            self._free -= waiter.count
-            waiter.granted = True
-            try:
-                waiter.loop.call_soon_threadsafe(_resolve, waiter.future)
-            except RuntimeError:  # its event loop is closed: nobody awaits it any more
-                waiter.granted = False
-                self._free += waiter.count
-
-    def _full_message(self) -> str:
-        waiting = len(self._waiting)
-        return (f"the service runs {self.size} generations at once, all of its slots are taken, and its queue is "
-                f"full: {waiting} request{'s' if waiting != 1 else ''} wait{'' if waiting != 1 else 's'} for them "
-                f"(limits.max_queued_requests: {self.max_waiting}); retry later")
-
-
-def _resolve(future: asyncio.Future) -> None:
-    if not future.done():  # cancelled meanwhile: its `take` gives the slots back
-        future.set_result(None)
-
-
 class Service:
     """What the HTTP front end serves: `engine` over in-process or remote models.
 
@@ -179,7 +88,7 @@ class Service:
         self.workers = dict(workers or {})
         self.created = int(time.time())
         self.request_limits = Limits(self.limits.default_max_tokens, self.limits.max_tokens)
-        self._slots = SlotQueue(self.limits.max_concurrent_requests, self.limits.max_queued_requests)
+        self._slots = SlotQueue(self.limits.max_concurrent_requests, self.limits.max_queued_requests, Overloaded)
         self.metrics.watch_queue(lambda: self._slots.waiting)
         self._handles: list = []  # remote handles to close with the service
         # set by `shut_down`; the gRPC Generation API over the same engine checks it too

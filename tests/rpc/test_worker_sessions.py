@@ -303,6 +303,66 @@ class _SlowTarget(LocalTarget):
         return session
 
 
+def test_generations_past_the_cap_wait_for_a_slot_and_health_checks_still_answer(monkeypatch):
+    """As the HTTP service's: a generation finding every slot taken waits in line for one
+    (holding a server thread, of which the server has one per place in line), past the line
+    it is refused; a call that ends while it waits leaves the line; health checks answer
+    throughout."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from transformers import AutoTokenizer
+
+    from rayspec.client import Client, DeadlineExceededError, OverloadedError
+    from rayspec.demo import TARGET_PATH
+    from rayspec.engine.slots import SlotQueue
+    from rayspec.rpc import coordinator
+
+    made = []
+
+    class Seen(SlotQueue):
+        def __init__(self, *args):
+            super().__init__(*args)
+            made.append(self)
+
+    monkeypatch.setattr(coordinator, "SlotQueue", Seen)
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
+    engine = SpeculativeEngine(_SlowTarget(tiny_llama(vocab=VOCAB, seed=0, context=256)), None, tokenizer=tokenizer)
+    server, port = coordinator.serve_generation(engine, tokenizer, "127.0.0.1:0", max_concurrent_requests=1,
+                                                max_queued_requests=2)
+    [slots] = made
+
+    def waiting(count: int) -> None:
+        deadline = time.monotonic() + 10
+        while slots.waiting != count:
+            assert time.monotonic() < deadline, f"{slots.waiting} calls wait, not {count}"
+            time.sleep(0.02)
+
+    try:
+        with Client(f"127.0.0.1:{port}", timeout=30, retries=0) as client, ThreadPoolExecutor(2) as pool:
+            running = client.stream([1, 2], max_tokens=200, seed=1)  # 10 s of steps
+            next(running)
+            with Client(f"127.0.0.1:{port}", timeout=1.0, retries=0) as impatient:
+                leaving = pool.submit(impatient.generate, [1, 2], max_tokens=3, seed=1)
+                waiting(1)
+                queued = pool.submit(client.generate, [1, 2], max_tokens=3, seed=2)
+                waiting(2)
+                with pytest.raises(OverloadedError) as refused:
+                    client.generate([1, 2], max_tokens=3, seed=3)
+                assert str(refused.value).endswith(
+                    "the service runs 1 generations at once, all of its slots are taken, and its queue is full: "
+                    "2 requests wait for them (limits.max_queued_requests: 2); retry later")
+                assert client.health() and client.health()
+                with pytest.raises(DeadlineExceededError):
+                    leaving.result()
+                waiting(1)  # it left the line, and the call behind it is still in it
+                assert not queued.done() and slots.free == 0
+            running.close()
+            assert queued.result(timeout=20).token_ids
+        assert slots.free == 1 and slots.waiting == 0
+    finally:
+        server.stop(0)
+
+
 def test_a_unary_generate_stops_when_its_caller_gives_up():
     from transformers import AutoTokenizer
 
@@ -336,7 +396,8 @@ def test_generations_past_the_cap_are_refused_and_health_checks_still_answer():
 
     tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
     engine = SpeculativeEngine(_SlowTarget(tiny_llama(vocab=VOCAB, seed=0, context=256)), None, tokenizer=tokenizer)
-    server, port = serve_generation(engine, tokenizer, "127.0.0.1:0", max_concurrent_requests=2)
+    server, port = serve_generation(engine, tokenizer, "127.0.0.1:0", max_concurrent_requests=2,
+                                    max_queued_requests=0)
     running = []
     try:
         with Client(f"127.0.0.1:{port}", timeout=30, retries=0) as client:
@@ -346,8 +407,9 @@ def test_generations_past_the_cap_are_refused_and_health_checks_still_answer():
                     next(stream)
                     running.append(stream)
                 except OverloadedError as error:
-                    assert str(error).endswith("this service runs 2 generations at once at most, and all are taken: "
-                                               "retry later")
+                    assert str(error).endswith("the service runs 2 generations at once, all of its slots are taken, "
+                                               "and its queue is full: 0 requests wait for them "
+                                               "(limits.max_queued_requests: 0); retry later")
             assert len(running) == 2
             assert client.health() and client.health()
             for stream in running:

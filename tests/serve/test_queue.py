@@ -1,4 +1,4 @@
-"""The HTTP service's queue for generation slots (`rayspec.serve.service.SlotQueue`), driven
+"""The HTTP service's queue for generation slots (`rayspec.engine.slots.SlotQueue`), driven
 through `Service.start_all` with stand-in requests that run until released: first come,
 first served, a request's choices all or none, the queue's limit, and waiters that leave."""
 

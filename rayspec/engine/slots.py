@@ -1,0 +1,131 @@
+"""The generation slots of a front end, and the line of requests waiting for them: `SlotQueue`.
+
+The HTTP service waits on the event loop (`SlotQueue.take`, an asyncio future per waiter);
+the gRPC Generation service, whose calls each hold a server thread anyway, waits in that
+thread (`SlotQueue.take_in_thread`).  Both wait in the one line, as vLLM's and SGLang's
+schedulers keep the requests they cannot run yet waiting rather than refuse them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+
+
+class _Waiter:
+    __slots__ = ("count", "wake", "granted")
+
+    def __init__(self, count: int, wake):
+        self.count, self.wake, self.granted = count, wake, False
+
+
+class SlotQueue:
+    """A counting semaphore of `size` slots whose waiters are served first come, first served,
+    each waiting for all the slots it asks for at once, up to `max_waiting` of them; past
+    those a request is refused with `refusal` (an exception class), saying the queue is full.
+
+    FIFO, all or none: a request for `count` slots waits while any earlier one waits, even when
+    `count` are free, so a request of n choices at the head is never overtaken for ever by
+    single ones; slots freed meanwhile stay free for it until it has all it asked for.  That
+    cannot deadlock: a waiter holds none until it is granted all (more than `size` is refused),
+    and the slots held are held by running generations, which end.  `release` may be called
+    from any thread (a generation's own, as it ends)."""
+
+    def __init__(self, size: int, max_waiting: int, refusal: type[Exception] = RuntimeError):
+        self.size, self.max_waiting, self.refusal = size, max_waiting, refusal
+        self._free = size
+        self._waiting: deque[_Waiter] = deque()
+        self._lock = threading.Lock()
+
+    @property
+    def free(self) -> int:
+        return self._free
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def _join(self, count: int, wake) -> _Waiter | None:
+        """None with the slots taken, when they are free and nobody waits; else a waiter in line
+        (`wake()` called once it is granted); `refusal` when the line is full."""
+        if count > self.size:  # it would wait at the head for ever, and every request behind it
+            raise ValueError(f"{count} generations asked for at once, more than this service runs at once "
+                             f"({self.size})")
+        with self._lock:
+            if not self._waiting and self._free >= count:
+                self._free -= count
+                return None
+            if len(self._waiting) >= self.max_waiting:
+                raise self.refusal(self._full_message())
+            waiter = _Waiter(count, wake)
+            self._waiting.append(waiter)
+            return waiter
+
+    def _leave(self, waiter: _Waiter) -> None:
+        with self._lock:
+            if waiter.granted:  # granted as it left: the slots go back
+                self._free += waiter.count
+            else:
+                self._waiting.remove(waiter)
+            self._grant()  # the next in line may fit now
+
+    async def take(self, count: int) -> None:
+        """Take `count` slots, waiting in line on the event loop (no thread held); `refusal`, at
+        once, when they are not free and `max_waiting` requests wait already.  Cancelled while
+        it waits (its client gone), it leaves the line and holds nothing."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        waiter = self._join(count, lambda: loop.call_soon_threadsafe(_resolve, future))
+        if waiter is None:
+            return
+        try:
+            await future
+        except BaseException:
+            self._leave(waiter)
+            raise
+
+    def take_in_thread(self, count: int, woken: threading.Event) -> bool:
+        """Take `count` slots, waiting in line in the calling thread until granted (True), or
+        until the caller sets `woken` as it goes away (False: out of the line, holding
+        nothing); `refusal` as `take`."""
+        waiter = self._join(count, woken.set)
+        if waiter is None:
+            return True
+        woken.wait()
+        with self._lock:
+            if waiter.granted:
+                return True
+        self._leave(waiter)
+        return False
+
+    def release(self, count: int = 1) -> None:
+        """Give `count` slots back (from any thread), to the waiters first."""
+        with self._lock:
+            if self._free + count > self.size:
+                raise ValueError("SlotQueue released more slots than it has")
+            self._free += count
+            self._grant()
+
+    def _grant(self) -> None:
+        # under the lock: from the head, every waiter whose slots are all free
+        while self._waiting and self._waiting[0].count <= self._free:
+            waiter = self._waiting.popleft()
+            self._free -= waiter.count
+            waiter.granted = True
+            try:
+                waiter.wake()
+            except RuntimeError:  # its event loop is closed: nobody awaits it any more
+                waiter.granted = False
+                self._free += waiter.count
+
+    def _full_message(self) -> str:
+        waiting = len(self._waiting)
+        return (f"the service runs {self.size} generations at once, all of its slots are taken, and its queue is "
+                f"full: {waiting} request{'s' if waiting != 1 else ''} wait{'' if waiting != 1 else 's'} for them "
+                f"(limits.max_queued_requests: {self.max_waiting}); retry later")
+
+
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():  # cancelled meanwhile: its `take` gives the slots back
+        future.set_result(None)
