@@ -52,10 +52,12 @@ them with null (it has no context to be drawn from), as in OpenAI's legacy API.
 
 `n` choices are `n` generations run side by side, each taking one of the service's
 `limits.max_concurrent_requests` slots (all or none: the request waits until all are free,
-see below): choice i is seeded with the request's seed + i, so it is exactly what a request with that seed gets;
-unseeded choices draw a seed each.  A completions `prompt` may be a batch (a list of texts or
-of token id lists), as OpenAI's and vLLM's: prompt p's choice i is choice p·n + i, exactly
-what a request with that prompt alone gets, and `usage.prompt_tokens` counts each prompt once.
+see below): choice i is seeded with the request's seed + i, so it follows the law of what a
+request with that seed gets (the same tokens without cross-request batching: shared forwards
+can round a sample the other way, README "Choices, batches and the sampling law"); unseeded
+choices draw a seed each.  A completions `prompt` may be a batch (a list of texts or of token
+id lists), as OpenAI's and vLLM's: prompt p's choice i is choice p·n + i, what a request with
+that prompt alone gets, and `usage.prompt_tokens` counts each prompt once.
 All the batch's choices run side by side, so a batch holds at most
 `max_concurrent_requests` choices.
 
