@@ -14,10 +14,10 @@ from collections import deque
 
 
 class _Waiter:
-    __slots__ = ("count", "wake", "granted")
+    __slots__ = ("count", "wake", "granted", "refused")
 
     def __init__(self, count: int, wake):
-        self.count, self.wake, self.granted = count, wake, False
+        self.count, self.wake, self.granted, self.refused = count, wake, False, None
 
 
 class SlotQueue:
@@ -37,6 +37,7 @@ class SlotQueue:
         self._free = size
         self._waiting: deque[_Waiter] = deque()
         self._lock = threading.Lock()
+        self._closed = None  # the error `close` refuses requests with
 
     @property
     def free(self) -> int:
@@ -53,6 +54,8 @@ class SlotQueue:
             raise ValueError(f"{count} generations asked for at once, more than this service runs at once "
                              f"({self.size})")
         with self._lock:
+            if self._closed is not None:
+                raise self._closed()
             if not self._waiting and self._free >= count:
                 self._free -= count
                 return None
@@ -66,7 +69,7 @@ class SlotQueue:
         with self._lock:
             if waiter.granted:  # granted as it left: the slots go back
                 self._free += waiter.count
-            else:
+            elif waiter.refused is None:  # a refused one is out of the line already
                 self._waiting.remove(waiter)
             self._grant()  # the next in line may fit now
 
@@ -84,6 +87,8 @@ class SlotQueue:
         except BaseException:
             self._leave(waiter)
             raise
+        if waiter.refused is not None:
+            raise waiter.refused()
 
     def take_in_thread(self, count: int, woken: threading.Event) -> bool:
         """Take `count` slots, waiting in line in the calling thread until granted (True), or
@@ -96,6 +101,9 @@ class SlotQueue:
         with self._lock:
             if waiter.granted:
                 return True
+            refused = waiter.refused
+        if refused is not None:
+            raise refused()
         self._leave(waiter)
         return False
 
@@ -106,6 +114,22 @@ class SlotQueue:
                 raise ValueError("SlotQueue released more slots than it has")
             self._free += count
             self._grant()
+
+    def close(self, refusal) -> None:
+        """Refuse, from now on, every request for slots with `refusal()` (an exception
+        factory), those waiting in line at once: the service is stopping, and they would
+        otherwise wait for the generations in flight to end first.  Slots still held are
+        released as before."""
+        with self._lock:
+            self._closed = refusal
+            waiting, self._waiting = list(self._waiting), deque()
+            for waiter in waiting:
+                waiter.refused = refusal
+        for waiter in waiting:
+            try:
+                waiter.wake()
+            except RuntimeError:  # its event loop is closed: nobody awaits it any more
+                pass
 
     def _grant(self) -> None:
         # under the lock: from the head, every waiter whose slots are all free

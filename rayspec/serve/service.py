@@ -272,10 +272,12 @@ class Service:
         """The service is stopping: each generation in flight ends now with `ShuttingDown`
         (its stream's awaiting side gets it at once, the steps verified before it first; its
         thread stops after its current step), and new ones are refused with it, rather than
-        run on through the server's grace and be cut without a word."""
+        run on through the server's grace and be cut without a word.  Requests queued for
+        slots are refused with it at once, not when the generations' threads end."""
         with self._live_lock:
             self.shutting_down.set()
             live = list(self._live)
+        self._slots.close(ShuttingDown)
         for stream in live:
             stream.abort(ShuttingDown())
 

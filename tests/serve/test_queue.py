@@ -184,3 +184,43 @@ def test_the_serve_replica_lets_the_queued_requests_reach_the_app():
 
     limits = replica_request_limits(LimitsConfig(max_concurrent_requests=64, max_queued_requests=256))
     assert limits == {"max_ongoing_requests": 64 + 256 + HEADROOM, "max_queued_requests": 64}
+
+
+def test_a_closed_queue_refuses_its_waiters_at_once_in_threads_and_on_the_loop():
+    """`close` (the service shutting down) refuses whoever waits, a thread's waiter and an
+    event loop's, with the error it is given, and every later request; slots still held are
+    released as before."""
+    from rayspec.engine.slots import SlotQueue
+
+    class Closed(Exception):
+        pass
+
+    slots = SlotQueue(1, 4, Overloaded)
+    assert slots.take_in_thread(1, threading.Event())
+    outcome = []
+
+    def wait_in_thread():
+        try:
+            outcome.append(slots.take_in_thread(1, threading.Event()))
+        except Closed:
+            outcome.append("refused")
+
+    async def wait_on_loop():
+        waiting = asyncio.ensure_future(slots.take(1))
+        while slots.waiting < 2:
+            await asyncio.sleep(0.01)
+        slots.close(Closed)
+        with pytest.raises(Closed):
+            await asyncio.wait_for(waiting, 5)
+
+    thread = threading.Thread(target=wait_in_thread)
+    thread.start()
+    while slots.waiting < 1:
+        threading.Event().wait(0.01)
+    asyncio.run(wait_on_loop())
+    thread.join(5)
+    assert outcome == ["refused"] and slots.waiting == 0
+    with pytest.raises(Closed):
+        slots.take_in_thread(1, threading.Event())
+    slots.release()
+    assert slots.free == 1

@@ -117,3 +117,25 @@ def test_grpc_streams_in_flight_end_unavailable_and_new_calls_are_refused(stoppi
                                                                           "the service is shutting down")
     finally:
         server.stop(grace=None)
+
+
+def test_a_request_queued_for_a_slot_is_refused_at_once_not_after_the_steps_in_flight(stopping):
+    """Queued behind four generations whose steps are held, a request waits for their slots;
+    the shutdown refuses it now, though those generations' threads are still in their steps."""
+    service, target, http = stopping
+    target.permits = threading.Semaphore(0)  # every generation held at its first step
+    body = {"model": MODEL, "prompt": "def fibonacci(n):", "max_tokens": 20, "seed": 1}
+    with ThreadPoolExecutor(5) as pool:
+        running = [pool.submit(http.post, "/v1/completions", json=body) for _ in range(4)]
+        eventually(lambda: target.open_sessions == 4, what="the four generations to start")
+        queued = pool.submit(http.post, "/v1/completions", json=body)
+        eventually(lambda: service._slots.waiting == 1, what="the fifth request to queue")
+        began = time.monotonic()
+        service.shut_down()
+        answer = queued.result(timeout=5)
+        assert time.monotonic() - began < 2
+        assert answer.status_code == 503 and answer.json() == {"error": SHUTTING_DOWN}
+        assert service._slots.waiting == 0
+        assert target.opened == 4  # the queued one opened no session
+        for reply in running:
+            assert reply.result(timeout=5).json() == {"error": SHUTTING_DOWN}
