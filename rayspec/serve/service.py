@@ -362,7 +362,10 @@ class StepStream:
             if not ended and (began or not _refused(error)):
                 metrics.ended.labels("abort").inc()
             if steps is not None:
-                steps.close()
+                try:
+                    steps.close()
+                except Exception as failure:  # its slot and its end must follow all the same
+                    error = error or failure
             if getattr(request, "stats", None) is not None:  # set once the generation began
                 metrics.observe_incidents(request.stats)
             metrics.in_flight.dec()

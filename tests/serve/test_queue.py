@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from rayspec.engine.requests import StepText
 from rayspec.serve.config import LimitsConfig
 from rayspec.serve.service import Overloaded, Service
 
@@ -224,3 +225,42 @@ def test_a_closed_queue_refuses_its_waiters_at_once_in_threads_and_on_the_loop()
         slots.take_in_thread(1, threading.Event())
     slots.release()
     assert slots.free == 1
+
+
+class CleanUpFails(Held):
+    """A generation whose clean-up (its generator's close: sessions released) raises."""
+
+    def run(self):
+        self.started.append(self.request_id)
+        try:
+            while True:
+                yield StepText("", [], None)  # a step of no tokens (`observe_step` is stubbed)
+                self.go.wait(30)
+        finally:
+            raise RuntimeError("its clean-up failed")
+
+
+def test_a_generation_whose_clean_up_fails_still_frees_its_slot_and_ends():
+    """Closed mid-run (its client gone), a generation's generator raises as it is closed: the
+    thread still frees its slot, leaves the live set and sets `finished`, and the next request
+    in line runs."""
+    from unittest import mock
+
+    service, started = service_of(1, 4), []
+
+    async def scenario():
+        failing = CleanUpFails("failing", started)
+        [stream] = await service.start_all([failing])
+        behind = asyncio.ensure_future(service.start_all([Held("behind", started)]))
+        assert (await asyncio.wait_for(anext(stream), 5)).token_ids == []
+        await settle()
+        stream.close()
+        assert await asyncio.to_thread(stream.finished.wait, 5)
+        [next_stream] = await asyncio.wait_for(behind, 5)
+        next_stream.close()
+        await ended([next_stream])
+
+    with mock.patch.object(service.metrics, "observe_step"):
+        asyncio.run(scenario())
+    assert started == ["failing", "behind"] and service._slots.free == 1 and service._live == set()
+
