@@ -321,7 +321,12 @@ class StepStream:
             service._live.add(self)
             if service.shutting_down.is_set():
                 self.abort(ShuttingDown())
-        self._thread.start()
+        try:
+            self._thread.start()
+        except BaseException:  # never to end, it would be in `_live` for ever (its slot is start_all's)
+            with service._live_lock:
+                service._live.discard(self)
+            raise
 
     def _produce(self, service: Service, request: GenerationRequest, counts_prompt: bool) -> None:
         metrics = service.metrics

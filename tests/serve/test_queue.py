@@ -264,3 +264,27 @@ def test_a_generation_whose_clean_up_fails_still_frees_its_slot_and_ends():
         asyncio.run(scenario())
     assert started == ["failing", "behind"] and service._slots.free == 1 and service._live == set()
 
+
+def test_a_generation_whose_thread_cannot_start_is_not_left_live():
+    """The second of a request's two threads fails to start: the request fails, the first one
+    is closed, every slot comes back, and neither stays in the live set `shut_down` aborts."""
+    from unittest import mock
+
+    service, started = service_of(2, 4), []
+    start, starts = threading.Thread.start, []
+
+    def failing_second(thread):
+        starts.append(thread)
+        if len(starts) == 2:
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    async def scenario():
+        choices = [Held("c0", started), Held("c1", started)]
+        with mock.patch.object(threading.Thread, "start", failing_second), \
+                pytest.raises(RuntimeError, match="can't start new thread"):
+            await service.start_all(choices, per_prompt=2)
+        await asyncio.to_thread(starts[0].join, 5)
+
+    asyncio.run(scenario())
+    assert started == ["c0"] and service._slots.free == 2 and service._live == set()
