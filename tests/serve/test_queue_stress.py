@@ -150,14 +150,15 @@ def crowd(queue: SlotQueue, plan: dict, threads: int, as_granted: dict | None = 
             if took:
                 hold_then_release(count, hold)
 
-    running = [threading.Thread(target=thread_side, args=(first,)) for first in range(threads)]
+    running = [threading.Thread(target=thread_side, args=(first,), daemon=True) for first in range(threads)]
     for thread in running:
         thread.start()
     if close_after is not None:
         threading.Timer(close_after, queue.close, args=(Closed,)).start()
     asyncio.run(loop_side())
+    deadline = time.monotonic() + 8
     for thread in running:
-        thread.join(8)
+        thread.join(max(deadline - time.monotonic(), 0))
     assert not any(thread.is_alive() for thread in running), "a thread waiter never woke"
     deadline = time.monotonic() + 5
     while queue.free != queue.size and time.monotonic() < deadline:  # the last holders release
@@ -286,3 +287,75 @@ def test_the_service_shut_down_amid_queued_cancelled_and_running_requests_frees_
     assert {"ran", "shutting down"} <= set(outcomes)
     assert service._slots.free == 3 and service._slots.waiting == 0 and ledger.held == 0
     assert service._live == set()
+
+
+class CallContext:
+    """A gRPC call's context, as `GenerationServicer._slot` uses it: `end()` ends the call
+    (cancelled, past its deadline), running its callbacks; later ones are refused."""
+
+    def __init__(self):
+        self.callbacks, self.over, self._lock = [], False, threading.Lock()
+
+    def add_callback(self, callback) -> bool:
+        with self._lock:
+            if self.over:
+                return False
+            self.callbacks.append(callback)
+            return True
+
+    def end(self) -> None:
+        with self._lock:
+            self.over, callbacks = True, list(self.callbacks)
+        for callback in callbacks:
+            callback()
+
+
+def test_grpc_calls_that_end_at_random_as_the_service_shuts_down_give_every_slot_back():
+    """The gRPC servicer's slots (`_slot`): 90 calls in 30 threads for 2 slots, a third of them
+    ended at a random moment as they wait or run, the service shut down half-way.  Each call
+    ran, left, or was refused (shutting down, line full), once; every slot comes back."""
+    from rayspec.engine.interfaces import ShuttingDown as Down
+    from rayspec.models.cancellation import GenerationCancelled
+    from rayspec.rpc.coordinator import GenerationServicer
+    from rayspec.rpc.server import SessionLimitError
+
+    rng = random.Random(5)
+    down = threading.Event()
+    servicer = GenerationServicer(None, None, max_concurrent_requests=2, max_queued_requests=20, shutting_down=down)
+    ledger = Ledger(2)
+    plan = [(rng.random() < 0.33, rng.uniform(0, 0.01), rng.uniform(0, 0.003)) for _ in range(90)]
+
+    def call(i: int) -> None:
+        ends, after, hold = plan[i]
+        context = CallContext()
+        if ends:
+            threading.Timer(after, context.end).start()
+        try:
+            with servicer._slot(context):
+                ledger.hold(1)
+                time.sleep(hold)
+                ledger.unhold(1)
+        except GenerationCancelled:
+            return ledger.end(i, "left")
+        except Down:
+            return ledger.end(i, "shutting down")
+        except SessionLimitError:
+            return ledger.end(i, "line full")
+        ledger.end(i, "ran")
+
+    def caller(first: int) -> None:
+        for i in range(first, 90, 30):
+            call(i)
+
+    threads = [threading.Thread(target=caller, args=(first,), daemon=True) for first in range(30)]
+    for thread in threads:
+        thread.start()
+    threading.Timer(0.02, down.set).start()
+    deadline = time.monotonic() + 8
+    for thread in threads:
+        thread.join(max(deadline - time.monotonic(), 0))
+
+    assert not any(thread.is_alive() for thread in threads), "a call never left the line"
+    assert ledger.errors == [] and sorted(ledger.outcomes) == list(range(90)) and ledger.held == 0
+    assert {"ran", "shutting down"} <= set(ledger.outcomes.values())
+    assert servicer._slots.free == 2 and servicer._slots.waiting == 0
