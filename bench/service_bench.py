@@ -2,6 +2,7 @@
 
     python bench/service_bench.py [--prompts 10] [--tokens 96] [--skip-locust]
     python bench/service_bench.py --only-locust --target-where worker coordinator --out bench/results/service_bench_load
+    python bench/service_bench.py --only-locust --users 16 --max-concurrent 4 --max-queued 256 0 --out bench/results/service_bench_queue
     python bench/service_bench.py --device cuda --parts overhead scale sweep floor --skip-locust --out bench/results/service_bench_gpu
 
 `--device cuda` puts every model on the GPU, in the engine's process and the workers' (they
@@ -46,7 +47,10 @@ left out there.  `--parts` picks parts of 1 and 2; each is written as soon as it
    with `--target-where worker coordinator`, once with the target in a worker of its own
    (the default) and once inside the HTTP coordinator (`target: {where: coordinator}`); with
    `--batching on off`, once with cross-request batching (the default) and once without
-   (`max_batch_sequences: 1` on both models).
+   (`max_batch_sequences: 1` on both models); with `--max-concurrent N` and `--max-queued M
+   ...`, the served `limits.max_concurrent_requests` and, once per M, `max_queued_requests`
+   (0: a busy service refuses, 429 / RESOURCE_EXHAUSTED).  Each row counts its failures, and
+   the markdown lists what they were.
 Writes bench/results/service_bench.{json,md} (`--out`).
 """
 
@@ -492,16 +496,22 @@ def transport_floor(step_ms: float, calls: int = 200) -> dict:
     return floor
 
 
-def locust_sweep(users, seconds, max_tokens, target_where="worker", batching="on"):
-    """`rayspec serve` (its defaults, but the target's `where` and, with batching "off", one
-    sequence per forward) under locust: streaming HTTP and gRPC users; TTFT and inter-chunk
-    percentiles, requests per second."""
+def locust_sweep(users, seconds, max_tokens, target_where="worker", batching="on", max_concurrent=None,
+                 max_queued=None):
+    """`rayspec serve` (its defaults, but the target's `where`, with batching "off" one
+    sequence per forward, and `limits.max_concurrent_requests` / `max_queued_requests` when
+    given) under locust: streaming HTTP and gRPC users; TTFT and inter-chunk percentiles,
+    requests per second, failures."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    log = open(RESULTS / f"service_bench_serve_{target_where}_{batching}.log", "w")  # one per configuration
+    limits = {name: value for name, value in (("max_concurrent_requests", max_concurrent),
+                                              ("max_queued_requests", max_queued)) if value is not None}
+    tag = "".join(f"_{name.split('_')[1]}{value}" for name, value in limits.items())
+    log = open(RESULTS / f"service_bench_serve_{target_where}_{batching}{tag}.log", "w")  # one per configuration
     config = Path(tempfile.mkdtemp()) / "serve.yaml"
     alone = ", max_batch_sequences: 1" if batching == "off" else ""
     drafters = f"drafters: [{{{alone[2:]}}}]\n" if alone else ""
-    config.write_text(f"target: {{where: {target_where}{alone}}}\n" + drafters)
+    config.write_text(f"target: {{where: {target_where}{alone}}}\n" + drafters
+                      + (f"limits: {json.dumps(limits)}\n" if limits else ""))
     serve = subprocess.Popen([sys.executable, "-m", "rayspec.cli", "serve", str(config)], cwd=ROOT, env=env,
                              stdout=subprocess.PIPE, stderr=log, text=True)
     try:
@@ -524,9 +534,10 @@ def locust_sweep(users, seconds, max_tokens, target_where="worker", batching="on
                         cwd=ROOT, env={**env, "RAYSPEC_GRPC": "127.0.0.1:9000", "RAYSPEC_MAX_TOKENS": str(max_tokens)},
                         capture_output=True, text=True, timeout=seconds + 120,
                     )
-                    rows.append({"target": target_where, "batching": batching, "users": count, "client": user_class,
-                                 **read_locust(prefix)})
-                    print(f"  locust ({target_where} target, batching {batching}): {user_class} x {count}", flush=True)
+                    rows.append({"target": target_where, "batching": batching, **limits, "users": count,
+                                 "client": user_class, **read_locust(prefix)})
+                    print(f"  locust ({target_where} target, batching {batching}{tag.replace('_', ', ')}): "
+                          f"{user_class} x {count}", flush=True)
         return rows
     finally:
         serve.send_signal(signal.SIGINT)
@@ -554,6 +565,10 @@ def read_locust(prefix: Path) -> dict:
         if row["Name"] != "GET /v1/models":
             out["requests"] += int(row["Request Count"])
             out["requests/s"] += float(row["Requests/s"] or 0)
+    failures = Path(f"{prefix}_failures.csv")
+    if out["failures"] and failures.exists():  # what the failures were: a refusal, a 503 of Serve's, a crash
+        out["failure kinds"] = {f"{row['Name']}: {row['Error'][:300]}": int(row["Occurrences"])
+                                for row in csv.DictReader(failures.open())}
     entries = json.loads(Path(f"{prefix}.json").read_text()) if Path(f"{prefix}.json").exists() else []
     metrics = {}  # metric: (histogram {value: samples}, [samples, sum])
     for entry in entries:
@@ -674,6 +689,11 @@ def main():
                         help="locust: `rayspec serve` once per target placement, one after the other")
     parser.add_argument("--batching", nargs="+", default=["on"], choices=["on", "off"],
                         help="locust: `rayspec serve` once per setting of cross-request batching")
+    parser.add_argument("--max-concurrent", type=int, default=None,
+                        help="locust: the served limits.max_concurrent_requests (default: the config's default)")
+    parser.add_argument("--max-queued", type=int, nargs="+", default=[None],
+                        help="locust: the served limits.max_queued_requests, `rayspec serve` once per value "
+                             "(0: no queue, a busy service refuses; default: the config's default)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of every process")
     parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS,
                         help="which parts of the in-process vs distributed comparison to run")
@@ -698,8 +718,9 @@ def main():
     if not args.only_locust:
         save(in_process_vs_distributed(args, save))
     if not args.skip_locust:
-        result["locust"] = [row for where in args.target_where for batching in args.batching
-                            for row in locust_sweep(args.users, args.locust_seconds, 64, where, batching)]
+        result["locust"] = [row for where in args.target_where for batching in args.batching for queued in args.max_queued
+                            for row in locust_sweep(args.users, args.locust_seconds, 64, where, batching,
+                                                    args.max_concurrent, queued)]
         save()
     print(suffixed(out, ".md").read_text())
 
@@ -808,14 +829,23 @@ def write_markdown(path, result):
         for r in result["placement"]:
             lines.append(f"| {r['verifier']} | {r['bytes_per_step_verify_at_target']:.0f} | {r['bytes_per_step_verify_at_coordinator']:.0f} |")
     if result.get("locust"):
+        # the served limits, as columns only where a run set them
+        limits = [name for name in ("max_concurrent_requests", "max_queued_requests")
+                  if any(name in r for r in result["locust"])]
         lines += ["", "## Load: `rayspec serve` under locust, streaming requests of 64 tokens", "",
-                  "| target | batching | client | users | requests | requests/s | failures | TTFT p50 ms | TTFT p99 ms | inter-chunk p50 ms | inter-chunk p99 ms | tokens/s per request p50 |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| target | batching | " + "".join(f"{name} | " for name in limits) + "client | users | requests | requests/s | failures | TTFT p50 ms | TTFT p99 ms | inter-chunk p50 ms | inter-chunk p99 ms | tokens/s per request p50 |",
+                  "|---|---|" + "---|" * len(limits) + "---|---|---|---|---|---|---|---|---|---|"]
         for r in result["locust"]:
-            lines.append(f"| {r.get('target', 'worker')} | {r.get('batching', 'none')} | {r['client']} | {r['users']} "
+            lines.append(f"| {r.get('target', 'worker')} | {r.get('batching', 'none')} | "
+                         + "".join(f"{r.get(name, 'default')} | " for name in limits) + f"{r['client']} | {r['users']} "
                          f"| {r['requests']} | {r.get('requests/s', 0):.2f} | {r['failures']} | {r.get('TTFT ms p50', 0):.0f} | "
                          f"{r.get('TTFT ms p99', 0):.0f} | {r.get('inter-chunk ms p50', 0):.0f} | {r.get('inter-chunk ms p99', 0):.0f} | "
                          f"{r.get('tokens/s p50', 0):.1f} |")
+        kinds = [(r, kind, count) for r in result["locust"] for kind, count in r.get("failure kinds", {}).items()]
+        if kinds:
+            lines += ["", "Failures:", ""] + [
+                f"- {r['client']} x {r['users']}" + "".join(f", {name} {r[name]}" for name in limits)
+                + f": {count} x `{kind}`" for r, kind, count in kinds]
     path.write_text("\n".join(lines) + "\n")
 
 
