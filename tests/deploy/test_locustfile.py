@@ -167,19 +167,57 @@ save_stats_json(environment.stats, sys.argv[1])
 """
 
 
-def test_the_service_benchmark_reads_each_metric_over_all_its_rows(tmp_path):
-    """bench/service_bench.py's p50 of a metric is over the samples of both HTTP streams (not
-    the last row's alone), and its requests are the generations (not GET /v1/models)."""
-    subprocess.run([sys.executable, "-c", WRITE_STATS, str(tmp_path / "run")], check=True, timeout=60)
+def bench_read_locust(prefix):
+    """bench/service_bench.py's `read_locust` of the run at `prefix`."""
     sys.path.insert(0, str(ROOT / "bench"))
     try:
         from service_bench import read_locust
     finally:
         sys.path.remove(str(ROOT / "bench"))
-    read = read_locust(tmp_path / "run")
+    return read_locust(prefix)
+
+
+def test_the_service_benchmark_reads_each_metric_over_all_its_rows(tmp_path):
+    """bench/service_bench.py's p50 of a metric is over the samples of both HTTP streams (not
+    the last row's alone), and its requests are the generations (not GET /v1/models)."""
+    subprocess.run([sys.executable, "-c", WRITE_STATS, str(tmp_path / "run")], check=True, timeout=60)
+    read = bench_read_locust(tmp_path / "run")
     assert read["requests"] == 4 and read["failures"] == 0
     assert read["TTFT ms p50"] == 100 and read["TTFT ms p99"] == 100
     assert read["TTFT ms mean"] == pytest.approx((3 * 100 + 10) / 4)
+
+
+# locust's own writers again: 2 completions streamed, 3 refused with a 429 and 1 with Serve's 503
+WRITE_FAILURES = """
+import csv, sys
+from locust.env import Environment
+from locust.stats import PERCENTILES_TO_REPORT, StatsCSV, save_stats_json
+environment = Environment()
+name = "POST /v1/completions stream"
+for _ in range(2):
+    environment.stats.log_request("HTTP", name, 500, 100)
+for error in ["ProtocolError('HTTP 429: queue full')"] * 3 + ["ProtocolError('HTTP 503: backpressure')"]:
+    environment.stats.log_request("HTTP", name, 5, 0)
+    environment.stats.log_error("HTTP", name, error)
+writer = StatsCSV(environment, PERCENTILES_TO_REPORT)
+with open(sys.argv[1] + "_stats.csv", "w", newline="") as f:
+    writer.requests_csv(csv.writer(f))
+with open(sys.argv[1] + "_failures.csv", "w", newline="") as f:
+    writer.failures_csv(csv.writer(f))
+save_stats_json(environment.stats, sys.argv[1])
+"""
+
+
+def test_the_service_benchmark_says_what_its_failures_were(tmp_path):
+    """bench/service_bench.py counts a run's failures and reads their kinds from locust's
+    failures CSV: a 429 of the app's queue and a 503 of Serve's are told apart."""
+    subprocess.run([sys.executable, "-c", WRITE_FAILURES, str(tmp_path / "run")], check=True, timeout=60)
+    read = bench_read_locust(tmp_path / "run")
+    assert read["requests"] == 6 and read["failures"] == 4
+    assert read["failure kinds"] == {
+        "POST /v1/completions stream: ProtocolError('HTTP 429: queue full')": 3,
+        "POST /v1/completions stream: ProtocolError('HTTP 503: backpressure')": 1,
+    }
 
 
 def test_a_misbehaving_server_fails_the_run(tmp_path):
