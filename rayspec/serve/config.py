@@ -30,7 +30,7 @@
     http: {host: 127.0.0.1, port: 8000}
     grpc: {host: 127.0.0.1, port: 9000}
     limits: {default_max_tokens: 256, max_tokens: 4096, max_concurrent_requests: 64,
-             max_queued_requests: 256,      # HTTP requests waiting for a generation slot (0: none)
+             max_queued_requests: 256,      # requests waiting for a generation slot, HTTP and gRPC each (0: none)
              max_request_bytes: 33554432}   # HTTP bodies over this many bytes get a 413
     api_key: null                     # clients must send it (null: $RAYSPEC_API_KEY, if set)
 
@@ -280,7 +280,8 @@ class LimitsConfig:
     served late rather than refused, while a sustained overload still gets 429s that tell
     clients to back off instead of queueing without end (vLLM's queue is unbounded: its
     clients time out instead).  0 refuses at once whatever finds no free slot.  The gRPC
-    Generation API has the same limits, and a line of its own."""
+    Generation API has the same limits, and a line of its own (RESOURCE_EXHAUSTED past it),
+    but not `max_request_bytes`: its servers refuse requests over 256 MiB."""
     default_max_tokens: int = 256
     max_tokens: int = 4096
     max_concurrent_requests: int = 64
