@@ -42,7 +42,10 @@ class NotFoundError(RayspecError):
 
 
 class OverloadedError(RayspecError):
-    """The server is at capacity; retry later, with backoff."""
+    """The server is at capacity; retry later, with backoff.  A call that finds every
+    generation slot taken waits in line for one (within its deadline); this is raised when
+    the line is full too (`limits.max_queued_requests`), or what the server shares behind it
+    (a model worker's sessions, the structured-output compilers) has no room for the call."""
 
 
 class DeadlineExceededError(RayspecError):

@@ -1,12 +1,13 @@
 """What every rayspec gRPC server shares: options, error mapping, sessions, health.
 
 Errors: bad input (a `ValueError`, codec errors included) is INVALID_ARGUMENT with its
-message; an unknown session NOT_FOUND; too many sessions, or a shared resource at capacity
-(`AtCapacity`), RESOURCE_EXHAUSTED; a call whose caller left (`GenerationCancelled`)
-CANCELLED; a worker of a coordinator that failed (`RemoteError`) UNAVAILABLE, or
-RESOURCE_EXHAUSTED when the worker was full, or INTERNAL when it failed on the call itself
-(`RemoteError.worker_fault`); anything else INTERNAL with the exception's message — the
-server keeps serving in every case.
+message; an unknown session NOT_FOUND; too many sessions, a Generation call past a full
+line of calls waiting for a slot, or a shared resource at capacity (`AtCapacity`),
+RESOURCE_EXHAUSTED; the service shutting down (`ShuttingDown`) UNAVAILABLE; a call whose
+caller left (`GenerationCancelled`) CANCELLED; a worker of a coordinator that failed
+(`RemoteError`) UNAVAILABLE, or RESOURCE_EXHAUSTED when the worker was full, or INTERNAL
+when it failed on the call itself (`RemoteError.worker_fault`); anything else INTERNAL with
+the exception's message — the server keeps serving in every case.
 
 Sizes: the transport accepts messages up to `TRANSPORT_LIMIT`; requests above the service's
 own `max_request_bytes` are refused with INVALID_ARGUMENT and a message saying so, rather
