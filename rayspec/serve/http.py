@@ -92,7 +92,8 @@ input (malformed JSON, wrong types, unknown verifier, a prompt longer than the c
 401 without the service's API key (`ServiceConfig.api_key`), 404 for an unknown model or route,
 413 for a body over `limits.max_request_bytes` (refused before it is read), 429 when
 `limits.max_queued_requests` requests wait already for slots (below) or a worker has no room
-for another session (that one is not queued: the worker's sessions are its own to count), 503
+for another session (that one is not queued: the worker's sessions are its own to count) or
+a structured output waited `COMPILE_SECONDS` for a compiler (`rayspec.engine.structured`), 503
 when a worker is down or cannot be reached or the service is shutting down
 (`Service.shut_down`: a stream under way then ends with its error event and `[DONE]`), 500
 when a worker fails on the request itself (the same request would fail again:
