@@ -158,10 +158,14 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
     as the SDK's `api_key` sends it) are refused UNAUTHENTICATED, the health service's
     excepted.  `serving`: asked at each health check, whether the engine's workers let it serve
     (None: always, as an engine over in-process models).  `shutting_down`: as
-    `GenerationServicer`'s."""
+    `GenerationServicer`'s; once set, health checks answer NOT_SERVING too."""
     servicer = GenerationServicer(engine, tokenizer, limits, max_concurrent_requests, max_queued_requests,
                                   shutting_down)
-    health = HealthServicer(["rayspec.v1.Generation"], serving)
+
+    def serves() -> bool:
+        return not shutting_down.is_set() and (serving is None or serving())
+
+    health = HealthServicer(["rayspec.v1.Generation"], serving if shutting_down is None else serves)
 
     def register(server):
         generation_pb2_grpc.add_GenerationServicer_to_server(servicer, server)

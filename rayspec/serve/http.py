@@ -8,7 +8,8 @@
     GET  /v1/models, /v1/models/{model}   (with vLLM's `max_model_len`: the target's context)
     GET  /health                200 when every worker answers SERVING ("ok"), or every target
                                  does and some drafter does not ("degraded": its sequences
-                                 decode without drafts); else 503
+                                 decode without drafts); else 503 ("unavailable", or
+                                 "shutting_down" once the service stops)
     GET  /metrics               Prometheus text (`rayspec.serve.metrics`)
 
 Request fields: OpenAI's `model`, `prompt` / `messages`, `max_tokens` (chat: also
@@ -916,7 +917,8 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
     @app.get("/health")
     async def health():
         status, workers = await run_in_threadpool(service.health)
-        return JSONResponse({"status": status, "workers": workers}, status_code=503 if status == "unavailable" else 200)
+        return JSONResponse({"status": status, "workers": workers},
+                            status_code=200 if status in ("ok", "degraded") else 503)
 
     @app.get("/metrics")
     async def metrics():

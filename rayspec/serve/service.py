@@ -242,7 +242,11 @@ class Service:
         return streams
 
     def health(self) -> tuple[str, dict[str, str]]:
-        """("ok" | "degraded" | "unavailable" (`overall_status`), each worker's status) (blocking)."""
+        """("ok" | "degraded" | "unavailable" (`overall_status`), each worker's status)
+        (blocking); ("shutting_down", {}) once `shut_down`: every request is refused then, and
+        a load balancer should send them elsewhere."""
+        if self.shutting_down.is_set():
+            return "shutting_down", {}
         statuses = worker_statuses(self.workers, HEALTH_TIMEOUT)
         return overall_status(statuses), statuses
 

@@ -66,6 +66,8 @@ def test_streams_in_flight_end_with_an_error_event_at_once_and_new_requests_get_
         assert answer.status_code == 503 and answer.json() == {"error": SHUTTING_DOWN}
     late = http.post(path, json=body)
     assert late.status_code == 503 and late.json() == {"error": SHUTTING_DOWN}
+    health = http.get("/health")  # a load balancer's probe sends the traffic elsewhere
+    assert health.status_code == 503 and health.json() == {"status": "shutting_down", "workers": {}}
     assert target.opened == 2  # the late one was refused before it opened a session
 
 
@@ -91,7 +93,7 @@ def test_grpc_streams_in_flight_end_unavailable_and_new_calls_are_refused(stoppi
 
     from rayspec.client.types import GenerateRequest
     from rayspec.rpc.coordinator import serve_generation
-    from rayspec.rpc.generated import generation_pb2_grpc
+    from rayspec.rpc.generated import generation_pb2_grpc, health_pb2, health_pb2_grpc
 
     service, target, _ = stopping
     target.permits = threading.Semaphore(3)
@@ -115,6 +117,10 @@ def test_grpc_streams_in_flight_end_unavailable_and_new_calls_are_refused(stoppi
                     call(message, timeout=30)
                 assert (refused.value.code(), refused.value.details()) == (grpc.StatusCode.UNAVAILABLE,
                                                                           "the service is shutting down")
+            health = health_pb2_grpc.HealthStub(channel)
+            for service_name in ("", "rayspec.v1.Generation"):  # a load balancer's probe goes elsewhere
+                answer = health.Check(health_pb2.HealthCheckRequest(service=service_name), timeout=5)
+                assert answer.status == health_pb2.HealthCheckResponse.NOT_SERVING
     finally:
         server.stop(grace=None)
 
