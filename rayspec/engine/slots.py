@@ -32,8 +32,10 @@ class SlotQueue:
     and the slots held are held by running generations, which end.  `release` may be called
     from any thread (a generation's own, as it ends)."""
 
-    def __init__(self, size: int, max_waiting: int, refusal: type[Exception] = RuntimeError):
-        self.size, self.max_waiting, self.refusal = size, max_waiting, refusal
+    def __init__(self, size: int, max_waiting: int, refusal: type[Exception] = RuntimeError,
+                 setting: str = "limits.max_queued_requests"):
+        """setting: how the operator sets `max_waiting`, named in the refusal."""
+        self.size, self.max_waiting, self.refusal, self.setting = size, max_waiting, refusal, setting
         self._free = size
         self._waiting: deque[_Waiter] = deque()
         self._lock = threading.Lock()
@@ -144,10 +146,18 @@ class SlotQueue:
                 self._free += waiter.count
 
     def _full_message(self) -> str:
+        running = _counted(self.size, "generation")
+        if self.max_waiting == 0:
+            return (f"the service runs {running} at once, all of its slots are taken, and it queues no request "
+                    f"({self.setting}: 0); retry later")
         waiting = len(self._waiting)
-        return (f"the service runs {self.size} generations at once, all of its slots are taken, and its queue is "
-                f"full: {waiting} request{'s' if waiting != 1 else ''} wait{'' if waiting != 1 else 's'} for them "
-                f"(limits.max_queued_requests: {self.max_waiting}); retry later")
+        return (f"the service runs {running} at once, all of its slots are taken, and its queue is full: "
+                f"{_counted(waiting, 'request')} wait{'s' if waiting == 1 else ''} for them "
+                f"({self.setting}: {self.max_waiting}); retry later")
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _resolve(future: asyncio.Future) -> None:

@@ -27,19 +27,21 @@ from rayspec.rpc.server import HealthServicer, RequireKey, Servicer, SessionLimi
 class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
     def __init__(self, engine: SpeculativeEngine, tokenizer, limits: Limits | None = None,
                  max_concurrent_requests: int | None = None, max_queued_requests: int = 0,
-                 shutting_down: threading.Event | None = None, **server_limits):
+                 shutting_down: threading.Event | None = None, queue_setting: str = "limits.max_queued_requests",
+                 **server_limits):
         """max_concurrent_requests: generations running at once (None: no cap but the
         server's), beyond which a request waits for a slot, first come, first served, up to
         `max_queued_requests` waiting; past those it is refused with RESOURCE_EXHAUSTED.
         shutting_down: set when the service stops (`rayspec.serve.service.Service.shut_down`):
         a generation in flight ends after its current step, and a new one is refused, with
-        UNAVAILABLE, rather than be cut by the server's stop without a status."""
+        UNAVAILABLE, rather than be cut by the server's stop without a status.  queue_setting:
+        how the operator sets `max_queued_requests`, named when a full line refuses a call."""
         super().__init__(**server_limits)
         self.shutting_down = shutting_down or threading.Event()
         self.engine, self.tokenizer, self.limits = engine, tokenizer, limits or Limits()
         self.max_concurrent_requests = max_concurrent_requests
         self._slots = (None if max_concurrent_requests is None
-                       else SlotQueue(max_concurrent_requests, max_queued_requests, SessionLimitError))
+                       else SlotQueue(max_concurrent_requests, max_queued_requests, SessionLimitError, queue_setting))
 
     @contextmanager
     def _slot(self, context):
@@ -149,7 +151,8 @@ HEALTH_CHECK_THREADS = 4  # the server's threads beyond its generations': health
 def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits: Limits | None = None,
                      max_concurrent_requests: int = 64, api_key: str | None = None,
                      serving: Callable[[], bool] | None = None, max_queued_requests: int = 256,
-                     shutting_down: threading.Event | None = None):
+                     shutting_down: threading.Event | None = None,
+                     queue_setting: str = "limits.max_queued_requests"):
     """Generation on `address`; requests beyond `max_concurrent_requests` running at once wait
     for a slot, first come, first served, as the HTTP service's (`LimitsConfig`), and past
     `max_queued_requests` waiting are refused with RESOURCE_EXHAUSTED.  Each holds a server
@@ -157,10 +160,10 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
     beyond them.  With an `api_key`, calls without it (metadata `authorization: Bearer <key>`,
     as the SDK's `api_key` sends it) are refused UNAUTHENTICATED, the health service's
     excepted.  `serving`: asked at each health check, whether the engine's workers let it serve
-    (None: always, as an engine over in-process models).  `shutting_down`: as
-    `GenerationServicer`'s; once set, health checks answer NOT_SERVING too."""
+    (None: always, as an engine over in-process models).  `shutting_down`, `queue_setting`: as
+    `GenerationServicer`'s; once `shutting_down` is set, health checks answer NOT_SERVING too."""
     servicer = GenerationServicer(engine, tokenizer, limits, max_concurrent_requests, max_queued_requests,
-                                  shutting_down)
+                                  shutting_down, queue_setting)
 
     def serves() -> bool:
         return not shutting_down.is_set() and (serving is None or serving())
@@ -179,7 +182,8 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
 def serve_generation_from_workers(address: str, target, drafter, verifier: str = "rrsw",
                                   tree: str = "kary:2x3", verify_at: str = "target", tokenizer=None,
                                   api_key: str | None = None, draft_timeout: float | None = None,
-                                  draft_hedge: float | None = None, acceptance_dir=None):
+                                  draft_hedge: float | None = None, acceptance_dir=None,
+                                  max_concurrent_requests: int = 64, max_queued_requests: int = 256):
     """The coordinator of plain-process workers: Generation on `address` over their handles.
     `target`: a target worker's host:port, or a target in this process (`LocalTarget`) — the
     coordinator then sits with the target, and a step makes one call, to the drafter, whose
@@ -190,7 +194,9 @@ def serve_generation_from_workers(address: str, target, drafter, verifier: str =
     `RemoteDrafter`'s default).  `draft_hedge`: the engine's (None: waits for every draft).
     `acceptance_dir`: the pair's measured acceptance vectors, which Sequoia trees are planned
     on (None: the demo pair's when its tokenizer is the demo's, as in-process — a seed's
-    tokens with sequoia trees depend on them — else the default prior)."""
+    tokens with sequoia trees depend on them — else the default prior).
+    `max_concurrent_requests`, `max_queued_requests`: as `serve_generation`'s (a full line's
+    refusal names the worker's flag, `--max-queued-requests`)."""
     from pathlib import Path
 
     from rayspec.demo import DEMO_DIR, TARGET_PATH
@@ -213,4 +219,6 @@ def serve_generation_from_workers(address: str, target, drafter, verifier: str =
         return targets_answer({f"target {target.address}": target.channel})
 
     return serve_generation(engine, tokenizer, address, api_key=api_key,
+                            max_concurrent_requests=max_concurrent_requests, max_queued_requests=max_queued_requests,
+                            queue_setting="--max-queued-requests",
                             serving=target_serves if isinstance(target, RemoteTarget) else None)

@@ -333,7 +333,7 @@ def _worker_address(flag: str, where: str) -> None:
 # to a target or drafter worker, which would silently ignore it, can be told from its default.
 _COORDINATOR_FLAGS = {"target": None, "drafter": None, "tree": "kary:2x3", "verifier": "rrsw", "verify_at": "target",
                       "draft_timeout": None, "draft_hedge": None, "wait_for_workers": 600.0, "tokenizer": None,
-                      "acceptance_dir": None}
+                      "acceptance_dir": None, "max_concurrent_requests": 64, "max_queued_requests": 256}
 _DEFAULT_DRAFT_TOP_K = 0
 # The flags of the model a process runs, None in the parser too: a coordinator that runs none
 # (both workers elsewhere) would ignore them.
@@ -421,6 +421,14 @@ def _main(argv=None) -> int:
     parser.add_argument("--verify-at", choices=["target", "coordinator"],
                         help="coordinator: where the verifier runs (with --target here, both are this process; "
                              f"default {_COORDINATOR_FLAGS['verify_at']})")
+    parser.add_argument("--max-concurrent-requests", type=at_least(1), default=None,
+                        help="coordinator: generations run at once; more wait in line "
+                             f"(default {_COORDINATOR_FLAGS['max_concurrent_requests']}, as rayspec serve's "
+                             "limits.max_concurrent_requests)")
+    parser.add_argument("--max-queued-requests", type=at_least(0), default=None,
+                        help="coordinator: calls that may wait in line for a generation, past which one is "
+                             f"refused RESOURCE_EXHAUSTED (default {_COORDINATOR_FLAGS['max_queued_requests']}; "
+                             "0: refused at once)")
     parser.add_argument("--tokenizer", default=None, help="coordinator: tokenizer path (default: --model with "
                         "--target here, else the demo pair's)")
     parser.add_argument("--acceptance-dir", default=None,
@@ -500,8 +508,8 @@ def _main(argv=None) -> int:
             drafter = local("drafter") if args.drafter == "here" else args.drafter
             return serve_generation_from_workers(
                 address, target, drafter, verifier=args.verifier, tree=args.tree, verify_at=args.verify_at,
-                tokenizer=tokenizer, api_key=api_key,
-                draft_timeout=args.draft_timeout, draft_hedge=args.draft_hedge, acceptance_dir=args.acceptance_dir,
+                tokenizer=tokenizer, api_key=api_key, max_concurrent_requests=args.max_concurrent_requests,
+                max_queued_requests=args.max_queued_requests, draft_timeout=args.draft_timeout, draft_hedge=args.draft_hedge, acceptance_dir=args.acceptance_dir,
             )
     elif args.role == "target":
         def serve():

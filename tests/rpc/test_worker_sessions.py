@@ -349,7 +349,7 @@ def test_generations_past_the_cap_wait_for_a_slot_and_health_checks_still_answer
                 with pytest.raises(OverloadedError) as refused:
                     client.generate([1, 2], max_tokens=3, seed=3)
                 assert str(refused.value).endswith(
-                    "the service runs 1 generations at once, all of its slots are taken, and its queue is full: "
+                    "the service runs 1 generation at once, all of its slots are taken, and its queue is full: "
                     "2 requests wait for them (limits.max_queued_requests: 2); retry later")
                 assert client.health() and client.health()
                 with pytest.raises(DeadlineExceededError):
@@ -408,8 +408,8 @@ def test_generations_past_the_cap_are_refused_and_health_checks_still_answer():
                     running.append(stream)
                 except OverloadedError as error:
                     assert str(error).endswith("the service runs 2 generations at once, all of its slots are taken, "
-                                               "and its queue is full: 0 requests wait for them "
-                                               "(limits.max_queued_requests: 0); retry later")
+                                               "and it queues no request (limits.max_queued_requests: 0); "
+                                               "retry later")
             assert len(running) == 2
             assert client.health() and client.health()
             for stream in running:
@@ -861,3 +861,30 @@ def test_a_target_worker_scores_a_prompt_that_fills_its_context_and_a_drafter_ta
     code, details = _status(lambda: drafter_stub.Open(worker_pb2.OpenRequest(session_id="full", spec=_spec(
         prompt=full)), timeout=10))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "the prompt has 128 tokens; the context holds 128" in details
+
+
+def test_the_plain_coordinators_limits_are_its_flags_and_its_refusal_names_them():
+    """`python -m rayspec.rpc.worker --role coordinator` takes `--max-concurrent-requests` and
+    `--max-queued-requests` (`serve_generation_from_workers`), and a full line's refusal names
+    the flag, not a YAML setting that process has not got."""
+    from transformers import AutoTokenizer
+
+    from rayspec.client import Client, OverloadedError
+    from rayspec.demo import TARGET_PATH
+    from rayspec.rpc.coordinator import serve_generation_from_workers
+
+    tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
+    target = _SlowTarget(tiny_llama(vocab=VOCAB, seed=0, context=256))
+    server, port = serve_generation_from_workers("127.0.0.1:0", target, None, tokenizer=tokenizer, tree="chain:0",
+                                                 max_concurrent_requests=1, max_queued_requests=0)
+    try:
+        with Client(f"127.0.0.1:{port}", timeout=30, retries=0) as client:
+            stream = client.stream([1, 2], max_tokens=200, seed=1)  # 10 s of steps
+            next(stream)
+            with pytest.raises(OverloadedError) as refused:
+                client.generate([1, 2], max_tokens=3, seed=3)
+            assert str(refused.value).endswith("the service runs 1 generation at once, all of its slots are taken, "
+                                               "and it queues no request (--max-queued-requests: 0); retry later")
+            stream.cancel()
+    finally:
+        server.stop(0)

@@ -109,7 +109,7 @@ def test_a_full_queue_refuses_at_once_and_says_how_long_it_is():
         return str(refused.value)
 
     message = asyncio.run(scenario())
-    assert message == ("the service runs 1 generations at once, all of its slots are taken, and its queue is full: "
+    assert message == ("the service runs 1 generation at once, all of its slots are taken, and its queue is full: "
                        "2 requests wait for them (limits.max_queued_requests: 2); retry later")
     assert "refused" not in started and service._slots.free == 1
 
@@ -120,7 +120,8 @@ def test_no_queue_refuses_at_once_as_before():
     async def scenario():
         running = Held("running", started)
         [stream] = await service.start_all([running])
-        with pytest.raises(Overloaded, match="0 requests wait for them .limits.max_queued_requests: 0.; retry later"):
+        with pytest.raises(Overloaded, match=r"^the service runs 1 generation at once, all of its slots are taken, "
+                                             r"and it queues no request \(limits.max_queued_requests: 0\); retry later$"):
             await service.start_all([Held("refused", started)])
         running.go.set()
         await ended([stream])
