@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import numbers
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -247,6 +248,32 @@ class ShuttingDown(RuntimeError):
 
     def __init__(self, message: str = "the service is shutting down"):
         super().__init__(message)
+
+
+class ShutdownSignal(threading.Event):
+    """The event a service sets as it stops, which also calls the hooks of those that serve
+    over it (`on_set`): a front end of its own — the gRPC Generation API beside the HTTP app —
+    ends what it runs and refuses what waits at once, not at its next look at the event."""
+
+    def __init__(self):
+        super().__init__()
+        self._hooks: list = []
+        self._hooks_lock = threading.Lock()
+
+    def on_set(self, hook) -> None:
+        """Call `hook()` once this is set (now, if it is)."""
+        with self._hooks_lock:
+            if not self.is_set():
+                self._hooks.append(hook)
+                return
+        hook()
+
+    def set(self) -> None:
+        with self._hooks_lock:
+            super().set()
+            hooks, self._hooks = self._hooks, []
+        for hook in hooks:
+            hook()
 
 
 class DrafterBusy(RuntimeError):

@@ -15,7 +15,7 @@ from contextlib import closing, contextmanager
 
 from rayspec.client.types import GENERATION_FEATURES, GenerateRequest, stop_reason_fields
 from rayspec.engine import SpeculativeEngine
-from rayspec.engine.interfaces import ShuttingDown, TokenLogprobs
+from rayspec.engine.interfaces import ShutdownSignal, ShuttingDown, TokenLogprobs
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.engine.slots import SlotQueue
 from rayspec.engine.structured import StructuredOutput
@@ -33,24 +33,54 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
         server's), beyond which a request waits for a slot, first come, first served, up to
         `max_queued_requests` waiting; past those it is refused with RESOURCE_EXHAUSTED.
         shutting_down: set when the service stops (`rayspec.serve.service.Service.shut_down`):
-        a generation in flight ends after its current step, and a new one is refused, with
-        UNAVAILABLE, rather than be cut by the server's stop without a status.  queue_setting:
+        a generation in flight ends after its current step (at once, from a wait for a lost
+        worker), calls waiting in line and new ones are refused, all with UNAVAILABLE, rather
+        than be cut by the server's stop without a status.  queue_setting:
         how the operator sets `max_queued_requests`, named when a full line refuses a call."""
         super().__init__(**server_limits)
-        self.shutting_down = shutting_down or threading.Event()
         self.engine, self.tokenizer, self.limits = engine, tokenizer, limits or Limits()
         self.max_concurrent_requests = max_concurrent_requests
         self._slots = (None if max_concurrent_requests is None
                        else SlotQueue(max_concurrent_requests, max_queued_requests, SessionLimitError, queue_setting))
+        self._running: set[GenerationRequest] = set()  # what `_shut_down` cancels
+        self._running_lock = threading.Lock()
+        self.shutting_down = shutting_down or ShutdownSignal()
+        if hasattr(self.shutting_down, "on_set"):  # a plain Event is only looked at
+            self.shutting_down.on_set(self._shut_down)
+
+    def _shut_down(self) -> None:
+        """Refuse the calls waiting in line now, and end the waits of those running for a lost
+        worker (their steps end each with `_check_running`)."""
+        if self._slots is not None:
+            self._slots.close(ShuttingDown)
+        with self._running_lock:
+            running = list(self._running)
+        for request in running:
+            request.cancel()
+
+    @contextmanager
+    def _generation(self, context, request: GenerationRequest):
+        """Run `request` in one of the `max_concurrent_requests` slots, waited for in the
+        call's own thread; a call that ends while it waits (cancelled, past its deadline)
+        leaves the line and runs nothing, and one whose wait ends as the service shuts down is
+        refused.  The server's own cap counts every call, health checks too: it is set above
+        the running and the waiting ones, so that health checks still answer while every slot
+        is taken and the line is full.  A generation the shutdown cancels ends `ShuttingDown`."""
+        with self._running_lock:
+            self._running.add(request)
+        try:
+            with self._slot(context):
+                yield
+        except GenerationCancelled:
+            if self.shutting_down.is_set():
+                raise ShuttingDown() from None
+            raise
+        finally:
+            with self._running_lock:
+                self._running.discard(request)
 
     @contextmanager
     def _slot(self, context):
-        """One of the `max_concurrent_requests` slots, held while a generation runs, waited for
-        in the call's own thread; a call that ends while it waits (cancelled, past its
-        deadline) leaves the line and runs nothing, and one whose wait ends as the service
-        shuts down is refused.  The server's own cap counts every call, health checks too: it
-        is set above the running and the waiting ones, so that health checks still answer
-        while every slot is taken and the line is full."""
         self._check_running()
         if self._slots is not None:
             woken = threading.Event()
@@ -105,7 +135,7 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
     def Generate(self, message, context):
         request = self._request(message, context)
         _cancel_when_over(context, request)  # the RPC ended (cancelled, past its deadline): stop waiting
-        with self._slot(context), closing(request.run()) as steps:
+        with self._generation(context, request), closing(request.run()) as steps:
             for _ in steps:
                 if not context.is_active():  # cancelled, or past its deadline: stop, releasing the sessions
                     return generation_pb2.GenerateResponse()
@@ -116,7 +146,7 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
     def GenerateStream(self, message, context):
         request = self._request(message, context)
         _cancel_when_over(context, request)
-        with self._slot(context), closing(request.run()) as steps:
+        with self._generation(context, request), closing(request.run()) as steps:
             for added in steps:
                 self._check_running()
                 yield generation_pb2.GenerateStreamResponse(

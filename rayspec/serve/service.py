@@ -24,7 +24,7 @@ from collections.abc import Mapping
 import grpc
 
 from rayspec.engine.engine import SpeculativeEngine
-from rayspec.engine.interfaces import AtCapacity, RequestFieldError, ShuttingDown
+from rayspec.engine.interfaces import AtCapacity, RequestFieldError, ShutdownSignal, ShuttingDown
 from rayspec.engine.pool import DrafterPool
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.engine.slots import SlotQueue
@@ -91,8 +91,8 @@ class Service:
         self._slots = SlotQueue(self.limits.max_concurrent_requests, self.limits.max_queued_requests, Overloaded)
         self.metrics.watch_queue(lambda: self._slots.waiting)
         self._handles: list = []  # remote handles to close with the service
-        # set by `shut_down`; the gRPC Generation API over the same engine checks it too
-        self.shutting_down = threading.Event()
+        # set by `shut_down`; the gRPC Generation API over the same engine hooks on it
+        self.shutting_down = ShutdownSignal()
         self._live: set[StepStream] = set()  # the generations `shut_down` ends
         self._live_lock = threading.Lock()
 
@@ -277,9 +277,12 @@ class Service:
         (its stream's awaiting side gets it at once, the steps verified before it first; its
         thread stops after its current step), and new ones are refused with it, rather than
         run on through the server's grace and be cut without a word.  Requests queued for
-        slots are refused with it at once, not when the generations' threads end."""
+        slots are refused with it at once, not when the generations' threads end; so are the
+        gRPC Generation API's over the same service (its hook on `shutting_down`)."""
+        # Set before the live streams are listed: a stream that joins them later sees it set
+        # (`StepStream`'s check, under the same lock) and ends itself.
+        self.shutting_down.set()
         with self._live_lock:
-            self.shutting_down.set()
             live = list(self._live)
         self._slots.close(ShuttingDown)
         for stream in live:

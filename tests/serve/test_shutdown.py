@@ -145,3 +145,42 @@ def test_a_request_queued_for_a_slot_is_refused_at_once_not_after_the_steps_in_f
         assert target.opened == 4  # the queued one opened no session
         for reply in running:
             assert reply.result(timeout=5).json() == {"error": SHUTTING_DOWN}
+
+
+def test_a_grpc_call_waiting_in_line_is_refused_at_once_though_the_steps_in_flight_are_held(stopping):
+    """The Generation API's own line (one slot here, held by a generation whose step does not
+    end): the shutdown refuses the call waiting in it at once, through its hook on the
+    service's `shutting_down`, not once the running generation gives its slot back."""
+    import grpc
+
+    from rayspec.client.types import GenerateRequest
+    from rayspec.rpc.coordinator import serve_generation
+    from rayspec.rpc.generated import generation_pb2_grpc
+
+    service, target, _ = stopping
+    target.permits = threading.Semaphore(0)  # the running generation is held at its first step
+    server, port = serve_generation(service.engine, service.tokenizer, "127.0.0.1:0", service.request_limits,
+                                    max_concurrent_requests=1, shutting_down=service.shutting_down)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel, ThreadPoolExecutor(2) as pool:
+            stub = generation_pb2_grpc.GenerationStub(channel)
+            message = GenerateRequest(prompt="def fibonacci(n):", max_tokens=20, seed=1).to_proto()
+            running = pool.submit(stub.Generate, message, timeout=60)
+            eventually(lambda: target.open_sessions == 1, what="the first generation to start")
+            queued = pool.submit(stub.Generate, message, timeout=60)
+            time.sleep(0.5)  # in line behind it
+            assert not queued.done()
+            began = time.monotonic()
+            service.shut_down()
+            with pytest.raises(grpc.RpcError) as refused:
+                queued.result(timeout=5)
+            assert time.monotonic() - began < 2
+            assert (refused.value.code(), refused.value.details()) == (grpc.StatusCode.UNAVAILABLE,
+                                                                      "the service is shutting down")
+            assert target.opened == 1  # the queued call opened no session
+            target.permits.release(1000)
+            with pytest.raises(grpc.RpcError) as ended:
+                running.result(timeout=10)
+            assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        server.stop(grace=None)
