@@ -647,22 +647,26 @@ class ClientGone(Exception):
     """The client disconnected while its request waited for its answer."""
 
 
-async def unless_client_leaves(work, http: Request):
+async def unless_client_leaves(work, http: Request, discard=None):
     """`await work`, cancelled if the client disconnects first (ClientGone): a generation
     whose client left stops then, freeing its slot and its workers' sessions, rather than run
     on to max_tokens, or wait out a lost target's resume timeout, for nobody.  A stream's
-    response sees the disconnect itself (`EventStream`); this covers the wait before it."""
+    response sees the disconnect itself (`EventStream`); this covers the wait before it.
+    `discard(result)`: the clean-up of what `work` gave after all, when it is not handed over
+    (it ended in the same turn as the client's leaving, or as this call's cancellation)."""
     task = asyncio.ensure_future(work)
     gone = asyncio.ensure_future(_client_gone(http))
     try:
         done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
     except BaseException:
+        _discard_when_done(task, discard)
         task.cancel()
         raise
     finally:
         gone.cancel()
     if task in done:
         return task.result()
+    _discard_when_done(task, discard)
     task.cancel()
     try:
         await task  # its own clean-up (closing the streams) done before the answer
@@ -692,6 +696,19 @@ async def compiled_unless_client_leaves(service: Service, output, http: Request,
         gone.cancel()
 
 
+def _discard_when_done(task: asyncio.Future, discard) -> None:
+    """`discard(task.result())` once `task` ends with a result nobody will take (None: nothing)."""
+    if discard is not None:
+        task.add_done_callback(lambda ended: None if ended.cancelled() or ended.exception() is not None
+                               else discard(ended.result()))
+
+
+def close_streams(streams) -> None:
+    """The clean-up of started generations nobody will read (`unless_client_leaves`'s discard)."""
+    for stream in streams:
+        stream.close()
+
+
 async def _client_gone(http: Request) -> None:
     """Returns when the ASGI server says the client disconnected (the body was read already:
     the next message is the disconnect).  A receive that fails has lost the client too."""
@@ -705,7 +722,7 @@ async def _client_gone(http: Request) -> None:
 async def _answer(reply: _Reply, http: Request, stream: bool, include_usage: bool,
                   continuous_usage: bool = False) -> Response:
     # Queued until its slots are free; a client that leaves meanwhile leaves the queue (499)
-    streams = await unless_client_leaves(reply.service.start_all(reply.requests, reply.n), http)
+    streams = await unless_client_leaves(reply.service.start_all(reply.requests, reply.n), http, close_streams)
 
     def close() -> None:
         for step_stream in streams:

@@ -55,7 +55,7 @@ from rayspec.serve.bodies import (
 )
 from rayspec.serve.errors import bad_request, error_body
 from rayspec.serve.http import (
-    EventStream, Primed, compiled_unless_client_leaves, drain, speculation_figures, unless_client_leaves,
+    EventStream, Primed, close_streams, compiled_unless_client_leaves, drain, speculation_figures, unless_client_leaves,
 )
 from rayspec.serve.service import ChatRenderError, Service
 from rayspec.serve.tools import ToolCalling, ToolError
@@ -522,7 +522,8 @@ def add_responses_api(app: FastAPI, service: Service, check_model) -> None:
             skip_special_tokens=None if calling is None else calling.skip_special_tokens(None),
         )
         answer = _Answer(service, request, body, calling)
-        [steps] = await unless_client_leaves(service.start_all([request]), http)  # queued until a slot is free
+        # queued until a slot is free
+        [steps] = await unless_client_leaves(service.start_all([request]), http, close_streams)
         if not body.stream:
             try:
                 await unless_client_leaves(drain(steps), http)

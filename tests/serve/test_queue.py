@@ -303,3 +303,32 @@ def test_a_generation_whose_thread_cannot_start_is_not_left_live():
 
     asyncio.run(scenario())
     assert started == ["c0"] and service._slots.free == 2 and service._live == set()
+
+
+def test_generations_started_as_the_request_is_cancelled_are_closed_not_left_running():
+    """`unless_client_leaves` cancelled (Serve cancelling the request) in the same turn as the
+    slots' wait ends with its generations started: nobody will read them, so they are closed
+    (`discard`) rather than run on to max_tokens for nobody."""
+    from rayspec.serve.http import unless_client_leaves
+
+    class Stays:  # a client that never leaves
+        async def receive(self):
+            await asyncio.Event().wait()
+
+    async def scenario():
+        discarded, go = [], asyncio.Event()
+
+        async def started():
+            await go.wait()
+            return ["the streams"]
+
+        outer = asyncio.ensure_future(unless_client_leaves(started(), Stays(), discarded.append))
+        await asyncio.sleep(0.01)  # both waiting
+        go.set()
+        outer.cancel()  # in the same turn as the work's end
+        with pytest.raises(asyncio.CancelledError):
+            await outer
+        await asyncio.sleep(0)  # the done callbacks
+        return discarded
+
+    assert asyncio.run(scenario()) == [["the streams"]]
