@@ -31,8 +31,7 @@ import threading
 
 from rayspec.cluster.actors import (
     BUNDLE_CPUS, GenerationActor, ServiceStartError, WorkerActor, advertised_address, bundles, check_fits_here, placed,
-    restartable,
-    start_drafters, service_name, started, wait_for_group, why_not_started, worker_actor_names,
+    restartable, start_drafters, service_name, started, wait_for_group, why_not_started, worker_actor_names,
 )
 from rayspec.serve.config import ServiceConfig
 
