@@ -87,7 +87,8 @@ def main():
     parser.add_argument("--stall-share", type=float, default=0.05)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                         help="the workers' device (the models of both share it)")
-    parser.add_argument("--name", default="hedge_bench")
+    parser.add_argument("--out", "--name", dest="out", default="hedge_bench",
+                        help="default: bench/results/hedge_bench (--name: its old spelling)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     *_, prompts = load_demo("cpu")  # for the prompts: the models decode in the workers
@@ -116,7 +117,7 @@ def main():
         row["hedged_share"] = sum(h for h, _ in one.hedged[1:]) / max(steps, 1)
         row["same_tokens_as_first_arm"] = all(outputs[one.name][seed] == tokens for seed, tokens in first.items())
     result = {"machine": machine(args.device), "args": vars(args), "hedge_factor": HEDGE, "arms": rows}
-    save_results(args.name, result, markdown(result))
+    save_results(args.out, result, markdown(result))
 
 
 def markdown(result) -> str:
