@@ -44,8 +44,9 @@ class NotFoundError(RayspecError):
 class OverloadedError(RayspecError):
     """The server is at capacity; retry later, with backoff.  A call that finds every
     generation slot taken waits in line for one (within its deadline); this is raised when
-    the line is full too (`limits.max_queued_requests`), or what the server shares behind it
-    (a model worker's sessions, the structured-output compilers) has no room for the call."""
+    the line is full too (`limits.max_queued_requests`, a plain coordinator's
+    `--max-queued-requests`), or what the server shares behind it (a model worker's sessions,
+    the structured-output compilers) has no room for the call."""
 
 
 class DeadlineExceededError(RayspecError):
