@@ -230,23 +230,29 @@ class Service:
 
     def stop(self) -> None:
         """End the generations in flight with the service's shutdown error (`shut_down`),
-        delete the Serve application and stop the actors.  Then a Ray instance the service
-        started ends; on a cluster it joined, Serve itself stops when no other application is
-        left, as it was before (another service may then start it with other ports)."""
+        delete the Serve application (on a cluster it joined) and stop the actors.  Then a Ray
+        instance the service started ends, with Serve and all; on a cluster it joined, Serve
+        itself stops when no other application is left, as it was before (another service may
+        then start it with other ports)."""
         from ray import serve
         from ray.serve.exceptions import RayServeException
 
         if self.started:  # else a replica that never started could hold this up for its timeout
             self.shut_down()
-        # Not `serve.shutdown()` first: it would end the cluster's other applications too,
-        # and it kills Serve's controller under its own call, which Ray reports as a failed
-        # task (a line at every Ctrl-C).  A replica holding the target takes its drafters and
-        # group with it.
-        try:
-            serve.delete(APP)
-            serving = True
-        except RayServeException:  # Serve never started: the service failed before
-            serving = False
+        # On a Ray instance of its own, which ends with everything on it, the application is
+        # not deleted first: from its deletion to the end Serve's proxy would answer every
+        # request 404 (path not found), where the shut-down replica answers 503 until the
+        # connection is refused.  Elsewhere not `serve.shutdown()` first: it would end the
+        # cluster's other applications too, and it kills Serve's controller under its own
+        # call, which Ray reports as a failed task (a line at every Ctrl-C).  A replica
+        # holding the target takes its drafters and group with it.
+        serving = False
+        if not (self.started_ray and self.started):
+            try:
+                serve.delete(APP)
+                serving = True
+            except RayServeException:  # Serve never started: the service failed before
+                pass
         self._end_actors(stop_first=True)
         if not self.started_ray and serving and not serve.status().applications:
             serve.shutdown()

@@ -326,6 +326,17 @@ def test_ctrl_c_ends_the_streams_in_flight_with_the_shutdown_error_at_once(tmp_p
             assert (ended.value.code(), ended.value.details()) == (grpc.StatusCode.UNAVAILABLE,
                                                                   "the service is shutting down")
             assert time.monotonic() - sent < 10
+        # Until the process ends, a request that arrives is told why (503), never Serve's 404
+        # of an application deleted before its Ray instance went.
+        answers = set()
+        while server.poll() is None and time.monotonic() - sent < 60:
+            try:
+                answers.add(httpx.post(f"http://127.0.0.1:{http_port}/v1/completions", timeout=5,
+                                       json={"model": "tiny", "prompt": "x", "max_tokens": 2}).status_code)
+            except httpx.TransportError:  # the server has gone
+                break
+            time.sleep(0.05)
+        assert answers <= {503}, answers
         assert server.wait(60) == 0
     finally:
         if server.poll() is None:
