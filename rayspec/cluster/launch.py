@@ -331,7 +331,8 @@ def serve_forever(config: ServiceConfig, ray_address: str | None = None) -> int:
     print(
         f"rayspec is ready: HTTP {http} (OpenAI API), gRPC {service.grpc_address} (rayspec.v1.Generation)\n"
         f"  try: curl {http}/v1/completions{key} -H 'Content-Type: application/json' "
-        f"-d '{{\"model\": \"{model}\", \"prompt\": \"def fibonacci(n):\", \"max_tokens\": 48, \"temperature\": 0.6}}'\n"
+        f"-d '{{\"model\": \"{model}\", \"prompt\": \"def fibonacci(n):\", \"max_tokens\": 48, \"temperature\": 0.6, "
+        f"\"seed\": 1}}'\n"
         f"  Ctrl-C stops it.",
         flush=True,
     )
