@@ -27,7 +27,7 @@ from rayspec.rpc.server import HealthServicer, RequireKey, Servicer, SessionLimi
 class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
     def __init__(self, engine: SpeculativeEngine, tokenizer, limits: Limits | None = None,
                  max_concurrent_requests: int | None = None, max_queued_requests: int = 0,
-                 shutting_down: threading.Event | None = None, queue_setting: str = "limits.max_queued_requests",
+                 shutting_down: ShutdownSignal | None = None, queue_setting: str = "limits.max_queued_requests",
                  **server_limits):
         """max_concurrent_requests: generations running at once (None: no cap but the
         server's), beyond which a request waits for a slot, first come, first served, up to
@@ -45,8 +45,7 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
         self._running: set[GenerationRequest] = set()  # what `_shut_down` cancels
         self._running_lock = threading.Lock()
         self.shutting_down = shutting_down or ShutdownSignal()
-        if hasattr(self.shutting_down, "on_set"):  # a plain Event is only looked at
-            self.shutting_down.on_set(self._shut_down)
+        self.shutting_down.on_set(self._shut_down)
 
     def _shut_down(self) -> None:
         """Refuse the calls waiting in line now, and end the waits of those running for a lost
@@ -181,7 +180,7 @@ HEALTH_CHECK_THREADS = 4  # the server's threads beyond its generations': health
 def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits: Limits | None = None,
                      max_concurrent_requests: int = 64, api_key: str | None = None,
                      serving: Callable[[], bool] | None = None, max_queued_requests: int = 256,
-                     shutting_down: threading.Event | None = None,
+                     shutting_down: ShutdownSignal | None = None,
                      queue_setting: str = "limits.max_queued_requests"):
     """Generation on `address`; requests beyond `max_concurrent_requests` running at once wait
     for a slot, first come, first served, as the HTTP service's (`LimitsConfig`), and past

@@ -314,13 +314,14 @@ def test_grpc_calls_that_end_at_random_as_the_service_shuts_down_give_every_slot
     """The gRPC servicer's slots (`_slot`): 90 calls in 30 threads for 2 slots, a third of them
     ended at a random moment as they wait or run, the service shut down half-way.  Each call
     ran, left, or was refused (shutting down, line full), once; every slot comes back."""
+    from rayspec.engine.interfaces import ShutdownSignal
     from rayspec.engine.interfaces import ShuttingDown as Down
     from rayspec.models.cancellation import GenerationCancelled
     from rayspec.rpc.coordinator import GenerationServicer
     from rayspec.rpc.server import SessionLimitError
 
     rng = random.Random(5)
-    down = threading.Event()
+    down = ShutdownSignal()  # as the service's: setting it closes the servicer's line too
     servicer = GenerationServicer(None, None, max_concurrent_requests=2, max_queued_requests=20, shutting_down=down)
     ledger = Ledger(2)
     plan = [(rng.random() < 0.33, rng.uniform(0, 0.01), rng.uniform(0, 0.003)) for _ in range(90)]
