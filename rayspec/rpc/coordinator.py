@@ -186,7 +186,8 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
     for a slot, first come, first served, as the HTTP service's (`LimitsConfig`), and past
     `max_queued_requests` waiting are refused with RESOURCE_EXHAUSTED.  Each holds a server
     thread while it waits or generates: the server has that many, and health checks their own
-    beyond them.  With an `api_key`, calls without it (metadata `authorization: Bearer <key>`,
+    beyond them; a call finding no thread free waits for one (the line answers those past it
+    at once), so that no health check is refused in a storm of calls.  With an `api_key`, calls without it (metadata `authorization: Bearer <key>`,
     as the SDK's `api_key` sends it) are refused UNAUTHENTICATED, the health service's
     excepted.  `serving`: asked at each health check, whether the engine's workers let it serve
     (None: always, as an engine over in-process models).  `shutting_down`, `queue_setting`: as
@@ -205,7 +206,7 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
 
     interceptors = [RequireKey(api_key, open_services=("grpc.health.v1.Health",))] if api_key else []
     threads = max_concurrent_requests + max_queued_requests + HEALTH_CHECK_THREADS + HealthServicer.MAX_WATCHES
-    return start_server(register, address, max_workers=threads, interceptors=interceptors)
+    return start_server(register, address, max_workers=threads, interceptors=interceptors, refuse_past_threads=False)
 
 
 def serve_generation_from_workers(address: str, target, drafter, verifier: str = "rrsw",

@@ -509,16 +509,21 @@ def _cannot_bind(address: str, detail: str = "", server: str = "a gRPC server") 
 
 
 def start_server(register, address: str, max_workers: int = 16, options=GRPC_OPTIONS,
-                 interceptors: Sequence[grpc.ServerInterceptor] = ()) -> tuple[grpc.Server, int]:
+                 interceptors: Sequence[grpc.ServerInterceptor] = (), refuse_past_threads: bool = True,
+                 ) -> tuple[grpc.Server, int]:
     """A started gRPC server; `register(server)` adds the servicers.  Returns (server, port).
 
     A call holds one of the `max_workers` threads while it runs — a `Steps` stream for its
     session's life — and calls beyond that many are refused with RESOURCE_EXHAUSTED rather
-    than queued behind streams that may never end.  Its threads compute with the process's torch
-    thread count (`rayspec.models.threads`)."""
+    than queued behind streams that may never end.  A server whose long calls are bounded
+    otherwise (`refuse_past_threads=False`: the Generation API, whose line refuses calls past
+    it at once) queues the calls beyond its threads instead, each for the moment a thread
+    takes to answer a call before it: grpc's own refusal counts every call, and in a storm of
+    refused generations it refused health checks too.  Its threads compute with the process's
+    torch thread count (`rayspec.models.threads`)."""
     check_port(address.rpartition(":")[2], f"cannot serve gRPC at {address!r}")
     pool = futures.ThreadPoolExecutor(max_workers=max_workers, initializer=honour_torch_threads)
-    server = grpc.server(pool, options=options, maximum_concurrent_rpcs=max_workers,
+    server = grpc.server(pool, options=options, maximum_concurrent_rpcs=max_workers if refuse_past_threads else None,
                          interceptors=[*interceptors, RefuseUndecodable()])
     register(server)
     try:

@@ -303,16 +303,11 @@ class _SlowTarget(LocalTarget):
         return session
 
 
-def test_generations_past_the_cap_wait_for_a_slot_and_health_checks_still_answer(monkeypatch):
-    """As the HTTP service's: a generation finding every slot taken waits in line for one
-    (holding a server thread, of which the server has one per place in line), past the line
-    it is refused; a call that ends while it waits leaves the line; health checks answer
-    throughout."""
-    from concurrent.futures import ThreadPoolExecutor
-
+def _serve_one_slow_generation(monkeypatch, max_queued_requests: int):
+    """A coordinator's Generation API running one generation at once over a `_SlowTarget`
+    alone: (server, port, its line), the line caught as the coordinator makes it."""
     from transformers import AutoTokenizer
 
-    from rayspec.client import Client, DeadlineExceededError, OverloadedError
     from rayspec.demo import TARGET_PATH
     from rayspec.engine.slots import SlotQueue
     from rayspec.rpc import coordinator
@@ -328,8 +323,21 @@ def test_generations_past_the_cap_wait_for_a_slot_and_health_checks_still_answer
     tokenizer = AutoTokenizer.from_pretrained(TARGET_PATH)
     engine = SpeculativeEngine(_SlowTarget(tiny_llama(vocab=VOCAB, seed=0, context=256)), None, tokenizer=tokenizer)
     server, port = coordinator.serve_generation(engine, tokenizer, "127.0.0.1:0", max_concurrent_requests=1,
-                                                max_queued_requests=2)
+                                                max_queued_requests=max_queued_requests)
     [slots] = made
+    return server, port, slots
+
+
+def test_generations_past_the_cap_wait_for_a_slot_and_health_checks_still_answer(monkeypatch):
+    """As the HTTP service's: a generation finding every slot taken waits in line for one
+    (holding a server thread, of which the server has one per place in line), past the line
+    it is refused; a call that ends while it waits leaves the line; health checks answer
+    throughout."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rayspec.client import Client, DeadlineExceededError, OverloadedError
+
+    server, port, slots = _serve_one_slow_generation(monkeypatch, max_queued_requests=2)
 
     def waiting(count: int) -> None:
         deadline = time.monotonic() + 10
@@ -420,6 +428,58 @@ def test_generations_past_the_cap_are_refused_and_health_checks_still_answer():
             assert client.generate([1, 2], max_tokens=3, seed=1).token_ids  # the slots were given back
     finally:
         server.stop(0)
+
+
+def test_in_a_storm_of_generations_past_the_line_every_health_check_is_answered(monkeypatch):
+    """One generation runs and one waits (the line is full); 96 callers then ask for more as
+    fast as they can while two probes check health.  Each generation asked for is refused by
+    the line, with its message, and each health check answers SERVING: grpc's own cap on
+    calls at once counted every call, so that in such a storm it refused callers and health
+    checks alike ('Concurrent RPC limit exceeded!', 23 and 1 in 5 s of 120 callers)."""
+    from rayspec.rpc.generated import health_pb2, health_pb2_grpc
+
+    server, port, slots = _serve_one_slow_generation(monkeypatch, max_queued_requests=1)
+    answers, checks, stop = [], [], threading.Event()
+
+    def ask(call, into):
+        while not stop.is_set():
+            try:
+                call()
+                into.append("answered")
+            except grpc.RpcError as error:
+                into.append((error.code(), error.details()))
+
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            generation, health = generation_pb2_grpc.GenerationStub(channel), health_pb2_grpc.HealthStub(channel)
+            long = generation_pb2.GenerateRequest(prompt_ids=[1, 2], max_tokens=200, seed=1)  # 10 s of steps
+            running = generation.GenerateStream(long, timeout=60)
+            next(running)
+            queued = generation.GenerateStream(long, timeout=60)
+            deadline = time.monotonic() + 10
+            while slots.waiting != 1:
+                assert time.monotonic() < deadline, "the second generation did not queue"
+                time.sleep(0.02)
+            more = generation_pb2.GenerateRequest(prompt_ids=[1, 2], max_tokens=1, seed=2)
+            callers = [threading.Thread(target=ask, args=(lambda: generation.Generate(more, timeout=10), answers))
+                       for _ in range(96)]
+            probes = [threading.Thread(target=ask, args=(
+                lambda: health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10), checks)) for _ in range(2)]
+            for thread in callers + probes:
+                thread.start()
+            time.sleep(3)
+            stop.set()
+            for thread in callers + probes:
+                thread.join()
+            running.cancel()
+            queued.cancel()
+    finally:
+        server.stop(0)
+    line_full = "all of its slots are taken, and its queue is full: 1 request waits for them"
+    refusals = {(code, details) for code, details in answers}
+    assert answers and all(code == grpc.StatusCode.RESOURCE_EXHAUSTED and line_full in details
+                           for code, details in refusals), sorted(refusals, key=str)[:3]
+    assert checks and set(checks) == {"answered"}, [check for check in checks if check != "answered"][:3]
 
 
 def test_a_coordinator_whose_compilers_are_all_busy_answers_resource_exhausted(monkeypatch):
