@@ -6,6 +6,7 @@
     POST /tokenize, /detokenize  vLLM's: a prompt or messages to token ids, and back
     GET  /tokenizer_info         vLLM's: special tokens, chat template, context
     GET  /v1/models, /v1/models/{model}   (with vLLM's `max_model_len`: the target's context)
+    GET  /version                vLLM's: {"version": rayspec's}
     GET  /health                200 when every worker answers SERVING ("ok"), or every target
                                  does and some drafter does not ("degraded": its sequences
                                  decode without drafts); else 503 ("unavailable", or
@@ -124,6 +125,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from rayspec import __version__
 from rayspec.engine.engine import GenerationStats
 from rayspec.engine.interfaces import ShuttingDown, TokenLogprobs
 from rayspec.engine.requests import GenerationRequest, StepText, usage_of
@@ -930,6 +932,10 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
     async def model(model: str):
         check_model(model)
         return model_card()
+
+    @app.get("/version")
+    async def version():
+        return {"version": __version__}  # vLLM's GET /version
 
     @app.get("/health")
     async def health():

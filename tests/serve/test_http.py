@@ -1206,6 +1206,12 @@ def test_models(http, client):
     assert http.get("/v1/models/gpt-4").status_code == 404
 
 
+def test_version_is_vllms_and_the_packages(http):
+    import importlib.metadata
+
+    assert http.get("/version").json() == {"version": importlib.metadata.version("rayspec")}
+
+
 def test_tokenize_and_detokenize_are_vllms(http, client, parts):
     """vLLM's /tokenize: the ids a completions prompt or a chat conversation is read as (a
     conversation's count is the chat endpoint's usage.prompt_tokens), the context, and with
