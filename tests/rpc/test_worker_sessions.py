@@ -476,9 +476,10 @@ def test_in_a_storm_of_generations_past_the_line_every_health_check_is_answered(
     finally:
         server.stop(0)
     line_full = "all of its slots are taken, and its queue is full: 1 request waits for them"
-    refusals = {(code, details) for code, details in answers}
-    assert answers and all(code == grpc.StatusCode.RESOURCE_EXHAUSTED and line_full in details
-                           for code, details in refusals), sorted(refusals, key=str)[:3]
+    others = {answer for answer in answers
+              if not (isinstance(answer, tuple) and answer[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
+                      and line_full in answer[1])}
+    assert answers and not others, sorted(others, key=str)[:3]
     assert checks and set(checks) == {"answered"}, [check for check in checks if check != "answered"][:3]
 
 
