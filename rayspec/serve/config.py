@@ -273,15 +273,16 @@ class Endpoint:
 @dataclass
 class LimitsConfig:
     """The HTTP service's limits.  Beyond `max_concurrent_requests` generations (a request's
-    `n` choices and batch prompts are one each), a request waits for its slots, first come,
-    first served, as vLLM and SGLang queue what they cannot run yet; beyond
-    `max_queued_requests` waiting it is refused, 429.  256 by default: four times the
-    generations that run, so that a burst (a load test's users all starting at once) is
-    served late rather than refused, while a sustained overload still gets 429s that tell
-    clients to back off instead of queueing without end (vLLM's queue is unbounded: its
-    clients time out instead).  0 refuses at once whatever finds no free slot.  The gRPC
-    Generation API has the same limits, and a line of its own (RESOURCE_EXHAUSTED past it),
-    but not `max_request_bytes`: its servers refuse requests over 256 MiB."""
+    `n` choices and batch prompts are one each; one with more than that runs them that many at
+    a time, and holds at most `max_concurrent_requests + max_queued_requests`), a request waits
+    for its slots, first come, first served, as vLLM and SGLang queue what they cannot run yet;
+    beyond `max_queued_requests` waiting it is refused, 429.  256 by default: four times the
+    generations that run, so that a burst (a load test's users all starting at once) is served
+    late rather than refused, while a sustained overload still gets 429s that tell clients to
+    back off instead of queueing without end (vLLM's queue is unbounded: its clients time out
+    instead).  0 refuses at once whatever finds no free slot.  The gRPC Generation API has the
+    same limits, and a line of its own (RESOURCE_EXHAUSTED past it), but not
+    `max_request_bytes`: its servers refuse requests over 256 MiB."""
     default_max_tokens: int = 256
     max_tokens: int = 4096
     max_concurrent_requests: int = 64

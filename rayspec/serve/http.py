@@ -53,15 +53,16 @@ verifier; a token's text is its own decoding, as vLLM gives it, and -inf is repo
 them with null (it has no context to be drawn from), as in OpenAI's legacy API.
 
 `n` choices are `n` generations run side by side, each taking one of the service's
-`limits.max_concurrent_requests` slots (all or none: the request waits until all are free,
-see below): choice i is seeded with the request's seed + i, so it follows the law of what a
-request with that seed gets (the same tokens without cross-request batching: shared forwards
-can round a sample the other way, README "Choices, batches and the sampling law"); unseeded
-choices draw a seed each.  A completions `prompt` may be a batch (a list of texts or of token
-id lists), as OpenAI's and vLLM's: prompt p's choice i is choice p·n + i, what a request with
-that prompt alone gets, and `usage.prompt_tokens` counts each prompt once.
-All the batch's choices run side by side, so a batch holds at most
-`max_concurrent_requests` choices.
+`limits.max_concurrent_requests` slots (all or none: the request waits until all are free, see
+below; a request with more choices than there are slots takes them all and runs its choices
+that many at a time, each ending choice handing its slot to the next, and holds at most
+`max_concurrent_requests + max_queued_requests` choices): choice i is seeded with the request's
+seed + i, so it follows the law of what a request with that seed gets (the same tokens without
+cross-request batching: shared forwards can round a sample the other way, README "Choices,
+batches and the sampling law"); unseeded choices draw a seed each.  A completions `prompt` may
+be a batch (a list of texts or of token id lists), as OpenAI's and vLLM's: prompt p's choice i
+is choice p·n + i, what a request with that prompt alone gets, and `usage.prompt_tokens` counts
+each prompt once.  The batch's choices run side by side, as a request's `n` choices do.
 
 Responses have OpenAI's shapes, and each choice vLLM's `stop_reason`: the stop string or
 stop token id that ended it, null for EOS or a length.  `usage.completion_tokens_details`
@@ -790,12 +791,17 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
         side: a prompt's choice i is seeded with the request's seed + i — the completion a
         request with that prompt and seed gets — and unseeded choices draw a seed each."""
         n, seed = body.n or 1, body.seed
-        limit = service.limits.max_concurrent_requests
-        if len(prompts) * n > limit:
+        limits = service.limits
+        # Choices past the slots run as earlier ones end (`Service.start_all`); a request holds
+        # at most as many generations as the service runs and queues.
+        most = limits.max_concurrent_requests + limits.max_queued_requests
+        if len(prompts) * n > most:
+            room = (f"at most {most} in one request (limits.max_concurrent_requests: "
+                    f"{limits.max_concurrent_requests}, plus limits.max_queued_requests: {limits.max_queued_requests})")
             if len(prompts) == 1:
-                raise bad_request(f"n={n} asks for more completions than this service runs at once ({limit})", "n")
-            raise bad_request(f"{len(prompts)} prompts × n={n} ask for more completions than this service runs "
-                              f"at once ({limit}); send fewer prompts per request", "prompt")
+                raise bad_request(f"n={n} asks for more completions than this service takes: {room}", "n")
+            raise bad_request(f"{len(prompts)} prompts × n={n} ask for more completions than this service takes: "
+                              f"{room}; send fewer prompts per request", "prompt")
         if seed is not None and seed + n > 2**63:  # the int64 a worker's session is keyed by
             raise bad_request("seed + n - 1 must stay below 2^63: choice i is seeded with seed + i", "seed")
         if fields.get("structured_output") is not None:

@@ -19,6 +19,7 @@ import functools
 import json
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 
 import grpc
@@ -216,28 +217,34 @@ class Service:
     async def start_all(self, requests: list[GenerationRequest], per_prompt: int = 1) -> list["StepStream"]:
         """Run each of `requests` off the event loop, all or none, once as many slots are free:
         until then the request waits in the service's queue, first come, first served
-        (`SlotQueue`); Overloaded, with none of them started, when the queue is full.  Each run
-        of `per_prompt` of them shares one prompt (a request's `n` choices), and its first
-        counts the prompt's tokens for all of them (`rayspec_prompt_tokens`, as
-        `usage.prompt_tokens` counts them) once it has read them.  Cancelled while it waits
-        (its client gone), nothing is started and no slot is held."""
+        (`SlotQueue`); Overloaded, with none of them started, when the queue is full.  More
+        requests than the service has slots (a request's `n` choices and batch prompts) wait
+        for all of its slots, and run that many at a time: each one ending hands its slot to
+        the next not yet started, in order.  Each run of `per_prompt` of them shares one
+        prompt (a request's `n` choices), and its first counts the prompt's tokens for all of
+        them (`rayspec_prompt_tokens`, as `usage.prompt_tokens` counts them) once it has read
+        them.  Cancelled while it waits (its client gone), nothing is started and no slot is
+        held."""
         if self.shutting_down.is_set():
             raise ShuttingDown()
         # Every slot is taken before any generation starts: a request's first choices would
         # otherwise open worker sessions and run their first step while the rest wait, holding
         # slots that other requests wait for meanwhile.
+        at_once = min(len(requests), self._slots.size)
         waited = time.perf_counter()
-        await self._slots.take(len(requests))
+        await self._slots.take(at_once)
         self.metrics.queue_seconds.observe(time.perf_counter() - waited)
+        later: deque[StepStream] | None = deque() if len(requests) > at_once else None
         streams = []
         try:
             for index, request in enumerate(requests):
-                # its thread releases its slot as it ends
-                streams.append(StepStream(self, request, counts_prompt=index % per_prompt == 0))
+                # its thread hands its slot on, or back, as it ends
+                streams.append(StepStream(self, request, counts_prompt=index % per_prompt == 0, later=later,
+                                          start=index < at_once))
         except BaseException:
             for stream in streams:
                 stream.close()
-            self._slots.release(len(requests) - len(streams))
+            self._slots.release(at_once - min(len(streams), at_once))
             raise
         return streams
 
@@ -311,29 +318,58 @@ class StepStream:
     is set once that is done.  The thread runs ahead of a slow client: at most one queued
     item per step.  `counts_prompt`: the thread counts the prompt's tokens once it has read
     them — its first step verified, or a generation of none (the prompt alone) ended — False
-    for a request's further choices of the same prompt."""
+    for a request's further choices of the same prompt.  `later`: the streams of the same
+    request waiting for a slot one of its running streams holds (`Service.start_all`); a
+    stream made with `start=False` joins them, and its thread starts when an ending stream
+    hands it that slot (a stream closed meanwhile then ends at once)."""
 
-    def __init__(self, service: Service, request: GenerationRequest, counts_prompt: bool = True):
+    def __init__(self, service: Service, request: GenerationRequest, counts_prompt: bool = True,
+                 later: deque[StepStream] | None = None, start: bool = True):
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue = asyncio.Queue()
         self._stop = threading.Event()
         self._request = request
+        self._service = service
+        self._later = later
         self._ended = False
         self.finished = threading.Event()
         self._thread = threading.Thread(
             target=self._produce, args=(service, request, counts_prompt), name=f"rayspec-{request.request_id[:8]}",
             daemon=True,
         )
+        if start:
+            self._start()
+        else:
+            later.append(self)
+
+    def _start(self) -> None:
+        service = self._service
         with service._live_lock:  # with `shut_down`'s: none started as it ends them is missed
             service._live.add(self)
             if service.shutting_down.is_set():
                 self.abort(ShuttingDown())
         try:
             self._thread.start()
-        except BaseException:  # never to end, it would be in `_live` for ever (its slot is start_all's)
+        except BaseException:  # never to end, it would be in `_live` for ever (its slot: the caller's)
             with service._live_lock:
                 service._live.discard(self)
             raise
+
+    def _hand_on_slot(self) -> None:
+        """This generation's slot, as it ends: to the next of its request's streams waiting for
+        one (whose thread starts now), else back to the service."""
+        while self._later:
+            try:
+                successor = self._later.popleft()
+            except IndexError:  # another of the request's streams, ending too, took the last
+                break
+            try:
+                successor._start()
+                return
+            except Exception as error:  # its thread could not start: it ends with that, the slot goes on
+                successor.finished.set()
+                successor._put(_End(error))
+        self._service._slots.release()
 
     def _produce(self, service: Service, request: GenerationRequest, counts_prompt: bool) -> None:
         metrics = service.metrics
@@ -383,7 +419,7 @@ class StepStream:
             metrics.in_flight.dec()
             with service._live_lock:
                 service._live.discard(self)
-            service._slots.release()
+            self._hand_on_slot()
             self.finished.set()
             self._put(_End(error))
 

@@ -22,7 +22,7 @@ class Watched:
         self.reset()
 
     def reset(self):
-        self.open_sessions = self.opened = self.steps = 0
+        self.open_sessions = self.opened = self.steps = self.most_open = 0
         self.permits: threading.Semaphore | None = None
         self.fail: tuple[int, Exception] | None = None
 
@@ -33,6 +33,7 @@ class Watched:
         session = self.inner.open(spec)
         with self.lock:
             self.open_sessions += 1
+            self.most_open = max(self.most_open, self.open_sessions)
             self.opened += 1
         return _WatchedSession(self, session)
 

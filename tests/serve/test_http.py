@@ -789,6 +789,26 @@ def test_a_batch_of_prompts_gets_each_prompts_own_completions(client, http, part
     assert truncated["usage"]["prompt_tokens"] == 4
 
 
+def test_more_choices_than_slots_run_in_turn_and_each_is_still_its_seeds_completion(client, server, parts,
+                                                                                       reference):
+    """n=5 on a service of two slots (vLLM runs such a request too): the request takes both
+    and runs its choices two at a time, each ending choice handing its slot to the next, so no
+    more than two sessions are ever open; choice i is still what a request with seed + i
+    gets, streamed or not."""
+    tokenizer, target = parts[2], server["target"]
+    runs = [expected(reference, tokenizer, PROMPT, max_new_tokens=8, temperature=0.9, seed=40 + i) for i in range(5)]
+    assert len({text for _, text, _ in runs}) > 1
+    target.most_open, opened = 0, target.opened
+    completion = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, temperature=0.9, seed=40, n=5)
+    assert [(c.index, c.text) for c in completion.choices] == [(i, text) for i, (_, text, _) in enumerate(runs)]
+    assert completion.usage.completion_tokens == 40 and completion.rayspec["seeds"] == [40, 41, 42, 43, 44]
+    chunks = list(client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, temperature=0.9, seed=40, n=5,
+                                            stream=True))
+    for index, (_, text, _) in enumerate(runs):
+        assert "".join(c.choices[0].text for c in chunks if c.choices[0].index == index) == text
+    assert target.most_open == 2 and target.opened - opened == 10
+
+
 WAITING = ("rayspec_requests_waiting", ())
 
 
@@ -891,14 +911,16 @@ BAD_COMPLETIONS = [
      "prompt"),
     ({"prompt": ["a", [5, 6]]}, 400, "prompt must be", "prompt"),  # a batch mixing text and ids is refused
     ({"prompt": [[5, 6], []]}, 400, "prompt must be", "prompt"),
-    ({"prompt": ["a", "b", "c"]}, 400, "3 prompts × n=1 ask for more completions than this service runs at once (2)",
-     "prompt"),
-    ({"prompt": ["a", "b"], "n": 2}, 400, "2 prompts × n=2 ask for more completions", "prompt"),
+    ({"prompt": ["a", "b", "c"], "n": 90}, 400, "3 prompts × n=90 ask for more completions than this service "
+     "takes: at most 258 in one request (limits.max_concurrent_requests: 2, plus limits.max_queued_requests: 256); "
+     "send fewer prompts per request", "prompt"),
+    ({"prompt": ["a", "b"], "n": 130}, 400, "2 prompts × n=130 ask for more completions", "prompt"),
     ({"prompt": ["a", [1, 99999]]}, 400, "prompt must be", "prompt"),
     ({"prompt": [[5], [1, 99999]]}, 400, "prompt 1 of the batch: ", "prompt"),
     ({"prompt": ["x", ""]}, 400, "prompt 1 of the batch: ", "prompt"),
     ({"prompt": "x", "model": "gpt-4"}, 404, "the model 'gpt-4' does not exist", "model"),
-    ({"prompt": "x", "n": 3}, 400, "n=3 asks for more completions than this service runs at once (2)", "n"),
+    ({"prompt": "x", "n": 259}, 400, "n=259 asks for more completions than this service takes: at most 258 in one "
+     "request (limits.max_concurrent_requests: 2, plus limits.max_queued_requests: 256)", "n"),
     ({"prompt": "x", "n": 0}, 400, "n: Input should be greater than or equal to 1", "n"),
     ({"prompt": "x", "n": 2, "seed": 2**63 - 1}, 400, "seed + n - 1 must stay below 2^63", "seed"),
     ({"prompt": "x", "logprobs": 21}, 400, "logprobs: Input should be less than or equal to 20", "logprobs"),

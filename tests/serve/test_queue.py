@@ -176,9 +176,69 @@ def test_a_waiter_cancelled_as_its_slots_are_granted_gives_them_back():
     assert started == ["a"] and service._slots.free == 1
 
 
-def test_more_generations_than_slots_are_refused_not_queued_for_ever():
+def test_the_queue_refuses_more_slots_at_once_than_it_has_rather_than_queue_them_for_ever():
+    queue = service_of(2, 8)._slots
     with pytest.raises(ValueError, match=r"3 generations asked for at once, more than this service runs at once \(2\)"):
-        asyncio.run(service_of(2, 8).start_all([Held(str(i), []) for i in range(3)]))
+        asyncio.run(queue.take(3))
+
+
+def test_more_choices_than_slots_run_that_many_at_a_time_each_ending_one_starting_the_next():
+    """Five choices on two slots: the request takes both and starts two; each choice that
+    ends hands its slot to the request's next, in order, not to a request waiting in line
+    behind it, which gets a slot once the five have none left to start."""
+    service, started = service_of(2, 8), []
+
+    async def scenario():
+        choices = [Held(f"c{i}", started) for i in range(5)]
+        streams = await service.start_all(choices, per_prompt=5)
+        behind = asyncio.ensure_future(service.start_all([Held("behind", started)]))
+        await settle()
+        assert started == ["c0", "c1"] and service._slots.free == 0 and service._slots.waiting == 1
+        for done, now_started in ((0, "c2"), (1, "c3"), (2, "c4")):
+            choices[done].go.set()
+            await ended([streams[done]])
+            await settle()
+            assert started[-1] == now_started and not behind.done()
+        choices[3].go.set()  # none of the five left to start: its slot goes back, to the line
+        await ended([streams[3]])
+        [behind_stream] = await asyncio.wait_for(behind, 10)
+        await settle()
+        assert started == ["c0", "c1", "c2", "c3", "c4", "behind"]
+        choices[4].go.set()
+        await ended([streams[4]])
+        behind_stream.close()
+        await asyncio.to_thread(behind_stream.finished.wait, 10)
+
+    asyncio.run(scenario())
+    assert service._slots.free == 2 and service._live == set()
+
+
+@pytest.mark.parametrize("how", ["closed", "shut down"])
+def test_choices_not_yet_started_never_run_once_their_request_is_closed_or_the_service_stops(how):
+    """A client gone (every stream closed) or the service stopping while three of five
+    choices wait for a slot: those three never run, each ends (closed: quietly; shut down:
+    with ShuttingDown), and both slots come back."""
+    from rayspec.engine.interfaces import ShuttingDown
+
+    service, started = service_of(2, 8), []
+
+    async def scenario():
+        choices = [Held(f"c{i}", started) for i in range(5)]
+        streams = await service.start_all(choices, per_prompt=5)
+        await settle()
+        if how == "closed":
+            for stream in streams:
+                stream.close()
+        else:
+            service.shut_down()
+            for stream in streams:  # each awaiting side gets the shutdown, the waiting ones' too
+                with pytest.raises(ShuttingDown):
+                    await asyncio.wait_for(anext(stream), 10)
+        for stream in streams:
+            assert await asyncio.to_thread(stream.finished.wait, 10)
+
+    asyncio.run(scenario())
+    assert started == ["c0", "c1"] and service._slots.free == 2 and service._live == set()
 
 
 def test_the_serve_replica_lets_the_queued_requests_reach_the_app():
