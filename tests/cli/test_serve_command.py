@@ -383,3 +383,71 @@ def test_a_second_ctrl_c_stops_at_once_without_waiting_for_the_requests_in_fligh
         if drafter is not None:
             with contextlib.suppress(psutil.Error):
                 drafter.resume()
+
+
+# `serve_forever` with Ray and the service stood in for, and every line a signal handler runs
+# (and what it calls) met by another SIGTERM (the nested handlers run untraced): a second
+# Ctrl-C or SIGTERM arriving while the first one's handler is under way, at its worst moment.
+_SIGNALS_WITHIN_A_HANDLER = r'''
+import signal, sys
+import ray
+from rayspec.cluster import launch
+from rayspec.serve.config import ServiceConfig
+
+
+class StandIn:
+    http_address, grpc_address = "http://127.0.0.1:1", "127.0.0.1:2"
+
+    def __init__(self, config, address, owns_ray):
+        self.config = config
+
+    def stop(self):
+        print("stopped", flush=True)
+
+    def stop_now(self):
+        print("stopped without waiting", flush=True)
+
+
+launch.ray_to_join, launch.join_ray, launch.Service = (lambda address: "cluster"), (lambda address: False), StandIn
+ray.shutdown = lambda: None
+more = [50]
+
+
+def again(frame, event, arg):
+    handler = signal.getsignal(signal.SIGTERM)
+    code, inside = getattr(handler, "__code__", None), frame
+    while inside is not None and inside.f_code is not code:
+        inside = inside.f_back
+    if event == "line" and inside is not None and more[0]:
+        more[0] -= 1
+        signal.raise_signal(signal.SIGTERM)  # handled here, within the handler under way
+    return again
+
+
+sys.settrace(again)
+sys.exit(launch.serve_forever(ServiceConfig()))
+'''
+
+
+def test_a_signal_arriving_while_the_stop_signals_handler_runs_still_stops_the_service():
+    """The handler of `rayspec serve`'s Ctrl-C / SIGTERM took an Event's lock (`stop.set()`); a
+    second signal arriving while it held it ran a nested handler in the same thread, which
+    waited for that lock for ever: a service found hung after a SIGINT under `timeout`, with
+    py-spy showing five nested handlers blocked there.  Here every line of the handler meets
+    another SIGTERM: the service still stops, waiting for its requests (no second stop)."""
+    process = subprocess.Popen([sys.executable, "-c", _SIGNALS_WITHIN_A_HANDLER], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    try:
+        lines = _lines(process.stdout)
+        _read_until(lines, "Ctrl-C stops it.", 60)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 0
+        rest = []
+        while (line := lines.get(timeout=5)) is not None:
+            rest.append(line)
+        assert rest[0].startswith("stopping rayspec ...") and "stopped\n" in rest, rest
+        assert "stopped without waiting\n" not in rest, rest
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
