@@ -27,12 +27,12 @@ import logging
 import os
 import signal
 import socket
-import time
 
 from rayspec.cluster.actors import (
     BUNDLE_CPUS, GenerationActor, ServiceStartError, WorkerActor, advertised_address, bundles, check_fits_here, placed,
     restartable, start_drafters, service_name, started, wait_for_group, why_not_started, worker_actor_names,
 )
+from rayspec.rpc.process import StopSignals
 from rayspec.serve.config import ServiceConfig
 
 # The Serve application's name: one per Ray cluster, at the route "/" of Serve's one HTTP
@@ -327,13 +327,8 @@ def serve_forever(config: ServiceConfig, ray_address: str | None = None) -> int:
         signal.signal(sig, interrupt)
     service = Service(config, ray_address, owns_ray=started_ray)
     # From here a signal stops the service (set before the ready line: one sent as it appears
-    # would otherwise meet the start's handler, and leave as a traceback).  The handlers take
-    # no lock: a second signal arriving while a first handler held one (an Event's, as
-    # `stop.set()` took) ran a nested handler in the same thread, which waited for that lock
-    # for ever: a `rayspec serve` whose Ctrl-C never stopped it.
-    asked: list[int] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda number, _: asked.append(number))
+    # would otherwise meet the start's handler, and leave as a traceback).
+    stop = StopSignals()
     http, model = service.http_address, config.model_id
     key = " -H \"Authorization: Bearer $RAYSPEC_API_KEY\"" if service.config.api_key else ""
     print(
@@ -344,8 +339,7 @@ def serve_forever(config: ServiceConfig, ray_address: str | None = None) -> int:
         f"  Ctrl-C stops it.",
         flush=True,
     )
-    while not asked:
-        time.sleep(0.1)  # a signal interrupts the sleep and runs its handler at once
+    stop.wait()
     print("stopping rayspec ... (Ctrl-C again: without waiting for the requests in flight)", flush=True)
     # Serve lets a replica's requests in flight run on for up to 20 s as it stops, and a
     # stream may take longer: a second signal cuts them rather than leave the terminal waiting.

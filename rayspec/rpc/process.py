@@ -1,14 +1,17 @@
 """Start rayspec workers as plain processes (`python -m rayspec.rpc.worker`), as a GPU machine
-without Ray runs them; used by the tests and the service benchmark."""
+without Ray runs them; used by the tests and the service benchmark.  And `StopSignals`, how a
+serving process (a worker, `rayspec serve`) waits for its Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -69,3 +72,27 @@ def _read_until_ready(stream, lines: queue.Queue) -> None:
         if line.startswith("READY"):
             return
     lines.put("")
+
+
+class StopSignals:
+    """SIGINT and SIGTERM noted from now on (main thread only), for `wait` to return on.
+
+    The handlers take no lock.  One that did (`threading.Event.set`, as these processes' did)
+    could meet a second signal while it held it: Python runs that signal's handler nested in
+    the same thread, which then waits for the lock for ever, and the process no longer stops
+    (`rayspec serve` under `timeout`, which forwards a SIGINT to the process and its group)."""
+
+    def __init__(self):
+        self.received: list[int] = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda number, _: self.received.append(number))
+
+    def wait(self, give_up: Callable[[], bool] | None = None, every: float = 1.0) -> None:
+        """Until a signal is received, or `give_up()` (asked every `every` s) says to stop."""
+        asked = time.monotonic()
+        while not self.received:
+            time.sleep(0.1)  # a signal interrupts the sleep and its handler runs at once
+            if give_up is not None and time.monotonic() - asked >= every:
+                if give_up():
+                    return
+                asked = time.monotonic()

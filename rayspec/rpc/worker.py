@@ -53,7 +53,7 @@ from rayspec.models.threads import pin_process_to_cpus
 from rayspec.rpc import codec
 from rayspec.rpc.checks import BAD_PORT, NO_HOST, NO_PORT, api_key_from_environment, host_port_problem
 from rayspec.rpc.generated import health_pb2, health_pb2_grpc, worker_pb2, worker_pb2_grpc
-from rayspec.rpc.process import PARENT_VARIABLE
+from rayspec.rpc.process import PARENT_VARIABLE, StopSignals
 from rayspec.rpc.remote import check_draft_timeout
 from rayspec.rpc.server import (
     HealthServicer, RemoteError, Servicer, check_port, check_port_free, host_port, rpc_errors, start_server,
@@ -529,15 +529,17 @@ def _main(argv=None) -> int:
         print(f"rayspec worker: error: {error}", file=sys.stderr)
         return 1
 
+    stop = StopSignals()  # before the READY line: a signal sent as it appears stops the server
     print(f"READY {args.role} {host_port(args.host, port)}", flush=True)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     parent = os.environ.get(PARENT_VARIABLE)
-    while not stop.wait(1.0):
+
+    def orphaned() -> bool:
         if parent and os.getppid() != int(parent):
             log.warning("the process that started this worker (%s) is gone: stopping", parent)
-            break
+            return True
+        return False
+
+    stop.wait(orphaned, every=1.0)
     server.stop(grace=2).wait()
     return 0
 

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from tests.loopback import free_port
+from tests.signals import NESTED_SIGNALS
 from tests.rpc.processes import save_tiny_pair
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -385,11 +386,9 @@ def test_a_second_ctrl_c_stops_at_once_without_waiting_for_the_requests_in_fligh
                 drafter.resume()
 
 
-# `serve_forever` with Ray and the service stood in for, and every line a signal handler runs
-# (and what it calls) met by another SIGTERM (the nested handlers run untraced): a second
-# Ctrl-C or SIGTERM arriving while the first one's handler is under way, at its worst moment.
-_SIGNALS_WITHIN_A_HANDLER = r'''
-import signal, sys
+# `serve_forever` with Ray and the service stood in for, every signal handler's lines met by
+# another SIGTERM (`tests.signals`).
+_SIGNALS_WITHIN_A_HANDLER = NESTED_SIGNALS + r'''
 import ray
 from rayspec.cluster import launch
 from rayspec.serve.config import ServiceConfig
@@ -410,22 +409,8 @@ class StandIn:
 
 launch.ray_to_join, launch.join_ray, launch.Service = (lambda address: "cluster"), (lambda address: False), StandIn
 ray.shutdown = lambda: None
-more = [50]
-
-
-def again(frame, event, arg):
-    handler = signal.getsignal(signal.SIGTERM)
-    code, inside = getattr(handler, "__code__", None), frame
-    while inside is not None and inside.f_code is not code:
-        inside = inside.f_back
-    if event == "line" and inside is not None and more[0]:
-        more[0] -= 1
-        signal.raise_signal(signal.SIGTERM)  # handled here, within the handler under way
-    return again
-
-
-sys.settrace(again)
-sys.exit(launch.serve_forever(ServiceConfig()))
+nest_signals()
+_sys.exit(launch.serve_forever(ServiceConfig()))
 '''
 
 

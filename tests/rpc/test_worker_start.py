@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.loopback import free_port
+from tests.signals import NESTED_SIGNALS
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = [sys.executable, "-m", "rayspec.rpc.worker"]
@@ -294,6 +295,48 @@ def test_a_worker_stopped_during_its_imports_says_so_in_a_line(sig, tmp_path):
         worker.kill()
     assert worker.returncode == 130, err
     assert err.strip().splitlines() == ["rayspec worker: stopped while starting"]
+
+
+# A target worker whose main thread is traced from its READY line on, every signal handler's
+# lines met by another SIGTERM (`tests.signals`).
+_SIGNALS_WITHIN_A_HANDLER = NESTED_SIGNALS + r'''
+class Watching:  # stdout, starting the trace as the READY line is written
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text):
+        if text.startswith("READY"):
+            nest_signals()
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+_sys.stdout = Watching(_sys.stdout)
+from rayspec.rpc.worker import main
+_sys.exit(main(["--role", "target", "--port", "0", "--model", _sys.argv[1]]))
+'''
+
+
+def test_a_signal_arriving_while_the_stop_signals_handler_runs_still_stops_the_worker(tmp_path):
+    """As `rayspec serve`'s (tests/cli/test_serve_command.py): the worker's handler set an
+    Event, whose lock a nested handler then waited for for ever (this test hung there, given a
+    moment after READY; at once, the old handlers were not yet set and the worker said it was
+    stopped while starting); every line of the handler meeting another SIGTERM, the worker
+    still stops, status 0."""
+    from tests.rpc.processes import save_tiny_pair
+
+    target_path, _ = save_tiny_pair(tmp_path)
+    worker = subprocess.Popen([sys.executable, "-c", _SIGNALS_WITHIN_A_HANDLER, str(target_path)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert worker.stdout.readline().startswith("READY target "), worker.stderr.read()
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(20) == 0, worker.stderr.read()
+    finally:
+        worker.kill()
+        worker.communicate()
 
 
 def test_a_worker_run_in_process_puts_back_the_signal_handlers_it_replaced(monkeypatch):
