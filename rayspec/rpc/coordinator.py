@@ -186,12 +186,13 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
     for a slot, first come, first served, as the HTTP service's (`LimitsConfig`), and past
     `max_queued_requests` waiting are refused with RESOURCE_EXHAUSTED.  Each holds a server
     thread while it waits or generates: the server has that many, and health checks their own
-    beyond them; a call finding no thread free waits for one (the line answers those past it
-    at once), so that no health check is refused in a storm of calls.  With an `api_key`, calls without it (metadata `authorization: Bearer <key>`,
-    as the SDK's `api_key` sends it) are refused UNAUTHENTICATED, the health service's
-    excepted.  `serving`: asked at each health check, whether the engine's workers let it serve
-    (None: always, as an engine over in-process models).  `shutting_down`, `queue_setting`: as
-    `GenerationServicer`'s; once `shutting_down` is set, health checks answer NOT_SERVING too."""
+    beyond them; a call finding no thread free waits for one (the line answers those past it at
+    once), so that no health check is refused in a storm of calls.  With an `api_key`, calls
+    without it (metadata `authorization: Bearer <key>`, as the SDK's `api_key` sends it) are
+    refused UNAUTHENTICATED, the health service's excepted.  `serving`: asked at each health
+    check, whether the engine's workers let it serve (None: always, as an engine over
+    in-process models).  `shutting_down`, `queue_setting`: as `GenerationServicer`'s; once
+    `shutting_down` is set, health checks answer NOT_SERVING too."""
     servicer = GenerationServicer(engine, tokenizer, limits, max_concurrent_requests, max_queued_requests,
                                   shutting_down, queue_setting)
 
