@@ -48,6 +48,14 @@ async def settle() -> None:
         await asyncio.sleep(0.01)
 
 
+async def until(condition, seconds: float = 10) -> None:
+    for _ in range(int(seconds / 0.01)):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("not within the time")
+
+
 def test_requests_wait_first_come_first_served_and_a_request_of_n_choices_is_not_overtaken():
     """Two slots, both taken: a request of 2 choices then one of 1 wait.  A slot freed is kept
     for the head (2 choices), not given to the single request behind it, although one would
@@ -192,18 +200,19 @@ def test_more_choices_than_slots_run_that_many_at_a_time_each_ending_one_startin
         choices = [Held(f"c{i}", started) for i in range(5)]
         streams = await service.start_all(choices, per_prompt=5)
         behind = asyncio.ensure_future(service.start_all([Held("behind", started)]))
-        await settle()
-        assert started == ["c0", "c1"] and service._slots.free == 0 and service._slots.waiting == 1
+        await until(lambda: len(started) == 2 and service._slots.waiting == 1)
+        assert sorted(started) == ["c0", "c1"] and service._slots.free == 0
         for done, now_started in ((0, "c2"), (1, "c3"), (2, "c4")):
             choices[done].go.set()
             await ended([streams[done]])
+            await until(lambda: started[-1] == now_started)
             await settle()
             assert started[-1] == now_started and not behind.done()
         choices[3].go.set()  # none of the five left to start: its slot goes back, to the line
         await ended([streams[3]])
         [behind_stream] = await asyncio.wait_for(behind, 10)
-        await settle()
-        assert started == ["c0", "c1", "c2", "c3", "c4", "behind"]
+        await until(lambda: started[-1] == "behind")
+        assert sorted(started[:2]) == ["c0", "c1"] and started[2:] == ["c2", "c3", "c4", "behind"]
         choices[4].go.set()
         await ended([streams[4]])
         behind_stream.close()
@@ -225,7 +234,7 @@ def test_choices_not_yet_started_never_run_once_their_request_is_closed_or_the_s
     async def scenario():
         choices = [Held(f"c{i}", started) for i in range(5)]
         streams = await service.start_all(choices, per_prompt=5)
-        await settle()
+        await until(lambda: len(started) == 2)
         if how == "closed":
             for stream in streams:
                 stream.close()
@@ -238,7 +247,7 @@ def test_choices_not_yet_started_never_run_once_their_request_is_closed_or_the_s
             assert await asyncio.to_thread(stream.finished.wait, 10)
 
     asyncio.run(scenario())
-    assert started == ["c0", "c1"] and service._slots.free == 2 and service._live == set()
+    assert sorted(started) == ["c0", "c1"] and service._slots.free == 2 and service._live == set()
 
 
 def test_the_serve_replica_lets_the_queued_requests_reach_the_app():
