@@ -335,15 +335,7 @@ def start_drafters(config: ServiceConfig, group, timeout: float,
 def serve_generation_api(service, config: ServiceConfig) -> tuple:
     """The `rayspec.v1.Generation` gRPC server over `service`'s engine, from an actor (at its
     port of before if Ray restarted it: `bind_again`); (server, address)."""
-    from rayspec.rpc.coordinator import serve_generation
-
-    def serve(address):
-        return serve_generation(service.engine, service.tokenizer, address, service.request_limits,
-                                max_concurrent_requests=config.limits.max_concurrent_requests, api_key=service.api_key,
-                                serving=service.targets_answer, max_queued_requests=config.limits.max_queued_requests,
-                                shutting_down=service.shutting_down)
-
-    server, port = bind_again(serve, config.grpc.host, config.grpc.port)
+    server, port = bind_again(service.serve_generation_api, config.grpc.host, config.grpc.port)
     return server, advertised_address(config.grpc.host, port)
 
 

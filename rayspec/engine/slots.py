@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
+from collections.abc import Callable
+
+
+class QueueFull(RuntimeError):
+    """Every slot is taken and the line of requests waiting for them is full (HTTP 429, gRPC
+    RESOURCE_EXHAUSTED)."""
 
 
 class _Waiter:
@@ -32,10 +39,13 @@ class SlotQueue:
     and the slots held are held by running generations, which end.  `release` may be called
     from any thread (a generation's own, as it ends)."""
 
-    def __init__(self, size: int, max_waiting: int, refusal: type[Exception] = RuntimeError,
-                 setting: str = "limits.max_queued_requests"):
-        """setting: how the operator sets `max_waiting`, named in the refusal."""
+    def __init__(self, size: int, max_waiting: int, refusal: type[QueueFull] = QueueFull,
+                 setting: str = "limits.max_queued_requests", waited: Callable[[float], None] | None = None):
+        """setting: how the operator sets `max_waiting`, named in the refusal.  waited: told
+        the seconds each request that got its slots waited for them (0 for none), from the
+        thread or loop that waited."""
         self.size, self.max_waiting, self.refusal, self.setting = size, max_waiting, refusal, setting
+        self._waited = waited or (lambda seconds: None)
         self._free = size
         self._waiting: deque[_Waiter] = deque()
         self._lock = threading.Lock()
@@ -81,33 +91,35 @@ class SlotQueue:
         it waits (its client gone), it leaves the line and holds nothing."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
+        since = time.perf_counter()
         waiter = self._join(count, lambda: loop.call_soon_threadsafe(_resolve, future))
-        if waiter is None:
-            return
-        try:
-            await future
-        except BaseException:
-            self._leave(waiter)
-            raise
-        if waiter.refused is not None:
-            raise waiter.refused()
+        if waiter is not None:
+            try:
+                await future
+            except BaseException:
+                self._leave(waiter)
+                raise
+            if waiter.refused is not None:
+                raise waiter.refused()
+        self._waited(time.perf_counter() - since)
 
     def take_in_thread(self, count: int, woken: threading.Event) -> bool:
         """Take `count` slots, waiting in line in the calling thread until granted (True), or
         until the caller sets `woken` as it goes away (False: out of the line, holding
         nothing); `refusal` as `take`."""
+        since = time.perf_counter()
         waiter = self._join(count, woken.set)
-        if waiter is None:
-            return True
-        woken.wait()
-        with self._lock:
-            if waiter.granted:
-                return True
-            refused = waiter.refused
-        if refused is not None:
-            raise refused()
-        self._leave(waiter)
-        return False
+        if waiter is not None:
+            woken.wait()
+            with self._lock:
+                granted, refused = waiter.granted, waiter.refused
+            if not granted:
+                if refused is not None:
+                    raise refused()
+                self._leave(waiter)
+                return False
+        self._waited(time.perf_counter() - since)
+        return True
 
     def release(self, count: int = 1) -> None:
         """Give `count` slots back (from any thread), to the waiters first."""

@@ -17,18 +17,18 @@ from rayspec.client.types import GENERATION_FEATURES, GenerateRequest, stop_reas
 from rayspec.engine import SpeculativeEngine
 from rayspec.engine.interfaces import ShutdownSignal, ShuttingDown, TokenLogprobs
 from rayspec.engine.requests import GenerationRequest, Limits
-from rayspec.engine.slots import SlotQueue
+from rayspec.engine.slots import QueueFull, SlotQueue
 from rayspec.engine.structured import StructuredOutput
 from rayspec.models.cancellation import GenerationCancelled, watching_caller
 from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, health_pb2_grpc
-from rayspec.rpc.server import HealthServicer, RequireKey, Servicer, SessionLimitError, rpc_errors, start_server
+from rayspec.rpc.server import HealthServicer, RequireKey, Servicer, rpc_errors, start_server
 
 
 class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
     def __init__(self, engine: SpeculativeEngine, tokenizer, limits: Limits | None = None,
                  max_concurrent_requests: int | None = None, max_queued_requests: int = 0,
                  shutting_down: ShutdownSignal | None = None, queue_setting: str = "limits.max_queued_requests",
-                 **server_limits):
+                 slots: SlotQueue | None = None, observed: Callable | None = None, **server_limits):
         """max_concurrent_requests: generations running at once (None: no cap but the
         server's), beyond which a request waits for a slot, first come, first served, up to
         `max_queued_requests` waiting; past those it is refused with RESOURCE_EXHAUSTED.
@@ -36,12 +36,19 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
         a generation in flight ends after its current step (at once, from a wait for a lost
         worker), calls waiting in line and new ones are refused, all with UNAVAILABLE, rather
         than be cut by the server's stop without a status.  queue_setting:
-        how the operator sets `max_queued_requests`, named when a full line refuses a call."""
+        how the operator sets `max_queued_requests`, named when a full line refuses a call.
+        slots: a line shared with another API over the same engine (the HTTP service's), in
+        place of one of this servicer's own; the limits above are then its.  observed: wraps a
+        request's steps as `observed(request, stopped=...)`, `stopped()` asked before each step
+        (`rayspec.serve.service.observed_steps`: the HTTP service's metrics); None: the
+        engine's steps as they are."""
         super().__init__(**server_limits)
         self.engine, self.tokenizer, self.limits = engine, tokenizer, limits or Limits()
-        self.max_concurrent_requests = max_concurrent_requests
-        self._slots = (None if max_concurrent_requests is None
-                       else SlotQueue(max_concurrent_requests, max_queued_requests, SessionLimitError, queue_setting))
+        if slots is None and max_concurrent_requests is not None:
+            slots = SlotQueue(max_concurrent_requests, max_queued_requests, QueueFull, queue_setting)
+        self._slots = slots
+        self.max_concurrent_requests = None if slots is None else slots.size
+        self._observed = observed
         self._running: set[GenerationRequest] = set()  # what `_shut_down` cancels
         self._running_lock = threading.Lock()
         self.shutting_down = shutting_down or ShutdownSignal()
@@ -127,6 +134,13 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
             **stop_reason_fields(request.stop_reason),
         )
 
+    def _steps(self, request: GenerationRequest, context):
+        """The request's steps, until their end or the call's (cancelled, past its deadline)."""
+        stopped = lambda: not context.is_active()  # noqa: E731
+        if self._observed is not None:
+            return self._observed(request, stopped=stopped)
+        return _until(request.run(), stopped)
+
     def Info(self, message, context):
         return generation_pb2.GenerationInfo(features=GENERATION_FEATURES)
 
@@ -134,18 +148,18 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
     def Generate(self, message, context):
         request = self._request(message, context)
         _cancel_when_over(context, request)  # the RPC ended (cancelled, past its deadline): stop waiting
-        with self._generation(context, request), closing(request.run()) as steps:
+        with self._generation(context, request), closing(self._steps(request, context)) as steps:
             for _ in steps:
-                if not context.is_active():  # cancelled, or past its deadline: stop, releasing the sessions
-                    return generation_pb2.GenerateResponse()
                 self._check_running()
+        if not context.is_active():  # cancelled, or past its deadline: stopped, the sessions released
+            return generation_pb2.GenerateResponse()
         return self._complete(request, request.text, request.logprobs, request.prompt_logprobs)
 
     @rpc_errors
     def GenerateStream(self, message, context):
         request = self._request(message, context)
         _cancel_when_over(context, request)
-        with self._generation(context, request), closing(request.run()) as steps:
+        with self._generation(context, request), closing(self._steps(request, context)) as steps:
             for added in steps:
                 self._check_running()
                 yield generation_pb2.GenerateStreamResponse(
@@ -155,6 +169,16 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
                         prompt_logprobs=_token_logprobs(request.prompt_ids[1:], added.prompt_logprobs)),
                 )
         yield generation_pb2.GenerateStreamResponse(complete=self._complete(request, ""))
+
+
+def _until(steps, stopped: Callable[[], bool]):
+    with closing(steps):
+        while not stopped():
+            try:
+                step = next(steps)
+            except StopIteration:
+                return
+            yield step
 
 
 def _cancel_when_over(context, request: GenerationRequest) -> None:
@@ -181,7 +205,8 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
                      max_concurrent_requests: int = 64, api_key: str | None = None,
                      serving: Callable[[], bool] | None = None, max_queued_requests: int = 256,
                      shutting_down: ShutdownSignal | None = None,
-                     queue_setting: str = "limits.max_queued_requests"):
+                     queue_setting: str = "limits.max_queued_requests", slots: SlotQueue | None = None,
+                     observed: Callable | None = None):
     """Generation on `address`; requests beyond `max_concurrent_requests` running at once wait
     for a slot, first come, first served, as the HTTP service's (`LimitsConfig`), and past
     `max_queued_requests` waiting are refused with RESOURCE_EXHAUSTED.  Each holds a server
@@ -192,9 +217,11 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
     refused UNAUTHENTICATED, the health service's excepted.  `serving`: asked at each health
     check, whether the engine's workers let it serve (None: always, as an engine over
     in-process models).  `shutting_down`, `queue_setting`: as `GenerationServicer`'s; once
-    `shutting_down` is set, health checks answer NOT_SERVING too."""
+    `shutting_down` is set, health checks answer NOT_SERVING too.  `slots`, `observed`: as
+    `GenerationServicer`'s (`rayspec.serve.service.Service.serve_generation_api`: the HTTP
+    service's line and metrics); the line's limits then replace the two above."""
     servicer = GenerationServicer(engine, tokenizer, limits, max_concurrent_requests, max_queued_requests,
-                                  shutting_down, queue_setting)
+                                  shutting_down, queue_setting, slots=slots, observed=observed)
 
     def serves() -> bool:
         return not shutting_down.is_set() and (serving is None or serving())
@@ -206,6 +233,8 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
 
     interceptors = [RequireKey(api_key, open_services=("grpc.health.v1.Health",))] if api_key else []
+    if slots is not None:
+        max_concurrent_requests, max_queued_requests = slots.size, slots.max_waiting
     threads = max_concurrent_requests + max_queued_requests + HEALTH_CHECK_THREADS + HealthServicer.MAX_WATCHES
     return start_server(register, address, max_workers=threads, interceptors=interceptors, refuse_past_threads=False)
 

@@ -30,6 +30,7 @@ from concurrent import futures
 import grpc
 
 from rayspec.engine.interfaces import AtCapacity, GenerationCancelled, SessionClosedError, ShuttingDown
+from rayspec.engine.slots import QueueFull
 from rayspec.models.cancellation import watching_caller
 from rayspec.models.threads import honour_torch_threads
 from rayspec.rpc.generated import health_pb2, health_pb2_grpc, worker_pb2
@@ -108,7 +109,7 @@ def status_of(error: Exception, where: str) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.NOT_FOUND, str(error.args[0])
     if isinstance(error, SessionClosedError):
         return grpc.StatusCode.NOT_FOUND, str(error)
-    if isinstance(error, (SessionLimitError, AtCapacity)):
+    if isinstance(error, (SessionLimitError, AtCapacity, QueueFull)):
         return grpc.StatusCode.RESOURCE_EXHAUSTED, str(error)
     if isinstance(error, ShuttingDown):
         return grpc.StatusCode.UNAVAILABLE, str(error)

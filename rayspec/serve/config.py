@@ -281,8 +281,11 @@ class LimitsConfig:
     late rather than refused, while a sustained overload still gets 429s that tell clients to
     back off instead of queueing without end (vLLM's queue is unbounded: its clients time out
     instead).  0 refuses at once whatever finds no free slot.  The gRPC Generation API has the
-    same limits, and a line of its own (RESOURCE_EXHAUSTED past it), but not
-    `max_request_bytes`: its servers refuse requests over 256 MiB."""
+    same limits (RESOURCE_EXHAUSTED for a full line), but not `max_request_bytes`: its servers
+    refuse requests over 256 MiB.  A process that serves both APIs (the Serve replica, with
+    the target `where: coordinator`) runs them in one engine, and their requests wait in one
+    line for the same slots; with the target in a worker, the gRPC API's coordinator is an
+    actor of its own (`GenerationActor`), with its own slots and line."""
     default_max_tokens: int = 256
     max_tokens: int = 4096
     max_concurrent_requests: int = 64

@@ -20,7 +20,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import grpc
 
@@ -28,7 +28,7 @@ from rayspec.engine.engine import SpeculativeEngine
 from rayspec.engine.interfaces import AtCapacity, RequestFieldError, ShutdownSignal, ShuttingDown
 from rayspec.engine.pool import DrafterPool
 from rayspec.engine.requests import GenerationRequest, Limits
-from rayspec.engine.slots import SlotQueue
+from rayspec.engine.slots import QueueFull, SlotQueue
 from rayspec.engine.structured import (
     StructuredOutput, check_structured, compiled_index, structured_regex, vocabulary_of,
 )
@@ -63,7 +63,7 @@ class ChatRenderError(RequestFieldError):
     render; `field` names the request field at fault."""
 
 
-class Overloaded(RuntimeError):
+class Overloaded(QueueFull):
     """As many generations are running as the service allows, and as many requests wait for
     them as its queue holds."""
 
@@ -89,7 +89,9 @@ class Service:
         self.workers = dict(workers or {})
         self.created = int(time.time())
         self.request_limits = Limits(self.limits.default_max_tokens, self.limits.max_tokens)
-        self._slots = SlotQueue(self.limits.max_concurrent_requests, self.limits.max_queued_requests, Overloaded)
+        # one line for both APIs (`serve_generation_api`), as one engine runs both's generations
+        self._slots = SlotQueue(self.limits.max_concurrent_requests, self.limits.max_queued_requests, Overloaded,
+                                waited=self.metrics.queue_seconds.observe)
         self.metrics.watch_queue(lambda: self._slots.waiting)
         self._handles: list = []  # remote handles to close with the service
         # set by `shut_down`; the gRPC Generation API over the same engine hooks on it
@@ -231,9 +233,7 @@ class Service:
         # otherwise open worker sessions and run their first step while the rest wait, holding
         # slots that other requests wait for meanwhile.
         at_once = min(len(requests), self._slots.size)
-        waited = time.perf_counter()
         await self._slots.take(at_once)
-        self.metrics.queue_seconds.observe(time.perf_counter() - waited)
         later: deque[StepStream] | None = deque() if len(requests) > at_once else None
         streams = []
         try:
@@ -261,6 +261,18 @@ class Service:
         """Whether every target worker answers SERVING (blocking): what the service needs to
         serve at all, a drafter's absence being decoded around."""
         return targets_answer(self.workers, HEALTH_TIMEOUT)
+
+    def serve_generation_api(self, address: str) -> tuple:
+        """The gRPC Generation API over this service, on `address`, as `rayspec serve` runs it
+        beside the HTTP app: (server, port).  Its calls get the service's limits and key, wait
+        in the same line as HTTP requests for the same slots — one engine runs the
+        generations of both, and `limits.max_concurrent_requests` bounds them all — are
+        observed in the same metrics, and end with the service's shutdown."""
+        from rayspec.rpc.coordinator import serve_generation
+
+        return serve_generation(self.engine, self.tokenizer, address, self.request_limits, api_key=self.api_key,
+                                serving=self.targets_answer, shutting_down=self.shutting_down, slots=self._slots,
+                                observed=functools.partial(observed_steps, self.metrics))
 
     def move_worker(self, old: str, new: str) -> None:
         """The worker at `old` (host:port) now listens at `new`: a Ray actor restarted on another
@@ -372,51 +384,20 @@ class StepStream:
         self._service._slots.release()
 
     def _produce(self, service: Service, request: GenerationRequest, counts_prompt: bool) -> None:
-        metrics = service.metrics
-        metrics.in_flight.inc()
-        steps, error, ended, unread, began = None, None, False, counts_prompt, False
+        steps, error = None, None
         try:  # everything in here: whatever fails, the awaiting side gets its end (and the error)
             honour_torch_threads()
-            start = last = time.perf_counter()
-            first_token = None  # seconds from the start
-            steps = request.run()
-            while not self._stop.is_set():
-                try:
-                    added = next(steps)
-                except StopIteration:
-                    added = None
-                began = True
-                # Counted once read, as vLLM counts a prefilled prompt: a generation refused or
-                # failed before its first step (an unknown verifier, a worker down) read none.
-                if unread:
-                    metrics.prompt_tokens.inc(len(request.prompt_ids))
-                    unread = False
-                if added is None:  # the end (at once for an echo of the prompt alone)
-                    ended = True
-                    metrics.observe_generation(request.stats, time.perf_counter() - start, first_token,
-                                               request.finish_reason)
-                    break
-                now = time.perf_counter()
-                metrics.observe_step(added.step)
-                if added.token_ids:
-                    metrics.observe_chunk(now - last, first=first_token is None)
-                    first_token, last = first_token if first_token is not None else now - start, now
+            steps = observed_steps(service.metrics, request, counts_prompt, stopped=self._stop.is_set)
+            for added in steps:
                 self._put(added)
         except Exception as failure:  # delivered to the awaiting side, which answers for it
             error = failure
         finally:
-            # A generation refused as it starts (bad input, a 400; no room, a 429) never ran: its
-            # request is counted by that status alone, as those refused before the engine are.
-            if not ended and (began or not _refused(error)):
-                metrics.ended.labels("abort").inc()
             if steps is not None:
                 try:
                     steps.close()
                 except Exception as failure:  # its slot and its end must follow all the same
                     error = error or failure
-            if getattr(request, "stats", None) is not None:  # set once the generation began
-                metrics.observe_incidents(request.stats)
-            metrics.in_flight.dec()
             with service._live_lock:
                 service._live.discard(self)
             self._hand_on_slot()
@@ -453,6 +434,60 @@ class StepStream:
         read."""
         self.close()
         self._put(_End(error))
+
+
+def observed_steps(metrics: Metrics, request: GenerationRequest, counts_prompt: bool = True,
+                   stopped: Callable[[], bool] = lambda: False):
+    """`request.run()`'s steps, each observed in `metrics` as it passes, whichever API serves
+    them, until their end or until `stopped()` (asked before each step: the client left): the
+    generation in flight while it runs, each step, the gaps between steps that emit tokens
+    (time to first token, inter-chunk), the prompt's tokens once read (unless `counts_prompt`
+    is False: a request's further choices of one prompt), and how it ended — its finish
+    reason, or `abort` when it failed, stopped or was closed before its end.  Closing this
+    generator closes the engine's."""
+    metrics.in_flight.inc()
+    steps, ended, unread, began, error = None, False, counts_prompt, False, None
+    try:
+        start = last = time.perf_counter()
+        first_token = None  # seconds from the start
+        steps = request.run()
+        while not stopped():
+            try:
+                added = next(steps)
+            except StopIteration:
+                added = None
+            began = True
+            # Counted once read, as vLLM counts a prefilled prompt: a generation refused or
+            # failed before its first step (an unknown verifier, a worker down) read none.
+            if unread:
+                metrics.prompt_tokens.inc(len(request.prompt_ids))
+                unread = False
+            if added is None:  # the end (at once for an echo of the prompt alone)
+                ended = True
+                metrics.observe_generation(request.stats, time.perf_counter() - start, first_token,
+                                           request.finish_reason)
+                return
+            now = time.perf_counter()
+            metrics.observe_step(added.step)
+            if added.token_ids:
+                metrics.observe_chunk(now - last, first=first_token is None)
+                first_token, last = first_token if first_token is not None else now - start, now
+            yield added
+    except Exception as failure:
+        error = failure
+        raise
+    finally:
+        # A generation refused as it starts (bad input, a 400; no room, a 429) never ran: its
+        # request is counted by that status alone, as those refused before the engine are.
+        if not ended and (began or not _refused(error)):
+            metrics.ended.labels("abort").inc()
+        try:
+            if steps is not None:
+                steps.close()
+        finally:
+            if getattr(request, "stats", None) is not None:  # set once the generation began
+                metrics.observe_incidents(request.stats)
+            metrics.in_flight.dec()
 
 
 def _refused(error: BaseException | None) -> bool:

@@ -8,7 +8,6 @@ import grpc
 import pytest
 
 from rayspec.client import Client, GenerateRequest, InvalidRequestError
-from rayspec.rpc.coordinator import serve_generation
 from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc
 from tests.serve.served import MODEL
 
@@ -16,7 +15,7 @@ from tests.serve.served import MODEL
 @pytest.fixture(scope="module")
 def sdk(server):
     service = server["service"]
-    grpc_server, port = serve_generation(service.engine, service.tokenizer, "127.0.0.1:0", service.request_limits)
+    grpc_server, port = service.serve_generation_api("127.0.0.1:0")
     with Client(f"127.0.0.1:{port}", timeout=60, retries=0) as client:
         client.port = port  # for a raw stub: what no SDK would send
         yield client

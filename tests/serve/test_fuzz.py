@@ -20,7 +20,6 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from rayspec.rpc.coordinator import serve_generation
 from rayspec.rpc.generated import generation_pb2 as pb
 from rayspec.rpc.generated import generation_pb2_grpc
 from rayspec.verify import available_verifiers
@@ -298,7 +297,7 @@ def generate_requests(draw, focus: str | None = None):
 @pytest.fixture(scope="module")
 def generation(server):
     service = server["service"]
-    grpc_server, port = serve_generation(service.engine, service.tokenizer, "127.0.0.1:0")
+    grpc_server, port = service.serve_generation_api("127.0.0.1:0")
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     yield generation_pb2_grpc.GenerationStub(channel)
     channel.close()

@@ -318,7 +318,7 @@ def test_grpc_calls_that_end_at_random_as_the_service_shuts_down_give_every_slot
     from rayspec.engine.interfaces import ShuttingDown as Down
     from rayspec.models.cancellation import GenerationCancelled
     from rayspec.rpc.coordinator import GenerationServicer
-    from rayspec.rpc.server import SessionLimitError
+    from rayspec.engine.slots import QueueFull
 
     rng = random.Random(5)
     down = ShutdownSignal()  # as the service's: setting it closes the servicer's line too
@@ -340,7 +340,7 @@ def test_grpc_calls_that_end_at_random_as_the_service_shuts_down_give_every_slot
             return ledger.end(i, "left")
         except Down:
             return ledger.end(i, "shutting down")
-        except SessionLimitError:
+        except QueueFull:
             return ledger.end(i, "line full")
         ledger.end(i, "ran")
 

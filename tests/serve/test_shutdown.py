@@ -92,13 +92,11 @@ def test_grpc_streams_in_flight_end_unavailable_and_new_calls_are_refused(stoppi
     import grpc
 
     from rayspec.client.types import GenerateRequest
-    from rayspec.rpc.coordinator import serve_generation
     from rayspec.rpc.generated import generation_pb2_grpc, health_pb2, health_pb2_grpc
 
     service, target, _ = stopping
     target.permits = threading.Semaphore(3)
-    server, port = serve_generation(service.engine, service.tokenizer, "127.0.0.1:0", service.request_limits,
-                                    shutting_down=service.shutting_down)
+    server, port = service.serve_generation_api("127.0.0.1:0")
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = generation_pb2_grpc.GenerationStub(channel)
