@@ -476,6 +476,11 @@ class GenerationActor(_Placed):
             self.service.engine.costs()
         return self.service.measured_costs()
 
+    def metrics(self) -> bytes:
+        """Its Prometheus text: the HTTP app's `/metrics` adds it to the replica's own
+        (`rayspec.serve.metrics.Metrics.add_coordinator`)."""
+        return self.service.metrics.exposition()
+
     def shut_down(self) -> None:
         """End the generations in flight with UNAVAILABLE, and refuse new ones, as the service
         stops (`rayspec.serve.service.Service.shut_down`)."""

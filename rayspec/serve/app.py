@@ -43,6 +43,7 @@ log = logging.getLogger("rayspec.serve")
 
 START_TIMEOUT = 600.0  # drafter workers loading their models
 HEADROOM = 16  # ongoing requests beyond the generations and the queue: /health, /metrics, /v1/models, 429s
+OTHER_METRICS_TIMEOUT = 2.0  # a scrape waits this long for the gRPC coordinator's metrics
 
 
 @serve.ingress()
@@ -75,6 +76,9 @@ class Coordinator:
                 target_address, *drafter_addresses = addresses_of(worker_actors)
             self.service = Service.from_config(config, target_address, drafter_addresses,
                                                costs=None if costs_from is None else grpc_coordinators_costs)
+            if costs_from is not None:  # /metrics counts the gRPC API's generations too
+                self.service.metrics.add_coordinator(
+                    lambda: ray.get(costs_from.metrics.remote(), timeout=OTHER_METRICS_TIMEOUT))
             self.watch = watch_workers(self.service, [target_address, *drafter_addresses], worker_actors)
             return
         from rayspec.demo import TARGET_PATH

@@ -9,7 +9,9 @@ generation, as vLLM's serving metrics: time to first token, the gaps between its
 emit tokens (a stream's inter-chunk latency), time per output token, its length in seconds,
 tokens per second, and how it ended.  Per request, as vLLM's: how long it waited in the queue
 for its generations' slots, and at each scrape how many wait.  Per prompt of a request (once,
-whatever its `n`): its tokens.  Per HTTP request: the count by endpoint and status.  At each scrape, what
+whatever its `n`): its tokens.  Per HTTP request: the count by endpoint and status.  The
+generations of both APIs are counted: the gRPC API's coordinator, where it is another
+process, adds its metrics to each scrape (`Metrics.add_coordinator`).  At each scrape, what
 sequoia:auto's load trials measured and chose per load level
 (`rayspec.engine.policy.TreeTrial`): why its trees drafted or not; and per verifier and
 temperature, the Sequoia tree in use, its changes while serving and its re-planning checks
@@ -22,11 +24,17 @@ transport, serialisation, the engine's bookkeeping.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.parser import text_string_to_metric_families
 
 from rayspec.engine.engine import GenerationStats, StepStats
+
+log = logging.getLogger(__name__)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _PHASES = {"draft": "draft", "score": "score", "verify": "verify", "network": "other"}
@@ -75,7 +83,7 @@ class Metrics:
         # vLLM's vllm:num_requests_waiting and vllm:request_queue_time_seconds
         self.waiting = Gauge(
             "rayspec_requests_waiting", "Requests queued for generation slots now (limits.max_queued_requests at "
-            "most), none of their generations started.", registry=r,
+            "most in a coordinator's line), none of their generations started.", registry=r,
         )
         seconds = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
         self.queue_seconds = Histogram(
@@ -147,6 +155,10 @@ class Metrics:
             self.phase_seconds.labels(phase)
         self.trials = None  # a callable giving (verifier, temperature, TrialReport)s: `watch_trials`
         self.plans = None  # a callable giving (verifier, temperature, PlanReport)s: `watch_plans`
+        # what another coordinator's exposition adds to these (`add_coordinator`); the trees'
+        # families below are each coordinator's own view, not summed
+        self._summed = {family.name for family in r.collect()}
+        self._others: list[_Other] = []
         r.register(_TrialCollector(self))
         r.register(_PlanCollector(self))
 
@@ -213,8 +225,73 @@ class Metrics:
     def observe_response(self, endpoint: str, status: int) -> None:
         self.requests.labels(endpoint, str(status)).inc()
 
+    def add_coordinator(self, exposition: Callable[[], bytes]) -> None:
+        """Add, at each scrape, another coordinator's metrics to these (`exposition()`: its
+        Prometheus text, blocking): every counter, gauge and histogram sample is summed with
+        this one's, so that `/metrics` counts the generations of both (the gRPC API's
+        coordinator actor beside the HTTP app's replica); the trees' trials and plans stay
+        this coordinator's own.  A coordinator that does not answer adds what it answered last,
+        so that a counter never seems to go back."""
+        self._others.append(_Other(exposition))
+
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        own = generate_latest(self.registry)
+        if not self._others:
+            return own
+        return _summed_exposition(own, [other.latest() for other in self._others], self._summed)
+
+
+class _Other:
+    """Another coordinator's exposition, with what it answered last."""
+
+    def __init__(self, fetch: Callable[[], bytes]):
+        self.fetch, self.last = fetch, b""
+
+    def latest(self) -> bytes:
+        try:
+            self.last = self.fetch()
+        except Exception as error:  # noqa: BLE001 — a scrape must answer with what it has
+            log.warning("another coordinator's metrics did not come (its last are used): %s", error)
+        return self.last
+
+
+def _summed_exposition(own: bytes, others: list[bytes], summed: set[str]) -> bytes:
+    """`own` (Prometheus text) with each sample of a family in `summed` increased by the same
+    sample (name and labels) of `others`; their samples of label values `own` has not seen
+    yet are added after its own.  Families outside `summed`, and those `own` lacks, are left
+    as `own` has them."""
+    def key(sample) -> tuple:
+        return sample.name, tuple(sorted(sample.labels.items()))
+
+    extra: dict[str, dict[tuple, object]] = {}  # family -> sample key -> sample, values summed
+    for text in others:
+        for family in text_string_to_metric_families(text.decode()):
+            if family.name not in summed:
+                continue
+            samples = extra.setdefault(family.name, {})
+            for sample in family.samples:
+                there = samples.get(key(sample))
+                samples[key(sample)] = sample if there is None else there._replace(value=there.value + sample.value)
+    families = list(text_string_to_metric_families(own.decode()))
+    for family in families:
+        added = extra.get(family.name)
+        if not added:
+            continue
+        mine = {key(sample) for sample in family.samples}
+        family.samples = [sample._replace(value=sample.value + added[key(sample)].value) if key(sample) in added
+                          else sample for sample in family.samples]
+        family.samples += [sample for sample_key, sample in added.items() if sample_key not in mine]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(families))
+    return generate_latest(registry)
+
+
+class _Families:
+    def __init__(self, families: list):
+        self.families = families
+
+    def collect(self):
+        return self.families
 
 
 class _TrialCollector:

@@ -113,3 +113,26 @@ def assert_both_coordinators_plan_from_one_calibration(running, tree: str | None
     replica = serve.get_deployment_handle("rayspec-coordinator", app_name="rayspec")
     assert costs is not None and replica.costs.remote().result(timeout_s=60) == costs
     assert http.choices[0].text == grpc.text and http.rayspec["steps"] == grpc.usage.steps
+
+
+def assert_metrics_count_both_apis(running) -> None:
+    """/metrics counts a generation served through the gRPC SDK as it counts an HTTP one: their
+    tokens, and each generation by how it ended."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from rayspec.client import Client
+
+    def scraped(http) -> dict:
+        return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+                for family in text_string_to_metric_families(http.get("/metrics").text) for sample in family.samples}
+
+    tokens, ended = ("rayspec_generated_tokens_total", ()), ("rayspec_generations_ended_total", (("reason", "length"),))
+    with httpx.Client(base_url=running.http_address, timeout=60) as http, Client(running.grpc_address) as sdk:
+        before = scraped(http)
+        assert len(sdk.generate(PROMPT, max_tokens=5, seed=1).token_ids) == 5
+        reply = http.post("/v1/completions", json={"model": "tiny", "prompt": PROMPT, "max_tokens": 3, "seed": 1})
+        assert reply.status_code == 200
+        after = scraped(http)
+    assert after[tokens] - before.get(tokens, 0) == 5 + 3
+    assert after[ended] - before.get(ended, 0) == 2

@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from tests.cluster.launching import (
-    PROMPT, assert_both_coordinators_plan_from_one_calibration, assert_serves_in_process_tokens, in_process_tokens,
-    launched,
+    PROMPT, assert_both_coordinators_plan_from_one_calibration, assert_metrics_count_both_apis,
+    assert_serves_in_process_tokens, in_process_tokens, launched,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +40,12 @@ def test_both_coordinators_plan_from_one_calibration_so_a_seed_gives_the_same_to
     """The service's tree is sequoia:auto: the gRPC coordinator measures the step costs at
     start-up and the HTTP one plans from them."""
     assert_both_coordinators_plan_from_one_calibration(service[0])
+
+
+def test_metrics_count_the_generations_of_both_apis(service):
+    """The gRPC API's generations are the `GenerationActor`'s, a coordinator of its own: the
+    replica's /metrics adds its metrics."""
+    assert_metrics_count_both_apis(service[0])
 
 
 def test_the_coordinators_run_on_the_targets_node(service):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from rayspec.serve.config import ServiceConfig
-from tests.cluster.launching import assert_serves_in_process_tokens, launched
+from tests.cluster.launching import assert_metrics_count_both_apis, assert_serves_in_process_tokens, launched
 
 
 @pytest.fixture(scope="module")
@@ -20,6 +20,11 @@ def service(tmp_path_factory):
 
 def test_http_and_grpc_give_the_in_process_tokens(service):
     assert_serves_in_process_tokens(*service)
+
+
+def test_metrics_count_the_generations_of_both_apis(service):
+    """One process serves both APIs from one engine, and observes both in one registry."""
+    assert_metrics_count_both_apis(service[0])
 
 
 def test_one_process_holds_the_target_and_serves_both_apis(service):

@@ -1,7 +1,9 @@
-"""The HTTP app and the gRPC Generation API side by side over one service, as `rayspec serve`
-runs them (`Service.serve_generation_api`): one engine runs the generations of both, so they
-wait in one line for the same `limits.max_concurrent_requests` slots, and the service's
-`/metrics` counts both."""
+"""The HTTP app and the gRPC Generation API side by side.  Over one service, as `rayspec serve`
+runs them in one process (`Service.serve_generation_api`), one engine runs the generations of
+both: they wait in one line for the same `limits.max_concurrent_requests` slots, and the
+service's `/metrics` counts both.  With the gRPC API in a coordinator of its own (the
+`GenerationActor`), `/metrics` adds that coordinator's metrics to the HTTP one's
+(`Metrics.add_coordinator`)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rayspec.client import Client, OverloadedError
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.serve.config import LimitsConfig
+from rayspec.serve.metrics import Metrics
 from rayspec.serve.http import create_app
 from rayspec.serve.service import Service
 from tests.loopback import ServerThread
@@ -110,3 +113,75 @@ def test_grpc_generations_are_counted_in_the_services_metrics(front_doors):
     assert added("rayspec_inter_chunk_seconds_count") >= streamed_steps - 1 > 0
     assert added("rayspec_generated_tokens_total") >= 12
     assert added("rayspec_http_requests_total", endpoint="/v1/completions", status="200") == 0
+
+
+def parsed(exposition: bytes) -> dict:
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(exposition.decode()) for sample in family.samples}
+
+
+class Plans:
+    """A stand-in for `SpeculativeEngine.tree_plans`: one Sequoia tree of `nodes` nodes."""
+
+    def __init__(self, nodes: int):
+        self.nodes = nodes
+
+    def __call__(self):
+        from rayspec.engine.policy import PlanReport
+
+        return [("rrsw", 0.6, PlanReport(spec="sequoia:auto", nodes=self.nodes, depth=3, replans=0, checks=1,
+                                         check_seconds=0.01))]
+
+
+def test_another_coordinators_metrics_are_summed_into_the_scrape_but_not_its_trees():
+    http_side, grpc_side = Metrics(), Metrics()
+    http_side.tokens.inc(3)
+    http_side.ended.labels("length").inc()
+    http_side.queue_seconds.observe(0.2)
+    http_side.watch_plans(Plans(nodes=9))
+    grpc_side.tokens.inc(4)
+    grpc_side.ended.labels("length").inc()
+    grpc_side.ended.labels("stop").inc(2)  # a label value the HTTP side has not seen
+    grpc_side.queue_seconds.observe(3.0)
+    grpc_side.in_flight.inc()
+    grpc_side.batch_size.labels("target").observe(2)
+    grpc_side.watch_plans(Plans(nodes=5))
+    http_side.add_coordinator(grpc_side.exposition)
+
+    merged = parsed(http_side.exposition())
+    assert merged[("rayspec_generated_tokens_total", ())] == 7
+    assert merged[("rayspec_generations_ended_total", (("reason", "length"),))] == 2
+    assert merged[("rayspec_generations_ended_total", (("reason", "stop"),))] == 2
+    assert merged[("rayspec_request_queue_seconds_count", ())] == 2
+    assert merged[("rayspec_request_queue_seconds_sum", ())] == pytest.approx(3.2)
+    assert merged[("rayspec_request_queue_seconds_bucket", (("le", "0.25"),))] == 1  # 0.2 s only
+    assert merged[("rayspec_request_queue_seconds_bucket", (("le", "5.0"),))] == 2
+    assert merged[("rayspec_generations_in_flight", ())] == 1
+    assert merged[("rayspec_forward_batch_size_count", (("model", "target"),))] == 1
+    tree = ("rayspec_tree_nodes", (("temperature", "0.6"), ("tree", "sequoia:auto"), ("verifier", "rrsw")))
+    assert merged[tree] == 9  # the HTTP coordinator's tree, not 9 + 5
+    assert parsed(Metrics().exposition()).keys() <= merged.keys()  # nothing of its own left out
+
+
+def test_a_coordinator_that_does_not_answer_adds_what_it_answered_last():
+    """A scrape while the gRPC coordinator is restarting or slow must not make its counters
+    seem to go back to zero (Prometheus would read that as a reset, and count its total again
+    once it answers)."""
+    http_side, grpc_side = Metrics(), Metrics()
+    grpc_side.tokens.inc(4)
+    answers = [grpc_side.exposition]
+
+    def exposition() -> bytes:
+        return answers[0]()
+
+    http_side.add_coordinator(exposition)
+    assert parsed(http_side.exposition())[("rayspec_generated_tokens_total", ())] == 4
+
+    def down() -> bytes:
+        raise TimeoutError("the actor did not answer")
+
+    answers[0] = down
+    grpc_side.tokens.inc(10)
+    assert parsed(http_side.exposition())[("rayspec_generated_tokens_total", ())] == 4
+    answers[0] = grpc_side.exposition
+    assert parsed(http_side.exposition())[("rayspec_generated_tokens_total", ())] == 14
