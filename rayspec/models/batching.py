@@ -59,6 +59,9 @@ DEFAULT_MAX_BATCH_TOKENS = 256
 # The most of a batch's query rows that may be padding (calls narrower than the widest).
 MAX_PADDING = 0.5
 DEFAULT_PREFILL_CHUNK = 0  # tokens per prefill chunk; 0: a prefill goes in one forward
+# How often a queued call asks whether its caller left: a forward ahead of it may take seconds
+# (a long prefill), and nothing else wakes it.
+LEFT_CHECK_SECONDS = 0.25
 
 
 @dataclass(eq=False)  # a call is itself: found in the queue by identity
@@ -133,7 +136,7 @@ class ForwardBatcher:
         with self._changed:
             self._queue.append(call)
             while not call.done and (self._running or self._queue[0] is not call):
-                self._changed.wait()
+                self._changed.wait(None if left is None else LEFT_CHECK_SECONDS)
                 if left is not None and call in self._queue and left():
                     # A prefill whose caller left leaves the queue, rather than cost the
                     # sequences behind it a forward that nobody waits for.

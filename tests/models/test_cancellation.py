@@ -127,3 +127,47 @@ def test_a_chunked_prefill_stops_between_chunks_once_its_caller_left(model):
     with watching_caller(lambda: False):
         logits = whole.prefill(PROMPT)
     torch.testing.assert_close(logits, TreeLM(model).prefill(PROMPT), atol=1e-5, rtol=1e-5)
+
+
+def test_a_queued_call_whose_caller_left_leaves_while_the_forward_ahead_of_it_still_runs(model):
+    """It noticed only when a forward ended and woke the queue: behind a long prefill (here
+    one that does not end until the test says so), its thread waited for nobody."""
+    from rayspec.models.batching import LEFT_CHECK_SECONDS
+
+    batcher = ForwardBatcher(max_sequences=1)
+    holder, leaver = TreeLM(model, batcher=batcher), TreeLM(model, batcher=batcher)
+    running, release = threading.Event(), threading.Event()
+    forward = holder.forward_alone
+
+    def held_forward(*args, **kwargs):
+        running.set()
+        assert release.wait(30)
+        return forward(*args, **kwargs)
+
+    holder.forward_alone = held_forward
+    left, outcome = threading.Event(), []
+
+    def prefill_leaving():
+        try:
+            with watching_caller(left.is_set):
+                leaver.prefill(PROMPT)
+        except GenerationCancelled as error:
+            outcome.append(error)
+
+    holding = threading.Thread(target=holder.prefill, args=(PROMPT,))
+    holding.start()
+    try:
+        assert running.wait(30)
+        leaving = threading.Thread(target=prefill_leaving)
+        leaving.start()
+        while not batcher._queue:
+            threading.Event().wait(0.01)
+        left.set()
+        leaving.join(4 * LEFT_CHECK_SECONDS)
+        assert not leaving.is_alive() and not release.is_set()  # gone while the holder's forward runs
+        assert [str(error) for error in outcome] == ["its caller left while its forward was queued"]
+        assert not batcher._queue and leaver.committed == 0
+    finally:
+        release.set()
+        holding.join(30)
+    assert holder.committed == len(PROMPT)
