@@ -170,11 +170,17 @@ async def _stream_chunks(state: StreamState, open_call: Callable[[float], Any], 
             state.call = open_call(deadline.remaining())
             try:
                 async for message in state.call:
+                    if state.completion is not None:  # nothing follows the completion but the call's end
+                        continue
                     if message.HasField("complete"):
+                        # Its end is read too (it follows at once): a call dropped here would end
+                        # CANCELLED on the server, though it got all it asked for.
                         state.completion = Completion.from_stream(chunks, message.complete)
-                        return
+                        continue
                     chunks.append(CompletionChunk.from_proto(message.chunk))
                     yield chunks[-1]
+                if state.completion is not None:
+                    return
             except asyncio.CancelledError:
                 if state.cancelled:  # our cancel(), not the task's
                     return
@@ -182,7 +188,7 @@ async def _stream_chunks(state: StreamState, open_call: Callable[[float], Any], 
                     raise channel_closed() from None
                 raise
             except grpc.RpcError as error:
-                if state.cancelled:
+                if state.cancelled or state.completion is not None:  # all it asked for came
                     return
                 replayable = retry is not None and not chunks  # nothing handed out yet
                 pause = retry.pause(retries, error.code(), deadline) if replayable else None

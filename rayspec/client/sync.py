@@ -181,13 +181,19 @@ def _stream_chunks(state: StreamState, open_call: Callable[[float], Any], timeou
                 state.call.cancel()
             try:
                 for message in state.call:
+                    if state.completion is not None:  # nothing follows the completion but the call's end
+                        continue
                     if message.HasField("complete"):
+                        # Its end is read too (it follows at once): a call dropped here would end
+                        # CANCELLED on the server, though it got all it asked for.
                         state.completion = Completion.from_stream(chunks, message.complete)
-                        return
+                        continue
                     chunks.append(CompletionChunk.from_proto(message.chunk))
                     yield chunks[-1]
+                if state.completion is not None:
+                    return
             except grpc.RpcError as error:
-                if state.cancelled:
+                if state.cancelled or state.completion is not None:  # all it asked for came
                     return
                 replayable = retry is not None and not chunks  # nothing handed out yet
                 pause = retry.pause(retries, error.code(), deadline) if replayable else None

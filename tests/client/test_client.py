@@ -72,6 +72,7 @@ class FakeGeneration(generation_pb2_grpc.GenerationServicer):
         self.crash = False
         self.delay = 0.0
         self.chunk_delay = 0.0
+        self.end_delay = 0.0  # between a stream's completion message and its end
         self.interrupted = threading.Event()  # a call ended before its handler finished
         self.features: tuple[str, ...] | None = GENERATION_FEATURES  # None: a server without Info
         self.info_calls = 0
@@ -146,6 +147,8 @@ class FakeGeneration(generation_pb2_grpc.GenerationServicer):
                 _wait_while_active(context, self.chunk_delay)
         complete.ClearField("text")  # the final message repeats no text (the token ids it does)
         yield pb.GenerateStreamResponse(complete=complete)
+        if self.end_delay:
+            _wait_while_active(context, self.end_delay)
         finished.set()
 
 
@@ -649,6 +652,18 @@ def test_a_stream_dropped_or_closed_before_its_end_is_cancelled_on_the_server(cl
     assert server.generation.interrupted.wait(2) and list(stream) == [] and stream.completion is None
 
 
+def test_a_stream_read_to_its_completion_reads_its_end_rather_than_drop_the_call(client, server):
+    """The stream returned at the completion message and dropped the call: the server saw a
+    call that got all it asked for end CANCELLED (as its `/metrics` counts it)."""
+    server.generation.end_delay = 0.3
+    with no_cycle_collection():
+        stream = client.stream("abcdef", max_tokens=4)
+        assert "".join(chunk.text for chunk in stream) == expected_text("abcdef", 424242, 4)
+        assert stream.completion is not None
+        del stream
+        assert not server.generation.interrupted.wait(1)
+
+
 # ---------------------------------------------------------------- async twin
 
 def run(coroutine):
@@ -672,6 +687,22 @@ def test_an_async_stream_dropped_or_closed_before_its_end_is_cancelled_on_the_se
             return dropped, closed, [chunk async for chunk in stream], stream.completion
 
     assert run(main()) == (True, True, [], None)
+
+
+def test_an_async_stream_read_to_its_completion_reads_its_end_rather_than_drop_the_call(server):
+    server.generation.end_delay = 0.3
+
+    async def main():
+        async with AsyncClient(server.address, timeout=5, retries=FAST) as client:
+            with no_cycle_collection():
+                stream = client.stream("abcdef", max_tokens=4)
+                texts = [chunk.text async for chunk in stream]
+                completed = stream.completion is not None
+                del stream
+                return texts, completed, await asyncio.to_thread(server.generation.interrupted.wait, 1)
+
+    texts, completed, interrupted = run(main())
+    assert "".join(texts) == expected_text("abcdef", 424242, 4) and completed and not interrupted
 
 
 def test_async_generate_and_stream(server):
