@@ -21,7 +21,7 @@ from rayspec.engine.slots import QueueFull, SlotQueue
 from rayspec.engine.structured import StructuredOutput
 from rayspec.models.cancellation import GenerationCancelled, watching_caller
 from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, health_pb2_grpc
-from rayspec.rpc.server import HealthServicer, RequireKey, Servicer, rpc_errors, start_server
+from rayspec.rpc.server import CountCalls, HealthServicer, RequireKey, Servicer, rpc_errors, start_server
 
 
 class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
@@ -206,7 +206,7 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
                      serving: Callable[[], bool] | None = None, max_queued_requests: int = 256,
                      shutting_down: ShutdownSignal | None = None,
                      queue_setting: str = "limits.max_queued_requests", slots: SlotQueue | None = None,
-                     observed: Callable | None = None):
+                     observed: Callable | None = None, answered: Callable[[str, str], None] | None = None):
     """Generation on `address`; requests beyond `max_concurrent_requests` running at once wait
     for a slot, first come, first served, as the HTTP service's (`LimitsConfig`), and past
     `max_queued_requests` waiting are refused with RESOURCE_EXHAUSTED.  Each holds a server
@@ -219,7 +219,8 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
     in-process models).  `shutting_down`, `queue_setting`: as `GenerationServicer`'s; once
     `shutting_down` is set, health checks answer NOT_SERVING too.  `slots`, `observed`: as
     `GenerationServicer`'s (`rayspec.serve.service.Service.serve_generation_api`: the HTTP
-    service's line and metrics); the line's limits then replace the two above."""
+    service's line and metrics); the line's limits then replace the two above.  `answered`:
+    told how each Generation call ended, refused ones included (`CountCalls`)."""
     servicer = GenerationServicer(engine, tokenizer, limits, max_concurrent_requests, max_queued_requests,
                                   shutting_down, queue_setting, slots=slots, observed=observed)
 
@@ -233,6 +234,8 @@ def serve_generation(engine: SpeculativeEngine, tokenizer, address: str, limits:
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
 
     interceptors = [RequireKey(api_key, open_services=("grpc.health.v1.Health",))] if api_key else []
+    if answered is not None:
+        interceptors.insert(0, CountCalls(answered, "rayspec.v1.Generation"))
     if slots is not None:
         max_concurrent_requests, max_queued_requests = slots.size, slots.max_waiting
     threads = max_concurrent_requests + max_queued_requests + HEALTH_CHECK_THREADS + HealthServicer.MAX_WATCHES

@@ -441,6 +441,58 @@ class RefuseUndecodable(grpc.ServerInterceptor):
         return _handler_like(handler, behaviour, request_deserializer=None)
 
 
+class CountCalls(grpc.ServerInterceptor):
+    """Tells `answered(method, code)` how each call to `service` (a full name, such as
+    "rayspec.v1.Generation") ended: the method's short name and the status code's name (OK,
+    INVALID_ARGUMENT, CANCELLED when its caller left, DEADLINE_EXCEEDED past its deadline).
+    First among a server's interceptors, it counts the calls the others refuse too (an API
+    key missing, a message that does not decode)."""
+
+    def __init__(self, answered: Callable[[str, str], None], service: str):
+        self.answered, self.prefix = answered, f"/{service}/"
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or not method.startswith(self.prefix):
+            return handler
+        name, answered = method[len(self.prefix):], self.answered
+        inner = handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
+
+        if handler.response_streaming:
+            def behaviour(request, context):
+                failed = True
+                try:
+                    yield from inner(request, context)
+                    failed = False
+                finally:
+                    answered(name, _status_name(context, failed))
+        else:
+            def behaviour(request, context):
+                failed = True
+                try:
+                    answer = inner(request, context)
+                    failed = False
+                    return answer
+                finally:
+                    answered(name, _status_name(context, failed))
+
+        return _handler_like(handler, behaviour, handler.request_deserializer)
+
+
+def _status_name(context, failed: bool) -> str:
+    """The status a call ends with, as its handler leaves it."""
+    code = context.code()
+    if code is None:
+        if not context.is_active():  # its caller went, or its deadline passed, before the answer
+            remaining = context.time_remaining()
+            code = (grpc.StatusCode.DEADLINE_EXCEEDED if remaining is not None and remaining <= 0
+                    else grpc.StatusCode.CANCELLED)
+        else:  # gRPC answers an exception no handler turned into a status UNKNOWN
+            code = grpc.StatusCode.UNKNOWN if failed else grpc.StatusCode.OK
+    return code.name
+
+
 def key_refusal(given: bytes, expected: bytes, how: str) -> str | None:
     """Why a call with credentials `given` (b"Bearer <key>", or b"" for none) is refused, or
     None when they are `expected`: compared in constant time.  `how` tells a caller without a

@@ -9,13 +9,13 @@ generation, as vLLM's serving metrics: time to first token, the gaps between its
 emit tokens (a stream's inter-chunk latency), time per output token, its length in seconds,
 tokens per second, and how it ended.  Per request, as vLLM's: how long it waited in the queue
 for its generations' slots, and at each scrape how many wait.  Per prompt of a request (once,
-whatever its `n`): its tokens.  Per HTTP request: the count by endpoint and status.  The
-generations of both APIs are counted: the gRPC API's coordinator, where it is another
-process, adds its metrics to each scrape (`Metrics.add_coordinator`).  At each scrape, what
-sequoia:auto's load trials measured and chose per load level
-(`rayspec.engine.policy.TreeTrial`): why its trees drafted or not; and per verifier and
-temperature, the Sequoia tree in use, its changes while serving and its re-planning checks
-(`rayspec.engine.policy.PlanReport`).
+whatever its `n`): its tokens.  Per HTTP request: the count by endpoint and status; per gRPC
+Generation call, by method and status code.  The generations of both APIs are counted: the
+gRPC API's coordinator, where it is another process, adds its metrics to each scrape
+(`Metrics.add_coordinator`).  At each scrape, what sequoia:auto's load trials measured and
+chose per load level (`rayspec.engine.policy.TreeTrial`): why its trees drafted or not; and
+per verifier and temperature, the Sequoia tree in use, its changes while serving and its
+re-planning checks (`rayspec.engine.policy.PlanReport`).
 
 Phases follow `StepStats`: draft (the drafter's compute), score (the target's forward),
 verify (the verifier's walk) and network — whatever else the step's wall time held:
@@ -78,6 +78,10 @@ class Metrics:
         self.requests = Counter(
             "rayspec_http_requests", "HTTP requests answered, by endpoint and status code.",
             ["endpoint", "status"], registry=r,
+        )
+        self.grpc_requests = Counter(
+            "rayspec_grpc_requests", "gRPC Generation calls answered, by method and status code.",
+            ["method", "code"], registry=r,
         )
         self.in_flight = Gauge("rayspec_generations_in_flight", "Generations running now.", registry=r)
         # vLLM's vllm:num_requests_waiting and vllm:request_queue_time_seconds
@@ -224,6 +228,9 @@ class Metrics:
 
     def observe_response(self, endpoint: str, status: int) -> None:
         self.requests.labels(endpoint, str(status)).inc()
+
+    def observe_grpc_call(self, method: str, code: str) -> None:
+        self.grpc_requests.labels(method, code).inc()
 
     def add_coordinator(self, exposition: Callable[[], bytes]) -> None:
         """Add, at each scrape, another coordinator's metrics to these (`exposition()`: its

@@ -267,12 +267,14 @@ class Service:
         beside the HTTP app: (server, port).  Its calls get the service's limits and key, wait
         in the same line as HTTP requests for the same slots — one engine runs the
         generations of both, and `limits.max_concurrent_requests` bounds them all — are
-        observed in the same metrics, and end with the service's shutdown."""
+        observed in the same metrics (and counted by method and status, as HTTP requests are
+        by endpoint and status), and end with the service's shutdown."""
         from rayspec.rpc.coordinator import serve_generation
 
         return serve_generation(self.engine, self.tokenizer, address, self.request_limits, api_key=self.api_key,
                                 serving=self.targets_answer, shutting_down=self.shutting_down, slots=self._slots,
-                                observed=functools.partial(observed_steps, self.metrics))
+                                observed=functools.partial(observed_steps, self.metrics),
+                                answered=self.metrics.observe_grpc_call)
 
     def move_worker(self, old: str, new: str) -> None:
         """The worker at `old` (host:port) now listens at `new`: a Ray actor restarted on another

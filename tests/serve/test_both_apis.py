@@ -7,6 +7,7 @@ service's `/metrics` counts both.  With the gRPC API in a coordinator of its own
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +16,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from rayspec.client import Client, OverloadedError
+from rayspec.client import AsyncClient, Client, GenerateRequest, OverloadedError
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.serve.config import LimitsConfig
 from rayspec.serve.metrics import Metrics
@@ -94,6 +95,12 @@ def test_grpc_generations_are_counted_in_the_services_metrics(front_doors):
     before = samples(http)
     whole = sdk.generate(PROMPT, max_tokens=6, seed=1)
     chunks = list(sdk.stream(PROMPT, max_tokens=6, seed=2))
+
+    async def streamed_async() -> list:
+        async with AsyncClient(sdk.target, timeout=60, retries=0) as client:
+            return [chunk async for chunk in client.stream(PROMPT, max_tokens=6, seed=4)]
+
+    assert asyncio.run(streamed_async())
     with sdk.stream(PROMPT, max_tokens=50, seed=3) as left:  # a client that leaves after its first chunk
         next(iter(left))
     eventually(lambda: samples(http)[("rayspec_generations_in_flight", ())] == 0, what="the left stream to end")
@@ -104,15 +111,64 @@ def test_grpc_generations_are_counted_in_the_services_metrics(front_doors):
         return after.get(key, 0) - before.get(key, 0)
 
     assert whole.finish_reason == "length" and len(whole.token_ids) == 6
-    assert added("rayspec_generations_ended_total", reason="length") == 2
+    assert added("rayspec_generations_ended_total", reason="length") == 3
     assert added("rayspec_generations_ended_total", reason="abort") == 1
-    assert added("rayspec_prompt_tokens_total") == 3 * prompt_tokens
-    assert added("rayspec_time_to_first_token_seconds_count") == 3
-    assert added("rayspec_request_queue_seconds_count") == 3
+    assert added("rayspec_prompt_tokens_total") == 4 * prompt_tokens
+    assert added("rayspec_time_to_first_token_seconds_count") == 4
+    assert added("rayspec_request_queue_seconds_count") == 4
     streamed_steps = sum(1 for chunk in chunks if chunk.token_ids)
     assert added("rayspec_inter_chunk_seconds_count") >= streamed_steps - 1 > 0
     assert added("rayspec_generated_tokens_total") >= 12
     assert added("rayspec_http_requests_total", endpoint="/v1/completions", status="200") == 0
+    assert added("rayspec_grpc_requests_total", method="Generate", code="OK") == 1
+    assert added("rayspec_grpc_requests_total", method="GenerateStream", code="OK") == 2  # the SDKs read its end
+    assert added("rayspec_grpc_requests_total", method="GenerateStream", code="CANCELLED") == 1
+
+
+def test_grpc_calls_are_counted_by_method_and_status_refused_ones_too(parts):
+    """As HTTP requests are by endpoint and status: a call refused for its input, for its key,
+    for bytes that are no message, or for its deadline, each under its status."""
+    import grpc
+
+    from rayspec.client import AuthenticationError, InvalidRequestError
+    from rayspec.rpc.generated import generation_pb2_grpc
+
+    target, drafter, tokenizer = parts
+    engine = SpeculativeEngine(LocalTarget(target, tokenizer), LocalDrafter(drafter, tokenizer), tokenizer=tokenizer,
+                               **SETTING)
+    service = Service(engine, tokenizer, MODEL, api_key="sesame")
+    server, port = service.serve_generation_api("127.0.0.1:0")
+    try:
+        with Client(f"127.0.0.1:{port}", timeout=60, retries=0, api_key="sesame") as sdk:
+            assert len(sdk.generate(PROMPT, max_tokens=3, seed=1).token_ids) == 3
+            with pytest.raises(InvalidRequestError):
+                sdk.generate(PROMPT, max_tokens=3, verifier="nope")
+            with pytest.raises(InvalidRequestError):
+                list(sdk.stream(PROMPT, max_tokens=4, verifier="nope"))
+        with Client(f"127.0.0.1:{port}", timeout=60, retries=0) as keyless, pytest.raises(AuthenticationError):
+            keyless.generate(PROMPT, max_tokens=3)
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            raw = channel.unary_unary("/rayspec.v1.Generation/Generate")
+            with pytest.raises(grpc.RpcError) as undecodable:
+                raw(b"\xff\xff\xff", timeout=60, metadata=(("authorization", "Bearer sesame"),))
+            assert undecodable.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            stub = generation_pb2_grpc.GenerationStub(channel)
+            with pytest.raises(grpc.RpcError) as late:  # prefilled and stepping past a 50-ms deadline
+                stub.Generate(GenerateRequest(PROMPT, max_tokens=400, seed=1, ignore_eos=True).to_proto(),
+                              timeout=0.05, metadata=(("authorization", "Bearer sesame"),))
+            assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        expected = {("Generate", "OK"): 1, ("Generate", "INVALID_ARGUMENT"): 2, ("GenerateStream", "INVALID_ARGUMENT"): 1,
+                    ("Generate", "UNAUTHENTICATED"): 1, ("Generate", "DEADLINE_EXCEEDED"): 1}
+
+        def counted() -> dict:
+            return {(dict(labels)["method"], dict(labels)["code"]): value
+                    for (name, labels), value in parsed(service.metrics.exposition()).items()
+                    if name == "rayspec_grpc_requests_total"}
+
+        eventually(lambda: counted() == expected, what="each call counted under its status")
+        assert counted() == expected
+    finally:
+        server.stop(None)
 
 
 def parsed(exposition: bytes) -> dict:
