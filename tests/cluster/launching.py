@@ -117,7 +117,7 @@ def assert_both_coordinators_plan_from_one_calibration(running, tree: str | None
 
 def assert_metrics_count_both_apis(running) -> None:
     """/metrics counts a generation served through the gRPC SDK as it counts an HTTP one: their
-    tokens, and each generation by how it ended."""
+    tokens, and each generation by how it ended; and the gRPC call by its status."""
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -136,3 +136,5 @@ def assert_metrics_count_both_apis(running) -> None:
         after = scraped(http)
     assert after[tokens] - before.get(tokens, 0) == 5 + 3
     assert after[ended] - before.get(ended, 0) == 2
+    calls = ("rayspec_grpc_requests_total", (("code", "OK"), ("method", "Generate")))
+    assert after[calls] - before.get(calls, 0) == 1
