@@ -72,8 +72,9 @@ def check_fits_here(config: ServiceConfig, spec: list[dict], have: dict) -> None
     `have`, what the local Ray instance this process started found on this machine: no node
     will join that one, so its placement would wait (10 minutes) for nothing — a GPU asked of
     a machine with none.  Not for a cluster joined, where an autoscaler may add the nodes.  The
-    message names the config's fields that ask for it.  Sums are compared: fractions of GPUs
-    that fit in sum but not GPU by GPU (three bundles of 0.6 GPU on two) are still waited for."""
+    message names the config's fields that ask for it.  GPUs are counted one by one as well:
+    a bundle's fraction of a GPU must fit on one GPU beside the others' (three bundles of 0.6
+    GPU do not fit two GPUs, though 1.8 < 2)."""
     asked: dict[str, float] = {}
     for bundle in spec:
         for resource, amount in bundle.items():
@@ -87,6 +88,43 @@ def check_fits_here(config: ServiceConfig, spec: list[dict], have: dict) -> None
                 f"({'num_gpus: auto takes the GPUs there are' if resource == 'GPU' else 'or less'}), "
                 f"or join a cluster that has it (--address)"
             )
+    shares = [bundle.get("GPU", 0.0) for bundle in spec]
+    if not gpus_fit(shares, int(have.get("GPU", 0))):
+        raise ValueError(
+            f"the config's GPU shares ({', '.join(_asking(config, 'GPU'))}) fit this machine's "
+            f"{int(have.get('GPU', 0))} GPUs in sum but not GPU by GPU: a share of a GPU must fit on one GPU beside "
+            f"the others' (Ray places it so); ask for shares that do (num_gpus: auto shares them out), or join a "
+            f"cluster that has them (--address)"
+        )
+
+
+def gpus_fit(shares: list[float], gpus: int) -> bool:
+    """Whether placement bundles asking `shares` of a GPU each fit `gpus` GPUs as Ray places
+    them: a share's whole GPUs are its own, and its fraction shares one GPU with others whose
+    fractions add up to 1 at most (in Ray's units of 1/10000).  An exact search, for the few
+    bundles of one service: it answers False only where no placement exists."""
+    units = 10_000
+    scaled = [round(share * units) for share in shares]
+    whole = sum(share // units for share in scaled)
+    fractions = sorted((share % units for share in scaled if share % units), reverse=True)
+    if whole > gpus:
+        return False
+    free = [units] * (gpus - whole)  # each GPU's room left, in units
+
+    def place(i: int) -> bool:
+        if i == len(fractions):
+            return True
+        tried = set()
+        for gpu, room in enumerate(free):
+            if room >= fractions[i] and room not in tried:  # GPUs with the same room left are alike
+                tried.add(room)
+                free[gpu] -= fractions[i]
+                if place(i + 1):
+                    return True
+                free[gpu] += fractions[i]
+        return False
+
+    return place(0)
 
 
 def _asking(config: ServiceConfig, resource: str) -> list[str]:

@@ -58,10 +58,40 @@ def test_a_placement_the_local_ray_cannot_make_is_refused_naming_the_fields(conf
     assert str(refused.value) == message
 
 
+def test_gpu_shares_that_fit_in_sum_but_not_gpu_by_gpu_are_refused_naming_the_fields():
+    """Three 0.6-GPU bundles on two GPUs: 1.8 <= 2 passed the sums, and the placement waited
+    10 minutes for a GPU that could hold two of them."""
+    config = ServiceConfig.from_dict({"target": {"num_gpus": 0.6}, "drafters": [{"num_gpus": 0.6}, {"num_gpus": 0.6}]})
+    have = {"CPU": 8.0, "GPU": 2.0}
+    with pytest.raises(ValueError) as refused:
+        check_fits_here(config, bundles(config, 2.0), have)
+    assert str(refused.value) == (
+        "the config's GPU shares (target.num_gpus: 0.6, drafters[0].num_gpus: 0.6, drafters[1].num_gpus: 0.6) fit "
+        "this machine's 2 GPUs in sum but not GPU by GPU: a share of a GPU must fit on one GPU beside the others' "
+        "(Ray places it so); ask for shares that do (num_gpus: auto shares them out), or join a cluster that has "
+        "them (--address)")
+
+
+@pytest.mark.parametrize("shares, gpus, fit", [
+    ([0.6, 0.6, 0.6], 2, False), ([0.6, 0.6], 2, True), ([0.5] * 4, 2, True),
+    ([0.3333] * 3, 1, True),  # what num_gpus: auto gives three models on one GPU
+    ([0.3334] * 3, 1, False), ([1, 0.5, 0.5], 2, True), ([1, 0.6, 0.6], 2, False),
+    ([0.5, 0.4, 0.3, 0.3, 0.25, 0.25], 2, True),  # 0.5 + 0.25 + 0.25 and 0.4 + 0.3 + 0.3: first-fit misses it
+    ([1.5, 0.5], 2, True), ([1.5, 0.6], 2, False), ([2], 1, False), ([0, 0], 0, True), ([], 0, True),
+])
+def test_gpu_shares_fit_exactly_where_some_placement_holds_them(shares, gpus, fit):
+    from rayspec.cluster.actors import gpus_fit
+
+    assert gpus_fit(shares, gpus) is fit
+
+
 @pytest.mark.parametrize("config, have", [
     ({}, {"CPU": 1.0}),  # auto GPUs: none asked of a machine without
     ({"target": {"num_gpus": 1}, "drafters": [{}]}, {"CPU": 2.0, "GPU": 1.0}),  # the auto drafter: none left
     ({"target": {"num_gpus": 0.5}, "drafters": [{"num_gpus": 0.5}]}, {"CPU": 2.0, "GPU": 1.0}),
+    ({"drafters": [{}, {}]}, {"CPU": 2.0, "GPU": 1.0}),  # auto: a third of the GPU each
+    ({"target": {"num_gpus": 0.7}, "drafters": [{"num_gpus": 0.6}, {"num_gpus": 0.4}, {"num_gpus": 0.3}]},
+     {"CPU": 4.0, "GPU": 2.0}),
 ])
 def test_a_placement_the_local_ray_can_make_passes(config, have):
     config = ServiceConfig.from_dict(config)
