@@ -9,6 +9,7 @@ service must still answer with the in-process engine's tokens.  The role nodes a
 from __future__ import annotations
 
 import os
+import warnings
 
 import pytest
 
@@ -20,18 +21,37 @@ PLACEMENT = {"strategy": "STRICT_SPREAD", "target_resources": {"rayspec_target":
              "drafter_resources": {"rayspec_drafter": 1}}
 
 
-@pytest.fixture(scope="module")
-def nodes():
+def _three_nodes():
     from ray.cluster_utils import Cluster
 
-    os.environ["RAY_AUTH_MODE"] = "disabled"
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    roles = {
-        "head": cluster.head_node.node_id,
-        "target": cluster.add_node(num_cpus=1, num_gpus=1, resources={"rayspec_target": 1}).node_id,
-        "drafter": cluster.add_node(num_cpus=1, num_gpus=1, resources={"rayspec_drafter": 1}).node_id,
-    }
-    cluster.wait_for_nodes()
+    try:
+        roles = {
+            "head": cluster.head_node.node_id,
+            "target": cluster.add_node(num_cpus=1, num_gpus=1, resources={"rayspec_target": 1}).node_id,
+            "drafter": cluster.add_node(num_cpus=1, num_gpus=1, resources={"rayspec_drafter": 1}).node_id,
+        }
+        cluster.wait_for_nodes()
+    except BaseException:
+        cluster.shutdown()
+        raise
+    return cluster, roles
+
+
+@pytest.fixture(scope="module")
+def nodes():
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    # A node's start waits a fixed 30 s for its raylet, and a Ray daemon forked from a busy test
+    # process sometimes never starts (`tests/local_ray.py`): seen once here, with the full suite
+    # on 2 CPUs ("The current node timed out during startup").  Such a start is tried once more.
+    for attempt in range(2):
+        try:
+            cluster, roles = _three_nodes()
+            break
+        except Exception as error:
+            if attempt or "timed out during startup" not in str(error):
+                raise
+            warnings.warn(f"a Ray node did not start, the cluster is started again: {error}")
     yield cluster.address, roles
     cluster.shutdown()
 
