@@ -103,8 +103,11 @@ def test_grpc_generations_are_counted_in_the_services_metrics(front_doors):
     assert asyncio.run(streamed_async())
     with sdk.stream(PROMPT, max_tokens=50, seed=3) as left:  # a client that leaves after its first chunk
         next(iter(left))
-    eventually(lambda: samples(http)[("rayspec_generations_in_flight", ())] == 0, what="the left stream to end")
+    left_call = ("rayspec_grpc_requests_total", (("code", "CANCELLED"), ("method", "GenerateStream")))
+    # its count comes last, as its handler returns: after its generation's end
+    eventually(lambda: samples(http).get(left_call, 0) - before.get(left_call, 0) == 1, what="the left stream to end")
     after = samples(http)
+    assert after[("rayspec_generations_in_flight", ())] == 0
 
     def added(name, **labels):
         key = (name, tuple(sorted(labels.items())))
