@@ -47,7 +47,6 @@ class GenerationServicer(Servicer, generation_pb2_grpc.GenerationServicer):
         if slots is None and max_concurrent_requests is not None:
             slots = SlotQueue(max_concurrent_requests, max_queued_requests, QueueFull, queue_setting)
         self._slots = slots
-        self.max_concurrent_requests = None if slots is None else slots.size
         self._observed = observed
         self._running: set[GenerationRequest] = set()  # what `_shut_down` cancels
         self._running_lock = threading.Lock()
