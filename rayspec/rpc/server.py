@@ -247,6 +247,11 @@ class Servicer:
         session.close()
         return session
 
+    def open_sessions(self) -> int:
+        """How many sessions this server holds now, those still opening included."""
+        with self._sessions_lock:
+            return len(self._sessions)
+
     def session(self, session_id: str):
         with self._sessions_lock:
             if isinstance(self._sessions.get(session_id, (None,))[0], (type(None), _Opening)):

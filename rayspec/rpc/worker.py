@@ -82,10 +82,14 @@ def _open_checks(spec, vocab_size: int, context_length: int, room: int = 1) -> N
                          f"the context holds {context_length}")
 
 
-def _worker_info(model_id: str, side: LocalTarget | LocalDrafter, **fields) -> worker_pb2.WorkerInfo:
+def _worker_info(servicer: Servicer, model_id: str, side: LocalTarget | LocalDrafter,
+                 **fields) -> worker_pb2.WorkerInfo:
+    cache = side.prefix_cache
     return worker_pb2.WorkerInfo(model_id=model_id, vocab_size=side.vocab_size, context_length=side.context_length,
                                  device=str(next(side.model.parameters()).device), features=codec.WORKER_FEATURES,
-                                 tokenizer_fingerprint=side.tokenizer_fingerprint or b"", **fields)
+                                 tokenizer_fingerprint=side.tokenizer_fingerprint or b"",
+                                 open_sessions=servicer.open_sessions(),
+                                 prefix_cache_bytes=0 if cache is None else cache.nbytes, **fields)
 
 
 class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
@@ -96,7 +100,7 @@ class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):
 
     @rpc_errors
     def Info(self, request, context):
-        return _worker_info(self.model_id, self.target, eos_token_ids=list(self.target.eos_token_ids))
+        return _worker_info(self, self.model_id, self.target, eos_token_ids=list(self.target.eos_token_ids))
 
     @rpc_errors
     def Open(self, request, context):
@@ -165,7 +169,7 @@ class DrafterServicer(Servicer, worker_pb2_grpc.DrafterServiceServicer):
 
     @rpc_errors
     def Info(self, request, context):
-        return _worker_info(self.model_id, self.drafter)
+        return _worker_info(self, self.model_id, self.drafter)
 
     @rpc_errors
     def Open(self, request, context):

@@ -602,6 +602,45 @@ def test_a_drafter_worker_tells_its_own_context(drafter_stub):
     assert (info.model_id, info.vocab_size, info.context_length, info.device) == ("drafter", VOCAB, 128, "cpu")
 
 
+def test_info_counts_the_sessions_a_worker_holds_until_they_are_released(target_server, drafter_stub):
+    """`WorkerInfo.open_sessions`: what an operator (and the soak bench) reads to see that every
+    released sequence left the worker: a refused Open adds none, a Release of an unknown id
+    takes none away."""
+    _, target, _ = target_server
+    stubs = {"target": target, "drafter": drafter_stub}
+
+    def held() -> dict:
+        return {role: stub.Info(worker_pb2.InfoRequest(), timeout=10).open_sessions for role, stub in stubs.items()}
+
+    before = held()
+    for stub in stubs.values():
+        for session in ("counted-a", "counted-b"):
+            stub.Open(worker_pb2.OpenRequest(session_id=session, spec=_spec()), timeout=10)
+        assert _status(lambda: stub.Open(worker_pb2.OpenRequest(session_id="counted-a", spec=_spec()), timeout=10))[0] \
+            == grpc.StatusCode.INVALID_ARGUMENT
+    assert held() == {role: count + 2 for role, count in before.items()}
+    for stub in stubs.values():
+        stub.Release(worker_pb2.ReleaseRequest(session_id="counted-a"), timeout=10)
+        stub.Release(worker_pb2.ReleaseRequest(session_id="never-opened"), timeout=10)
+    assert held() == {role: count + 1 for role, count in before.items()}
+    for stub in stubs.values():
+        stub.Release(worker_pb2.ReleaseRequest(session_id="counted-b"), timeout=10)
+    assert held() == before
+
+
+def test_info_tells_the_bytes_the_targets_prefix_cache_holds(target_server):
+    target, stub, _ = target_server
+
+    def cached() -> int:
+        return stub.Info(worker_pb2.InfoRequest(), timeout=10).prefix_cache_bytes
+
+    before = cached()
+    assert before == target.prefix_cache.nbytes
+    stub.Open(worker_pb2.OpenRequest(session_id="cached", spec=_spec(prompt=range(1, 41))), timeout=10)
+    stub.Release(worker_pb2.ReleaseRequest(session_id="cached"), timeout=10)  # its prompt's rows are kept
+    assert cached() == target.prefix_cache.nbytes > before
+
+
 @pytest.mark.parametrize("raw", [b"\xff\xff\xff\xff", b"\x0a\x10ab", b"\x0a\x02\xff\xfe"])
 def test_bytes_that_are_no_message_are_invalid_argument_and_the_server_goes_on(target_server, raw):
     """Undecodable requests, unary or in a stream, are the caller's error (INVALID_ARGUMENT,
