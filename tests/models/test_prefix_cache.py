@@ -5,13 +5,14 @@ continues as a full prefill would (to rounding), and sessions report what they r
 from __future__ import annotations
 
 import threading
+from array import array
 
 import pytest
 import torch
 
 from rayspec.engine import LocalDrafter, LocalTarget, SpeculativeEngine
 from rayspec.models import TreeLM
-from rayspec.models.prefix_cache import PrefixCache
+from rayspec.models.prefix_cache import PrefixCache, _RadixIndex
 from tests.tiny_models import noisy_copy, tiny_llama
 
 LAYERS, HEADS, DIM = 2, 2, 4
@@ -90,6 +91,117 @@ def test_least_recently_used_sequences_make_room_within_the_capacity():
     assert len(cache) == 2 and cache.lookup([4] * 20) == (0, None)
     with pytest.raises(ValueError, match="non-negative number of bytes"):
         PrefixCache(-1)
+
+
+class LoopedCache:
+    """The cache's law written as a loop over its sequences, least recently used first: the
+    oracle of its radix tree (`_RadixIndex`)."""
+
+    def __init__(self, capacity_bytes: int, min_tokens: int):
+        self.capacity, self.min_tokens, self.held = capacity_bytes, min_tokens, []
+
+    @staticmethod
+    def shared(a, b) -> int:
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
+    def lookup(self, query) -> tuple[int, tuple | None]:
+        best, found = 0, None
+        for sequence in self.held:  # of those sharing as much, the most recently used
+            if 0 < self.shared(sequence, query) >= best:
+                best, found = self.shared(sequence, query), sequence
+        if best < self.min_tokens:
+            return 0, None
+        self.held.remove(found)
+        self.held.append(found)
+        return best, found[:best]
+
+    def store(self, tokens) -> None:
+        if len(tokens) < self.min_tokens or nbytes(len(tokens)) > self.capacity:
+            return
+        holders = [sequence for sequence in self.held if self.shared(sequence, tokens) == len(tokens)]
+        if holders:
+            self.held.remove(holders[-1])
+            self.held.append(holders[-1])
+            return
+        for sequence in list(self.held):
+            if self.shared(sequence, tokens) == len(sequence):
+                self.held.remove(sequence)
+        while self.held and sum(nbytes(len(s)) for s in self.held) + nbytes(len(tokens)) > self.capacity:
+            self.held.pop(0)
+        self.held.append(tuple(tokens))
+
+
+def held_in_order(cache: PrefixCache) -> list[tuple]:
+    return [tuple(int(t) for t in entry.rows[0][0][0, 0, :, 0]) for entry in cache._entries.values()]
+
+
+def assert_a_sound_tree(cache: PrefixCache) -> None:
+    """Each cached sequence is the path to a leaf of its own; internal nodes (but the root)
+    branch in two or more; each node names the most recently used sequence below it."""
+    index = cache._index
+    paths, last_use = {}, {}
+
+    def visit(node, path) -> tuple[int, int]:  # (tick, key) of the most recent use below
+        if node.key is not None:
+            assert not node.children
+            paths[node.key], last_use[node.key] = tuple(path + list(node.edge)), node.best_tick
+            return node.best_tick, node.key
+        assert node is index._root or len(node.children) >= 2
+        for first, child in node.children.items():
+            assert child.edge[0] == first and child.parent is node
+        newest = max((visit(child, path + list(node.edge)) for child in node.children.values()), default=(-1, None))
+        assert (node.best_tick, node.best_key) == newest
+        return newest
+
+    visit(index._root, [])
+    assert set(paths) == set(index._leaves) == set(cache._entries)
+    assert [paths[key] for key in cache._entries] == held_in_order(cache)
+    assert sorted(cache._entries, key=last_use.get) == list(cache._entries)  # the tree's uses are the cache's
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_radix_tree_finds_what_a_loop_over_the_sequences_finds(seed):
+    """Thousands of stores and lookups of short sequences over three tokens (many shared
+    prefixes, ties, sequences extending others, evictions): every lookup's length and rows,
+    and the sequences held in their order of use, are the loop's, and the tree stays sound."""
+    generator = torch.Generator().manual_seed(seed)
+    cache, looped = PrefixCache(nbytes(60), min_tokens=3), LoopedCache(nbytes(60), min_tokens=3)
+    for step in range(6000):
+        tokens = torch.randint(0, 3, (int(torch.randint(1, 14, (1,), generator=generator)),), generator=generator).tolist()
+        if torch.rand(1, generator=generator) < 0.6:
+            cache.store(tokens, rows_of(tokens))
+            looped.store(tokens)
+        else:
+            k, rows = cache.lookup(tokens)
+            want_k, want_tokens = looped.lookup(tokens)
+            assert k == want_k
+            assert (rows is None) == (want_tokens is None)
+            if rows is not None:
+                assert rows[0][0][0, 0, :, 0].tolist() == list(want_tokens)
+        assert held_in_order(cache) == looped.held
+        assert cache.nbytes == sum(nbytes(len(s)) for s in looped.held)
+        if step % 50 == 0:
+            assert_a_sound_tree(cache)
+    assert_a_sound_tree(cache)
+
+
+def test_a_dropped_sequence_is_named_by_no_node_of_the_tree():
+    """A store drops the sequence it extends before it copies its rows, outside the lock: a
+    lookup meanwhile must not be handed the dropped one (its rows are gone), though it was the
+    most recently used below the node where the lookup ends."""
+    index = _RadixIndex()
+    for key, tail in enumerate([3, 4, 5]):
+        index.add(key, array("q", [1, 2, tail]))
+    index.touch(0)
+    index.remove(0)
+    assert index.longest(array("q", [1, 2, 9])) == (2, 2)
+    index.remove(2)
+    assert index.longest(array("q", [1, 2, 9])) == (2, 1) and index.holder_and_prefix(array("q", [1, 2])) == (1, None)
+    index.remove(1)
+    assert index.longest(array("q", [1, 2, 9])) == (0, None) and index._root.best_key is None
 
 
 def test_stored_rows_are_copies_the_session_may_not_change():
