@@ -2,7 +2,8 @@
 with the target and drafter worker actors serving gRPC, the gRPC coordinator actor and the
 Ray Serve HTTP app (each coordinator also running a drafter of its own, `where: coordinator`).  Same seed, same request => the tokens of the in-process engine, over
 HTTP (the official openai client) and the gRPC SDK; bad input is refused and the service
-keeps serving; a short locust run has no failures."""
+keeps serving; a short locust run has no failures, nor a short soak of every kind of request,
+after which no worker session is left."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.cluster.launching import (
     PROMPT, assert_both_coordinators_plan_from_one_calibration, assert_metrics_count_both_apis,
     assert_serves_in_process_tokens, in_process_tokens, launched,
 )
+from tests.cluster.mixed_traffic import KINDS, idle, run_traffic, worker_infos
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -152,6 +154,19 @@ def test_a_short_locust_run_has_no_failures(service, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = (tmp_path / "run_stats.csv").read_text().splitlines()
     assert any("TTFT ms" in row for row in rows) and any(",HTTP," in row or "POST" in row for row in rows)
+
+
+def test_a_mix_of_requests_and_clients_that_leave_fails_none_and_leaves_no_session_behind(service):
+    """A short soak (`bench/soak.py` runs it for minutes): every kind of request of
+    `mixed_traffic.KINDS` from three users for 20 s, clients leaving streams and timing out
+    among them; each answer is the due one, and once they stop every worker session is released
+    and nothing is in flight or waiting."""
+    running, _, _ = service
+    tally = run_traffic(running.http_address, running.grpc_address, seconds=20, users=3, seed=1)
+    assert not tally.failures, tally.examples
+    assert set(tally.counts) == set(KINDS)
+    assert idle(running, timeout=60)
+    assert {role: info.open_sessions for role, info in worker_infos(running).items()} == {"target": 0, "drafter 0": 0}
 
 
 def _wait_until(condition, what: str, timeout: float = 120.0) -> float:
