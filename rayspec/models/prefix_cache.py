@@ -51,9 +51,9 @@ class PrefixCache:
     that the longest one a prompt shares is found in time that grows with the prompt, not with
     how many are held: a loop over them cost 8 ms a lookup and 19 ms a store at 1,000, about
     what 1 GiB holds of the demo target's sequences, and 87 and 214 ms at 10,000, about what it
-    holds of its drafter's; the tree, 0.01-0.05 ms (`bench/results/prefix_index_bench.md`).  The tree's own memory, tens
-    of bytes a token, is not counted in `capacity_bytes` (one token's keys and values take
-    kilobytes on every model this serves)."""
+    holds of its drafter's; the tree takes 0.01-0.05 ms (`bench/results/prefix_index_bench.md`).
+    The tree's own memory, tens of bytes a token, is not counted in `capacity_bytes` (one
+    token's keys and values take kilobytes on every model this serves)."""
 
     def __init__(self, capacity_bytes: int, min_tokens: int = MIN_REUSED_TOKENS):
         if capacity_bytes < 0:
@@ -140,6 +140,7 @@ class PrefixCache:
 
 
 def _token_ids(tokens) -> array:
+    """Token ids (a tensor or any sequence of ints) as the tree's edges hold them."""
     return array("q", tokens.tolist() if isinstance(tokens, torch.Tensor) else [int(t) for t in tokens])
 
 
