@@ -23,6 +23,9 @@ sys.path.insert(0, ROOT)
 from rayspec.client import Client  # noqa: E402
 from tests.loopback import free_port  # noqa: E402
 
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from soak import process_sample  # noqa: E402  (resident MiB from /proc, as the soak reads it)
+
 ARMS = {"default": {}, "arena2": {"MALLOC_ARENA_MAX": "2"}}
 
 
@@ -41,11 +44,6 @@ def start(arm_env: dict) -> tuple[dict, str]:
                                       "--target", f"127.0.0.1:{target}", "--drafter", f"127.0.0.1:{drafter}",
                                       "--wait-for-workers", "120")
     return processes, f"127.0.0.1:{coordinator}"
-
-
-def rss_mib(pid: int) -> float:
-    status = open(f"/proc/{pid}/status").read()
-    return int(status.split("VmRSS:")[1].split()[0]) / 1024
 
 
 def wait_until_serving(address: str) -> None:
@@ -86,7 +84,7 @@ def main() -> int:
         started = time.monotonic()
         while any(thread.is_alive() for thread in users):
             print(f"{time.monotonic() - started:6.0f}s", " | ".join(
-                f"{name}: n={done[name]} " + " ".join(f"{role}={rss_mib(p.pid):.0f}" for role, p in processes.items())
+                f"{name}: n={done[name]} " + " ".join(f"{role}={process_sample(p.pid)['rss_mib']:.0f}" for role, p in processes.items())
                 for name, (processes, _) in running.items()), flush=True)
             time.sleep(30)
     finally:
