@@ -1,15 +1,17 @@
-"""The workers' resident memory under load, without Ray: two services of plain-process workers
+"""The workers' resident memory under load, without Ray: services of plain-process workers
 (target, drafter, coordinator; demo pair, prefix caches off, one torch thread) side by side,
-one with glibc's default malloc arenas and one with MALLOC_ARENA_MAX=2, two SDK users each
-(half `Generate` of 24 tokens, half streams cancelled after their first chunk).  Prints each
-process's resident MiB every 30 s; the soak's slow rise of the workers' memory
-(`soak_dec07_no_prefix_cache.md`) is what it looks for.
+one per arm of glibc malloc settings, two SDK users each (half `Generate` of 24 tokens, half
+streams cancelled after their first chunk).  Prints each process's resident MiB every 30 s;
+the soak's slow rise of the workers' memory (`soak_dec07_no_prefix_cache.md`) is what it looks
+for.  With `--traced DIR`, one service only, its target and drafter under tracemalloc
+(`traced_worker.py`), each writing what grew to DIR/target.txt and DIR/drafter.txt.
 
-    python bench/worker_memory_probe.py [MINUTES]      # default 8; output as printed
+    python bench/worker_memory_probe.py [MINUTES] [--arms default,arena2] [--traced DIR]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
 import subprocess
@@ -26,20 +28,34 @@ from tests.loopback import free_port  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from soak import process_sample  # noqa: E402  (resident MiB from /proc, as the soak reads it)
 
-ARMS = {"default": {}, "arena2": {"MALLOC_ARENA_MAX": "2"}}
+# glibc keeps what a process frees for its next allocations; these move where it keeps it
+ARMS = {"default": {},
+        "arena2": {"MALLOC_ARENA_MAX": "2"},  # two heaps, not one per thread that allocates
+        # a fixed mmap threshold: blocks of 64 kB or more (KV caches, logits) mapped alone and
+        # unmapped when freed, where by default the threshold rises to the largest block freed
+        # (up to 32 MiB) and such blocks are carved from the heap
+        "mmap64k": {"MALLOC_MMAP_THRESHOLD_": "65536"}}
 
 
-def start(arm_env: dict) -> tuple[dict, str]:
-    """A target, a drafter and a coordinator as plain processes: (role -> process, gRPC address)."""
+def start(arm_env: dict, traced: str | None = None) -> tuple[dict, str]:
+    """A target, a drafter and a coordinator as plain processes: (role -> process, gRPC address);
+    with `traced` (a folder), the target and the drafter under tracemalloc, writing there."""
     env = {**os.environ, **arm_env, "HF_HUB_OFFLINE": "1"}
     target, drafter, coordinator = free_port(), free_port(), free_port()
 
-    def worker(*args) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "rayspec.rpc.worker", "--threads", "1", *args], env=env, cwd=ROOT,
+    def worker(*args, trace_out: str | None = None) -> subprocess.Popen:
+        command = ["-m", "rayspec.rpc.worker"]
+        if trace_out:
+            command = [os.path.join(ROOT, "bench", "traced_worker.py")]
+        return subprocess.Popen([sys.executable, *command, "--threads", "1", *args], cwd=ROOT,
+                                env={**env, "TRACE_OUT": trace_out} if trace_out else env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    processes = {"target": worker("--role", "target", "--port", str(target), "--prefix-cache-mb", "0"),
-                 "drafter": worker("--role", "drafter", "--port", str(drafter), "--prefix-cache-mb", "0")}
+    def trace_out(role: str) -> str | None:
+        return os.path.join(traced, f"{role}.txt") if traced else None
+
+    processes = {role: worker("--role", role, "--port", str(port), "--prefix-cache-mb", "0", trace_out=trace_out(role))
+                 for role, port in (("target", target), ("drafter", drafter))}
     processes["coordinator"] = worker("--role", "coordinator", "--port", str(coordinator), "--tree", "kary:2x3",
                                       "--target", f"127.0.0.1:{target}", "--drafter", f"127.0.0.1:{drafter}",
                                       "--wait-for-workers", "120")
@@ -57,13 +73,23 @@ def wait_until_serving(address: str) -> None:
 
 
 def main() -> int:
-    minutes = float(sys.argv[1]) if len(sys.argv) > 1 else 8
-    running = {name: start(env) for name, env in ARMS.items()}
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("minutes", type=float, nargs="?", default=8)
+    parser.add_argument("--arms", default="default,arena2", help=f"of {', '.join(ARMS)}")
+    parser.add_argument("--traced", metavar="DIR")
+    args = parser.parse_args()
+    minutes, traced = args.minutes, args.traced
+    if traced:
+        os.makedirs(traced, exist_ok=True)
+        arms = {"traced": {}}
+    else:
+        arms = {name: ARMS[name] for name in args.arms.split(",")}
+    running = {name: start(env, traced) for name, env in arms.items()}
     try:
         for _, address in running.values():
             wait_until_serving(address)
         end = time.monotonic() + minutes * 60
-        done = {name: 0 for name in ARMS}
+        done = {name: 0 for name in arms}
 
         def user(name: str, address: str, seed: int) -> None:
             rng = random.Random(seed)
