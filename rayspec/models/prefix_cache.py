@@ -64,7 +64,9 @@ class PrefixCache:
         self._next_key = 0
         self._lock = threading.Lock()
         self.nbytes = 0
-        self.lookups = self.hits = self.reused_tokens = 0
+        # what vLLM's prefix-cache metrics count: lookups and hits, and tokens of the prompts
+        # looked up and of the prefixes found
+        self.lookups = self.hits = self.queried_tokens = self.reused_tokens = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -76,6 +78,7 @@ class PrefixCache:
         query = _token_ids(tokens)
         with self._lock:
             self.lookups += 1
+            self.queried_tokens += len(query)
             best, best_key = self._index.longest(query)
             if best < self.min_tokens or best_key is None:
                 return 0, None

@@ -292,6 +292,10 @@ class _WorkerHandle:
     def close(self) -> None:
         self.channel.close()
 
+    def info(self, timeout: float) -> worker_pb2.WorkerInfo:
+        """The worker's `Info` now: its sessions, its prefix cache (a failure as `call`'s)."""
+        return call(self.stub.Info, worker_pb2.InfoRequest(), timeout)
+
     def _open(self, request: worker_pb2.OpenRequest, timeout: float) -> worker_pb2.OpenReply:
         """The Open call, given up when its caller leaves (`call_while_wanted`).  One that ended
         not knowing whether the worker opened the session (given up; past its deadline the

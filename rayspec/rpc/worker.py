@@ -89,7 +89,9 @@ def _worker_info(servicer: Servicer, model_id: str, side: LocalTarget | LocalDra
                                  device=str(next(side.model.parameters()).device), features=codec.WORKER_FEATURES,
                                  tokenizer_fingerprint=side.tokenizer_fingerprint or b"",
                                  open_sessions=servicer.open_sessions(),
-                                 prefix_cache_bytes=0 if cache is None else cache.nbytes, **fields)
+                                 prefix_cache_bytes=0 if cache is None else cache.nbytes,
+                                 prefix_cache_queried_tokens=0 if cache is None else cache.queried_tokens,
+                                 prefix_cache_hit_tokens=0 if cache is None else cache.reused_tokens, **fields)
 
 
 class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):

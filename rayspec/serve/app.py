@@ -80,6 +80,8 @@ class Coordinator:
                 self.service.metrics.add_coordinator(
                     lambda: ray.get(costs_from.metrics.remote(), timeout=OTHER_METRICS_TIMEOUT))
             self.watch = watch_workers(self.service, [target_address, *drafter_addresses], worker_actors)
+            # here only: the gRPC coordinator's exposition, added to this one's, leaves them out
+            self.service.metrics.watch_workers(self.service.worker_infos)
             return
         from rayspec.demo import TARGET_PATH
 
@@ -88,6 +90,7 @@ class Coordinator:
         target = config.target.local(TARGET_PATH)
         self.service = Service.from_config(config, target, addresses)
         self.watch = watch_workers(self.service, addresses, self.drafters)
+        self.service.metrics.watch_workers(self.service.worker_infos)  # the drafter workers
         self.generation, self._grpc_address = serve_generation_api(self.service, config)
 
     def costs(self) -> dict | None:

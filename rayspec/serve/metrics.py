@@ -15,7 +15,9 @@ gRPC API's coordinator, where it is another process, adds its metrics to each sc
 (`Metrics.add_coordinator`).  At each scrape, what sequoia:auto's load trials measured and
 chose per load level (`rayspec.engine.policy.TreeTrial`): why its trees drafted or not; and
 per verifier and temperature, the Sequoia tree in use, its changes while serving and its
-re-planning checks (`rayspec.engine.policy.PlanReport`).
+re-planning checks (`rayspec.engine.policy.PlanReport`); and each worker's state, which the HTTP
+coordinator asks for: its sessions, its prefix cache's bytes, queries and hits
+(`Metrics.watch_workers`).
 
 Phases follow `StepStats`: draft (the drafter's compute), score (the target's forward),
 verify (the verifier's walk) and network — whatever else the step's wall time held:
@@ -159,12 +161,14 @@ class Metrics:
             self.phase_seconds.labels(phase)
         self.trials = None  # a callable giving (verifier, temperature, TrialReport)s: `watch_trials`
         self.plans = None  # a callable giving (verifier, temperature, PlanReport)s: `watch_plans`
+        self.workers = None  # a callable giving (name, WorkerInfo or None)s: `watch_workers`
         # what another coordinator's exposition adds to these (`add_coordinator`); the trees'
         # families below are each coordinator's own view, not summed
         self._summed = {family.name for family in r.collect()}
         self._others: list[_Other] = []
         r.register(_TrialCollector(self))
         r.register(_PlanCollector(self))
+        r.register(_WorkerCollector(self))
 
     def watch_queue(self, waiting) -> None:
         """Export, at each scrape, `waiting()` as the requests queued for slots."""
@@ -177,6 +181,11 @@ class Metrics:
     def watch_plans(self, plans) -> None:
         """Export, at each scrape, the Sequoia trees `plans()` lists (`SpeculativeEngine.tree_plans`)."""
         self.plans = plans
+
+    def watch_workers(self, workers) -> None:
+        """Export, at each scrape, the state of the workers `workers()` lists
+        (`rayspec.serve.service.Service.worker_infos`)."""
+        self.workers = workers
 
     def observe_step(self, step: StepStats) -> None:
         """One verification step (its completion tokens are fewer than its acceptance length
@@ -299,6 +308,38 @@ class _Families:
 
     def collect(self):
         return self.families
+
+
+class _WorkerCollector:
+    """The workers' state, asked at scrape time: whether each answered, the sessions it holds,
+    its prefix cache's bytes, and the tokens it was asked about and found (vLLM's
+    prefix_cache_queries and prefix_cache_hits, per worker).  A worker that did not answer has
+    `rayspec_worker_up` 0 and no other sample in that scrape."""
+
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def collect(self):
+        labels = ["worker"]
+        up = GaugeMetricFamily("rayspec_worker_up", "1 where the worker told its state at this scrape, 0 where it did "
+                               "not answer in time.", labels=labels)
+        sessions = GaugeMetricFamily(
+            "rayspec_worker_open_sessions", "Sessions the worker holds now, those opening included (0 once every "
+            "coordinator has released its sequences).", labels=labels)
+        cached = GaugeMetricFamily("rayspec_prefix_cache_bytes", "Bytes of keys and values the worker's prefix cache "
+                                   "holds (at most its prefix_cache_mb).", labels=labels)
+        queried = CounterMetricFamily("rayspec_prefix_cache_queried_tokens", "Prompt tokens the worker's prefix cache "
+                                      "was asked about.", labels=labels)
+        hits = CounterMetricFamily("rayspec_prefix_cache_hit_tokens", "Of those, tokens of cached prefixes reused.",
+                                   labels=labels)
+        for name, info in self.metrics.workers() if self.metrics.workers else []:
+            up.add_metric([name], float(info is not None))
+            if info is not None:
+                sessions.add_metric([name], info.open_sessions)
+                cached.add_metric([name], info.prefix_cache_bytes)
+                queried.add_metric([name], info.prefix_cache_queried_tokens)
+                hits.add_metric([name], info.prefix_cache_hit_tokens)
+        return [up, sessions, cached, queried, hits]
 
 
 class _TrialCollector:

@@ -17,6 +17,7 @@ import asyncio
 import dataclasses
 import functools
 import json
+import logging
 import threading
 import time
 from collections import deque
@@ -37,6 +38,11 @@ from rayspec.rpc.remote import HEALTH_TIMEOUT, RemoteError, overall_status, targ
 from rayspec.serve.config import LimitsConfig, ServiceConfig
 from rayspec.serve.metrics import Metrics
 from rayspec.serve.tool_parsers import pick_parser
+
+log = logging.getLogger(__name__)
+
+# How long a scrape of /metrics waits for each worker's state (`Service.worker_infos`).
+WORKER_INFO_TIMEOUT = 1.0
 
 # For tokenizers without a chat template of their own: one "role: content" paragraph per
 # message, then "assistant:" to open the reply; tools, and calls made, in the json tool-call
@@ -147,6 +153,25 @@ class Service:
                       api_key=config.resolved_api_key, tool_call_parser=config.tool_call_parser)
         service._handles = handles
         return service
+
+    def worker_infos(self, timeout: float = WORKER_INFO_TIMEOUT) -> list[tuple[str, object | None]]:
+        """(name, its `WorkerInfo` now) of each worker this coordinator calls — "target",
+        "drafter 0", ... in the config's order — None for one that did not answer within
+        `timeout` (a scrape asks, and must not wait a call's minute for a hung worker)."""
+        from rayspec.rpc.remote import RemoteTarget
+
+        infos, drafters = [], 0
+        for handle in self._handles:
+            if isinstance(handle, RemoteTarget):
+                name = "target"
+            else:
+                name, drafters = f"drafter {drafters}", drafters + 1
+            try:
+                infos.append((name, handle.info(timeout)))
+            except Exception as error:  # noqa: BLE001 — a scrape answers with what it has
+                log.warning("the %s worker at %s did not tell its state: %s", name, handle.address, error)
+                infos.append((name, None))
+        return infos
 
     def request(self, default_max_tokens: int | None = None, **fields) -> GenerationRequest:
         """A validated request (`GenerationRequest` fields); ValueError on bad input.  Its length

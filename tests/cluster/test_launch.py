@@ -166,7 +166,19 @@ def test_a_mix_of_requests_and_clients_that_leave_fails_none_and_leaves_no_sessi
     assert not tally.failures, tally.examples
     assert set(tally.counts) == set(KINDS)
     assert idle(running, timeout=60)
-    assert {role: info.open_sessions for role, info in worker_infos(running).items()} == {"target": 0, "drafter 0": 0}
+    infos = worker_infos(running)
+    assert {role: info.open_sessions for role, info in infos.items()} == {"target": 0, "drafter 0": 0}
+    # /metrics tells what the workers do (the HTTP coordinator asks them at each scrape)
+    from prometheus_client.parser import text_string_to_metric_families
+
+    scraped = {(sample.name, sample.labels["worker"]): sample.value
+               for family in text_string_to_metric_families(httpx.get(f"{running.http_address}/metrics").text)
+               for sample in family.samples if "worker" in sample.labels}
+    for role, info in infos.items():
+        assert scraped[("rayspec_worker_up", role)] == 1
+        assert scraped[("rayspec_worker_open_sessions", role)] == 0
+        assert scraped[("rayspec_prefix_cache_bytes", role)] == info.prefix_cache_bytes
+        assert scraped[("rayspec_prefix_cache_queried_tokens_total", role)] == info.prefix_cache_queried_tokens > 0
 
 
 def _wait_until(condition, what: str, timeout: float = 120.0) -> float:

@@ -38,7 +38,7 @@ def test_lookup_gives_the_longest_shared_prefix_and_its_rows():
     assert rows[0][0][0, 0, :, 0].tolist() == system + [1] and torch.equal(rows[1][1], -rows[1][0])
     assert cache.lookup([5, 6, 7, 8, 9]) == (0, None)
     assert cache.lookup(system[:3] + [0]) == (0, None)  # 3 shared tokens: fewer than min_tokens
-    assert (cache.lookups, cache.hits, cache.reused_tokens) == (3, 1, 21)
+    assert (cache.lookups, cache.hits, cache.queried_tokens, cache.reused_tokens) == (3, 1, 23 + 5 + 4, 21)
 
 
 def test_a_longer_sequence_supersedes_its_prefix_and_a_shorter_one_is_not_stored_twice():

@@ -628,17 +628,26 @@ def test_info_counts_the_sessions_a_worker_holds_until_they_are_released(target_
     assert held() == before
 
 
-def test_info_tells_the_bytes_the_targets_prefix_cache_holds(target_server):
+def test_info_tells_the_targets_prefix_cache_bytes_and_the_tokens_asked_about_and_found(target_server):
     target, stub, _ = target_server
 
-    def cached() -> int:
-        return stub.Info(worker_pb2.InfoRequest(), timeout=10).prefix_cache_bytes
+    def cache() -> tuple[int, int, int]:
+        info = stub.Info(worker_pb2.InfoRequest(), timeout=10)
+        return info.prefix_cache_bytes, info.prefix_cache_queried_tokens, info.prefix_cache_hit_tokens
 
-    before = cached()
+    before, queried, hit = cache()
     assert before == target.prefix_cache.nbytes
     stub.Open(worker_pb2.OpenRequest(session_id="cached", spec=_spec(prompt=range(1, 41))), timeout=10)
     stub.Release(worker_pb2.ReleaseRequest(session_id="cached"), timeout=10)  # its prompt's rows are kept
-    assert cached() == target.prefix_cache.nbytes > before
+    assert cache()[0] == target.prefix_cache.nbytes > before
+    # a target prefills a prompt but its last token (its first tree's root), asking its cache
+    # about all but the last of those (whose logits it wants): 38 tokens, then 43, of which
+    # the 39 the first prompt left in the cache are found
+    stub.Open(worker_pb2.OpenRequest(session_id="reusing", spec=_spec(prompt=[*range(1, 41), 2, 3, 4, 5, 6])),
+              timeout=10)
+    stub.Release(worker_pb2.ReleaseRequest(session_id="reusing"), timeout=10)
+    _, queried_now, hit_now = cache()
+    assert (queried_now - queried, hit_now - hit) == (38 + 43, 39)
 
 
 @pytest.mark.parametrize("raw", [b"\xff\xff\xff\xff", b"\x0a\x10ab", b"\x0a\x02\xff\xfe"])

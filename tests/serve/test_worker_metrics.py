@@ -1,0 +1,74 @@
+"""The workers' state in /metrics (`Metrics.watch_workers` over `Service.worker_infos`): a
+coordinator of real gRPC workers in this process, over tiny random models, asks each at a
+scrape; one that no longer answers is down in the next scrape, not a failed or hung one."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from rayspec.engine import LocalDrafter, LocalTarget
+from rayspec.rpc.worker import serve_drafter, serve_target
+from rayspec.serve.config import ServiceConfig
+from rayspec.serve.service import WORKER_INFO_TIMEOUT, Service
+from tests.tiny_models import noisy_copy, tiny_llama
+
+VOCAB = 64
+PROMPT = list(range(3, 40))  # past the prefix cache's 16-token minimum
+
+
+@pytest.fixture
+def workers():
+    target_model = tiny_llama(vocab=VOCAB, seed=0)
+    target, drafter = LocalTarget(target_model), LocalDrafter(noisy_copy(target_model, noise=0.3))
+    servers = [serve_target(target, "127.0.0.1:0"), serve_drafter(drafter, "127.0.0.1:0")]
+    yield target, drafter, servers
+    for server, _ in servers:
+        server.stop(0).wait()
+
+
+def worker_samples(service) -> dict:
+    """(name, worker label) -> value of the worker families in the service's exposition."""
+    text = service.metrics.exposition().decode()
+    return {(sample.name, sample.labels["worker"]): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples
+            if "worker" in sample.labels}
+
+
+def test_a_scrape_tells_each_workers_sessions_and_prefix_cache(workers):
+    target, drafter, [(_, target_port), (_, drafter_port)] = workers
+    config = ServiceConfig.from_dict({"tree": "kary:2x2", "verifier": "rrsw"})
+    service = Service.from_config(config, f"127.0.0.1:{target_port}", [f"127.0.0.1:{drafter_port}"])
+    service.metrics.watch_workers(service.worker_infos)
+    try:
+        for seed in (1, 2):  # the second reuses the first's prompt from both caches
+            service.engine.run(PROMPT, max_new_tokens=8, temperature=1.0, seed=seed, ignore_eos=True)
+        samples = worker_samples(service)
+        for name, side in (("target", target), ("drafter 0", drafter)):
+            cache = side.prefix_cache
+            assert cache.hits >= 1
+            assert samples[("rayspec_worker_up", name)] == 1
+            assert samples[("rayspec_worker_open_sessions", name)] == 0  # both sequences released
+            assert samples[("rayspec_prefix_cache_bytes", name)] == cache.nbytes > 0
+            assert samples[("rayspec_prefix_cache_queried_tokens_total", name)] == cache.queried_tokens > 0
+            assert samples[("rayspec_prefix_cache_hit_tokens_total", name)] == cache.reused_tokens > 0
+
+        steps = service.engine.generate(PROMPT, max_new_tokens=64, temperature=1.0, seed=3, ignore_eos=True)
+        next(steps)  # a sequence mid-generation holds a session on each worker
+        held = worker_samples(service)
+        steps.close()
+        assert held[("rayspec_worker_open_sessions", "target")] == 1
+        assert held[("rayspec_worker_open_sessions", "drafter 0")] == 1
+        assert worker_samples(service)[("rayspec_worker_open_sessions", "target")] == 0
+
+        workers[2][1][0].stop(0).wait()  # the drafter's server goes
+        started = time.monotonic()
+        samples = worker_samples(service)
+        assert time.monotonic() - started < 2 * WORKER_INFO_TIMEOUT + 1
+        assert samples[("rayspec_worker_up", "drafter 0")] == 0 and samples[("rayspec_worker_up", "target")] == 1
+        assert ("rayspec_worker_open_sessions", "drafter 0") not in samples
+        assert ("rayspec_worker_open_sessions", "target") in samples
+    finally:
+        service.close()
