@@ -74,6 +74,7 @@ class FakeGeneration(generation_pb2_grpc.GenerationServicer):
         self.chunk_delay = 0.0
         self.end_delay = 0.0  # between a stream's completion message and its end
         self.interrupted = threading.Event()  # a call ended before its handler finished
+        self.last_finished = threading.Event()  # set once the last call's handler has finished
         self.features: tuple[str, ...] | None = GENERATION_FEATURES  # None: a server without Info
         self.info_calls = 0
         self.info_delay = 0.0
@@ -81,6 +82,7 @@ class FakeGeneration(generation_pb2_grpc.GenerationServicer):
     def _admit(self, request, context) -> threading.Event:
         """Check and record a call; returns the event its handler sets when it has finished."""
         finished = threading.Event()
+        self.last_finished = finished
         # the termination callback, not a check after `yield`: the server stops iterating a
         # cancelled stream at its pending yield, and never resumes the handler
         context.add_callback(lambda: finished.is_set() or self.interrupted.set())
@@ -660,6 +662,8 @@ def test_a_stream_read_to_its_completion_reads_its_end_rather_than_drop_the_call
         stream = client.stream("abcdef", max_tokens=4)
         assert "".join(chunk.text for chunk in stream) == expected_text("abcdef", 424242, 4)
         assert stream.completion is not None
+        # the iteration ended with the call, not at the completion message 0.3 s before it
+        assert server.generation.last_finished.is_set()
         del stream
         assert not server.generation.interrupted.wait(1)
 
@@ -698,11 +702,15 @@ def test_an_async_stream_read_to_its_completion_reads_its_end_rather_than_drop_t
                 stream = client.stream("abcdef", max_tokens=4)
                 texts = [chunk.text async for chunk in stream]
                 completed = stream.completion is not None
+                ended_with_the_call = server.generation.last_finished.is_set()
                 del stream
-                return texts, completed, await asyncio.to_thread(server.generation.interrupted.wait, 1)
+                return texts, completed, ended_with_the_call, await asyncio.to_thread(server.generation.interrupted.wait, 1)
 
-    texts, completed, interrupted = run(main())
+    texts, completed, ended_with_the_call, interrupted = run(main())
     assert "".join(texts) == expected_text("abcdef", 424242, 4) and completed and not interrupted
+    # grpc.aio lets a call dropped at its completion message run to its end, so `interrupted`
+    # alone would not tell: the iteration must end with the call, not 0.3 s before it
+    assert ended_with_the_call
 
 
 def test_async_generate_and_stream(server):
