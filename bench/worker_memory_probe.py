@@ -34,7 +34,9 @@ ARMS = {"default": {},
         # a fixed mmap threshold: blocks of 64 kB or more (KV caches, logits) mapped alone and
         # unmapped when freed, where by default the threshold rises to the largest block freed
         # (up to 32 MiB) and such blocks are carved from the heap
-        "mmap64k": {"MALLOC_MMAP_THRESHOLD_": "65536"}}
+        "mmap64k": {"MALLOC_MMAP_THRESHOLD_": "65536"},
+        # and oneDNN's cache of compiled kernels, one per shape met (1,024 by default), off
+        "mmap64k_onednn0": {"MALLOC_MMAP_THRESHOLD_": "65536", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "0"}}
 
 
 def start(arm_env: dict, traced: str | None = None) -> tuple[dict, str]:
