@@ -11,7 +11,6 @@ what a worker adds around them (gRPC, the codec, its threads).
 
 from __future__ import annotations
 
-import ctypes
 import os
 import random
 import sys
@@ -28,7 +27,7 @@ from transformers import AutoTokenizer  # noqa: E402
 from rayspec.demo import DRAFTER_PATH, TARGET_PATH  # noqa: E402
 from rayspec.engine import SpeculativeEngine  # noqa: E402
 from rayspec.serve.config import ServiceConfig  # noqa: E402
-from soak import process_sample  # noqa: E402  (resident MiB from /proc, as the soak reads it)
+from soak import resident_before_and_after_trim  # noqa: E402
 
 
 def main() -> int:
@@ -56,13 +55,12 @@ def main() -> int:
     users = [threading.Thread(target=user, args=(i,)) for i in range(2)]
     for thread in users:
         thread.start()
-    started, libc = time.monotonic(), ctypes.CDLL("libc.so.6")
+    started = time.monotonic()
     while any(thread.is_alive() for thread in users):
         time.sleep(60)
-        before = process_sample(os.getpid())["rss_mib"]
-        libc.malloc_trim(0)
+        before, after = resident_before_and_after_trim()
         print(f"{time.monotonic() - started:6.0f}s n={done[0]} resident {before:.0f} MiB, "
-              f"after malloc_trim {process_sample(os.getpid())['rss_mib']:.0f}", flush=True)
+              f"after malloc_trim {after:.0f}", flush=True)
     return 0
 
 

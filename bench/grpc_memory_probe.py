@@ -14,7 +14,6 @@ into message bytes.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
 import threading
@@ -27,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-from soak import process_sample  # noqa: E402
+from soak import resident_before_and_after_trim  # noqa: E402
 
 STEPS = 12  # messages per stream: a session's steps
 METHOD = "/probe.Probe/Steps"
@@ -89,15 +88,14 @@ def main() -> int:
     clients = [threading.Thread(target=client, args=(port, end, done, request)) for _ in range(2)]
     for thread in clients:
         thread.start()
-    started, libc = time.monotonic(), ctypes.CDLL("libc.so.6")
+    started = time.monotonic()
     print(f"# in this process: a server and 2 clients; streams of {STEPS} steps, "
           f"{'probability rows encoded and decoded' if codec else f'replies of {REPLY_BYTES} bytes'}", flush=True)
     while any(thread.is_alive() for thread in clients):
         time.sleep(60)
-        before = process_sample(os.getpid())["rss_mib"]
-        libc.malloc_trim(0)
+        before, after = resident_before_and_after_trim()
         print(f"{time.monotonic() - started:6.0f}s streams={done[0]} resident {before:.0f} MiB, "
-              f"after malloc_trim {process_sample(os.getpid())['rss_mib']:.0f}", flush=True)
+              f"after malloc_trim {after:.0f}", flush=True)
     server.stop(0)
     return 0
 

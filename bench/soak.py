@@ -45,6 +45,16 @@ def process_sample(pid: int) -> dict | None:
         return None
 
 
+def resident_before_and_after_trim() -> tuple[float, float]:
+    """This process's resident MiB, then again once glibc has given its free pages back
+    (`malloc_trim(0)`): what is left is live memory, or fragments."""
+    import ctypes
+
+    before = process_sample(os.getpid())["rss_mib"]
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return before, process_sample(os.getpid())["rss_mib"]
+
+
 def service_processes(running) -> dict:
     """name -> pid of the service's own processes: its actors (asked) and Serve's (by title)."""
     import ray

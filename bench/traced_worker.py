@@ -12,7 +12,6 @@ whose traced memory grew most since the first sample, with their allocation coun
 
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
 import threading
@@ -32,12 +31,13 @@ def resident_mib() -> float:
 
 
 def sample(out, baseline, started: float) -> None:
+    from soak import resident_before_and_after_trim
+
     snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
-    rss = resident_mib()
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    rss, trimmed = resident_before_and_after_trim()
     traced, _ = tracemalloc.get_traced_memory()
     out.write(f"--- {time.monotonic() - started:.0f}s  rss {rss:.1f} MiB  traced {traced / 2**20:.2f} MiB  "
-              f"rss after malloc_trim {resident_mib():.1f} MiB\n")
+              f"rss after malloc_trim {trimmed:.1f} MiB\n")
     for stat in snapshot.compare_to(baseline, "lineno")[:TOP_LINES]:
         out.write(f"  {stat.size_diff / 1024:+9.1f} kB {stat.count_diff:+7d} blocks  {stat.traceback[0]}\n")
     out.flush()
