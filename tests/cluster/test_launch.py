@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.cluster.launching import (
     PROMPT, assert_both_coordinators_plan_from_one_calibration, assert_metrics_count_both_apis,
@@ -169,8 +170,6 @@ def test_a_mix_of_requests_and_clients_that_leave_fails_none_and_leaves_no_sessi
     infos = worker_infos(running)
     assert {role: info.open_sessions for role, info in infos.items()} == {"target": 0, "drafter 0": 0}
     # /metrics tells what the workers do (the HTTP coordinator asks them at each scrape)
-    from prometheus_client.parser import text_string_to_metric_families
-
     scraped = {(sample.name, sample.labels["worker"]): sample.value
                for family in text_string_to_metric_families(httpx.get(f"{running.http_address}/metrics").text)
                for sample in family.samples if "worker" in sample.labels}
