@@ -30,15 +30,20 @@ def resident_mib() -> float:
     return process_sample(os.getpid())["rss_mib"]
 
 
+def snapshot() -> tracemalloc.Snapshot:
+    """The traced blocks now, tracemalloc's own left out."""
+    return tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+
+
 def sample(out, baseline, started: float) -> None:
     from soak import resident_before_and_after_trim
 
-    snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+    now = snapshot()
     rss, trimmed = resident_before_and_after_trim()
     traced, _ = tracemalloc.get_traced_memory()
     out.write(f"--- {time.monotonic() - started:.0f}s  rss {rss:.1f} MiB  traced {traced / 2**20:.2f} MiB  "
               f"rss after malloc_trim {trimmed:.1f} MiB\n")
-    for stat in snapshot.compare_to(baseline, "lineno")[:TOP_LINES]:
+    for stat in now.compare_to(baseline, "lineno")[:TOP_LINES]:
         out.write(f"  {stat.size_diff / 1024:+9.1f} kB {stat.count_diff:+7d} blocks  {stat.traceback[0]}\n")
     out.flush()
 
@@ -50,7 +55,7 @@ def main() -> int:
 
     def sampler() -> None:
         time.sleep(every)  # the first sample after the model loads and the first requests ran
-        baseline = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+        baseline = snapshot()
         with open(os.environ["TRACE_OUT"], "a") as out:
             out.write(f"--- baseline at {time.monotonic() - started:.0f}s  rss {resident_mib():.1f} MiB  "
                       f"traced {tracemalloc.get_traced_memory()[0] / 2**20:.2f} MiB\n")
