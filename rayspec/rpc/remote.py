@@ -292,9 +292,11 @@ class _WorkerHandle:
     def close(self) -> None:
         self.channel.close()
 
-    def info(self, timeout: float) -> worker_pb2.WorkerInfo:
-        """The worker's `Info` now: its sessions, its prefix cache (a failure as `call`'s)."""
-        return call(self.stub.Info, worker_pb2.InfoRequest(), timeout)
+    def info_future(self, timeout: float) -> grpc.Future:
+        """The worker's `Info` call, started: its `result()` is the `WorkerInfo` now (its
+        sessions, its prefix cache), or raises the call's `grpc.RpcError`.  Started at once,
+        so that asking several workers takes as long as the slowest, not as all of them."""
+        return self.stub.Info.future(worker_pb2.InfoRequest(), timeout=timeout)
 
     def _open(self, request: worker_pb2.OpenRequest, timeout: float) -> worker_pb2.OpenReply:
         """The Open call, given up when its caller leaves (`call_while_wanted`).  One that ended

@@ -157,17 +157,26 @@ class Service:
     def worker_infos(self, timeout: float = WORKER_INFO_TIMEOUT) -> list[tuple[str, object | None]]:
         """(name, its `WorkerInfo` now) of each worker this coordinator calls — "target",
         "drafter 0", ... in the config's order — None for one that did not answer within
-        `timeout` (a scrape asks, and must not wait a call's minute for a hung worker)."""
+        `timeout` (a scrape asks, and must not wait a call's minute for a hung worker).  The
+        workers are asked all at once: hung ones hold a scrape `timeout`, not that per worker."""
         from rayspec.rpc.remote import RemoteTarget
 
-        infos, drafters = [], 0
+        asked, drafters = [], 0
         for handle in self._handles:
             if isinstance(handle, RemoteTarget):
                 name = "target"
             else:
                 name, drafters = f"drafter {drafters}", drafters + 1
             try:
-                infos.append((name, handle.info(timeout)))
+                call = handle.info_future(timeout)
+            except Exception as error:  # noqa: BLE001 — a closed channel: a scrape answers with what it has
+                call = error
+            asked.append((name, handle, call))
+        infos = []
+        for name, handle, call in asked:
+            try:
+                # a started call is a grpc.Future (and an RpcError too): only a failure to start is not
+                infos.append((name, call.result() if isinstance(call, grpc.Future) else _raise(call)))
             except Exception as error:  # noqa: BLE001 — a scrape answers with what it has
                 log.warning("the %s worker at %s did not tell its state: %s", name, handle.address, error)
                 infos.append((name, None))
@@ -338,6 +347,10 @@ class Service:
         for handle in self._handles:
             handle.close()
         self._handles = []
+
+
+def _raise(error: BaseException):
+    raise error
 
 
 class _End:

@@ -72,3 +72,31 @@ def test_a_scrape_tells_each_workers_sessions_and_prefix_cache(workers):
         assert ("rayspec_worker_open_sessions", "target") in samples
     finally:
         service.close()
+
+
+def test_hung_workers_hold_a_scrape_one_timeout_not_one_each(workers, monkeypatch):
+    """Three workers (the target, and one drafter worker given twice) whose `Info` hangs: a
+    scrape asks them all at once, and has each down after one `WORKER_INFO_TIMEOUT`, not
+    three one after another."""
+    import rayspec.rpc.worker as worker_module
+
+    _, _, [(_, target_port), (_, drafter_port)] = workers
+    config = ServiceConfig.from_dict({"tree": "kary:2x2", "verifier": "rrsw", "drafters": [{}, {}]})
+    service = Service.from_config(config, f"127.0.0.1:{target_port}", [f"127.0.0.1:{drafter_port}"] * 2)
+    service.metrics.watch_workers(service.worker_infos)
+    answered = worker_module._worker_info
+
+    def hung(*args, **kwargs):
+        time.sleep(3 * WORKER_INFO_TIMEOUT)
+        return answered(*args, **kwargs)
+
+    try:
+        assert worker_samples(service)[("rayspec_worker_up", "drafter 1")] == 1
+        monkeypatch.setattr(worker_module, "_worker_info", hung)
+        started = time.monotonic()
+        samples = worker_samples(service)
+        seconds = time.monotonic() - started
+        assert [samples[("rayspec_worker_up", name)] for name in ("target", "drafter 0", "drafter 1")] == [0, 0, 0]
+        assert WORKER_INFO_TIMEOUT <= seconds < 2 * WORKER_INFO_TIMEOUT, seconds
+    finally:
+        service.close()
