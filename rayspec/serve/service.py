@@ -175,8 +175,9 @@ class Service:
         infos = []
         for name, handle, call in asked:
             try:
-                # a started call is a grpc.Future (and an RpcError too): only a failure to start is not
-                infos.append((name, call.result() if isinstance(call, grpc.Future) else _raise(call)))
+                if not isinstance(call, grpc.Future):  # a started call is an RpcError too: not this
+                    raise call
+                infos.append((name, call.result()))
             except Exception as error:  # noqa: BLE001 — a scrape answers with what it has
                 log.warning("the %s worker at %s did not tell its state: %s", name, handle.address, error)
                 infos.append((name, None))
@@ -347,10 +348,6 @@ class Service:
         for handle in self._handles:
             handle.close()
         self._handles = []
-
-
-def _raise(error: BaseException):
-    raise error
 
 
 class _End:
