@@ -74,3 +74,28 @@ class ServerThread:
         self.server.should_exit = True
         self.thread.join(10)
         self.socket.close()
+
+
+def stalled_request(url: str, head: bytes, parts: list[bytes], pause: float) -> tuple[bytes, float]:
+    """Sends `head`, then `parts` `pause` seconds apart, never the rest, on a socket of its
+    own; returns the reply (all of it, until the server closes) and how long after the head it
+    began.  The socket gives up 10 s after the last part: a server with no deadline fails the
+    test rather than hanging it."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        raw.sendall(head)
+        sent, reply = time.monotonic(), b""
+        raw.settimeout(pause)
+        for part in parts:
+            raw.sendall(part)
+            try:
+                reply = raw.recv(65536)
+                break
+            except TimeoutError:
+                continue
+        raw.settimeout(10)
+        reply = reply or raw.recv(65536)
+        answered = time.monotonic() - sent
+        while more := raw.recv(65536):
+            reply += more
+    return reply, answered

@@ -31,7 +31,8 @@
     grpc: {host: 127.0.0.1, port: 9000}
     limits: {default_max_tokens: 256, max_tokens: 4096, max_concurrent_requests: 64,
              max_queued_requests: 256,      # requests waiting for a generation slot, HTTP and gRPC each (0: none)
-             max_request_bytes: 33554432}   # HTTP bodies over this many bytes get a 413
+             max_request_bytes: 33554432,   # HTTP bodies over this many bytes get a 413
+             body_timeout: 60}              # seconds for an HTTP body to arrive whole, or 408 (0: no limit)
     api_key: null                     # clients must send it (null: $RAYSPEC_API_KEY, if set)
 
 With an API key, every HTTP request but `/health` and `/metrics` needs `Authorization: Bearer
@@ -291,6 +292,7 @@ class LimitsConfig:
     max_concurrent_requests: int = 64
     max_queued_requests: int = 256
     max_request_bytes: int = 32 * 2**20  # a batch of 64 prompts of 64k token ids each, as JSON, fits
+    body_timeout: float = 60.0  # seconds for a body to arrive whole, or 408 (0: no limit; `LimitBodies`)
 
     def __post_init__(self):
         for name in ("default_max_tokens", "max_tokens", "max_concurrent_requests", "max_request_bytes"):
@@ -300,6 +302,9 @@ class LimitsConfig:
         if type(self.max_queued_requests) is not int or self.max_queued_requests < 0:
             raise ValueError("limits.max_queued_requests must be a whole number, 0 (no queue) or more, "
                              f"got {self.max_queued_requests!r}")
+        if type(self.body_timeout) not in (int, float) or not 0 <= self.body_timeout < float("inf"):
+            raise ValueError(f"limits.body_timeout must be a number of seconds, 0 (no limit) or more, "
+                             f"got {self.body_timeout!r}")
         if self.default_max_tokens > self.max_tokens:
             raise ValueError(f"limits.default_max_tokens ({self.default_max_tokens}) is above "
                              f"limits.max_tokens ({self.max_tokens})")

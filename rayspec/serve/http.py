@@ -93,7 +93,8 @@ reads it, and transformers 5 loads fast ones).
 Errors have OpenAI's body `{"error": {"message", "type", "param", "code"}}`: 400 for bad
 input (malformed JSON, wrong types, unknown verifier, a prompt longer than the context, ...),
 401 without the service's API key (`ServiceConfig.api_key`), 404 for an unknown model or route,
-413 for a body over `limits.max_request_bytes` (refused before it is read), 429 when
+408 for a body not all sent within `limits.body_timeout` seconds (60) of its headers, 413 for
+a body over `limits.max_request_bytes` (refused before it is read), 429 when
 `limits.max_queued_requests` requests wait already for slots (below) or a worker has no room
 for another session (that one is not queued: the worker's sessions are its own to count) or
 a structured output waited `COMPILE_SECONDS` for a compiler (`rayspec.engine.structured`), 503
@@ -755,7 +756,8 @@ def create_app(service: Service, answer_request_ids: bool = True) -> FastAPI:
     or one it made)."""
     app = FastAPI(title="rayspec", summary="Tree speculative decoding, OpenAI-compatible")
     app.state.service = service
-    app.add_middleware(LimitBodies, limit=service.limits.max_request_bytes)
+    limits = service.limits
+    app.add_middleware(LimitBodies, limit=limits.max_request_bytes, timeout=limits.body_timeout or None)
     if service.api_key:  # outside the body limit: a request without the key is refused unread
         app.add_middleware(RequireKey, key=service.api_key)
     app.add_middleware(AnswerFailures)

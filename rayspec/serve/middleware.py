@@ -138,13 +138,23 @@ class CountResponses:
             self.metrics.observe_response(endpoint, status)
 
 
+class _TooLarge(Exception):
+    """A body past `LimitBodies`' limit, found while reading it."""
+
+
 class LimitBodies:
     """ASGI middleware answering 413 to a request whose body is over `limit` bytes, before the
     app reads any of it: by its Content-Length or, for a body sent in chunks, as soon as more
-    than `limit` bytes have arrived (the chunks are held, then handed to the app whole)."""
+    than `limit` bytes have arrived; and 408 to one whose body has not all arrived `timeout`
+    seconds after its headers (None: no limit).  Bodies are read whole here, then handed to
+    the app: a client that stops sending halfway would otherwise hold one of the replica's
+    ongoing requests for as long as its connection lives (Ray Serve's proxy streams the body
+    on, and uvicorn has no body timeout), and a few hundred such clients would fill them all.
+    The deadline is for the whole body, not between reads as nginx's `client_body_timeout`,
+    so that a client sending a byte now and then cannot hold it either."""
 
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app, limit: int, timeout: float | None = None):
+        self.app, self.limit, self.timeout = app, limit, timeout
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -153,20 +163,19 @@ class LimitBodies:
         length = headers.get(b"content-length", b"")
         if length.isdigit() and int(length) > self.limit:
             return await self._refuse(f"{int(length)} bytes", scope, receive, send)
-        if b"chunked" not in headers.get(b"transfer-encoding", b"").lower():
-            return await self.app(scope, receive, send)
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > self.limit:
-                return await self._refuse(f"more than {self.limit} bytes", scope, receive, send)
-            if not message.get("more_body"):
-                break
-        whole = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        chunked = b"chunked" in headers.get(b"transfer-encoding", b"").lower()
+        if not chunked and not (length.isdigit() and int(length) > 0):
+            return await self.app(scope, receive, send)  # no body to wait for
+        try:
+            async with asyncio.timeout(self.timeout):
+                body = await self._whole_body(receive)
+        except TimeoutError:
+            return await self._time_out(scope, receive, send)
+        except _TooLarge:
+            return await self._refuse(f"more than {self.limit} bytes", scope, receive, send)
+        if body is None:  # the client went away
+            return
+        whole = {"type": "http.request", "body": body, "more_body": False}
 
         async def replay():
             nonlocal whole
@@ -176,6 +185,26 @@ class LimitBodies:
             return message
 
         return await self.app(scope, replay, send)
+
+    async def _whole_body(self, receive) -> bytes | None:
+        """The body's bytes, None if the client left first; `_TooLarge` past the limit."""
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                raise _TooLarge
+            if not message.get("more_body"):
+                return b"".join(chunks)
+
+    async def _time_out(self, scope, receive, send) -> None:
+        message = (f"the request body did not all arrive within {self.timeout:g} s of its headers "
+                   "(limits.body_timeout)")
+        status, body = openai_error(408, message, code="request_timeout")
+        await JSONResponse(body, status_code=status, headers={"Connection": "close"})(scope, receive, send)
 
     async def _refuse(self, size: str, scope, receive, send) -> None:
         message = (f"the request body has {size}, more than this service takes ({self.limit} bytes, "

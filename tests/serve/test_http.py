@@ -42,7 +42,7 @@ from rayspec.serve.bodies import ChatBody, Message
 from rayspec.serve.service import FALLBACK_CHAT_TEMPLATE, ChatRenderError, Service
 from rayspec.serve.tool_parsers import read_tool_calls
 from tests.faults import LateDrafter, LosesItsFirstSession
-from tests.loopback import ServerThread
+from tests.loopback import ServerThread, stalled_request
 from tests.serve.served import MODEL, PROMPT, SETTING, chat_prompt, eventually, expected
 from tests.tiny_models import nan_row_at, noisy_copy, tiny_llama
 
@@ -1311,6 +1311,49 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(parts):
     assert counted[("rayspec_http_requests_total", (("endpoint", "/v1/completions"), ("status", "413")))] == 3
     with pytest.raises(ValueError, match="limits.max_request_bytes must be a positive integer"):
         LimitsConfig(max_request_bytes=0)
+
+
+def test_a_body_that_does_not_all_arrive_in_time_gets_a_408(parts):
+    """408 with an OpenAI error body for a body not sent whole within `limits.body_timeout` of
+    its headers: one that stops halfway (by its Content-Length, or in chunks), and one that
+    trickles a byte every 0.2 s (the deadline is for the whole body, not between reads); the
+    connection closes, the requests are counted, and the service serves others meanwhile and
+    after."""
+    target, drafter, tokenizer = parts
+    engine = SpeculativeEngine(LocalTarget(target), LocalDrafter(drafter), tokenizer=tokenizer, **SETTING)
+    service = Service(engine, tokenizer, MODEL, LimitsConfig(default_max_tokens=4, body_timeout=1.0))
+    body = json.dumps({"prompt": PROMPT, "max_tokens": 2, "seed": 1}).encode()
+
+    def head(*fields: str) -> bytes:
+        lines = ["POST /v1/completions HTTP/1.1", "Host: test", "Content-Type: application/json", *fields]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+    halfway = (head(f"Content-Length: {len(body)}"), [body[:20]], 0.2)
+    chunked_halfway = (head("Transfer-Encoding: chunked"), [b"14\r\n" + body[:20] + b"\r\n"], 0.2)
+    trickled = (head(f"Content-Length: {len(body)}"), [bytes([byte]) for byte in body], 0.2)
+    with ServerThread(create_app(service)) as server, httpx.Client(base_url=server.url, timeout=60) as own:
+        with ThreadPoolExecutor(3) as pool:
+            stalled = [pool.submit(stalled_request, server.url, *case) for case in (halfway, chunked_halfway, trickled)]
+            served_meanwhile = own.post("/v1/completions", content=body, headers={"Content-Type": "application/json"})
+            answers = [future.result() for future in stalled]
+        for reply, answered in answers:
+            status_line, _, rest = reply.partition(b"\r\n")
+            headers, _, payload = rest.partition(b"\r\n\r\n")
+            assert status_line == b"HTTP/1.1 408 Request Timeout", reply
+            assert b"connection: close" in headers.lower()
+            error = json.loads(payload)["error"]
+            assert (error["code"], error["type"]) == ("request_timeout", "invalid_request_error")
+            assert error["message"] == ("the request body did not all arrive within 1 s of its headers "
+                                        "(limits.body_timeout)")
+            assert 0.8 < answered < 5, answered
+        assert served_meanwhile.status_code == 200
+        served_after = own.post("/v1/completions", content=body, headers={"Content-Type": "application/json"})
+        assert served_after.json()["choices"][0]["text"] == served_meanwhile.json()["choices"][0]["text"]
+        counted = metric_samples(own)
+    assert counted[("rayspec_http_requests_total", (("endpoint", "/v1/completions"), ("status", "408")))] == 3
+    for wrong in (-1, float("inf"), "60", True):
+        with pytest.raises(ValueError, match="limits.body_timeout must be a number of seconds, 0 .no limit. or more"):
+            LimitsConfig(body_timeout=wrong)
 
 
 @pytest.mark.parametrize("endpoint, body", [

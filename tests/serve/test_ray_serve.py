@@ -20,7 +20,7 @@ from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.models import load_causal_lm
 from rayspec.serve.config import ServiceConfig
 from tests.local_ray import start_ray
-from tests.loopback import free_port
+from tests.loopback import free_port, stalled_request
 from tests.rpc.processes import Worker, save_tiny_pair
 
 MODEL = "tiny-pair"
@@ -40,7 +40,7 @@ def cluster(tmp_path_factory):
     port = free_port()
     config = ServiceConfig.from_dict({
         "model_id": MODEL, "target": {"path": str(target_path)}, "drafters": [{"path": str(drafter_path)}] * 2,
-        "verifier": "rrsw", "tree": "kary:2x3", "http": {"port": port},
+        "verifier": "rrsw", "tree": "kary:2x3", "http": {"port": port}, "limits": {"body_timeout": 2},
     })
     head = None
     try:
@@ -148,3 +148,17 @@ def test_a_disconnect_through_serve_stops_the_generation(http):
         assert time.monotonic() < deadline, "the generation did not stop after the client left"
         time.sleep(0.05)
     assert metrics(http)["rayspec_generated_tokens_total"] - before < 400
+
+
+def test_a_body_stalled_halfway_through_serve_gets_a_408(cluster, http):
+    """Serve's proxy streams a body on to the replica as it comes: one that stops halfway is
+    answered 408 at `limits.body_timeout` (2 s here), not held while its connection lives."""
+    body = json.dumps({"prompt": PROMPT, "max_tokens": 4}).encode()
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    reply, answered = stalled_request(cluster["url"], head, [body[:10]], pause=0.2)
+    status_line, _, rest = reply.partition(b"\r\n")
+    assert status_line == b"HTTP/1.1 408 Request Timeout", reply
+    assert json.loads(rest.partition(b"\r\n\r\n")[2])["error"]["code"] == "request_timeout"
+    assert 1.5 < answered < 8, answered
+    assert http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4}).status_code == 200
