@@ -22,6 +22,7 @@ import functools
 import math
 import threading
 import time
+import weakref
 from dataclasses import replace
 
 import torch
@@ -499,6 +500,24 @@ class _LocalModel:
         self.vocab_size = int(model.config.vocab_size)
         self.context_length = model_context_length(model)
         self.eos_token_ids = model_eos_ids(model)
+        self._sessions = weakref.WeakSet()  # those it opened: a session dropped unclosed leaves it
+        self._sessions_lock = threading.Lock()
+
+    def _opened(self, session: _Session) -> _Session:
+        with self._sessions_lock:
+            self._sessions.add(session)
+        return session
+
+    def state(self) -> dict:
+        """What an operator watches of this model (`rayspec_worker_*` in /metrics, a worker's
+        `Info`): the sequences it holds open, and its prefix cache's bytes and the prompt
+        tokens it was asked about and found (0 without a cache)."""
+        with self._sessions_lock:
+            held = sum(session.lm is not None for session in list(self._sessions))
+        cache = self.prefix_cache
+        return {"open_sessions": held, "prefix_cache_bytes": 0 if cache is None else cache.nbytes,
+                "prefix_cache_queried_tokens": 0 if cache is None else cache.queried_tokens,
+                "prefix_cache_hit_tokens": 0 if cache is None else cache.reused_tokens}
 
     @functools.cached_property
     def tokenizer_fingerprint(self) -> bytes | None:
@@ -520,8 +539,8 @@ class LocalTarget(_LocalModel):
         self.verifies_predictions = True  # trees with a predicted chain (`TreeShape.predicted`)
 
     def open(self, spec: SequenceSpec) -> LocalTargetSession:
-        return LocalTargetSession(self.model, spec, self.batcher, self.vocabulary(spec), self.eos_token_ids,
-                                  self.prefix_cache)
+        return self._opened(LocalTargetSession(self.model, spec, self.batcher, self.vocabulary(spec),
+                                               self.eos_token_ids, self.prefix_cache))
 
 
 class LocalDrafter(_LocalModel):
@@ -538,8 +557,8 @@ class LocalDrafter(_LocalModel):
         self.draft_top_k = int(draft_top_k)
 
     def open(self, spec: SequenceSpec) -> LocalDrafterSession:
-        return LocalDrafterSession(self.model, spec, self.batcher, self.vocabulary(spec), self.eos_token_ids,
-                                   self.prefix_cache, self.draft_top_k)
+        return self._opened(LocalDrafterSession(self.model, spec, self.batcher, self.vocabulary(spec),
+                                                self.eos_token_ids, self.prefix_cache, self.draft_top_k))
 
 
 def check_draft_top_k(value, name: str = "draft_top_k") -> None:

@@ -84,14 +84,11 @@ def _open_checks(spec, vocab_size: int, context_length: int, room: int = 1) -> N
 
 def _worker_info(servicer: Servicer, model_id: str, side: LocalTarget | LocalDrafter,
                  **fields) -> worker_pb2.WorkerInfo:
-    cache = side.prefix_cache
+    # the servicer's sessions: those still opening too, which the model has not yet
+    state = {**side.state(), "open_sessions": servicer.open_sessions()}
     return worker_pb2.WorkerInfo(model_id=model_id, vocab_size=side.vocab_size, context_length=side.context_length,
                                  device=str(next(side.model.parameters()).device), features=codec.WORKER_FEATURES,
-                                 tokenizer_fingerprint=side.tokenizer_fingerprint or b"",
-                                 open_sessions=servicer.open_sessions(),
-                                 prefix_cache_bytes=0 if cache is None else cache.nbytes,
-                                 prefix_cache_queried_tokens=0 if cache is None else cache.queried_tokens,
-                                 prefix_cache_hit_tokens=0 if cache is None else cache.reused_tokens, **fields)
+                                 tokenizer_fingerprint=side.tokenizer_fingerprint or b"", **state, **fields)
 
 
 class TargetServicer(Servicer, worker_pb2_grpc.TargetServiceServicer):

@@ -90,7 +90,7 @@ class Coordinator:
         target = config.target.local(TARGET_PATH)
         self.service = Service.from_config(config, target, addresses)
         self.watch = watch_workers(self.service, addresses, self.drafters)
-        self.service.metrics.watch_workers(self.service.worker_infos)  # the drafter workers
+        self.service.metrics.watch_workers(self.service.worker_infos)  # the drafter workers, and the target here
         self.generation, self._grpc_address = serve_generation_api(self.service, config)
 
     def costs(self) -> dict | None:

@@ -313,8 +313,9 @@ class _Families:
 class _WorkerCollector:
     """The workers' state, asked at scrape time: whether each answered, the sessions it holds,
     its prefix cache's bytes, and the tokens it was asked about and found (vLLM's
-    prefix_cache_queries and prefix_cache_hits, per worker).  A worker that did not answer has
-    `rayspec_worker_up` 0 and no other sample in that scrape."""
+    prefix_cache_queries and prefix_cache_hits, per worker); a model in the coordinator's own
+    process (`where: coordinator`) is one of them, under the name a worker would have.  A worker
+    that did not answer has `rayspec_worker_up` 0 and no other sample in that scrape."""
 
     def __init__(self, metrics: Metrics):
         self.metrics = metrics

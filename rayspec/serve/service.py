@@ -27,6 +27,7 @@ import grpc
 
 from rayspec.engine.engine import SpeculativeEngine
 from rayspec.engine.interfaces import AtCapacity, RequestFieldError, ShutdownSignal, ShuttingDown
+from rayspec.engine.local import LocalDrafter, LocalTarget
 from rayspec.engine.pool import DrafterPool
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.engine.slots import QueueFull, SlotQueue
@@ -100,6 +101,7 @@ class Service:
                                 waited=self.metrics.queue_seconds.observe)
         self.metrics.watch_queue(lambda: self._slots.waiting)
         self._handles: list = []  # remote handles to close with the service
+        self._models: list = []  # (name, remote handle or model in this process): `worker_infos`
         # set by `shut_down`; the gRPC Generation API over the same engine hooks on it
         self.shutting_down = ShutdownSignal()
         self._live: set[StepStream] = set()  # the generations `shut_down` ends
@@ -152,34 +154,39 @@ class Service:
         service = cls(engine, tokenizer, config.model_id, config.limits, workers=workers,
                       api_key=config.resolved_api_key, tool_call_parser=config.tool_call_parser)
         service._handles = handles
+        service._models = [("target", target), *((f"drafter {i}", d) for i, d in enumerate(drafters))]
         return service
 
     def worker_infos(self, timeout: float = WORKER_INFO_TIMEOUT) -> list[tuple[str, object | None]]:
-        """(name, its `WorkerInfo` now) of each worker this coordinator calls — "target",
-        "drafter 0", ... in the config's order — None for one that did not answer within
-        `timeout` (a scrape asks, and must not wait a call's minute for a hung worker).  The
-        workers are asked all at once: hung ones hold a scrape `timeout`, not that per worker."""
-        from rayspec.rpc.remote import RemoteTarget
+        """(name, its `WorkerInfo` now) of each model this coordinator decodes with — "target",
+        "drafter 0", ... in the config's order (the drafter workers', then those in this
+        process) — None for a worker that did not answer within `timeout` (a scrape asks, and
+        must not wait a call's minute for a hung worker).  The workers are asked all at once:
+        hung ones hold a scrape `timeout`, not that per worker.  A model in this process
+        (`where: coordinator`) answers with its own state (`LocalTarget.state`)."""
+        from rayspec.rpc.generated import worker_pb2
 
-        asked, drafters = [], 0
-        for handle in self._handles:
-            if isinstance(handle, RemoteTarget):
-                name = "target"
+        asked = []
+        for name, model in self._models:
+            if isinstance(model, (LocalTarget, LocalDrafter)):
+                call = worker_pb2.WorkerInfo(**model.state())
             else:
-                name, drafters = f"drafter {drafters}", drafters + 1
-            try:
-                call = handle.info_future(timeout)
-            except Exception as error:  # noqa: BLE001 — a closed channel: a scrape answers with what it has
-                call = error
-            asked.append((name, handle, call))
+                try:
+                    call = model.info_future(timeout)
+                except Exception as error:  # noqa: BLE001 — a closed channel: a scrape answers with what it has
+                    call = error
+            asked.append((name, model, call))
         infos = []
-        for name, handle, call in asked:
+        for name, model, call in asked:
+            if isinstance(call, worker_pb2.WorkerInfo):
+                infos.append((name, call))
+                continue
             try:
                 if not isinstance(call, grpc.Future):  # a started call is an RpcError too: not this
                     raise call
                 infos.append((name, call.result()))
             except Exception as error:  # noqa: BLE001 — a scrape answers with what it has
-                log.warning("the %s worker at %s did not tell its state: %s", name, handle.address, error)
+                log.warning("the %s worker at %s did not tell its state: %s", name, model.address, error)
                 infos.append((name, None))
         return infos
 

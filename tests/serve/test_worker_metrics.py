@@ -10,9 +10,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rayspec.engine import LocalDrafter, LocalTarget
+from rayspec.models import load_causal_lm
 from rayspec.rpc.worker import serve_drafter, serve_target
 from rayspec.serve.config import ServiceConfig
 from rayspec.serve.service import WORKER_INFO_TIMEOUT, Service
+from tests.rpc.processes import save_tiny_pair
 from tests.tiny_models import noisy_copy, tiny_llama
 
 VOCAB = 64
@@ -100,3 +102,44 @@ def test_hung_workers_hold_a_scrape_one_timeout_not_one_each(workers, monkeypatc
         assert WORKER_INFO_TIMEOUT <= seconds < 2 * WORKER_INFO_TIMEOUT, seconds
     finally:
         service.close()
+
+
+def test_models_in_the_coordinators_process_have_their_lines_too(tmp_path):
+    """A target and a drafter `where: coordinator` beside a drafter worker: the scrape names
+    them as the workers are named ("target", then the drafters in the pool's order, the
+    worker's first), always up, with their own sessions and prefix caches."""
+    target_path, drafter_path = save_tiny_pair(tmp_path)
+    server, port = serve_drafter(LocalDrafter(load_causal_lm(drafter_path, "cpu", "float32")[0]), "127.0.0.1:0")
+    config = ServiceConfig.from_dict({
+        "tree": "kary:2x2", "verifier": "rrsw", "target": {"path": str(target_path), "where": "coordinator"},
+        "drafters": [{"path": str(drafter_path)}, {"path": str(drafter_path), "where": "coordinator"}]})
+    target = config.target.local(None)
+    service = Service.from_config(config, target, [f"127.0.0.1:{port}"])
+    service.metrics.watch_workers(service.worker_infos)
+    in_process_drafter = service.engine.drafter.drafters[1]
+    try:
+        for seed in (1, 2, 3):  # the pool takes the drafter its seed names: here, the worker, here
+            service.engine.run(PROMPT, max_new_tokens=8, temperature=1.0, seed=seed, ignore_eos=True)
+        samples = worker_samples(service)
+        assert [name for (family, name) in samples if family == "rayspec_worker_up"] == \
+            ["target", "drafter 0", "drafter 1"]
+        for name, model in (("target", target), ("drafter 1", in_process_drafter)):
+            cache = model.prefix_cache
+            assert samples[("rayspec_worker_up", name)] == 1
+            assert samples[("rayspec_worker_open_sessions", name)] == 0
+            assert samples[("rayspec_prefix_cache_bytes", name)] == cache.nbytes > 0
+            assert samples[("rayspec_prefix_cache_queried_tokens_total", name)] == cache.queried_tokens > 0
+            assert samples[("rayspec_prefix_cache_hit_tokens_total", name)] == cache.reused_tokens > 0
+
+        steps = service.engine.generate(PROMPT, max_new_tokens=64, temperature=1.0, seed=5, ignore_eos=True)
+        next(steps)  # on the drafter here again
+        held = worker_samples(service)
+        steps.close()
+        assert held[("rayspec_worker_open_sessions", "target")] == 1
+        assert held[("rayspec_worker_open_sessions", "drafter 1")] == 1
+        assert held[("rayspec_worker_open_sessions", "drafter 0")] == 0
+        after = worker_samples(service)
+        assert after[("rayspec_worker_open_sessions", "target")] == after[("rayspec_worker_open_sessions", "drafter 1")] == 0
+    finally:
+        service.close()
+        server.stop(0).wait()
