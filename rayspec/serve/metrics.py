@@ -310,20 +310,27 @@ class _Families:
         return self.families
 
 
+# A worker that answered a scrape's `Info` RESOURCE_EXHAUSTED: up, every thread it has for
+# calls busy (a load peak), its state unknown this once (`Service.worker_infos`)
+WORKER_BUSY = "busy"
+
+
 class _WorkerCollector:
     """The workers' state, asked at scrape time: whether each answered, the sessions it holds,
     its prefix cache's bytes, and the tokens it was asked about and found (vLLM's
     prefix_cache_queries and prefix_cache_hits, per worker); a model in the coordinator's own
     process (`where: coordinator`) is one of them, under the name a worker would have.  A worker
-    that did not answer has `rayspec_worker_up` 0 and no other sample in that scrape."""
+    that did not answer has `rayspec_worker_up` 0 and no other sample in that scrape; one too
+    busy to answer (`WORKER_BUSY`) has `rayspec_worker_up` 1 and no other sample, so that a
+    load peak does not read as a worker lost (nor its counters as reset)."""
 
     def __init__(self, metrics: Metrics):
         self.metrics = metrics
 
     def collect(self):
         labels = ["worker"]
-        up = GaugeMetricFamily("rayspec_worker_up", "1 where the worker told its state at this scrape, 0 where it did "
-                               "not answer in time.", labels=labels)
+        up = GaugeMetricFamily("rayspec_worker_up", "1 where the worker answered at this scrape (its state, or that "
+                               "it was too busy to tell it), 0 where it did not answer in time.", labels=labels)
         sessions = GaugeMetricFamily(
             "rayspec_worker_open_sessions", "Sessions the worker holds now, those opening included (0 once every "
             "coordinator has released its sequences).", labels=labels)
@@ -335,7 +342,7 @@ class _WorkerCollector:
                                    labels=labels)
         for name, info in self.metrics.workers() if self.metrics.workers else []:
             up.add_metric([name], float(info is not None))
-            if info is not None:
+            if info is not None and info is not WORKER_BUSY:
                 sessions.add_metric([name], info.open_sessions)
                 cached.add_metric([name], info.prefix_cache_bytes)
                 queried.add_metric([name], info.prefix_cache_queried_tokens)

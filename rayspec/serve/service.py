@@ -37,7 +37,7 @@ from rayspec.engine.structured import (
 from rayspec.models.threads import honour_torch_threads
 from rayspec.rpc.remote import HEALTH_TIMEOUT, RemoteError, overall_status, targets_answer, worker_statuses
 from rayspec.serve.config import LimitsConfig, ServiceConfig
-from rayspec.serve.metrics import Metrics
+from rayspec.serve.metrics import WORKER_BUSY, Metrics
 from rayspec.serve.tool_parsers import pick_parser
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,8 @@ class Service:
         """(name, its `WorkerInfo` now) of each model this coordinator decodes with — "target",
         "drafter 0", ... in the config's order (the drafter workers', then those in this
         process) — None for a worker that did not answer within `timeout` (a scrape asks, and
-        must not wait a call's minute for a hung worker).  The workers are asked all at once:
+        must not wait a call's minute for a hung worker), `WORKER_BUSY` for one that answered
+        RESOURCE_EXHAUSTED (no thread free for the call).  The workers are asked all at once:
         hung ones hold a scrape `timeout`, not that per worker.  A model in this process
         (`where: coordinator`) answers with its own state (`LocalTarget.state`)."""
         from rayspec.rpc.generated import worker_pb2
@@ -186,6 +187,9 @@ class Service:
                     raise call
                 infos.append((name, call.result()))
             except Exception as error:  # noqa: BLE001 — a scrape answers with what it has
+                if isinstance(error, grpc.Call) and error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    infos.append((name, WORKER_BUSY))  # every thread busy: up, and loaded
+                    continue
                 log.warning("the %s worker at %s did not tell its state: %s", name, model.address, error)
                 infos.append((name, None))
         return infos

@@ -104,6 +104,38 @@ def test_hung_workers_hold_a_scrape_one_timeout_not_one_each(workers, monkeypatc
         service.close()
 
 
+def test_a_worker_too_busy_to_answer_is_up_with_no_state(workers, monkeypatch):
+    """A worker whose every thread is busy answers `Info` RESOURCE_EXHAUSTED (as gRPC answers
+    a call past a server's `maximum_concurrent_rpcs`): up, with no other sample in that scrape
+    (a load peak is not a worker lost, and no counter reads as reset), and whole again at
+    the next scrape once it answers."""
+    import rayspec.rpc.worker as worker_module
+    from rayspec.rpc.server import SessionLimitError
+
+    _, _, [(_, target_port), (_, drafter_port)] = workers
+    config = ServiceConfig.from_dict({"tree": "kary:2x2", "verifier": "rrsw"})
+    service = Service.from_config(config, f"127.0.0.1:{target_port}", [f"127.0.0.1:{drafter_port}"])
+    service.metrics.watch_workers(service.worker_infos)
+    answered = worker_module._worker_info
+
+    def busy(servicer, *args, **kwargs):
+        if isinstance(servicer, worker_module.DrafterServicer):
+            raise SessionLimitError("no thread free for the call")
+        return answered(servicer, *args, **kwargs)
+
+    try:
+        service.engine.run(PROMPT, max_new_tokens=8, temperature=1.0, seed=1, ignore_eos=True)
+        monkeypatch.setattr(worker_module, "_worker_info", busy)
+        samples = worker_samples(service)
+        assert samples[("rayspec_worker_up", "drafter 0")] == 1 and samples[("rayspec_worker_up", "target")] == 1
+        assert [family for family, name in samples if name == "drafter 0"] == ["rayspec_worker_up"]
+        assert samples[("rayspec_prefix_cache_queried_tokens_total", "target")] > 0
+        monkeypatch.setattr(worker_module, "_worker_info", answered)
+        assert worker_samples(service)[("rayspec_prefix_cache_queried_tokens_total", "drafter 0")] > 0
+    finally:
+        service.close()
+
+
 def test_models_in_the_coordinators_process_have_their_lines_too(tmp_path):
     """A target and a drafter `where: coordinator` beside a drafter worker: the scrape names
     them as the workers are named ("target", then the drafters in the pool's order, the
