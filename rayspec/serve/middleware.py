@@ -167,9 +167,8 @@ class LimitBodies:
         if not chunked and not (length.isdigit() and int(length) > 0):
             return await self.app(scope, receive, send)  # no body to wait for
         try:
-            async with asyncio.timeout(self.timeout):
-                body = await self._whole_body(receive)
-        except TimeoutError:
+            body = await asyncio.wait_for(self._whole_body(receive), self.timeout)
+        except asyncio.TimeoutError:  # (TimeoutError itself from Python 3.11)
             return await self._time_out(scope, receive, send)
         except _TooLarge:
             return await self._refuse(f"more than {self.limit} bytes", scope, receive, send)
