@@ -544,23 +544,31 @@ class TargetLost(RemoteError, TargetUnavailable):
 HEALTH_TIMEOUT = 2.0
 
 
+BUSY = "BUSY"  # a worker whose every thread for calls was busy: it serves, loaded
+
+
 def worker_statuses(channels: dict[str, grpc.Channel], timeout: float = HEALTH_TIMEOUT) -> dict[str, str]:
-    """Each worker's grpc.health.v1 status name, or UNREACHABLE with the reason (blocking).
-    `channels`: "target host:port" / "drafter host:port" -> the channel dialling it."""
+    """Each worker's grpc.health.v1 status name, BUSY for one that refused the check for want
+    of a free thread (RESOURCE_EXHAUSTED: gRPC's answer past a server's concurrent calls, at
+    a load peak), or UNREACHABLE with the reason (blocking).  `channels`: "target
+    host:port" / "drafter host:port" -> the channel dialling it."""
     statuses = {}
     for name, channel in channels.items():
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
             statuses[name] = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
         except grpc.RpcError as error:
-            statuses[name] = f"UNREACHABLE: {error.code().name}"
+            statuses[name] = BUSY if error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED else \
+                f"UNREACHABLE: {error.code().name}"
     return statuses
 
 
 def overall_status(statuses: dict[str, str]) -> str:
-    """"ok" when every worker of `worker_statuses` serves; "degraded" when only drafters do
-    not (their sequences decode without drafts); else "unavailable"."""
-    down = [name for name, status in statuses.items() if status != "SERVING"]
+    """"ok" when every worker of `worker_statuses` serves (BUSY ones too: a load peak must not
+    turn a load balancer away from the service, nor a drafter's sequences from their drafts);
+    "degraded" when only drafters do not (their sequences decode without drafts); else
+    "unavailable"."""
+    down = [name for name, status in statuses.items() if status not in ("SERVING", BUSY)]
     if not down:
         return "ok"
     return "degraded" if all(name.startswith("drafter ") for name in down) else "unavailable"

@@ -7,7 +7,7 @@
     GET  /tokenizer_info         vLLM's: special tokens, chat template, context
     GET  /v1/models, /v1/models/{model}   (with vLLM's `max_model_len`: the target's context)
     GET  /version                vLLM's: {"version": rayspec's}
-    GET  /health                200 when every worker answers SERVING ("ok"), or every target
+    GET  /health                200 when every worker answers SERVING or BUSY ("ok"), or every target
                                  does and some drafter does not ("degraded": its sequences
                                  decode without drafts); else 503 ("unavailable", or
                                  "shutting_down" once the service stops)

@@ -33,7 +33,7 @@ from rayspec.engine.policy import AcceptanceLibrary, PlanReport, TrialReport
 from rayspec.engine.requests import GenerationRequest, Limits
 from rayspec.engine.structured import StructuredOutput
 from rayspec.engine.text import finished_length
-from rayspec.rpc.generated import health_pb2_grpc
+from rayspec.rpc.generated import health_pb2, health_pb2_grpc
 from rayspec.rpc.remote import RemoteError
 from rayspec.rpc.server import HealthServicer, start_server
 from rayspec.serve.config import LimitsConfig
@@ -1410,6 +1410,47 @@ def test_health_follows_the_workers_grpc_health(http, server):
         assert reply.status_code == 503 and reply.json()["status"] == "unavailable"
         live_channel.close()
     finally:
+        service.workers = {}
+        channel.close()
+        grpc_server.stop(0)
+
+
+def test_a_worker_with_every_thread_busy_is_up_in_health(http, server):
+    """A worker whose every server thread is held (here its one, by a check that waits) has
+    gRPC refuse its health check RESOURCE_EXHAUSTED: /health calls it BUSY and the service
+    ok, not unavailable, so that a load peak does not turn a load balancer away; the gRPC
+    health of the coordinator (`targets_answer`) says the same."""
+    from rayspec.rpc.remote import targets_answer
+
+    released = threading.Event()
+
+    class HeldHealth(HealthServicer):
+        def Check(self, request, context):
+            if request.service == "hold":
+                released.wait(30)
+                request.service = ""
+            return super().Check(request, context)
+
+    health = HeldHealth(["rayspec.v1.TargetService"])
+    grpc_server, port = start_server(lambda s: health_pb2_grpc.add_HealthServicer_to_server(health, s), "127.0.0.1:0",
+                                     max_workers=1)
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    service = server["service"]
+    service.workers = {"target 1": channel}
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            held = pool.submit(health_pb2_grpc.HealthStub(channel).Check, health_pb2.HealthCheckRequest(service="hold"),
+                               timeout=30)
+            time.sleep(0.3)
+            reply = http.get("/health")
+            assert reply.status_code == 200, reply.text
+            assert reply.json() == {"status": "ok", "workers": {"target 1": "BUSY"}}
+            assert targets_answer(service.workers)
+            released.set()
+            assert held.result().status == health_pb2.HealthCheckResponse.SERVING
+        assert http.get("/health").json()["workers"] == {"target 1": "SERVING"}
+    finally:
+        released.set()
         service.workers = {}
         channel.close()
         grpc_server.stop(0)
