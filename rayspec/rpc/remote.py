@@ -37,7 +37,7 @@ from rayspec.engine.interfaces import (
 from rayspec.models.cancellation import caller_watch
 from rayspec.coupling import KeyedNoise
 from rayspec.rpc import codec
-from rayspec.rpc.generated import health_pb2, health_pb2_grpc, worker_pb2, worker_pb2_grpc
+from rayspec.rpc.generated import health_pb2, worker_pb2, worker_pb2_grpc
 from rayspec.rpc.server import GRPC_OPTIONS, RemoteError
 from rayspec.tree.dynamic import DynamicPlan
 from rayspec.tree.structure import TreeShape
@@ -547,16 +547,35 @@ HEALTH_TIMEOUT = 2.0
 BUSY = "BUSY"  # a worker whose every thread for calls was busy: it serves, loaded
 
 
+def _health_check(channel: grpc.Channel):
+    """grpc.health.v1's Check on `channel`, as a method the channel does not register: grpcio
+    1.85 crashes the process (SIGSEGV) registering one on a closed channel, as a generated
+    stub made then does, where this one raises ValueError when called."""
+    return channel.unary_unary("/grpc.health.v1.Health/Check",
+                               request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+                               response_deserializer=health_pb2.HealthCheckResponse.FromString)
+
+
 def worker_statuses(channels: dict[str, grpc.Channel], timeout: float = HEALTH_TIMEOUT) -> dict[str, str]:
     """Each worker's grpc.health.v1 status name, BUSY for one that refused the check for want
     of a free thread (RESOURCE_EXHAUSTED: gRPC's answer past a server's concurrent calls, at
     a load peak), or UNREACHABLE with the reason (blocking).  `channels`: "target
-    host:port" / "drafter host:port" -> the channel dialling it."""
-    statuses = {}
-    for name, channel in channels.items():
+    host:port" / "drafter host:port" -> the channel dialling it.  The workers are asked all at
+    once: hung ones hold the answer `timeout`, not that per worker."""
+    def ask(channel: grpc.Channel):
         try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
-            statuses[name] = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+            return _health_check(channel).future(health_pb2.HealthCheckRequest(), timeout=timeout)
+        except ValueError as error:  # a channel closed meanwhile (the service closing): nothing to ask
+            return error
+
+    asked = {name: ask(channel) for name, channel in channels.items()}
+    statuses = {}
+    for name, call in asked.items():
+        if isinstance(call, ValueError):
+            statuses[name] = f"UNREACHABLE: {call}"
+            continue
+        try:
+            statuses[name] = health_pb2.HealthCheckResponse.ServingStatus.Name(call.result().status)
         except grpc.RpcError as error:
             statuses[name] = BUSY if error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED else \
                 f"UNREACHABLE: {error.code().name}"

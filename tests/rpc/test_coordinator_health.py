@@ -14,7 +14,7 @@ import pytest
 from rayspec.engine import LocalTarget
 from rayspec.rpc.coordinator import serve_generation_from_workers
 from rayspec.rpc.generated import generation_pb2, generation_pb2_grpc, health_pb2, health_pb2_grpc
-from rayspec.rpc.remote import RemoteTarget
+from rayspec.rpc.remote import RemoteTarget, worker_statuses
 from rayspec.rpc.worker import serve_target
 from tests.tiny_models import tiny_llama
 
@@ -189,3 +189,31 @@ def test_watches_beyond_their_limit_are_refused_and_leave_checks_and_calls_their
         again.cancel()
         for watch in watches[1:]:
             watch.cancel()
+
+
+def test_hung_workers_hold_a_health_answer_one_timeout_not_one_each(black_hole):
+    """Three workers that never answer and one that serves: asked all at once, the answer
+    comes after one timeout, the hung ones UNREACHABLE and the live one SERVING (one after
+    another, it took three); a channel closed meanwhile is UNREACHABLE too, not an error."""
+    from rayspec.rpc.server import HealthServicer, start_server
+
+    server, port = start_server(lambda s: health_pb2_grpc.add_HealthServicer_to_server(
+        HealthServicer(["rayspec.v1.TargetService"]), s), "127.0.0.1:0")
+    channels = {f"drafter {i}": grpc.insecure_channel(black_hole) for i in range(3)}
+    channels["target"] = grpc.insecure_channel(f"127.0.0.1:{port}")
+    closed = grpc.insecure_channel(f"127.0.0.1:{port}")
+    closed.close()
+    channels["drafter 3"] = closed
+    try:
+        worker_statuses({"target": channels["target"]}, timeout=5)  # connected: the clock is the hung ones'
+        started = time.monotonic()
+        statuses = worker_statuses(channels, timeout=0.5)
+        seconds = time.monotonic() - started
+        assert statuses["target"] == "SERVING"
+        assert [statuses[f"drafter {i}"] for i in range(3)] == ["UNREACHABLE: DEADLINE_EXCEEDED"] * 3
+        assert statuses["drafter 3"].startswith("UNREACHABLE: ") and "closed" in statuses["drafter 3"]
+        assert 0.5 <= seconds < 1.25, seconds  # one after another: 1.5
+    finally:
+        for channel in channels.values():
+            channel.close()
+        server.stop(0)
