@@ -132,7 +132,11 @@ def test_the_sessions_of_steps_past_their_deadline_on_a_hung_target_are_released
     """A target stopped past a step's deadline (60 s) fails its streams UNAVAILABLE, and their
     sessions' Releases wait for it; its connection is dropped meanwhile (its keepalive ping
     unanswered), and with it the Releases: they are sent again, rather than each session held
-    until the worker's idle expiry (`test_unwatched_release.py` is the short version)."""
+    until the worker's idle expiry (`test_unwatched_release.py` is the short version).  The
+    keepalive's drop comes at about the deadline too: a stream whose call it ends first
+    (UNAVAILABLE, "ping timeout", 0.2 s before the deadline in one run) reads its target as
+    lost, waits for it (`resume_timeout`, 60 s), resumes when it wakes at 72 s and ends whole;
+    2 of 6 runs went so, with all four streams."""
     target = cluster["target"]
     client, streams = _streams(cluster["coordinator"].address, 4)
     os.kill(target.process.pid, signal.SIGSTOP)
@@ -141,9 +145,13 @@ def test_the_sessions_of_steps_past_their_deadline_on_a_hung_target_are_released
     finally:
         os.kill(target.process.pid, signal.SIGCONT)
     for stream in streams:
-        with pytest.raises(UnavailableError, match="did not answer within 60 s"):
+        try:
             for _ in stream:
                 pass
+        except UnavailableError as error:
+            assert "did not answer within 60 s" in str(error), error
+        else:
+            assert (stream.completion.finish_reason, len(stream.completion.token_ids)) == ("length", 400)
     client.close()
     deadline = time.monotonic() + 10
     while (held := _open_sessions(target.address)) and time.monotonic() < deadline:
